@@ -1,0 +1,25 @@
+"""python -m orchestrator: the client-facing SpecDec server, in front of running draft and target services."""
+
+from __future__ import annotations
+
+import argparse
+
+from orchestrator.server import add_orchestrator_args, start_orchestrator
+from service_runtime.server import add_common_args, announce_and_wait, configure_logging
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator", description="specdec orchestrator")
+    add_common_args(parser)
+    parser.add_argument("--draft", required=True, help="draft service address HOST:PORT")
+    parser.add_argument("--target", required=True, help="target service address HOST:PORT")
+    parser.add_argument("--tokenizer", default="packaged:target", help="model spec whose tokenizer to use")
+    add_orchestrator_args(parser)
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    running = start_orchestrator(args.draft, args.target, args.tokenizer, args.host, args.port, args)
+    announce_and_wait(running, "orchestrator")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The `specdec` command: serve, generate, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from service_runtime.server import configure_logging
+
+
+def _add_stack_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--draft-model", default="packaged:draft",
+                        help="packaged:draft (default), a Hugging Face folder, a .gguf file or tiny:...")
+    parser.add_argument("--target-model", default="packaged:target",
+                        help="packaged:target (default), a Hugging Face folder, a .gguf file or tiny:...")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--gamma-max", type=int, default=8, help="largest γ the adaptive policy or a client may use")
+    parser.add_argument("--log-level", default="warning")
+
+
+def _stack_options(args: argparse.Namespace, port: int = 0):
+    from orchestrator.stack import StackOptions
+
+    return StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
+                        dtype=args.dtype, port=port, gamma_max=args.gamma_max, log_level=args.log_level)
+
+
+def _gamma(value: str) -> int | None:
+    if value == "auto":
+        return None
+    gamma = int(value)
+    if gamma < 0:
+        raise argparse.ArgumentTypeError("gamma must be auto or an integer >= 0")
+    return gamma
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import threading
+
+    from orchestrator.stack import EmbeddedStack
+
+    with EmbeddedStack(_stack_options(args, args.port)) as stack:
+        print(f"specdec serving on {stack.endpoint}", flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import grpc
+
+    from orchestrator.client import generate, make_request
+
+    request = make_request(prompt=args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                           top_k=args.top_k, top_p=args.top_p, seed=args.seed, gamma=args.gamma, stop=args.stop)
+    on_text = None if args.json else (lambda text: print(text, end="", flush=True))
+
+    def run(endpoint: str):
+        return generate(endpoint, request, on_text=on_text)
+
+    try:
+        if args.endpoint:
+            result = run(args.endpoint)
+        else:
+            from orchestrator.stack import EmbeddedStack
+
+            with EmbeddedStack(_stack_options(args)) as stack:
+                result = run(stack.endpoint)
+    except grpc.RpcError as exc:
+        print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        s = result.stats
+        print(f"\n\n[{s['generated_tokens']} tokens, {s['tokens_per_second']:.2f} tok/s, {s['rounds']} rounds, "
+              f"acceptance {s['acceptance_rate']:.2f}, mean accepted length {s['mean_accepted_length']:.2f}, "
+              f"finish {s['finish_reason']}]", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from orchestrator.bench import run_bench
+
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="distributed speculative decoding")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="start the embedded local stack and print its endpoint")
+    _add_stack_args(serve)
+    serve.add_argument("--port", type=int, default=50051, help="orchestrator port (0 = any free port)")
+    serve.set_defaults(func=cmd_serve)
+
+    gen = sub.add_parser("generate", help="run one generation")
+    _add_stack_args(gen)
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=None)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--gamma", type=_gamma, default=None, help="auto (default) or a fixed γ; 0 = target only")
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--endpoint", default="", help="HOST:PORT of a running orchestrator; default: start one")
+    gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids, stats")
+    gen.set_defaults(func=cmd_generate)
+
+    bench = sub.add_parser("bench", help="target-only vs speculative vs Hugging Face assisted generation")
+    _add_stack_args(bench)
+    bench.add_argument("--gammas", default="1,2,3,4,6", help="fixed γ values to run")
+    bench.add_argument("--max-new-tokens", type=int, default=64)
+    bench.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
+    bench.add_argument("--limit-prompts", type=int, default=0, help="use only the first N prompts")
+    bench.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted baseline")
+    bench.add_argument("--output", default="bench_results.json")
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    logging.getLogger("orchestrator").setLevel(args.log_level.upper())
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

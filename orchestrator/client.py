@@ -1,0 +1,53 @@
+"""A small Python client for SpecDec.Generate, used by the CLI, the benchmark and the tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.server import CHANNEL_OPTIONS
+
+
+@dataclass
+class GenerateResult:
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+    rounds: list[pb.RoundStats] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"text": self.text, "token_ids": self.token_ids, "stats": self.stats}
+
+
+def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, max_new_tokens: int = 64,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float | None = None, seed: int = 0,
+                 gamma: int | None = None, stop: list[str] | None = None) -> pb.GenerateRequest:
+    request = pb.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_token_ids or [], max_new_tokens=max_new_tokens,
+                                 temperature=temperature, top_k=top_k, seed=seed, stop=stop or [])
+    if top_p is not None:
+        request.top_p = top_p
+    if gamma is not None:
+        request.gamma = gamma
+    return request
+
+
+def generate(endpoint: str, request: pb.GenerateRequest, on_text: Callable[[str], None] | None = None,
+             timeout: float | None = None) -> GenerateResult:
+    """Run one generation to the end; `on_text` receives each text delta as it arrives."""
+    with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
+        result = GenerateResult()
+        for response in pb_grpc.SpecDecStub(channel).Generate(request, timeout=timeout):
+            result.token_ids.extend(response.token_ids)
+            result.text += response.text
+            result.rounds.append(response.round)
+            if on_text and response.text:
+                on_text(response.text)
+            if response.HasField("stats"):
+                result.stats = MessageToDict(response.stats, preserving_proto_field_name=True,
+                                             always_print_fields_with_no_presence=True)
+        return result

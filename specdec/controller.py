@@ -1,0 +1,125 @@
+"""Cost model and γ controller (DESIGN.md, "Cost model with the network").
+
+Round time  T(γ) = rtt_draft + γ·t_d + rtt_target + t_v(γ),   t_v(γ) = a + b·(γ+1)
+            T(0) = rtt_target + t_v(0)                        (no draft round trip)
+Tokens per round E(γ) = (1 - α^(γ+1)) / (1 - α).
+The controller picks γ* = argmax_γ E(γ)/T(γ) over {0..γ_max}, re-deciding every round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E(γ): expected tokens emitted by one round with acceptance rate α."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def theorem_speedup(alpha: float, gamma: int, c: float) -> float:
+    """Leviathan et al. Theorem 3.8: E(γ) / (γ·c + 1), network ignored."""
+    return expected_tokens(alpha, gamma) / (gamma * c + 1.0)
+
+
+@dataclass
+class AcceptanceEstimate:
+    """α as the MLE of a truncated geometric: accepted / (accepted + rounds that hit a rejection).
+
+    A Beta-like prior of `prior_weight` pseudo-tokens at `prior_alpha` keeps early rounds sane.
+    """
+
+    prior_alpha: float = 0.7
+    prior_weight: float = 4.0
+    accepted: int = 0
+    rejections: int = 0
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.accepted += accepted
+        self.rejections += int(accepted < drafted)
+
+    @property
+    def alpha(self) -> float:
+        successes = self.accepted + self.prior_alpha * self.prior_weight
+        trials = self.accepted + self.rejections + self.prior_weight
+        return min(successes / trials, 0.999)
+
+
+class Ewma:
+    def __init__(self, weight: float = 0.2, initial: float | None = None):
+        self.weight = weight
+        self.value = initial
+
+    def update(self, sample: float) -> float:
+        self.value = sample if self.value is None else (1 - self.weight) * self.value + self.weight * sample
+        return self.value
+
+
+@dataclass(frozen=True)
+class RoundTiming:
+    """What one round measured. Wall times are seen by the orchestrator; compute by the services."""
+
+    gamma: int
+    accepted: int
+    draft_wall_s: float
+    draft_compute_s: float
+    target_wall_s: float
+    target_compute_s: float
+
+
+class GammaController:
+    """Chooses γ each round from the online α estimate and the measured costs."""
+
+    def __init__(self, gamma_max: int, initial_gamma: int = 3, prior_alpha: float = 0.7,
+                 probe_every: int = 16, verify_slope_prior: float = 0.25):
+        self.gamma_max = gamma_max
+        self.initial_gamma = min(initial_gamma, gamma_max)
+        self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
+        self.probe_every = probe_every
+        self.verify_slope_prior = verify_slope_prior
+        self.draft_step = Ewma()  # t_d, seconds per draft token
+        self.rtt_draft = Ewma()
+        self.rtt_target = Ewma()
+        self._verify_by_tokens: dict[int, Ewma] = {}  # γ+1 -> t_v
+        self._rounds_without_draft = 0
+
+    def observe(self, timing: RoundTiming) -> None:
+        self.rtt_target.update(max(timing.target_wall_s - timing.target_compute_s, 0.0))
+        self._verify_by_tokens.setdefault(timing.gamma + 1, Ewma()).update(timing.target_compute_s)
+        if timing.gamma > 0:
+            self.acceptance.observe(timing.gamma, timing.accepted)
+            self.draft_step.update(timing.draft_compute_s / timing.gamma)
+            self.rtt_draft.update(max(timing.draft_wall_s - timing.draft_compute_s, 0.0))
+            self._rounds_without_draft = 0
+        else:
+            self._rounds_without_draft += 1
+
+    def verify_time(self, gamma: int) -> float:
+        """t_v(γ) = a + b·(γ+1), least squares over the observed token counts."""
+        points = [(n, e.value) for n, e in self._verify_by_tokens.items() if e.value is not None]
+        if len(points) == 1:
+            n, t = points[0]
+            b = t * self.verify_slope_prior / (1 + self.verify_slope_prior * n)  # t = a + b·n, b = s·a
+            return t + b * (gamma + 1 - n)
+        mean_n = sum(n for n, _ in points) / len(points)
+        mean_t = sum(t for _, t in points) / len(points)
+        var = sum((n - mean_n) ** 2 for n, _ in points)
+        b = max(sum((n - mean_n) * (t - mean_t) for n, t in points) / var, 0.0)
+        return mean_t + b * (gamma + 1 - mean_n)
+
+    def round_time(self, gamma: int) -> float:
+        time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
+        if gamma > 0:
+            time += (self.rtt_draft.value or 0.0) + gamma * (self.draft_step.value or 0.0)
+        return time
+
+    def choose(self, max_useful: int | None = None) -> int:
+        """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one)."""
+        cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
+        if not self._verify_by_tokens or self.draft_step.value is None:
+            return min(self.initial_gamma, cap)
+        if self._rounds_without_draft >= self.probe_every:
+            return min(1, cap)  # probe: refresh α and draft cost now and then
+        alpha = self.acceptance.alpha
+        return max(range(cap + 1), key=lambda g: expected_tokens(alpha, g) / self.round_time(g))

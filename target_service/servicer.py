@@ -1,0 +1,33 @@
+"""TargetService: protobuf <-> TargetEngine.verify."""
+
+from __future__ import annotations
+
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.sessions import info, serve_session_stream
+from service_runtime.wire import decode_probs
+from specdec.engine import TargetEngine
+
+
+class TargetServicer(pb_grpc.TargetServiceServicer):
+    def __init__(self, engine: TargetEngine):
+        self.engine = engine
+
+    def _round(self, request: pb.VerifyRequest) -> pb.VerifyResult:
+        commit = request.commit
+        drafts = list(request.draft_tokens)
+        q = decode_probs(request.draft_probs, len(drafts), self.engine.loaded.vocab_size)
+        result = self.engine.verify(request.session_id, commit.start, list(commit.tokens), drafts, q)
+        return pb.VerifyResult(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
+                               num_accepted=result.verdict.num_accepted, tokens=result.verdict.tokens,
+                               compute_ns=int(result.compute_s * 1e9))
+
+    def Session(self, request_iterator, context):
+        return serve_session_stream(request_iterator, context, self.engine, self._round)
+
+    def Info(self, request, context):
+        return info(self.engine)
+
+
+def register(server, engine: TargetEngine) -> None:
+    pb_grpc.add_TargetServiceServicer_to_server(TargetServicer(engine), server)

@@ -1,0 +1,56 @@
+"""γ controller and cost model on synthetic costs."""
+
+import pytest
+
+from specdec.controller import GammaController, RoundTiming, expected_tokens, theorem_speedup
+
+
+def trained(alpha: float, draft_step: float, rtt: float, verify_base: float = 0.1, verify_slope: float = 0.01,
+            gamma_max: int = 8) -> GammaController:
+    ctl = GammaController(gamma_max, prior_alpha=alpha)
+    ctl.acceptance.prior_weight = 1e6  # pin α to the synthetic value
+    for gamma in (1, 3, 5):
+        accepted = gamma - 1
+        verify = verify_base + verify_slope * (gamma + 1)
+        ctl.observe(RoundTiming(gamma, accepted, draft_step * gamma + rtt, draft_step * gamma, verify + rtt, verify))
+    return ctl
+
+
+def test_expected_tokens():
+    assert expected_tokens(0.0, 4) == 1.0
+    assert expected_tokens(1.0, 4) == 5.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+    assert theorem_speedup(0.8, 3, 0.1) == pytest.approx(expected_tokens(0.8, 3) / 1.3)
+
+
+def test_gamma_rises_with_alpha():
+    chosen = [trained(a, 0.01, 0.0).choose() for a in (0.3, 0.6, 0.8, 0.95)]
+    assert chosen == sorted(chosen) and chosen[-1] > chosen[0]
+
+
+def test_gamma_falls_with_draft_cost():
+    chosen = [trained(0.8, d, 0.0).choose() for d in (0.002, 0.01, 0.03, 0.06)]
+    assert chosen == sorted(chosen, reverse=True) and chosen[0] > chosen[-1]
+
+
+def test_gamma_zero_when_alpha_below_cost_ratio():
+    ctl = trained(alpha=0.1, draft_step=0.05, rtt=0.0)  # c = 0.05/0.11 ≈ 0.45 > α
+    assert ctl.choose() == 0
+
+
+def test_network_rtt_to_draft_counts():
+    near, far = trained(0.7, 0.005, rtt=0.0), trained(0.7, 0.005, rtt=0.0)
+    far.rtt_draft.value = 0.5
+    assert far.round_time(2) - near.round_time(2) == pytest.approx(0.5)
+    assert far.round_time(0) == pytest.approx(near.round_time(0)), "γ=0 skips the draft hop"
+    assert far.choose() < near.choose(), "a distant draft is used less"
+
+
+def test_bounds_and_probe():
+    ctl = trained(0.99, 0.0001, 0.0, gamma_max=4)
+    assert ctl.choose() == 4 and ctl.choose(max_useful=2) == 2 and ctl.choose(max_useful=0) == 0
+    low = trained(0.05, 0.05, 0.0)
+    for _ in range(low.probe_every):
+        assert low.choose() == 0
+        low.observe(RoundTiming(0, 0, 0.0, 0.0, 0.1, 0.1))
+    assert low.choose() == 1, "after a streak of target-only rounds the controller probes the draft"

@@ -1,0 +1,85 @@
+"""End to end through gRPC: greedy identity, seeded sampling, health, reflection, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from orchestrator.client import generate, make_request
+
+from conftest import TINY_DRAFT, TINY_TARGET
+
+PROMPTS = [dict(prompt="def fibonacci(n):"), dict(prompt="The quick brown fox"),
+           dict(prompt_token_ids=[5, 17, 200, 33, 41, 99, 12])]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS, ids=["code", "prose", "ids"])
+def test_greedy_speculative_equals_target_only(stack, prompt):
+    baseline = generate(stack.endpoint, make_request(**prompt, max_new_tokens=48, gamma=0))
+    assert len(baseline.token_ids) == 48 and baseline.stats["draft_tokens"] == 0
+    for gamma in (1, 3, 5, None):
+        result = generate(stack.endpoint, make_request(**prompt, max_new_tokens=48, gamma=gamma))
+        assert result.token_ids == baseline.token_ids, f"γ={gamma} diverged from target-only"
+        assert result.text == baseline.text
+        stats = result.stats
+        assert 0 < stats["accepted_tokens"] < stats["draft_tokens"], "want both accepted and rejected drafts"
+        assert stats["rounds"] < 48 and stats["finish_reason"] == "length"
+
+
+def test_seeded_sampling_reproduces(stack):
+    def run(seed, gamma=3):
+        return generate(stack.endpoint, make_request(prompt="hello", max_new_tokens=32, temperature=1.0,
+                                                     top_k=50, seed=seed, gamma=gamma)).token_ids
+
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+    assert run(1, gamma=0) == run(1, gamma=0)
+
+
+@pytest.mark.parametrize("params", [dict(temperature=1.0), dict(temperature=0.7, top_p=0.9),
+                                    dict(temperature=1.0, top_k=20)])
+def test_sampled_generation_completes_with_stats(stack, params):
+    result = generate(stack.endpoint, make_request(prompt="x = ", max_new_tokens=24, gamma=4, seed=3, **params))
+    assert len(result.token_ids) == 24
+    assert result.stats["draft_tokens"] > 0 and len(result.stats["gamma_per_round"]) == result.stats["rounds"]
+
+
+def test_stop_string_ends_generation(stack):
+    full = generate(stack.endpoint, make_request(prompt="abc", max_new_tokens=40, gamma=2))
+    stop = full.text[10:12]
+    assert stop, "the tiny model should produce some text"
+    cut = generate(stack.endpoint, make_request(prompt="abc", max_new_tokens=40, gamma=2, stop=[stop]))
+    assert cut.stats["finish_reason"] == "stop"
+    assert cut.text == full.text[:full.text.find(stop)]
+
+
+def test_health_and_reflection_on_every_server(stack):
+    for address, service in [(stack.endpoint, "specdec.v1.SpecDec"), (stack.draft_address, "specdec.v1.DraftService"),
+                             (stack.target_address, "specdec.v1.TargetService")]:
+        with grpc.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == \
+                health_pb2.HealthCheckResponse.SERVING
+            reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+            reply = next(reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+            names = {s.name for s in reply.list_services_response.service}
+            assert service in names and "grpc.health.v1.Health" in names
+
+
+def test_cli_generate_json_matches_server():
+    cmd = [sys.executable, "-m", "orchestrator.cli", "generate", "--prompt", "def fibonacci(n):",
+           "--max-new-tokens", "16", "--gamma", "3", "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET,
+           "--device", "cpu", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    payload = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(payload) == {"text", "token_ids", "stats"} and len(payload["token_ids"]) == 16
+    for key in ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "mean_accepted_length",
+                "tokens_per_second", "gamma_per_round", "finish_reason"):
+        assert key in payload["stats"]

@@ -1,0 +1,93 @@
+"""Bad input gets a clear status through gRPC; the services keep serving; cancellation frees caches."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+import pytest
+
+from orchestrator.client import generate, make_request
+from orchestrator.clients import draft_client, target_client
+from protos import specdec_pb2 as pb
+
+INVALID, OUT_OF_RANGE, NOT_FOUND = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
+                                    grpc.StatusCode.NOT_FOUND)
+
+
+@pytest.mark.parametrize("kwargs, code, words", [
+    (dict(prompt=""), INVALID, "prompt is empty"),
+    (dict(prompt_token_ids=[1] * 600), OUT_OF_RANGE, "context"),
+    (dict(prompt_token_ids=[1, 99999]), INVALID, "vocabulary"),
+    (dict(prompt="hi", max_new_tokens=0), INVALID, "max_new_tokens"),
+    (dict(prompt="hi", max_new_tokens=10**6), INVALID, "max_new_tokens"),
+    (dict(prompt="hi", temperature=-1.0), INVALID, "temperature"),
+    (dict(prompt="hi", temperature=1.0, top_p=0.0), INVALID, "top_p"),
+    (dict(prompt="hi", temperature=1.0, top_p=1.5), INVALID, "top_p"),
+    (dict(prompt="hi", top_k=-3), INVALID, "top_k"),
+    (dict(prompt="hi", gamma=-1), INVALID, "gamma"),
+    (dict(prompt="hi", gamma=99), INVALID, "gamma"),
+])
+def test_generate_rejects_bad_input(stack, kwargs, code, words):
+    kwargs.setdefault("max_new_tokens", 8)
+    with pytest.raises(grpc.RpcError) as info:
+        generate(stack.endpoint, make_request(**kwargs))
+    assert info.value.code() == code
+    assert words in info.value.details()
+    assert len(generate(stack.endpoint, make_request(prompt="still serving", max_new_tokens=4)).token_ids) == 4
+
+
+def stream_error(client, requests) -> grpc.RpcError:
+    with pytest.raises(grpc.RpcError) as info:
+        for _ in client.stub.Session(iter(requests), timeout=30):
+            pass
+    return info.value
+
+
+def draft_round(session_id, start, tokens, gamma=2, open_=False):
+    return pb.DraftRequest(session_id=session_id, open=open_, sampling=pb.SamplingParams(top_p=1.0),
+                           commit=pb.Commit(start=start, tokens=tokens), gamma=gamma)
+
+
+def test_service_stream_errors(stack):
+    draft, target = draft_client(stack.draft_address), target_client(stack.target_address)
+    err = stream_error(draft, [draft_round("ghost", 0, [1, 2])])
+    assert err.code() == NOT_FOUND and "ghost" in err.details()
+    err = stream_error(draft, [draft_round("a", 0, [1, 2], open_=True), draft_round("a", 7, [3])])
+    assert err.code() == OUT_OF_RANGE and "out-of-order" in err.details()
+    err = stream_error(draft, [draft_round("b", 0, [1, 2], gamma=0, open_=True)])
+    assert err.code() == INVALID and "gamma" in err.details()
+    bad_sampling = pb.VerifyRequest(session_id="c", open=True, sampling=pb.SamplingParams(top_p=0.0),
+                                    commit=pb.Commit(start=0, tokens=[1]))
+    err = stream_error(target, [bad_sampling])
+    assert err.code() == INVALID and "top_p" in err.details()
+    bad_probs = pb.VerifyRequest(session_id="d", open=True, sampling=pb.SamplingParams(temperature=1.0, top_p=1.0),
+                                 commit=pb.Commit(start=0, tokens=[1]), draft_tokens=[3],
+                                 draft_probs=pb.DraftProbs(dense_f32=b"\0" * 12))
+    err = stream_error(target, [bad_probs])
+    assert err.code() == INVALID and "float32" in err.details()
+    # The services keep serving, and the failed streams left no sessions behind.
+    ok = list(target.stub.Session(iter([pb.VerifyRequest(session_id="e", open=True, sampling=pb.SamplingParams(top_p=1.0),
+                                                         commit=pb.Commit(start=0, tokens=[1, 2, 3]))]), timeout=30))
+    assert len(ok) == 1 and len(ok[0].tokens) == 1
+    wait_for_no_sessions(draft, target)
+
+
+def wait_for_no_sessions(*clients, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(c.info().live_sessions for c in clients):
+        assert time.monotonic() < deadline, "sessions were not released"
+        time.sleep(0.05)
+
+
+def test_cancelled_stream_frees_caches_on_both_services(stack):
+    draft, target = draft_client(stack.draft_address), target_client(stack.target_address)
+    with grpc.insecure_channel(stack.endpoint) as channel:
+        from protos import specdec_pb2_grpc as pb_grpc
+
+        call = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="long", max_new_tokens=1000, gamma=3))
+        next(call), next(call)
+        assert draft.info().live_sessions == 1 and target.info().live_sessions == 1
+        call.cancel()
+    wait_for_no_sessions(draft, target)
+    assert len(generate(stack.endpoint, make_request(prompt="after cancel", max_new_tokens=4)).token_ids) == 4

@@ -1,0 +1,99 @@
+"""KV bookkeeping and rollback: after a rejected round, each engine's logits equal a fresh forward pass."""
+
+import pytest
+import torch
+
+from specdec.engine import DraftEngine, TargetEngine
+from specdec.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from specdec.kv import SequenceState
+from specdec.models import load_model
+from specdec.sampling import SamplingParams
+
+TARGET, DRAFT = "tiny:seed=0", "tiny:seed=0,perturb=0.05"
+
+
+def test_commit_keeps_matching_prefix():
+    state = SequenceState()
+    assert state.commit(0, [1, 2, 3]) == 0
+    state.extend([4, 5, 6], cached=5)  # three drafts, two of them fed
+    # Accepted 4, rejected 5 -> recovered 9: the cache keeps prompt + 4.
+    assert state.commit(3, [4, 9]) == 4
+    assert state.pending() == [9]
+
+
+def test_replayed_commit_is_idempotent():
+    state = SequenceState()
+    state.commit(0, [1, 2, 3])
+    state.extend([4], cached=4)
+    first = (state.commit(3, [4, 5]), list(state.tokens))
+    assert (state.commit(3, [4, 5]), list(state.tokens)) == first
+
+
+def test_commit_past_confirmed_length_is_out_of_range():
+    state = SequenceState()
+    state.commit(0, [1, 2])
+    with pytest.raises(OutOfRange):
+        state.commit(5, [3])
+
+
+def test_always_leaves_a_token_to_feed():
+    state = SequenceState()
+    state.commit(0, [1, 2])
+    state.extend([], cached=2)
+    assert state.commit(2, []) == 1 and state.pending() == [2]
+
+
+@pytest.fixture(scope="module")
+def engines():
+    return DraftEngine(load_model(DRAFT, "cpu")), TargetEngine(load_model(TARGET, "cpu"))
+
+
+def fresh_last_logits(engine, tokens):
+    with torch.inference_mode():
+        return engine.loaded.model(input_ids=torch.tensor([tokens])).logits[0, -1].float()
+
+
+def test_rollback_logits_equal_fresh_forward(engines):
+    draft, target = engines
+    prompt = list(range(10, 30))
+    for e in engines:
+        e.open("s", SamplingParams())
+    rejected_seen = False
+    committed = list(prompt)
+    d_start = t_start = 0
+    for _ in range(12):
+        proposal = draft.propose("s", d_start, committed[d_start:], 4)
+        verdict = target.verify("s", t_start, committed[t_start:], proposal.tokens, None).verdict
+        d_start = t_start = len(committed)
+        rejected_seen |= verdict.num_accepted < 4
+        committed += verdict.tokens
+    assert rejected_seen, "the tiny pair should disagree at least once"
+    # Roll both caches to the committed prefix and compare with a fresh forward pass.
+    for engine in engines:
+        session = engine._sessions["s"]
+        engine._sync(session, d_start, committed[d_start:], 0)
+        cached_logits = engine._forward(session, session.state.pending())[-1]
+        assert session.cache.get_seq_length() == len(committed)
+        torch.testing.assert_close(cached_logits, fresh_last_logits(engine, committed), rtol=1e-4, atol=1e-4)
+    for e in engines:
+        e.release("s")
+
+
+def test_engine_errors(engines):
+    draft, target = engines
+    with pytest.raises(NotFound):
+        draft.propose("nobody", 0, [1], 1)
+    draft.open("e", SamplingParams())
+    with pytest.raises(InvalidArgument):
+        draft.propose("e", 0, [1], 0)
+    with pytest.raises(InvalidArgument):
+        draft.propose("e", 0, [10_000], 1)
+    with pytest.raises(OutOfRange):
+        draft.propose("e", 3, [1], 1)
+    with pytest.raises(OutOfRange):
+        draft.propose("e", 0, [1] * 600, 1)
+    draft.release("e")
+    capped = TargetEngine(target.loaded, max_sessions=1)
+    capped.open("a", SamplingParams())
+    with pytest.raises(ResourceExhausted):
+        capped.open("b", SamplingParams())
