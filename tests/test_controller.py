@@ -54,3 +54,18 @@ def test_bounds_and_probe():
         assert low.choose() == 0
         low.observe(RoundTiming(0, 0, 0.0, 0.0, 0.1, 0.1))
     assert low.choose() == 1, "after a streak of target-only rounds the controller probes the draft"
+
+
+def test_measured_verify_time_beats_the_linear_fit():
+    ctl = GammaController(8)
+    for n_tokens, seconds in ((1, 0.38), (2, 0.386), (4, 0.72)):
+        ctl.observe(RoundTiming(n_tokens - 1, 0, 0.1, 0.1, seconds, seconds))
+    assert ctl.verify_time(1) == pytest.approx(0.386)
+    assert ctl.verify_time(2) > ctl.verify_time(1), "an unmeasured size is interpolated from the fit"
+
+
+def test_catch_up_rounds_do_not_inflate_draft_cost():
+    ctl = trained(0.8, 0.01, 0.0)
+    before = ctl.draft_step.value
+    ctl.observe(RoundTiming(1, 1, 0.5, 0.5, 0.1, 0.1, draft_steady=False))  # draft fed many tokens
+    assert ctl.draft_step.value == before

@@ -91,3 +91,20 @@ def test_cancelled_stream_frees_caches_on_both_services(stack):
         call.cancel()
     wait_for_no_sessions(draft, target)
     assert len(generate(stack.endpoint, make_request(prompt="after cancel", max_new_tokens=4)).token_ids) == 4
+
+
+def test_retried_round_is_idempotent(stack):
+    """Replaying a round (same session and position) gives the same answer and leaves the cache consistent."""
+    target = target_client(stack.target_address)
+
+    def verify(start, tokens, drafts, open_=False, session_id="retry"):
+        return pb.VerifyRequest(session_id=session_id, open=open_, sampling=pb.SamplingParams(temperature=1.0, top_p=1.0, seed=5),
+                                commit=pb.Commit(start=start, tokens=tokens), draft_tokens=drafts)
+
+    prompt = [7, 8, 9, 10]
+    requests = [verify(0, prompt, [11, 12], open_=True), verify(0, prompt, [11, 12]), verify(0, prompt, [11, 12])]
+    first, second, third = list(target.stub.Session(iter(requests), timeout=30))
+    assert first.tokens == second.tokens == third.tokens and first.committed_len == len(prompt)
+    # The same continuation reached without the retries matches.
+    fresh = list(target.stub.Session(iter([verify(0, prompt, [11, 12], True, "fresh")]), timeout=30))
+    assert fresh[0].tokens == first.tokens

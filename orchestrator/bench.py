@@ -1,0 +1,164 @@
+"""`specdec bench`: target-only vs fixed-γ and adaptive speculation vs Hugging Face assisted generation.
+
+Everything runs in one process tree and one run, on the same prompts and models, greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from tqdm import tqdm
+
+from orchestrator.client import generate, make_request
+from specdec.controller import AcceptanceEstimate, theorem_speedup
+
+
+@dataclass
+class ConfigResult:
+    name: str
+    gamma: int | None
+    tokens: int = 0
+    seconds: float = 0.0
+    rounds: list = field(default_factory=list)  # pb.RoundStats of every run
+    outputs: list[list[int]] = field(default_factory=list)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    def spec_rounds(self):
+        return [r for r in self.rounds if r.drafted > 0]
+
+    def alpha(self) -> float | None:
+        est = AcceptanceEstimate(prior_weight=0.0)
+        for r in self.spec_rounds():
+            est.observe(r.drafted, r.accepted)
+        return est.alpha if self.spec_rounds() else None
+
+    def mean_accepted_length(self) -> float | None:
+        spec = self.spec_rounds()
+        return sum(r.emitted for r in spec) / len(spec) if spec else None
+
+    def draft_step_s(self) -> float | None:
+        spec = self.spec_rounds()
+        return sum(r.draft_compute_s for r in spec) / sum(r.drafted for r in spec) if spec else None
+
+    def overhead_ms(self) -> float:
+        return 1e3 * sum(r.wall_s - r.draft_compute_s - r.target_compute_s for r in self.rounds) / len(self.rounds)
+
+
+def load_prompts(path: str, limit: int) -> list[dict]:
+    text = Path(path).read_text() if path else resources.files("orchestrator").joinpath("bench_prompts.json").read_text()
+    prompts = json.loads(text)
+    return prompts[:limit] if limit else prompts
+
+
+def run_hf_assisted(args: argparse.Namespace, prompts: list[dict]) -> ConfigResult:
+    """Hugging Face generate(assistant_model=...) in this process, on the same two models."""
+    import torch
+
+    from specdec.models import load_model, load_tokenizer
+
+    result = ConfigResult("hf-assisted", None)
+    tokenizer = load_tokenizer(args.target_model)
+    target = load_model(args.target_model, args.device, args.dtype)
+    draft = load_model(args.draft_model, args.device, args.dtype)
+
+    def run(prompt: str, n: int) -> list[int]:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids.to(target.device)
+        with torch.inference_mode():
+            out = target.model.generate(ids, assistant_model=draft.model, do_sample=False, max_new_tokens=n,
+                                        pad_token_id=tokenizer.eos_token_id)
+        return out[0, ids.shape[1]:].tolist()
+
+    run(prompts[0]["prompt"], 8)  # warm-up: page the weights in
+    for p in tqdm(prompts, desc="hf-assisted", leave=False):
+        began = time.perf_counter()
+        tokens = run(p["prompt"], args.max_new_tokens)
+        result.seconds += time.perf_counter() - began
+        result.tokens += len(tokens)
+        result.outputs.append(tokens)
+    del target, draft
+    gc.collect()
+    return result
+
+
+def run_service_config(endpoint: str, name: str, gamma: int | None, prompts: list[dict], n: int) -> ConfigResult:
+    result = ConfigResult(name, gamma)
+    for p in tqdm(prompts, desc=name, leave=False):
+        began = time.perf_counter()
+        out = generate(endpoint, make_request(prompt=p["prompt"], max_new_tokens=n, gamma=gamma))
+        result.seconds += time.perf_counter() - began
+        result.tokens += len(out.token_ids)
+        result.rounds.extend(out.rounds)
+        result.outputs.append(out.token_ids)
+    return result
+
+
+def summarise(results: list[ConfigResult], hf: ConfigResult | None) -> list[dict]:
+    base = results[0]  # γ = 0
+    target_step = sum(r.target_compute_s for r in base.rounds[1:]) / max(len(base.rounds) - 1, 1)
+    rows = []
+    for res in [*results, *([hf] if hf else [])]:
+        alpha, step = res.alpha(), res.draft_step_s()
+        c = step / target_step if step else None
+        predicted = theorem_speedup(alpha, res.gamma, c) if res.gamma and alpha is not None and c else None
+        rows.append({
+            "config": res.name, "tokens": res.tokens, "seconds": round(res.seconds, 2),
+            "tokens_per_s": round(res.tokens_per_s, 3),
+            "speedup_vs_target": round(res.tokens_per_s / base.tokens_per_s, 3),
+            "speedup_vs_hf_assisted": round(res.tokens_per_s / hf.tokens_per_s, 3) if hf else None,
+            "alpha": None if alpha is None else round(alpha, 3),
+            "mean_accepted_length": None if res.mean_accepted_length() is None else round(res.mean_accepted_length(), 3),
+            "c": None if c is None else round(c, 3),
+            "predicted_speedup_thm38": None if predicted is None else round(predicted, 3),
+            "overhead_ms_per_round": round(res.overhead_ms(), 2) if res.rounds else None,
+            "identical_to_target_only": res.outputs == base.outputs,
+        })
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    cols = ["config", "tokens_per_s", "speedup_vs_target", "speedup_vs_hf_assisted", "alpha", "mean_accepted_length",
+            "c", "predicted_speedup_thm38", "overhead_ms_per_round", "identical_to_target_only"]
+    heads = ["config", "tok/s", "vs target", "vs HF asst", "α", "mean acc len", "c", "Thm3.8 pred", "ovh ms/rnd",
+             "identical"]
+    fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
+    table = [heads] + [[fmt(r[c]) for c in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(heads))]
+    for i, row in enumerate(table):
+        print(" | ".join(cell.rjust(w) for cell, w in zip(row, widths)))
+        if i == 0:
+            print("-+-".join("-" * w for w in widths))
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from orchestrator.stack import EmbeddedStack, StackOptions
+
+    prompts = load_prompts(args.prompts, args.limit_prompts)
+    gammas = [int(g) for g in args.gammas.split(",") if g]
+    hf = None if args.no_hf else run_hf_assisted(args, prompts)
+    opts = StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
+                        dtype=args.dtype, gamma_max=max([args.gamma_max, *gammas]), log_level=args.log_level)
+    with EmbeddedStack(opts) as stack:
+        for gamma in (3, 0):  # warm-up: page both models' weights in
+            generate(stack.endpoint, make_request(prompt=prompts[0]["prompt"], max_new_tokens=16, gamma=gamma))
+        configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
+        results = [run_service_config(stack.endpoint, name, gamma, prompts, args.max_new_tokens)
+                   for name, gamma in tqdm(configs, desc="configs")]
+    rows = summarise(results, hf)
+    print_table(rows)
+    if hf is not None:
+        print(f"HF assisted output identical to target-only: {hf.outputs == results[0].outputs}")
+    payload = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "draft": args.draft_model,
+               "target": args.target_model, "rows": rows,
+               "adaptive_gammas": [r.gamma for r in results[-1].rounds]}
+    Path(args.output).write_text(json.dumps(payload, indent=2))
+    print(f"wrote {args.output}")
+    return 0
