@@ -14,7 +14,8 @@ class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
 
     def _round(self, request: pb.DraftRequest) -> pb.DraftProposal:
         commit = request.commit
-        proposal = self.engine.propose(request.session_id, commit.start, list(commit.tokens), request.gamma)
+        proposal = self.engine.propose(request.session_id, commit.start, list(commit.tokens), request.gamma,
+                                       request.min_confidence)
         return pb.DraftProposal(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
                                 tokens=proposal.tokens, probs=encode_probs(proposal.probs),
                                 compute_ns=int(proposal.compute_s * 1e9))

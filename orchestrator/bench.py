@@ -89,16 +89,37 @@ def run_hf_assisted(args: argparse.Namespace, prompts: list[dict]) -> ConfigResu
     return result
 
 
-def run_service_config(endpoint: str, name: str, gamma: int | None, prompts: list[dict], n: int) -> ConfigResult:
-    result = ConfigResult(name, gamma)
-    for p in tqdm(prompts, desc=name, leave=False):
-        began = time.perf_counter()
-        out = generate(endpoint, make_request(prompt=p["prompt"], max_new_tokens=n, gamma=gamma))
-        result.seconds += time.perf_counter() - began
-        result.tokens += len(out.token_ids)
-        result.rounds.extend(out.rounds)
-        result.outputs.append(out.token_ids)
-    return result
+def run_configs(endpoint: str, configs: list[tuple[str, int | None]], prompts: list[dict], n: int,
+                desc: str = "prompts") -> list[ConfigResult]:
+    """Every config on every prompt, round-robin per prompt so slow drift hits all configs alike."""
+    results = [ConfigResult(name, gamma) for name, gamma in configs]
+    for p in tqdm(prompts, desc=desc):
+        for res in results:
+            began = time.perf_counter()
+            out = generate(endpoint, make_request(prompt=p["prompt"], max_new_tokens=n, gamma=res.gamma))
+            res.seconds += time.perf_counter() - began
+            res.tokens += len(out.token_ids)
+            res.rounds.extend(out.rounds)
+            res.outputs.append(out.token_ids)
+    return results
+
+
+def warm_up(endpoint: str, prompt: str, max_runs: int = 15, tolerance: float = 0.03) -> float:
+    """Run until the target's step time settles; returns it in seconds.
+
+    The first minute or two after load is up to 1.7x slower on CPU (pages of the freshly copied
+    weights settling), which would bias whichever config ran first.
+    """
+    generate(endpoint, make_request(prompt=prompt, max_new_tokens=8, gamma=3))  # the draft too
+    previous = None
+    for _ in tqdm(range(max_runs), desc="warm-up", leave=False):
+        out = generate(endpoint, make_request(prompt=prompt, max_new_tokens=12, gamma=0))
+        steps = sorted(r.target_compute_s for r in out.rounds[1:])
+        step = steps[len(steps) // 2]
+        if previous is not None and abs(step - previous) <= tolerance * previous:
+            break
+        previous = step
+    return step
 
 
 def summarise(results: list[ConfigResult], hf: ConfigResult | None) -> list[dict]:
@@ -147,11 +168,9 @@ def run_bench(args: argparse.Namespace) -> int:
     opts = StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
                         dtype=args.dtype, gamma_max=max([args.gamma_max, *gammas]), log_level=args.log_level)
     with EmbeddedStack(opts) as stack:
-        for gamma in (3, 0):  # warm-up: page both models' weights in
-            generate(stack.endpoint, make_request(prompt=prompts[0]["prompt"], max_new_tokens=16, gamma=gamma))
+        warm_up(stack.endpoint, prompts[0]["prompt"])
         configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
-        results = [run_service_config(stack.endpoint, name, gamma, prompts, args.max_new_tokens)
-                   for name, gamma in tqdm(configs, desc="configs")]
+        results = run_configs(stack.endpoint, configs, prompts, args.max_new_tokens)
     rows = summarise(results, hf)
     print_table(rows)
     if hf is not None:

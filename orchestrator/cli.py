@@ -85,6 +85,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.rtt_ms:
+        from orchestrator.bench_network import run_rtt_sweep
+
+        return run_rtt_sweep(args)
     from orchestrator.bench import run_bench
 
     return run_bench(args)
@@ -120,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
     bench.add_argument("--limit-prompts", type=int, default=0, help="use only the first N prompts")
     bench.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted baseline")
+    bench.add_argument("--rtt-ms", default="", help="e.g. 0,5,20,50: sweep added RTT through delay proxies "
+                       "and compare adaptive γ with every fixed γ")
     bench.add_argument("--output", default="bench_results.json")
     bench.set_defaults(func=cmd_bench)
     return parser

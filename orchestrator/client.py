@@ -21,7 +21,9 @@ class GenerateResult:
     rounds: list[pb.RoundStats] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"text": self.text, "token_ids": self.token_ids, "stats": self.stats}
+        rounds = [MessageToDict(r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+                  for r in self.rounds]
+        return {"text": self.text, "token_ids": self.token_ids, "stats": self.stats, "rounds": rounds}
 
 
 def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, max_new_tokens: int = 64,

@@ -7,11 +7,14 @@ confirmed), so both crop their KV caches to the accepted prefix and extend from 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
+
+import grpc
 
 from orchestrator.clients import ServiceClient, SessionStream
 from protos import specdec_pb2 as pb
@@ -43,12 +46,14 @@ class Chunk:
 
 @dataclass
 class _Peer:
-    """A service stream and the committed length that service last confirmed."""
+    """A service stream, its session id, and the committed length that service last confirmed."""
 
     client: ServiceClient
+    session_id: str
     stream: SessionStream | None = None
     confirmed: int = 0
     opened: bool = False
+    restarts: int = 0
 
     def commit(self, committed: list[int]) -> pb.Commit:
         return pb.Commit(start=self.confirmed, tokens=committed[self.confirmed:])
@@ -59,6 +64,13 @@ class _Peer:
         reply, wall = self.stream.call(request)
         self.opened = True
         return reply, wall
+
+    def reset(self) -> None:
+        """Drop the stream; the next call opens a fresh session that is sent everything committed."""
+        self.close()
+        self.stream, self.confirmed, self.opened = None, 0, False
+        self.restarts += 1
+        self.session_id = f"{self.session_id.split('~')[0]}~{self.restarts}"
 
     def close(self) -> None:
         if self.stream is not None:
@@ -76,12 +88,14 @@ class Generation:
     controller: GammaController
     is_cancelled: Callable[[], bool] = lambda: False
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
     _last_gamma: int = 0
+    _draft_failed_at: float | None = None
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
         committed = list(req.prompt_ids)
-        draft, target = _Peer(self.draft), _Peer(self.target)
+        draft, target = _Peer(self.draft, self.session_id), _Peer(self.target, self.session_id)
         text = TextStream(self.tokenizer, req.stop)
         stats = GenerationStats(prompt_tokens=len(committed))
         sampling = sampling_to_pb(req.params)
@@ -97,21 +111,18 @@ class Generation:
                 room = self.max_context - len(committed)
                 useful = min(remaining - 1, room)
                 gamma = self.controller.choose(useful) if req.gamma is None else max(0, min(req.gamma, useful))
+                if not self._draft_usable():
+                    gamma = 0
                 record, new_tokens = self._round(gamma, committed, draft, target, sampling)
                 new_tokens = new_tokens[:remaining]
                 eos_at = next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), None)
                 if eos_at is not None:
-                    new_tokens, finish = new_tokens[:eos_at], "stop"
+                    new_tokens = new_tokens[:eos_at]
                 committed.extend(new_tokens)
                 generated += len(new_tokens)
                 delta = text.push(new_tokens)
-                if text.stopped:
-                    finish = "stop"
-                elif generated >= req.max_new_tokens:
-                    finish = "length"
-                elif len(committed) >= self.max_context:
-                    finish = "context"
-                record = RoundRecord(**{**record.__dict__, "emitted": len(new_tokens)})
+                finish = self._finish_reason(eos_at is not None or text.stopped, generated, len(committed))
+                record = dataclasses.replace(record, emitted=len(new_tokens))
                 stats.rounds.append(record)
                 if finish:
                     delta += text.finish()
@@ -125,6 +136,14 @@ class Generation:
             target.close()
             log.info("session %s finished (%s) after %d tokens", self.session_id, finish or "aborted", generated)
 
+    def _finish_reason(self, stopped: bool, generated: int, length: int) -> str:
+        """"stop" (EOS or stop string), "length", "context", or "" to go on."""
+        if stopped:
+            return "stop"
+        if generated >= self.request.max_new_tokens:
+            return "length"
+        return "context" if length >= self.max_context else ""
+
     def _round(self, gamma: int, committed: list[int], draft: _Peer, target: _Peer,
                sampling: pb.SamplingParams) -> tuple[RoundRecord, list[int]]:
         began = time.perf_counter()
@@ -135,24 +154,45 @@ class Generation:
         draft_steady = self._last_gamma > 0
         self._last_gamma = gamma
         if gamma > 0:
-            proposal, draft_wall = draft.call(pb.DraftRequest(
-                session_id=self.session_id, open=not draft.opened, sampling=sampling,
-                commit=draft.commit(committed), gamma=gamma))
-            draft.confirmed = proposal.committed_len
-            draft_tokens, probs = list(proposal.tokens), proposal.probs
-            draft_compute = proposal.compute_ns / 1e9
+            try:
+                min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
+                proposal, draft_wall = draft.call(pb.DraftRequest(
+                    session_id=draft.session_id, open=not draft.opened, sampling=sampling,
+                    commit=draft.commit(committed), gamma=gamma, min_confidence=min_confidence))
+            except grpc.RpcError as exc:
+                self._draft_failed(draft, exc)
+                gamma = draft_wall = 0
+            else:
+                draft.confirmed = proposal.committed_len
+                draft_tokens, probs = list(proposal.tokens), proposal.probs
+                draft_compute = proposal.compute_ns / 1e9
         first_target_round = not target.opened
         result, target_wall = target.call(pb.VerifyRequest(
-            session_id=self.session_id, open=not target.opened, sampling=sampling,
+            session_id=target.session_id, open=not target.opened, sampling=sampling,
             commit=target.commit(committed), draft_tokens=draft_tokens, draft_probs=probs))
         target.confirmed = result.committed_len
         target_compute = result.compute_ns / 1e9
         if not first_target_round:  # a prefill says nothing about steady-state cost
-            self.controller.observe(RoundTiming(gamma, result.num_accepted, draft_wall, draft_compute,
+            self.controller.observe(RoundTiming(len(draft_tokens), result.num_accepted, draft_wall, draft_compute,
                                                 target_wall, target_compute, draft_steady))
         record = RoundRecord(gamma=gamma, drafted=len(draft_tokens), accepted=result.num_accepted,
                              emitted=len(result.tokens), wall_s=time.perf_counter() - began,
                              draft_wall_s=draft_wall, draft_compute_s=draft_compute,
-                             target_wall_s=target_wall, target_compute_s=target_compute)
-        log.debug("round γ=%d accepted=%d α̂=%.3f", gamma, result.num_accepted, self.controller.acceptance.alpha)
+                             target_wall_s=target_wall, target_compute_s=target_compute,
+                             alpha_estimate=self.controller.acceptance.alpha,
+                             cost_ratio_estimate=self.controller.cost_ratio())
+        log.debug("session %s round γ=%d accepted=%d α̂=%.3f ĉ=%.3f rtt draft %.1f ms target %.1f ms",
+                  self.session_id, gamma, result.num_accepted, record.alpha_estimate, record.cost_ratio_estimate,
+                  1e3 * (draft_wall - draft_compute), 1e3 * (target_wall - target_compute))
         return record, list(result.tokens)
+
+    def _draft_usable(self) -> bool:
+        failed_at = self._draft_failed_at
+        return failed_at is None or time.monotonic() - failed_at >= self.draft_retry_s
+
+    def _draft_failed(self, draft: _Peer, exc: grpc.RpcError) -> None:
+        """Go on target-only; the output cannot change, since the target alone decides every token."""
+        log.warning("session %s: draft failed (%s: %s); decoding target-only, retrying in %.1f s",
+                    self.session_id, exc.code().name, exc.details(), self.draft_retry_s)
+        draft.reset()
+        self._draft_failed_at = time.monotonic()

@@ -77,7 +77,8 @@ def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:
     r = chunk.round
     msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=pb.RoundStats(
         gamma=r.gamma, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, wall_s=r.wall_s,
-        draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s))
+        draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s, alpha_estimate=r.alpha_estimate,
+        cost_ratio_estimate=r.cost_ratio_estimate, rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s))
     if chunk.stats is not None:
         msg.stats.CopyFrom(pb.GenerationStats(**chunk.stats))
     return msg

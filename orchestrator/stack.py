@@ -11,6 +11,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+from orchestrator.delay_proxy import DelayProxy
 from orchestrator.server import start_orchestrator
 from service_runtime.server import READY_PREFIX, RunningServer
 
@@ -30,13 +31,14 @@ class StackOptions:
     max_new_tokens_limit: int = 8192
     max_sessions: int = 64
     log_level: str = "warning"
+    delay_proxies: bool = False  # route both hops through loopback delay proxies (network emulation)
 
 
 class ServiceProcess:
     """A service child process; `port` is read from the ready line it prints."""
 
-    def __init__(self, module: str, model: str, opts: StackOptions):
-        cmd = [sys.executable, "-m", module, "--host", opts.host, "--port", "0", "--model", model,
+    def __init__(self, module: str, model: str, opts: StackOptions, port: int = 0):
+        cmd = [sys.executable, "-m", module, "--host", opts.host, "--port", str(port), "--model", model,
                "--device", opts.device, "--dtype", opts.dtype, "--max-sessions", str(opts.max_sessions),
                "--log-level", opts.log_level]
         self.module = module
@@ -78,6 +80,8 @@ class EmbeddedStack:
         self.draft: ServiceProcess | None = None
         self.target: ServiceProcess | None = None
         self.orchestrator: RunningServer | None = None
+        self.draft_proxy: DelayProxy | None = None
+        self.target_proxy: DelayProxy | None = None
 
     def __enter__(self) -> "EmbeddedStack":
         try:
@@ -97,8 +101,13 @@ class EmbeddedStack:
         self.target = ServiceProcess("target_service", opts.target_model, opts)
         self.draft_address = self.draft.wait_ready(START_TIMEOUT_S)
         self.target_address = self.target.wait_ready(START_TIMEOUT_S)
+        draft_route, target_route = self.draft_address, self.target_address
+        if opts.delay_proxies:
+            self.draft_proxy = DelayProxy(self.draft.host, self.draft.port).start()
+            self.target_proxy = DelayProxy(self.target.host, self.target.port).start()
+            draft_route, target_route = self.draft_proxy.address, self.target_proxy.address
         args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit)
-        self.orchestrator = start_orchestrator(self.draft_address, self.target_address, opts.target_model,
+        self.orchestrator = start_orchestrator(draft_route, target_route, opts.target_model,
                                                opts.host, opts.port, args)
         log.info("draft %s, target %s, orchestrator %s", self.draft_address, self.target_address, self.endpoint)
 
@@ -106,9 +115,26 @@ class EmbeddedStack:
     def endpoint(self) -> str:
         return f"{self.opts.host}:{self.orchestrator.port}"
 
+    def set_rtt_ms(self, draft_rtt_ms: float, target_rtt_ms: float, jitter_ms: float = 0.0) -> None:
+        """Round-trip delay added on each hop (needs `delay_proxies`); each direction gets half."""
+        for proxy, rtt in ((self.draft_proxy, draft_rtt_ms), (self.target_proxy, target_rtt_ms)):
+            proxy.delay_ms, proxy.jitter_ms = rtt / 2, jitter_ms / 2
+
+    def kill_draft(self) -> None:
+        self.draft.proc.kill()
+        self.draft.proc.wait()
+
+    def restart_draft(self) -> None:
+        """Start a new draft process on the old port, so the orchestrator's channel reaches it again."""
+        self.draft = ServiceProcess("draft_service", self.opts.draft_model, self.opts, port=self.draft.port)
+        self.draft.wait_ready(START_TIMEOUT_S)
+
     def stop(self) -> None:
         if self.orchestrator is not None:
             self.orchestrator.stop(grace=1.0)
+        for proxy in (self.draft_proxy, self.target_proxy):
+            if proxy is not None:
+                proxy.stop()
         for proc in (self.draft, self.target):
             if proc is not None:
                 proc.stop()

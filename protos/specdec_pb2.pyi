@@ -75,18 +75,20 @@ class ModelInfo(_message.Message):
     def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
 
 class DraftRequest(_message.Message):
-    __slots__ = ("session_id", "open", "sampling", "commit", "gamma")
+    __slots__ = ("session_id", "open", "sampling", "commit", "gamma", "min_confidence")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     GAMMA_FIELD_NUMBER: _ClassVar[int]
+    MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     open: bool
     sampling: SamplingParams
     commit: Commit
     gamma: int
-    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., gamma: _Optional[int] = ...) -> None: ...
+    min_confidence: float
+    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., gamma: _Optional[int] = ..., min_confidence: _Optional[float] = ...) -> None: ...
 
 class DraftProposal(_message.Message):
     __slots__ = ("session_id", "committed_len", "tokens", "probs", "compute_ns")
@@ -155,7 +157,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RoundStats(_message.Message):
-    __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s")
+    __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s")
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +165,10 @@ class RoundStats(_message.Message):
     WALL_S_FIELD_NUMBER: _ClassVar[int]
     DRAFT_COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
     TARGET_COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
+    ALPHA_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    COST_RATIO_ESTIMATE_FIELD_NUMBER: _ClassVar[int]
+    RTT_DRAFT_S_FIELD_NUMBER: _ClassVar[int]
+    RTT_TARGET_S_FIELD_NUMBER: _ClassVar[int]
     gamma: int
     drafted: int
     accepted: int
@@ -170,7 +176,11 @@ class RoundStats(_message.Message):
     wall_s: float
     draft_compute_s: float
     target_compute_s: float
-    def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ...) -> None: ...
+    alpha_estimate: float
+    cost_ratio_estimate: float
+    rtt_draft_s: float
+    rtt_target_s: float
+    def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ...) -> None: ...
 
 class GenerationStats(_message.Message):
     __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s")

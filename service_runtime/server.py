@@ -17,7 +17,10 @@ from grpc_reflection.v1alpha import reflection
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # dense q for γ=16 over a 152k vocabulary is ~10 MB
 READY_PREFIX = "SPECDEC_READY port="
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                   # A restarted service is found again within seconds, not gRPC's default two minutes.
+                   ("grpc.initial_reconnect_backoff_ms", 250),
+                   ("grpc.max_reconnect_backoff_ms", 2000)]
 
 log = logging.getLogger(__name__)
 

@@ -123,6 +123,25 @@ class GammaController:
             time += (self.rtt_draft.value or 0.0) + gamma * (self.draft_step.value or 0.0)
         return time
 
+    def cost_ratio(self) -> float:
+        """c = t_draft_step / t_target_step (0 until both are measured)."""
+        if self.draft_step.value is None or not self._verify_by_tokens:
+            return 0.0
+        return self.draft_step.value / self.verify_time(0)
+
+    def confidence_threshold(self) -> float:
+        """The draft's early-stop threshold.
+
+        One more draft token costs a draft step plus the marginal verify time. It pays back one
+        target-only round only if every token before it is accepted too, which the draft's
+        running confidence estimates. So stop once that confidence is below cost / T(0).
+        """
+        if self.draft_step.value is None or not self._verify_by_tokens:
+            return 0.0
+        marginal_verify = max(self.verify_time(self.gamma_max) - self.verify_time(0), 0.0) / self.gamma_max
+        cost = self.draft_step.value + marginal_verify
+        return min(cost / self.round_time(0), 0.9)
+
     def choose(self, max_useful: int | None = None) -> int:
         """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one)."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))

@@ -103,10 +103,18 @@ class Engine:
 
 
 class DraftEngine(Engine):
-    def propose(self, session_id: str, start: int, tokens: list[int], gamma: int) -> Proposal:
-        """Sync to the committed prefix, then draft `gamma` tokens autoregressively."""
+    def propose(self, session_id: str, start: int, tokens: list[int], gamma: int,
+                min_confidence: float = 0.0) -> Proposal:
+        """Sync to the committed prefix, then draft up to `gamma` tokens autoregressively.
+
+        Early stop: drafting ends once the product of the draft's top probabilities along the
+        proposal falls below `min_confidence` (at least one token is always proposed). The
+        output stays lossless: each proposed token still carries its exact q.
+        """
         if not 1 <= gamma <= self.max_gamma:
             raise InvalidArgument(f"gamma must be in [1, {self.max_gamma}] for a draft round, got {gamma}")
+        if not 0.0 <= min_confidence < 1.0:
+            raise InvalidArgument(f"min_confidence must be in [0, 1), got {min_confidence}")
         with self._lock:
             session = self._session(session_id)
             began = time.perf_counter()
@@ -115,20 +123,25 @@ class DraftEngine(Engine):
             logits = self._forward(session, state.pending())[-1:]  # [1, V]
             drafted: list[int] = []
             probs: list[torch.Tensor] = []
+            confidence = 1.0
             for i in range(gamma):
                 if params.greedy:
                     token = int(logits[0].argmax())
+                    if min_confidence > 0:
+                        confidence *= float(logits[0].softmax(-1)[token])
                 else:
                     q = probs_from_logits(logits, params)[0]  # [V]
                     gen = position_generator(params.seed, state.committed + i, "draft", q.device)
                     token = sample(q, gen)
                     probs.append(q)
+                    confidence *= float(q.max())
                 drafted.append(token)
-                if i < gamma - 1:
-                    logits = self._forward(session, [token])
+                if i == gamma - 1 or confidence < min_confidence:
+                    break
+                logits = self._forward(session, [token])
             # The last draft token is not fed yet; the next round feeds it if it is accepted.
-            state.extend(drafted, cached=len(state.tokens) + gamma - 1)
-            q_all = torch.stack(probs).cpu() if probs else None  # [γ, V]
+            state.extend(drafted, cached=len(state.tokens) + len(drafted) - 1)
+            q_all = torch.stack(probs).cpu() if probs else None  # [γ', V]
             return Proposal(drafted, q_all, time.perf_counter() - began)
 
 

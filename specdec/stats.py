@@ -18,6 +18,16 @@ class RoundRecord:
     draft_compute_s: float
     target_wall_s: float
     target_compute_s: float
+    alpha_estimate: float = 0.0  # the controller's α after this round
+    cost_ratio_estimate: float = 0.0  # the controller's c = t_draft_step / t_target_step after this round
+
+    @property
+    def rtt_draft_s(self) -> float:
+        return max(self.draft_wall_s - self.draft_compute_s, 0.0)
+
+    @property
+    def rtt_target_s(self) -> float:
+        return max(self.target_wall_s - self.target_compute_s, 0.0)
 
 
 @dataclass

@@ -69,3 +69,9 @@ def test_catch_up_rounds_do_not_inflate_draft_cost():
     before = ctl.draft_step.value
     ctl.observe(RoundTiming(1, 1, 0.5, 0.5, 0.1, 0.1, draft_steady=False))  # draft fed many tokens
     assert ctl.draft_step.value == before
+
+
+def test_early_stop_threshold_rises_with_draft_cost():
+    cheap, dear = trained(0.8, 0.005, 0.0), trained(0.8, 0.05, 0.0)
+    assert 0 < cheap.confidence_threshold() < dear.confidence_threshold() <= 0.9
+    assert GammaController(4).confidence_threshold() == 0.0, "no threshold before anything is measured"

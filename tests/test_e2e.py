@@ -79,7 +79,7 @@ def test_cli_generate_json_matches_server():
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(payload) == {"text", "token_ids", "stats"} and len(payload["token_ids"]) == 16
+    assert set(payload) == {"text", "token_ids", "stats", "rounds"} and len(payload["token_ids"]) == 16
     for key in ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "mean_accepted_length",
                 "tokens_per_second", "gamma_per_round", "finish_reason"):
         assert key in payload["stats"]

@@ -97,3 +97,20 @@ def test_engine_errors(engines):
     capped.open("a", SamplingParams())
     with pytest.raises(ResourceExhausted):
         capped.open("b", SamplingParams())
+
+
+def test_draft_early_stop_proposes_fewer_tokens_and_keeps_cache_consistent(engines):
+    draft, _ = engines
+    for mode in (SamplingParams(), SamplingParams(temperature=1.0, seed=3)):
+        draft.open("stop", mode)
+        full = draft.propose("stop", 0, list(range(10, 20)), 5, min_confidence=0.0)
+        assert len(full.tokens) == 5
+        short = draft.propose("stop", 0, list(range(10, 20)), 5, min_confidence=0.999)
+        assert len(short.tokens) == 1, "a near-certain threshold stops after the first token"
+        assert short.tokens == full.tokens[:1], "stopping early must not change what is proposed"
+        if short.probs is not None:
+            assert short.probs.shape[0] == 1
+            torch.testing.assert_close(short.probs[0], full.probs[0])
+        session = draft._sessions["stop"]
+        assert session.cache.get_seq_length() == session.state.cached == 10
+        draft.release("stop")
