@@ -11,7 +11,7 @@ from orchestrator.generation import Chunk, Generation, GenerationRequest
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.errors import grpc_errors
-from specdec.controller import GammaController
+from specdec.controller import SharedPrior
 from specdec.errors import InvalidArgument, OutOfRange
 from specdec.sampling import SamplingParams
 
@@ -36,6 +36,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         self.max_context = min(target_info.max_context, draft_info.max_context)
         self.eos_ids = frozenset(target_info.eos_token_ids)
         self.gamma_max = min(config.gamma_max, target_info.max_gamma, draft_info.max_gamma)
+        self.prior = SharedPrior(self.gamma_max)  # this orchestrator serves one model pair
 
     def parse(self, request: pb.GenerateRequest) -> GenerationRequest:
         """GenerateRequest -> GenerationRequest; raises InvalidArgument / OutOfRange."""
@@ -66,11 +67,14 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         cancelled = threading.Event()
         context.add_callback(cancelled.set)
         with grpc_errors(context):
+            controller = self.prior.new_controller()
             generation = Generation(self.parse(request), self.draft, self.target, self.tokenizer, self.eos_ids,
-                                    self.max_context, GammaController(self.gamma_max),
-                                    is_cancelled=cancelled.is_set)
-            for chunk in generation.run():
-                yield chunk_to_pb(chunk)
+                                    self.max_context, controller, is_cancelled=cancelled.is_set)
+            try:
+                for chunk in generation.run():
+                    yield chunk_to_pb(chunk)
+            finally:
+                self.prior.absorb(controller)
 
 
 def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:

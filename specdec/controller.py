@@ -8,6 +8,8 @@ The controller picks γ* = argmax_γ E(γ)/T(γ) over {0..γ_max}, re-deciding e
 
 from __future__ import annotations
 
+import copy
+import threading
 from dataclasses import dataclass
 
 
@@ -151,3 +153,44 @@ class GammaController:
             return min(1, cap)  # probe: refresh α and draft cost now and then
         alpha = self.acceptance.alpha
         return max(range(cap + 1), key=lambda g: expected_tokens(alpha, g) / self.round_time(g))
+
+
+class SharedPrior:
+    """What sessions of one model pair learn, handed on to the next session.
+
+    A new session starts from the measured costs and α of earlier ones instead of exploring from
+    scratch; a finished session folds its estimates back in. Thread-safe.
+    """
+
+    def __init__(self, gamma_max: int, prior_weight: float = 8.0, weight: float = 0.3):
+        self._template = GammaController(gamma_max)
+        self._alpha = Ewma(weight)
+        self._weight = weight
+        self._prior_weight = prior_weight
+        self._lock = threading.Lock()
+
+    def new_controller(self) -> GammaController:
+        with self._lock:
+            controller = copy.deepcopy(self._template)
+        if self._alpha.value is not None:
+            controller.acceptance = AcceptanceEstimate(self._alpha.value, self._prior_weight)
+        return controller
+
+    def absorb(self, session: GammaController) -> None:
+        with self._lock:
+            t = self._template
+            for mine, theirs in ((t.draft_step, session.draft_step), (t.rtt_draft, session.rtt_draft),
+                                 (t.rtt_target, session.rtt_target)):
+                if theirs.value is not None:
+                    mine.weight = self._weight
+                    mine.update(theirs.value)
+            for n, ewma in session._verify_by_tokens.items():
+                if ewma.value is not None:
+                    t._verify_by_tokens.setdefault(n, Ewma(self._weight)).update(ewma.value)
+            observed = session.acceptance.accepted + session.acceptance.rejections
+            if observed >= 4:
+                self._alpha.update(session.acceptance.alpha)
+
+    @property
+    def alpha(self) -> float | None:
+        return self._alpha.value

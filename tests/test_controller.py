@@ -75,3 +75,18 @@ def test_early_stop_threshold_rises_with_draft_cost():
     cheap, dear = trained(0.8, 0.005, 0.0), trained(0.8, 0.05, 0.0)
     assert 0 < cheap.confidence_threshold() < dear.confidence_threshold() <= 0.9
     assert GammaController(4).confidence_threshold() == 0.0, "no threshold before anything is measured"
+
+
+def test_shared_prior_hands_costs_and_alpha_to_new_sessions():
+    from specdec.controller import SharedPrior
+
+    prior = SharedPrior(gamma_max=8)
+    fresh = prior.new_controller()
+    assert fresh.draft_step.value is None and fresh.choose() == fresh.initial_gamma
+    prior.absorb(trained(0.95, 0.005, 0.0))
+    informed = prior.new_controller()
+    assert informed.draft_step.value == pytest.approx(0.005)
+    assert informed.acceptance.alpha > 0.9, "α learned by earlier sessions becomes the prior"
+    assert informed.choose() == trained(0.95, 0.005, 0.0).choose(), "no cold start: it decides from measurements"
+    informed.observe(RoundTiming(3, 0, 0.1, 0.1, 0.1, 0.1))
+    assert prior.new_controller().acceptance.accepted == 0, "sessions do not share mutable state"

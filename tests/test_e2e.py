@@ -28,8 +28,10 @@ def test_greedy_speculative_equals_target_only(stack, prompt):
         assert result.token_ids == baseline.token_ids, f"γ={gamma} diverged from target-only"
         assert result.text == baseline.text
         stats = result.stats
-        assert 0 < stats["accepted_tokens"] < stats["draft_tokens"], "want both accepted and rejected drafts"
-        assert stats["rounds"] < 48 and stats["finish_reason"] == "length"
+        assert stats["finish_reason"] == "length"
+        if gamma is not None:  # the adaptive policy may rightly decide that drafting does not pay here
+            assert 0 < stats["accepted_tokens"] < stats["draft_tokens"], "want both accepted and rejected drafts"
+            assert stats["rounds"] < 48
 
 
 def test_seeded_sampling_reproduces(stack):
