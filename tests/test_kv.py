@@ -53,28 +53,33 @@ def fresh_last_logits(engine, tokens):
         return engine.loaded.model(input_ids=torch.tensor([tokens])).logits[0, -1].float()
 
 
+def assert_cache_matches_fresh_forward(engine, session_id, start, tokens, committed):
+    """Sync `engine` to `committed` as a round would; its next logits must equal a fresh forward pass."""
+    session = engine._sessions[session_id]
+    engine._sync(session, start, tokens, 0)
+    assert session.cache.get_seq_length() == session.state.cached
+    cached_logits = engine._forward(session, session.state.pending())[-1]
+    assert session.cache.get_seq_length() == len(committed)
+    torch.testing.assert_close(cached_logits, fresh_last_logits(engine, committed), rtol=1e-4, atol=1e-4)
+
+
 def test_rollback_logits_equal_fresh_forward(engines):
     draft, target = engines
-    prompt = list(range(10, 30))
     for e in engines:
         e.open("s", SamplingParams())
-    rejected_seen = False
-    committed = list(prompt)
-    d_start = t_start = 0
+    committed = list(range(10, 30))
+    start = 0
+    rejected_rounds = 0
     for _ in range(12):
-        proposal = draft.propose("s", d_start, committed[d_start:], 4)
-        verdict = target.verify("s", t_start, committed[t_start:], proposal.tokens, None).verdict
-        d_start = t_start = len(committed)
-        rejected_seen |= verdict.num_accepted < 4
-        committed += verdict.tokens
-    assert rejected_seen, "the tiny pair should disagree at least once"
-    # Roll both caches to the committed prefix and compare with a fresh forward pass.
-    for engine in engines:
-        session = engine._sessions["s"]
-        engine._sync(session, d_start, committed[d_start:], 0)
-        cached_logits = engine._forward(session, session.state.pending())[-1]
-        assert session.cache.get_seq_length() == len(committed)
-        torch.testing.assert_close(cached_logits, fresh_last_logits(engine, committed), rtol=1e-4, atol=1e-4)
+        proposal = draft.propose("s", start, committed[start:], 4)
+        verdict = target.verify("s", start, committed[start:], proposal.tokens, None).verdict
+        previous, committed = len(committed), committed + verdict.tokens
+        if verdict.num_accepted < 4:  # a rejected round: both caches hold tokens that must be rolled back
+            rejected_rounds += 1
+            for engine in engines:
+                assert_cache_matches_fresh_forward(engine, "s", previous, committed[previous:], committed)
+        start = previous
+    assert rejected_rounds >= 2, "the tiny pair should disagree now and then"
     for e in engines:
         e.release("s")
 
