@@ -100,24 +100,28 @@ class GammaController:
             self._rounds_without_draft += 1
 
     def verify_time(self, gamma: int) -> float:
-        """t_v(γ): the measured time for γ+1 tokens where there is one, else a + b·(γ+1) fitted.
+        """t_v(γ): the measured time for γ+1 tokens where there is one, else an estimate.
 
         Measured values win because verify cost is not linear on every device (on 2 CPU cores
-        the 1.5B target took 380 ms for 1 token, 386 ms for 2, 720 ms for 4).
+        the 1.5B target took 380 ms for 1 token, 386 ms for 2, 720 ms for 4). Below the measured
+        sizes the estimate scales the smallest one by the prior slope; above, a least-squares line
+        a + b·(γ+1), never below a smaller measured size. Always positive.
         """
-        measured = self._verify_by_tokens.get(gamma + 1)
+        n = gamma + 1
+        measured = self._verify_by_tokens.get(n)
         if measured is not None and measured.value is not None:
             return measured.value
-        points = [(n, e.value) for n, e in self._verify_by_tokens.items() if e.value is not None]
-        if len(points) == 1:
-            n, t = points[0]
-            b = t * self.verify_slope_prior / (1 + self.verify_slope_prior * n)  # t = a + b·n, b = s·a
-            return t + b * (gamma + 1 - n)
-        mean_n = sum(n for n, _ in points) / len(points)
+        points = sorted((m, e.value) for m, e in self._verify_by_tokens.items() if e.value is not None)
+        n0, t0 = points[0]
+        if len(points) == 1 or n < n0:
+            s = self.verify_slope_prior  # t = a + b·n with b = s·a
+            return t0 * (1 + s * n) / (1 + s * n0)
+        mean_n = sum(m for m, _ in points) / len(points)
         mean_t = sum(t for _, t in points) / len(points)
-        var = sum((n - mean_n) ** 2 for n, _ in points)
-        b = max(sum((n - mean_n) * (t - mean_t) for n, t in points) / var, 0.0)
-        return mean_t + b * (gamma + 1 - mean_n)
+        var = sum((m - mean_n) ** 2 for m, _ in points)
+        b = max(sum((m - mean_n) * (t - mean_t) for m, t in points) / var, 0.0)
+        floor = max(t for m, t in points if m < n)
+        return max(mean_t + b * (n - mean_n), floor)
 
     def round_time(self, gamma: int) -> float:
         time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
@@ -142,7 +146,7 @@ class GammaController:
             return 0.0
         marginal_verify = max(self.verify_time(self.gamma_max) - self.verify_time(0), 0.0) / self.gamma_max
         cost = self.draft_step.value + marginal_verify
-        return min(cost / self.round_time(0), 0.9)
+        return min(max(cost / self.round_time(0), 0.0), 0.9)
 
     def choose(self, max_useful: int | None = None) -> int:
         """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one)."""

@@ -90,3 +90,13 @@ def test_shared_prior_hands_costs_and_alpha_to_new_sessions():
     assert informed.choose() == trained(0.95, 0.005, 0.0).choose(), "no cold start: it decides from measurements"
     informed.observe(RoundTiming(3, 0, 0.1, 0.1, 0.1, 0.1))
     assert prior.new_controller().acceptance.accepted == 0, "sessions do not share mutable state"
+
+
+def test_verify_time_stays_positive_below_the_measured_sizes():
+    """Seen on the real pair: a steep line through 3 and 4 tokens went negative at 1 token."""
+    ctl = GammaController(8)
+    ctl.observe(RoundTiming(2, 2, 0.3, 0.3, 0.45, 0.45))
+    ctl.observe(RoundTiming(3, 3, 0.4, 0.4, 0.72, 0.72))
+    assert 0 < ctl.verify_time(0) < ctl.verify_time(2) < ctl.verify_time(3) <= ctl.verify_time(5)
+    assert 0.0 <= ctl.confidence_threshold() <= 0.9
+    assert ctl.round_time(0) > 0
