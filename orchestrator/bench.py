@@ -36,10 +36,8 @@ class ConfigResult:
         return [r for r in self.rounds if r.drafted > 0]
 
     def alpha(self) -> float | None:
-        est = AcceptanceEstimate(prior_weight=0.0)
-        for r in self.spec_rounds():
-            est.observe(r.drafted, r.accepted)
-        return est.alpha if self.spec_rounds() else None
+        estimate = AcceptanceEstimate.from_rounds(self.rounds)
+        return estimate.alpha if estimate else None
 
     def mean_accepted_length(self) -> float | None:
         spec = self.spec_rounds()

@@ -89,7 +89,7 @@ class Generation:
     is_cancelled: Callable[[], bool] = lambda: False
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
-    _last_gamma: int = 0
+    _last_drafted: int = 0
     _draft_failed_at: float | None = None
 
     def run(self) -> Iterator[Chunk]:
@@ -151,8 +151,7 @@ class Generation:
         probs = pb.DraftProbs(none=True)
         draft_wall = draft_compute = 0.0
         # The draft is steady when it drafted last round: it then feeds at most two pending tokens.
-        draft_steady = self._last_gamma > 0
-        self._last_gamma = gamma
+        draft_steady = self._last_drafted > 0
         if gamma > 0:
             try:
                 min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
@@ -166,6 +165,7 @@ class Generation:
                 draft.confirmed = proposal.committed_len
                 draft_tokens, probs = list(proposal.tokens), proposal.probs
                 draft_compute = proposal.compute_ns / 1e9
+        self._last_drafted = len(draft_tokens)
         first_target_round = not target.opened
         result, target_wall = target.call(pb.VerifyRequest(
             session_id=target.session_id, open=not target.opened, sampling=sampling,
@@ -183,7 +183,7 @@ class Generation:
                              cost_ratio_estimate=self.controller.cost_ratio())
         log.debug("session %s round γ=%d accepted=%d α̂=%.3f ĉ=%.3f rtt draft %.1f ms target %.1f ms",
                   self.session_id, gamma, result.num_accepted, record.alpha_estimate, record.cost_ratio_estimate,
-                  1e3 * (draft_wall - draft_compute), 1e3 * (target_wall - target_compute))
+                  1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)
         return record, list(result.tokens)
 
     def _draft_usable(self) -> bool:

@@ -8,7 +8,6 @@ The controller picks γ* = argmax_γ E(γ)/T(γ) over {0..γ_max}, re-deciding e
 
 from __future__ import annotations
 
-import copy
 import threading
 from dataclasses import dataclass
 
@@ -40,6 +39,15 @@ class AcceptanceEstimate:
     def observe(self, drafted: int, accepted: int) -> None:
         self.accepted += accepted
         self.rejections += int(accepted < drafted)
+
+    @classmethod
+    def from_rounds(cls, rounds) -> "AcceptanceEstimate | None":
+        """The prior-free MLE over rounds with `drafted` and `accepted`; None if none drafted."""
+        estimate = cls(prior_weight=0.0)
+        for r in rounds:
+            if r.drafted > 0:
+                estimate.observe(r.drafted, r.accepted)
+        return estimate if estimate.accepted + estimate.rejections else None
 
     @property
     def alpha(self) -> float:
@@ -129,9 +137,12 @@ class GammaController:
             time += (self.rtt_draft.value or 0.0) + gamma * (self.draft_step.value or 0.0)
         return time
 
+    def _costs_measured(self) -> bool:
+        return self.draft_step.value is not None and bool(self._verify_by_tokens)
+
     def cost_ratio(self) -> float:
         """c = t_draft_step / t_target_step (0 until both are measured)."""
-        if self.draft_step.value is None or not self._verify_by_tokens:
+        if not self._costs_measured():
             return 0.0
         return self.draft_step.value / self.verify_time(0)
 
@@ -142,7 +153,7 @@ class GammaController:
         target-only round only if every token before it is accepted too, which the draft's
         running confidence estimates. So stop once that confidence is below cost / T(0).
         """
-        if self.draft_step.value is None or not self._verify_by_tokens:
+        if not self._costs_measured():
             return 0.0
         marginal_verify = max(self.verify_time(self.gamma_max) - self.verify_time(0), 0.0) / self.gamma_max
         cost = self.draft_step.value + marginal_verify
@@ -151,7 +162,7 @@ class GammaController:
     def choose(self, max_useful: int | None = None) -> int:
         """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one)."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
-        if not self._verify_by_tokens or self.draft_step.value is None:
+        if not self._costs_measured():
             return min(self.initial_gamma, cap)
         if self._rounds_without_draft >= self.probe_every:
             return min(1, cap)  # probe: refresh α and draft cost now and then
@@ -163,38 +174,42 @@ class SharedPrior:
     """What sessions of one model pair learn, handed on to the next session.
 
     A new session starts from the measured costs and α of earlier ones instead of exploring from
-    scratch; a finished session folds its estimates back in. Thread-safe.
+    scratch; a finished session folds its estimates back in. The prior keeps its own averages, so
+    a session's controller keeps its own smoothing. Thread-safe.
     """
 
+    COSTS = ("draft_step", "rtt_draft", "rtt_target")
+
     def __init__(self, gamma_max: int, prior_weight: float = 8.0, weight: float = 0.3):
-        self._template = GammaController(gamma_max)
+        self.gamma_max = gamma_max
+        self._costs = {name: Ewma(weight) for name in self.COSTS}
+        self._verify_by_tokens: dict[int, Ewma] = {}
         self._alpha = Ewma(weight)
         self._weight = weight
         self._prior_weight = prior_weight
         self._lock = threading.Lock()
 
     def new_controller(self) -> GammaController:
+        controller = GammaController(self.gamma_max)
         with self._lock:
-            controller = copy.deepcopy(self._template)
-        if self._alpha.value is not None:
-            controller.acceptance = AcceptanceEstimate(self._alpha.value, self._prior_weight)
+            for name, shared in self._costs.items():
+                getattr(controller, name).value = shared.value
+            for n, shared in self._verify_by_tokens.items():
+                controller._verify_by_tokens[n] = Ewma(initial=shared.value)
+            alpha = self._alpha.value
+        if alpha is not None:
+            controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)
         return controller
 
     def absorb(self, session: GammaController) -> None:
         with self._lock:
-            t = self._template
-            for mine, theirs in ((t.draft_step, session.draft_step), (t.rtt_draft, session.rtt_draft),
-                                 (t.rtt_target, session.rtt_target)):
-                if theirs.value is not None:
-                    mine.weight = self._weight
-                    mine.update(theirs.value)
+            for name, shared in self._costs.items():
+                value = getattr(session, name).value
+                if value is not None:
+                    shared.update(value)
             for n, ewma in session._verify_by_tokens.items():
                 if ewma.value is not None:
-                    t._verify_by_tokens.setdefault(n, Ewma(self._weight)).update(ewma.value)
+                    self._verify_by_tokens.setdefault(n, Ewma(self._weight)).update(ewma.value)
             observed = session.acceptance.accepted + session.acceptance.rejections
             if observed >= 4:
                 self._alpha.update(session.acceptance.alpha)
-
-    @property
-    def alpha(self) -> float | None:
-        return self._alpha.value

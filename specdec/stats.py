@@ -42,9 +42,7 @@ class GenerationStats:
         drafted = sum(r.drafted for r in spec)
         accepted = sum(r.accepted for r in spec)
         emitted = sum(r.emitted for r in self.rounds)
-        estimate = AcceptanceEstimate(prior_weight=0.0)
-        for r in spec:
-            estimate.observe(r.drafted, r.accepted)
+        estimate = AcceptanceEstimate.from_rounds(spec)
         n = len(self.rounds)
         overhead = sum(r.wall_s - r.draft_compute_s - r.target_compute_s for r in self.rounds)
         return {
@@ -52,7 +50,7 @@ class GenerationStats:
             "draft_tokens": drafted,
             "accepted_tokens": accepted,
             "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "alpha": estimate.alpha if spec else 0.0,
+            "alpha": estimate.alpha if estimate else 0.0,
             "mean_accepted_length": sum(r.emitted for r in spec) / len(spec) if spec else 0.0,
             "generated_tokens": emitted,
             "tokens_per_second": emitted / self.total_s if self.total_s > 0 else 0.0,

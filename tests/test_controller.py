@@ -90,6 +90,7 @@ def test_shared_prior_hands_costs_and_alpha_to_new_sessions():
     assert informed.choose() == trained(0.95, 0.005, 0.0).choose(), "no cold start: it decides from measurements"
     informed.observe(RoundTiming(3, 0, 0.1, 0.1, 0.1, 0.1))
     assert prior.new_controller().acceptance.accepted == 0, "sessions do not share mutable state"
+    assert informed.draft_step.weight == GammaController(8).draft_step.weight, "sessions keep their own smoothing"
 
 
 def test_verify_time_stays_positive_below_the_measured_sizes():

@@ -79,7 +79,9 @@ def test_adaptive_gamma_follows_network_cost(proxied_stack):
     near = adaptive_run(proxied_stack)
     proxied_stack.set_rtt_ms(draft_rtt_ms=0, target_rtt_ms=120)
     far_target = adaptive_run(proxied_stack)
-    proxied_stack.set_rtt_ms(draft_rtt_ms=120, target_rtt_ms=120)
+    # 400 ms to the draft: a speculative round costs > 0.5 s for at most ~2.5 tokens, a target-only
+    # round ~0.13 s for one, so target-only wins clearly (at 120 ms the two were a near tie).
+    proxied_stack.set_rtt_ms(draft_rtt_ms=400, target_rtt_ms=120)
     both_far = adaptive_run(proxied_stack)
     proxied_stack.set_rtt_ms(0, 0)
     for result in (near, far_target, both_far):
