@@ -11,6 +11,7 @@ from specdec.engine import DraftEngine
 
 class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
     engine: DraftEngine
+    span_name = "draft.compute"
 
     def _round(self, request: pb.DraftRequest) -> pb.DraftProposal:
         commit = request.commit
@@ -18,7 +19,9 @@ class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
                                        request.min_confidence)
         return pb.DraftProposal(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
                                 tokens=proposal.tokens, probs=encode_probs(proposal.probs),
-                                compute_ns=int(proposal.compute_s * 1e9))
+                                compute_ns=int(proposal.compute_s * 1e9),
+                                rollback_ns=int(proposal.rollback.seconds * 1e9),
+                                rolled_back_tokens=proposal.rollback.tokens)
 
 
 def register(server, engine: DraftEngine) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from orchestrator.server import add_orchestrator_args, start_orchestrator
+from service_runtime import telemetry
 from service_runtime.server import add_common_args, announce_and_wait, configure_logging
 
 
@@ -17,8 +18,9 @@ def main(argv: list[str] | None = None) -> None:
     add_orchestrator_args(parser)
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
+    installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port)
     running = start_orchestrator(args.draft, args.target, args.tokenizer, args.host, args.port, args)
-    announce_and_wait(running, "orchestrator")
+    announce_and_wait(running, "orchestrator", on_stop=installed.shutdown)
 
 
 if __name__ == "__main__":

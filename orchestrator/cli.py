@@ -6,8 +6,11 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 
+from service_runtime import telemetry
 from service_runtime.server import configure_logging
+from service_runtime.telemetry import add_telemetry_args
 
 
 def _add_stack_args(parser: argparse.ArgumentParser) -> None:
@@ -17,15 +20,21 @@ def _add_stack_args(parser: argparse.ArgumentParser) -> None:
                         help="packaged:target (default), a Hugging Face folder, a .gguf file or tiny:...")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--target-tp", type=int, default=1,
+                        help="tensor-parallel workers for the target (gloo on CPU, nccl on CUDA)")
     parser.add_argument("--gamma-max", type=int, default=8, help="largest γ the adaptive policy or a client may use")
     parser.add_argument("--log-level", default="warning")
+    add_telemetry_args(parser)
+    parser.add_argument("--metrics-port", type=int, default=0,
+                        help="serve the orchestrator's Prometheus metrics on this port (0 = off)")
 
 
-def _stack_options(args: argparse.Namespace, port: int = 0):
+def stack_options(args: argparse.Namespace, port: int = 0):
     from orchestrator.stack import StackOptions
 
     return StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
-                        dtype=args.dtype, port=port, gamma_max=args.gamma_max, log_level=args.log_level)
+                        dtype=args.dtype, port=port, gamma_max=args.gamma_max, log_level=args.log_level,
+                        target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file)
 
 
 def _gamma(value: str) -> int | None:
@@ -42,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from orchestrator.stack import EmbeddedStack
 
-    with EmbeddedStack(_stack_options(args, args.port)) as stack:
+    with EmbeddedStack(stack_options(args, args.port)) as stack:
         print(f"specdec serving on {stack.endpoint}", flush=True)
         try:
             threading.Event().wait()
@@ -69,7 +78,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         else:
             from orchestrator.stack import EmbeddedStack
 
-            with EmbeddedStack(_stack_options(args)) as stack:
+            with EmbeddedStack(stack_options(args)) as stack:
                 result = run(stack.endpoint)
     except grpc.RpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
@@ -85,6 +94,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.tp_sweep:
+        from orchestrator.bench_tp import run_tp_sweep
+
+        return run_tp_sweep(args)
     if args.rtt_ms:
         from orchestrator.bench_network import run_rtt_sweep
 
@@ -126,16 +139,42 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted baseline")
     bench.add_argument("--rtt-ms", default="", help="e.g. 0,5,20,50: sweep added RTT through delay proxies "
                        "and compare adaptive γ with every fixed γ")
+    bench.add_argument("--tp-sweep", default="", help="e.g. 1,2: run the target at each tensor-parallel size and "
+                       "compare memory per worker, step and verify time, tokens/s")
     bench.add_argument("--output", default="bench_results.json")
     bench.set_defaults(func=cmd_bench)
+    prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "
+                                          "an OTLP JSON span file)")
+    _add_stack_args(prof)
+    prof.add_argument("--spans", default="", help="OTLP JSON lines file to analyse instead of running a workload")
+    prof.add_argument("--max-new-tokens", type=int, default=64)
+    prof.add_argument("--gamma", type=_gamma, default=None, help="auto (default) or a fixed γ")
+    prof.add_argument("--rtt-ms", type=float, default=0.0, help="added RTT on both hops through delay proxies")
+    prof.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
+    prof.add_argument("--limit-prompts", type=int, default=0)
+    prof.add_argument("--output", default="profile.json", help="summary JSON; the PNG goes next to it")
+    prof.set_defaults(func=cmd_profile)
     return parser
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from orchestrator.profile import run_profile
+
+    return run_profile(args)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
     logging.getLogger("orchestrator").setLevel(args.log_level.upper())
-    return args.func(args)
+    if args.command == "profile" and not args.spans and not args.trace_file:
+        args.trace_file = str(Path(args.output).with_suffix(".spans.jsonl"))  # kept for a second look
+    # The embedded orchestrator runs in this process: its spans and metrics are configured here.
+    installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port)
+    try:
+        return args.func(args)
+    finally:
+        installed.shutdown()
 
 
 if __name__ == "__main__":

@@ -16,8 +16,13 @@ from typing import Callable, Iterator
 
 import grpc
 
+from opentelemetry.context import Context
+from opentelemetry.trace import Span, SpanKind
+
 from orchestrator.clients import ServiceClient, SessionStream
+from orchestrator.metrics import SpecDecodeMetrics
 from protos import specdec_pb2 as pb
+from service_runtime import telemetry
 from service_runtime.wire import sampling_to_pb
 from specdec.controller import GammaController, RoundTiming
 from specdec.sampling import SamplingParams
@@ -65,6 +70,28 @@ class _Peer:
         self.opened = True
         return reply, wall
 
+    def traced_call(self, name: str, request, round_span: Span):
+        """`call` inside a client span that the service's compute span continues.
+
+        Attributes: bytes each way and the hop's network time (wall minus service compute).
+        """
+        if not telemetry.tracing_enabled():
+            return self.call(request)
+        with telemetry.span(name, kind=SpanKind.CLIENT) as span:
+            recording = span.is_recording()
+            if recording:
+                telemetry.inject(request.trace_context)
+            reply, wall = self.call(request)
+            if recording:
+                hop = name.split(".")[0]
+                sent, received = request.ByteSize(), reply.ByteSize()
+                network_ms = max(wall - reply.compute_ns / 1e9, 0.0) * 1e3
+                span.set_attributes({"specdec.bytes_sent": sent, "specdec.bytes_received": received,
+                                     "specdec.network_ms": network_ms, "specdec.rollback_ms": reply.rollback_ns / 1e6})
+                round_span.set_attributes({f"specdec.{hop}.bytes_sent": sent,
+                                           f"specdec.{hop}.bytes_received": received})
+        return reply, wall
+
     def reset(self) -> None:
         """Drop the stream; the next call opens a fresh session that is sent everything committed."""
         self.close()
@@ -87,6 +114,8 @@ class Generation:
     max_context: int
     controller: GammaController
     is_cancelled: Callable[[], bool] = lambda: False
+    metrics: SpecDecodeMetrics | None = None
+    trace_context: Context | None = None  # the `generate` span's context: parent of every round span
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
     _last_drafted: int = 0
@@ -113,7 +142,8 @@ class Generation:
                 gamma = self.controller.choose(useful) if req.gamma is None else max(0, min(req.gamma, useful))
                 if not self._draft_usable():
                     gamma = 0
-                record, new_tokens = self._round(gamma, committed, draft, target, sampling)
+                with telemetry.span("round", context=self.trace_context) as span:
+                    record, new_tokens = self._round(gamma, committed, draft, target, sampling, span)
                 new_tokens = new_tokens[:remaining]
                 eos_at = next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), None)
                 if eos_at is not None:
@@ -124,6 +154,8 @@ class Generation:
                 finish = self._finish_reason(eos_at is not None or text.stopped, generated, len(committed))
                 record = dataclasses.replace(record, emitted=len(new_tokens))
                 stats.rounds.append(record)
+                if self.metrics is not None:
+                    self.metrics.record(record)
                 if finish:
                     delta += text.finish()
                     stats.finish_reason = finish
@@ -145,7 +177,7 @@ class Generation:
         return "context" if length >= self.max_context else ""
 
     def _round(self, gamma: int, committed: list[int], draft: _Peer, target: _Peer,
-               sampling: pb.SamplingParams) -> tuple[RoundRecord, list[int]]:
+               sampling: pb.SamplingParams, span: Span) -> tuple[RoundRecord, list[int]]:
         began = time.perf_counter()
         draft_tokens: list[int] = []
         probs = pb.DraftProbs(none=True)
@@ -155,9 +187,9 @@ class Generation:
         if gamma > 0:
             try:
                 min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
-                proposal, draft_wall = draft.call(pb.DraftRequest(
+                proposal, draft_wall = draft.traced_call("draft.propose", pb.DraftRequest(
                     session_id=draft.session_id, open=not draft.opened, sampling=sampling,
-                    commit=draft.commit(committed), gamma=gamma, min_confidence=min_confidence))
+                    commit=draft.commit(committed), gamma=gamma, min_confidence=min_confidence), span)
             except grpc.RpcError as exc:
                 self._draft_failed(draft, exc)
                 gamma = draft_wall = 0
@@ -167,9 +199,9 @@ class Generation:
                 draft_compute = proposal.compute_ns / 1e9
         self._last_drafted = len(draft_tokens)
         first_target_round = not target.opened
-        result, target_wall = target.call(pb.VerifyRequest(
+        result, target_wall = target.traced_call("target.verify", pb.VerifyRequest(
             session_id=target.session_id, open=not target.opened, sampling=sampling,
-            commit=target.commit(committed), draft_tokens=draft_tokens, draft_probs=probs))
+            commit=target.commit(committed), draft_tokens=draft_tokens, draft_probs=probs), span)
         target.confirmed = result.committed_len
         target_compute = result.compute_ns / 1e9
         if not first_target_round:  # a prefill says nothing about steady-state cost
@@ -181,6 +213,12 @@ class Generation:
                              target_wall_s=target_wall, target_compute_s=target_compute,
                              alpha_estimate=self.controller.acceptance.alpha,
                              cost_ratio_estimate=self.controller.cost_ratio())
+        if span.is_recording():
+            span.set_attributes({"specdec.gamma": gamma, "specdec.drafted": record.drafted,
+                                 "specdec.accepted": record.accepted, "specdec.alpha_estimate": record.alpha_estimate,
+                                 "specdec.cost_ratio_estimate": record.cost_ratio_estimate,
+                                 "specdec.network.draft_ms": 1e3 * record.rtt_draft_s,
+                                 "specdec.network.target_ms": 1e3 * record.rtt_target_s})
         log.debug("session %s round γ=%d accepted=%d α̂=%.3f ĉ=%.3f rtt draft %.1f ms target %.1f ms",
                   self.session_id, gamma, result.num_accepted, record.alpha_estimate, record.cost_ratio_estimate,
                   1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)

@@ -16,6 +16,7 @@ READY_TIMEOUT_S = 60.0
 def add_orchestrator_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma-max", type=int, default=8, help="largest γ the adaptive policy or a client may use")
     parser.add_argument("--max-new-tokens-limit", type=int, default=8192)
+    parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0 = off)")
 
 
 def start_orchestrator(draft_address: str, target_address: str, tokenizer_spec: str, host: str, port: int,

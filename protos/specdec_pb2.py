@@ -24,13 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14protos/specdec.proto\x12\nspecdec.v1\"Q\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x0c\n\x04seed\x18\x04 \x01(\x04\")\n\x0bSparseProbs\x12\x0b\n\x03ids\x18\x01 \x03(\x05\x12\r\n\x05probs\x18\x02 \x03(\x02\"m\n\nDraftProbs\x12\x0e\n\x04none\x18\x01 \x01(\x08H\x00\x12.\n\x06sparse\x18\x02 \x01(\x0b\x32\x1c.specdec.v1.SparseDraftProbsH\x00\x12\x13\n\tdense_f32\x18\x03 \x01(\x0cH\x00\x42\n\n\x08\x65ncoding\"9\n\x10SparseDraftProbs\x12%\n\x04rows\x18\x01 \x03(\x0b\x32\x17.specdec.v1.SparseProbs\"\'\n\x06\x43ommit\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"\x12\n\x10ModelInfoRequest\"\xaa\x01\n\tModelInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\r\x12\x13\n\x0bmax_context\x18\x03 \x01(\r\x12\x15\n\reos_token_ids\x18\x04 \x03(\x05\x12\x11\n\tmax_gamma\x18\x05 \x01(\r\x12\x15\n\rlive_sessions\x18\x06 \x01(\r\x12\x14\n\x0cmax_sessions\x18\x07 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\"\xa9\x01\n\x0c\x44raftRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04open\x18\x02 \x01(\x08\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.specdec.v1.SamplingParams\x12\"\n\x06\x63ommit\x18\x04 \x01(\x0b\x32\x12.specdec.v1.Commit\x12\r\n\x05gamma\x18\x05 \x01(\r\x12\x16\n\x0emin_confidence\x18\x06 \x01(\x02\"\x85\x01\n\rDraftProposal\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rcommitted_len\x18\x02 \x01(\r\x12\x0e\n\x06tokens\x18\x03 \x03(\x05\x12%\n\x05probs\x18\x04 \x01(\x0b\x32\x16.specdec.v1.DraftProbs\x12\x12\n\ncompute_ns\x18\x05 \x01(\x04\"\xc6\x01\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04open\x18\x02 \x01(\x08\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.specdec.v1.SamplingParams\x12\"\n\x06\x63ommit\x18\x04 \x01(\x0b\x32\x12.specdec.v1.Commit\x12\x14\n\x0c\x64raft_tokens\x18\x05 \x03(\x05\x12+\n\x0b\x64raft_probs\x18\x06 \x01(\x0b\x32\x16.specdec.v1.DraftProbs\"s\n\x0cVerifyResult\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rcommitted_len\x18\x02 \x01(\r\x12\x14\n\x0cnum_accepted\x18\x03 \x01(\r\x12\x0e\n\x06tokens\x18\x04 \x03(\x05\x12\x12\n\ncompute_ns\x18\x05 \x01(\x04\"\xcf\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x16\n\x0emax_new_tokens\x18\x03 \x01(\r\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\r\n\x05top_k\x18\x05 \x01(\x05\x12\x12\n\x05top_p\x18\x06 \x01(\x02H\x00\x88\x01\x01\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x12\n\x05gamma\x18\x08 \x01(\x05H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\t \x03(\tB\x08\n\x06_top_pB\x08\n\x06_gamma\"\xf2\x01\n\nRoundStats\x12\r\n\x05gamma\x18\x01 \x01(\r\x12\x0f\n\x07\x64rafted\x18\x02 \x01(\r\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\r\x12\x0f\n\x07\x65mitted\x18\x04 \x01(\r\x12\x0e\n\x06wall_s\x18\x05 \x01(\x01\x12\x17\n\x0f\x64raft_compute_s\x18\x06 \x01(\x01\x12\x18\n\x10target_compute_s\x18\x07 \x01(\x01\x12\x16\n\x0e\x61lpha_estimate\x18\x08 \x01(\x01\x12\x1b\n\x13\x63ost_ratio_estimate\x18\t \x01(\x01\x12\x13\n\x0brtt_draft_s\x18\n \x01(\x01\x12\x14\n\x0crtt_target_s\x18\x0b \x01(\x01\"\xf4\x02\n\x0fGenerationStats\x12\x0e\n\x06rounds\x18\x01 \x01(\r\x12\x14\n\x0c\x64raft_tokens\x18\x02 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x03 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65ptance_rate\x18\x04 \x01(\x01\x12\r\n\x05\x61lpha\x18\x05 \x01(\x01\x12\x1c\n\x14mean_accepted_length\x18\x06 \x01(\x01\x12\x19\n\x11tokens_per_second\x18\x07 \x01(\x01\x12\x17\n\x0fgamma_per_round\x18\x08 \x03(\r\x12\x15\n\rfinish_reason\x18\t \x01(\t\x12\x18\n\x10generated_tokens\x18\n \x01(\r\x12\x15\n\rprompt_tokens\x18\x0b \x01(\r\x12\x0f\n\x07total_s\x18\x0c \x01(\x01\x12\x17\n\x0f\x64raft_compute_s\x18\r \x01(\x01\x12\x18\n\x10target_compute_s\x18\x0e \x01(\x01\x12\x1c\n\x14overhead_per_round_s\x18\x0f \x01(\x01\"\x86\x01\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12%\n\x05round\x18\x03 \x01(\x0b\x32\x16.specdec.v1.RoundStats\x12*\n\x05stats\x18\x04 \x01(\x0b\x32\x1b.specdec.v1.GenerationStats2\x8f\x01\n\x0c\x44raftService\x12\x42\n\x07Session\x12\x18.specdec.v1.DraftRequest\x1a\x19.specdec.v1.DraftProposal(\x01\x30\x01\x12;\n\x04Info\x12\x1c.specdec.v1.ModelInfoRequest\x1a\x15.specdec.v1.ModelInfo2\x90\x01\n\rTargetService\x12\x42\n\x07Session\x12\x19.specdec.v1.VerifyRequest\x1a\x18.specdec.v1.VerifyResult(\x01\x30\x01\x12;\n\x04Info\x12\x1c.specdec.v1.ModelInfoRequest\x1a\x15.specdec.v1.ModelInfo2R\n\x07SpecDec\x12G\n\x08Generate\x12\x1b.specdec.v1.GenerateRequest\x1a\x1c.specdec.v1.GenerateResponse0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14protos/specdec.proto\x12\nspecdec.v1\"Q\n\x0eSamplingParams\x12\x13\n\x0btemperature\x18\x01 \x01(\x02\x12\r\n\x05top_k\x18\x02 \x01(\x05\x12\r\n\x05top_p\x18\x03 \x01(\x02\x12\x0c\n\x04seed\x18\x04 \x01(\x04\")\n\x0bSparseProbs\x12\x0b\n\x03ids\x18\x01 \x03(\x05\x12\r\n\x05probs\x18\x02 \x03(\x02\"m\n\nDraftProbs\x12\x0e\n\x04none\x18\x01 \x01(\x08H\x00\x12.\n\x06sparse\x18\x02 \x01(\x0b\x32\x1c.specdec.v1.SparseDraftProbsH\x00\x12\x13\n\tdense_f32\x18\x03 \x01(\x0cH\x00\x42\n\n\x08\x65ncoding\"9\n\x10SparseDraftProbs\x12%\n\x04rows\x18\x01 \x03(\x0b\x32\x17.specdec.v1.SparseProbs\"\'\n\x06\x43ommit\x12\r\n\x05start\x18\x01 \x01(\r\x12\x0e\n\x06tokens\x18\x02 \x03(\x05\"\x12\n\x10ModelInfoRequest\"\xef\x01\n\tModelInfo\x12\r\n\x05model\x18\x01 \x01(\t\x12\x12\n\nvocab_size\x18\x02 \x01(\r\x12\x13\n\x0bmax_context\x18\x03 \x01(\r\x12\x15\n\reos_token_ids\x18\x04 \x03(\x05\x12\x11\n\tmax_gamma\x18\x05 \x01(\r\x12\x15\n\rlive_sessions\x18\x06 \x01(\r\x12\x14\n\x0cmax_sessions\x18\x07 \x01(\r\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\x12\x1c\n\x14tensor_parallel_size\x18\t \x01(\r\x12%\n\x05ranks\x18\n \x03(\x0b\x32\x16.specdec.v1.RankReport\"\xce\x01\n\nRankReport\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x0b\n\x03pid\x18\x02 \x01(\r\x12\x16\n\x0eresident_bytes\x18\x03 \x01(\x04\x12\x17\n\x0fparameter_bytes\x18\x04 \x01(\x04\x12?\n\rcached_tokens\x18\x05 \x03(\x0b\x32(.specdec.v1.RankReport.CachedTokensEntry\x1a\x33\n\x11\x43\x61\x63hedTokensEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xa1\x02\n\x0c\x44raftRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04open\x18\x02 \x01(\x08\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.specdec.v1.SamplingParams\x12\"\n\x06\x63ommit\x18\x04 \x01(\x0b\x32\x12.specdec.v1.Commit\x12\r\n\x05gamma\x18\x05 \x01(\r\x12\x16\n\x0emin_confidence\x18\x06 \x01(\x02\x12\x41\n\rtrace_context\x18\x07 \x03(\x0b\x32*.specdec.v1.DraftRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xb6\x01\n\rDraftProposal\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rcommitted_len\x18\x02 \x01(\r\x12\x0e\n\x06tokens\x18\x03 \x03(\x05\x12%\n\x05probs\x18\x04 \x01(\x0b\x32\x16.specdec.v1.DraftProbs\x12\x12\n\ncompute_ns\x18\x05 \x01(\x04\x12\x13\n\x0brollback_ns\x18\x06 \x01(\x04\x12\x1a\n\x12rolled_back_tokens\x18\x07 \x01(\r\"\xbf\x02\n\rVerifyRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04open\x18\x02 \x01(\x08\x12,\n\x08sampling\x18\x03 \x01(\x0b\x32\x1a.specdec.v1.SamplingParams\x12\"\n\x06\x63ommit\x18\x04 \x01(\x0b\x32\x12.specdec.v1.Commit\x12\x14\n\x0c\x64raft_tokens\x18\x05 \x03(\x05\x12+\n\x0b\x64raft_probs\x18\x06 \x01(\x0b\x32\x16.specdec.v1.DraftProbs\x12\x42\n\rtrace_context\x18\x07 \x03(\x0b\x32+.specdec.v1.VerifyRequest.TraceContextEntry\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa4\x01\n\x0cVerifyResult\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rcommitted_len\x18\x02 \x01(\r\x12\x14\n\x0cnum_accepted\x18\x03 \x01(\r\x12\x0e\n\x06tokens\x18\x04 \x03(\x05\x12\x12\n\ncompute_ns\x18\x05 \x01(\x04\x12\x13\n\x0brollback_ns\x18\x06 \x01(\x04\x12\x1a\n\x12rolled_back_tokens\x18\x07 \x01(\r\"\xcf\x01\n\x0fGenerateRequest\x12\x0e\n\x06prompt\x18\x01 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x02 \x03(\x05\x12\x16\n\x0emax_new_tokens\x18\x03 \x01(\r\x12\x13\n\x0btemperature\x18\x04 \x01(\x02\x12\r\n\x05top_k\x18\x05 \x01(\x05\x12\x12\n\x05top_p\x18\x06 \x01(\x02H\x00\x88\x01\x01\x12\x0c\n\x04seed\x18\x07 \x01(\x04\x12\x12\n\x05gamma\x18\x08 \x01(\x05H\x01\x88\x01\x01\x12\x0c\n\x04stop\x18\t \x03(\tB\x08\n\x06_top_pB\x08\n\x06_gamma\"\xf2\x01\n\nRoundStats\x12\r\n\x05gamma\x18\x01 \x01(\r\x12\x0f\n\x07\x64rafted\x18\x02 \x01(\r\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x03 \x01(\r\x12\x0f\n\x07\x65mitted\x18\x04 \x01(\r\x12\x0e\n\x06wall_s\x18\x05 \x01(\x01\x12\x17\n\x0f\x64raft_compute_s\x18\x06 \x01(\x01\x12\x18\n\x10target_compute_s\x18\x07 \x01(\x01\x12\x16\n\x0e\x61lpha_estimate\x18\x08 \x01(\x01\x12\x1b\n\x13\x63ost_ratio_estimate\x18\t \x01(\x01\x12\x13\n\x0brtt_draft_s\x18\n \x01(\x01\x12\x14\n\x0crtt_target_s\x18\x0b \x01(\x01\"\xf4\x02\n\x0fGenerationStats\x12\x0e\n\x06rounds\x18\x01 \x01(\r\x12\x14\n\x0c\x64raft_tokens\x18\x02 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65pted_tokens\x18\x03 \x01(\r\x12\x17\n\x0f\x61\x63\x63\x65ptance_rate\x18\x04 \x01(\x01\x12\r\n\x05\x61lpha\x18\x05 \x01(\x01\x12\x1c\n\x14mean_accepted_length\x18\x06 \x01(\x01\x12\x19\n\x11tokens_per_second\x18\x07 \x01(\x01\x12\x17\n\x0fgamma_per_round\x18\x08 \x03(\r\x12\x15\n\rfinish_reason\x18\t \x01(\t\x12\x18\n\x10generated_tokens\x18\n \x01(\r\x12\x15\n\rprompt_tokens\x18\x0b \x01(\r\x12\x0f\n\x07total_s\x18\x0c \x01(\x01\x12\x17\n\x0f\x64raft_compute_s\x18\r \x01(\x01\x12\x18\n\x10target_compute_s\x18\x0e \x01(\x01\x12\x1c\n\x14overhead_per_round_s\x18\x0f \x01(\x01\"\x86\x01\n\x10GenerateResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\x12%\n\x05round\x18\x03 \x01(\x0b\x32\x16.specdec.v1.RoundStats\x12*\n\x05stats\x18\x04 \x01(\x0b\x32\x1b.specdec.v1.GenerationStats2\x8f\x01\n\x0c\x44raftService\x12\x42\n\x07Session\x12\x18.specdec.v1.DraftRequest\x1a\x19.specdec.v1.DraftProposal(\x01\x30\x01\x12;\n\x04Info\x12\x1c.specdec.v1.ModelInfoRequest\x1a\x15.specdec.v1.ModelInfo2\x90\x01\n\rTargetService\x12\x42\n\x07Session\x12\x19.specdec.v1.VerifyRequest\x1a\x18.specdec.v1.VerifyResult(\x01\x30\x01\x12;\n\x04Info\x12\x1c.specdec.v1.ModelInfoRequest\x1a\x15.specdec.v1.ModelInfo2R\n\x07SpecDec\x12G\n\x08Generate\x12\x1b.specdec.v1.GenerateRequest\x1a\x1c.specdec.v1.GenerateResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.specdec_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_RANKREPORT_CACHEDTOKENSENTRY']._loaded_options = None
+  _globals['_RANKREPORT_CACHEDTOKENSENTRY']._serialized_options = b'8\001'
+  _globals['_DRAFTREQUEST_TRACECONTEXTENTRY']._loaded_options = None
+  _globals['_DRAFTREQUEST_TRACECONTEXTENTRY']._serialized_options = b'8\001'
+  _globals['_VERIFYREQUEST_TRACECONTEXTENTRY']._loaded_options = None
+  _globals['_VERIFYREQUEST_TRACECONTEXTENTRY']._serialized_options = b'8\001'
   _globals['_SAMPLINGPARAMS']._serialized_start=36
   _globals['_SAMPLINGPARAMS']._serialized_end=117
   _globals['_SPARSEPROBS']._serialized_start=119
@@ -44,27 +50,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELINFOREQUEST']._serialized_start=373
   _globals['_MODELINFOREQUEST']._serialized_end=391
   _globals['_MODELINFO']._serialized_start=394
-  _globals['_MODELINFO']._serialized_end=564
-  _globals['_DRAFTREQUEST']._serialized_start=567
-  _globals['_DRAFTREQUEST']._serialized_end=736
-  _globals['_DRAFTPROPOSAL']._serialized_start=739
-  _globals['_DRAFTPROPOSAL']._serialized_end=872
-  _globals['_VERIFYREQUEST']._serialized_start=875
-  _globals['_VERIFYREQUEST']._serialized_end=1073
-  _globals['_VERIFYRESULT']._serialized_start=1075
-  _globals['_VERIFYRESULT']._serialized_end=1190
-  _globals['_GENERATEREQUEST']._serialized_start=1193
-  _globals['_GENERATEREQUEST']._serialized_end=1400
-  _globals['_ROUNDSTATS']._serialized_start=1403
-  _globals['_ROUNDSTATS']._serialized_end=1645
-  _globals['_GENERATIONSTATS']._serialized_start=1648
-  _globals['_GENERATIONSTATS']._serialized_end=2020
-  _globals['_GENERATERESPONSE']._serialized_start=2023
-  _globals['_GENERATERESPONSE']._serialized_end=2157
-  _globals['_DRAFTSERVICE']._serialized_start=2160
-  _globals['_DRAFTSERVICE']._serialized_end=2303
-  _globals['_TARGETSERVICE']._serialized_start=2306
-  _globals['_TARGETSERVICE']._serialized_end=2450
-  _globals['_SPECDEC']._serialized_start=2452
-  _globals['_SPECDEC']._serialized_end=2534
+  _globals['_MODELINFO']._serialized_end=633
+  _globals['_RANKREPORT']._serialized_start=636
+  _globals['_RANKREPORT']._serialized_end=842
+  _globals['_RANKREPORT_CACHEDTOKENSENTRY']._serialized_start=791
+  _globals['_RANKREPORT_CACHEDTOKENSENTRY']._serialized_end=842
+  _globals['_DRAFTREQUEST']._serialized_start=845
+  _globals['_DRAFTREQUEST']._serialized_end=1134
+  _globals['_DRAFTREQUEST_TRACECONTEXTENTRY']._serialized_start=1083
+  _globals['_DRAFTREQUEST_TRACECONTEXTENTRY']._serialized_end=1134
+  _globals['_DRAFTPROPOSAL']._serialized_start=1137
+  _globals['_DRAFTPROPOSAL']._serialized_end=1319
+  _globals['_VERIFYREQUEST']._serialized_start=1322
+  _globals['_VERIFYREQUEST']._serialized_end=1641
+  _globals['_VERIFYREQUEST_TRACECONTEXTENTRY']._serialized_start=1083
+  _globals['_VERIFYREQUEST_TRACECONTEXTENTRY']._serialized_end=1134
+  _globals['_VERIFYRESULT']._serialized_start=1644
+  _globals['_VERIFYRESULT']._serialized_end=1808
+  _globals['_GENERATEREQUEST']._serialized_start=1811
+  _globals['_GENERATEREQUEST']._serialized_end=2018
+  _globals['_ROUNDSTATS']._serialized_start=2021
+  _globals['_ROUNDSTATS']._serialized_end=2263
+  _globals['_GENERATIONSTATS']._serialized_start=2266
+  _globals['_GENERATIONSTATS']._serialized_end=2638
+  _globals['_GENERATERESPONSE']._serialized_start=2641
+  _globals['_GENERATERESPONSE']._serialized_end=2775
+  _globals['_DRAFTSERVICE']._serialized_start=2778
+  _globals['_DRAFTSERVICE']._serialized_end=2921
+  _globals['_TARGETSERVICE']._serialized_start=2924
+  _globals['_TARGETSERVICE']._serialized_end=3068
+  _globals['_SPECDEC']._serialized_start=3070
+  _globals['_SPECDEC']._serialized_end=3152
 # @@protoc_insertion_point(module_scope)

@@ -55,7 +55,7 @@ class ModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model", "vocab_size", "max_context", "eos_token_ids", "max_gamma", "live_sessions", "max_sessions", "device")
+    __slots__ = ("model", "vocab_size", "max_context", "eos_token_ids", "max_gamma", "live_sessions", "max_sessions", "device", "tensor_parallel_size", "ranks")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
@@ -64,6 +64,8 @@ class ModelInfo(_message.Message):
     LIVE_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
     model: str
     vocab_size: int
     max_context: int
@@ -72,67 +74,116 @@ class ModelInfo(_message.Message):
     live_sessions: int
     max_sessions: int
     device: str
-    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ...) -> None: ...
+    tensor_parallel_size: int
+    ranks: _containers.RepeatedCompositeFieldContainer[RankReport]
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankReport, _Mapping]]] = ...) -> None: ...
+
+class RankReport(_message.Message):
+    __slots__ = ("rank", "pid", "resident_bytes", "parameter_bytes", "cached_tokens")
+    class CachedTokensEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PARAMETER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    pid: int
+    resident_bytes: int
+    parameter_bytes: int
+    cached_tokens: _containers.ScalarMap[str, int]
+    def __init__(self, rank: _Optional[int] = ..., pid: _Optional[int] = ..., resident_bytes: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., cached_tokens: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class DraftRequest(_message.Message):
-    __slots__ = ("session_id", "open", "sampling", "commit", "gamma", "min_confidence")
+    __slots__ = ("session_id", "open", "sampling", "commit", "gamma", "min_confidence", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     open: bool
     sampling: SamplingParams
     commit: Commit
     gamma: int
     min_confidence: float
-    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., gamma: _Optional[int] = ..., min_confidence: _Optional[float] = ...) -> None: ...
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., gamma: _Optional[int] = ..., min_confidence: _Optional[float] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DraftProposal(_message.Message):
-    __slots__ = ("session_id", "committed_len", "tokens", "probs", "compute_ns")
+    __slots__ = ("session_id", "committed_len", "tokens", "probs", "compute_ns", "rollback_ns", "rolled_back_tokens")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     PROBS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_NS_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     committed_len: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     probs: DraftProbs
     compute_ns: int
-    def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., compute_ns: _Optional[int] = ...) -> None: ...
+    rollback_ns: int
+    rolled_back_tokens: int
+    def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("session_id", "open", "sampling", "commit", "draft_tokens", "draft_probs")
+    __slots__ = ("session_id", "open", "sampling", "commit", "draft_tokens", "draft_probs", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_FIELD_NUMBER: _ClassVar[int]
     COMMIT_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_PROBS_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     open: bool
     sampling: SamplingParams
     commit: Commit
     draft_tokens: _containers.RepeatedScalarFieldContainer[int]
     draft_probs: DraftProbs
-    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., draft_tokens: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Union[DraftProbs, _Mapping]] = ...) -> None: ...
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., draft_tokens: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class VerifyResult(_message.Message):
-    __slots__ = ("session_id", "committed_len", "num_accepted", "tokens", "compute_ns")
+    __slots__ = ("session_id", "committed_len", "num_accepted", "tokens", "compute_ns", "rollback_ns", "rolled_back_tokens")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_NS_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     committed_len: int
     num_accepted: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     compute_ns: int
-    def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ...) -> None: ...
+    rollback_ns: int
+    rolled_back_tokens: int
+    def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop")

@@ -4,28 +4,47 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from typing import Callable
 
 import grpc
 import torch
 
-from service_runtime.server import add_model_args, announce_and_wait, configure_logging, start_server
+from service_runtime import telemetry
+from service_runtime.server import RunningServer, add_model_args, announce_and_wait, configure_logging, start_server
 from specdec.engine import Engine
 from specdec.models import load_model
 
 log = logging.getLogger(__name__)
 
 
-def run_model_service(argv: list[str] | None, *, what: str, default_model: str, engine_cls: type[Engine],
-                      service_name: str, register: Callable[[grpc.Server, Engine], None]) -> None:
+def model_service_parser(what: str, default_model: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"python -m {what}", description=f"specdec {what}")
     add_model_args(parser, default_model)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def setup_process(args: argparse.Namespace, service_name: str, workers_per_node: int = 1) -> telemetry.Telemetry:
+    """Logging, telemetry and torch threads; CPU cores are split between the workers of one node."""
     configure_logging(args.log_level)
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
+    installed = telemetry.configure(service_name, args.otlp_endpoint, args.trace_file)
+    threads = args.threads or (max(1, (os.cpu_count() or 1) // workers_per_node) if workers_per_node > 1 else 0)
+    if threads > 0:
+        torch.set_num_threads(threads)
+    return installed
+
+
+def serve_engine(engine, args: argparse.Namespace, what: str, service_name: str,
+                 register: Callable[[grpc.Server, Engine], None]) -> RunningServer:
+    """Start the gRPC server for `engine` (an Engine or a tensor-parallel front with its interface)."""
+    return start_server(lambda server: register(server, engine), [service_name], args.host, args.port)
+
+
+def run_model_service(argv: list[str] | None, *, what: str, default_model: str, engine_cls: type[Engine],
+                      service_name: str, register: Callable[[grpc.Server, Engine], None]) -> None:
+    args = model_service_parser(what, default_model).parse_args(argv)
+    installed = setup_process(args, f"specdec-{what.removesuffix('_service')}")
     log.info("loading %s on %s", args.model, args.device)
     loaded = load_model(args.model, args.device, args.dtype)
     engine = engine_cls(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
-    running = start_server(lambda server: register(server, engine), [service_name], args.host, args.port)
-    announce_and_wait(running, what)
+    announce_and_wait(serve_engine(engine, args, what, service_name, register), what, on_stop=installed.shutdown)

@@ -14,6 +14,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from service_runtime.telemetry import add_telemetry_args
+
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # dense q for γ=16 over a 152k vocabulary is ~10 MB
 READY_PREFIX = "SPECDEC_READY port="
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -51,7 +53,7 @@ def start_server(register: Callable[[grpc.Server], None], service_names: list[st
     return RunningServer(server, bound, health_servicer)
 
 
-def announce_and_wait(running: RunningServer, what: str) -> None:
+def announce_and_wait(running: RunningServer, what: str, on_stop: Callable[[], None] | None = None) -> None:
     """Print the ready line a parent process waits for, then serve until SIGTERM/SIGINT."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -61,6 +63,8 @@ def announce_and_wait(running: RunningServer, what: str) -> None:
     stop.wait()
     log.info("%s shutting down", what)
     running.stop()
+    if on_stop is not None:
+        on_stop()
 
 
 def configure_logging(level: str) -> None:
@@ -72,6 +76,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
     parser.add_argument("--port", type=int, default=0, help="port to bind (0 = any free port, printed when ready)")
     parser.add_argument("--log-level", default="info")
+    add_telemetry_args(parser)
 
 
 def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:

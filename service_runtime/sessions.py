@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable, Iterator
 
 import grpc
+from opentelemetry.trace import SpanKind
 
+from service_runtime import telemetry
 from service_runtime.errors import grpc_errors
 from service_runtime.wire import model_info_to_pb, sampling_from_pb
 from specdec.engine import Engine
@@ -54,12 +57,31 @@ class SessionServicer:
     def __init__(self, engine: Engine):
         self.engine = engine
 
+    span_name = "compute"
+
     def _round(self, request):
         raise NotImplementedError
 
+    def _traced_round(self, request):
+        """`_round` inside a server span that continues the caller's trace, with its KV rollback."""
+        if not telemetry.tracing_enabled():
+            return self._round(request)
+        parent = telemetry.extract(request.trace_context)
+        with telemetry.span(self.span_name, context=parent, kind=SpanKind.SERVER) as span:
+            reply = self._round(request)
+            if span.is_recording():
+                ended = time.time_ns()
+                span.set_attributes({"specdec.session_id": request.session_id,
+                                     "specdec.committed_tokens_in": len(request.commit.tokens),
+                                     "specdec.compute_ms": reply.compute_ns / 1e6})
+                began = ended - reply.compute_ns  # the engine crops its cache first thing in the round
+                telemetry.child_span(span, "kv.rollback", began, began + reply.rollback_ns,
+                                     {"specdec.rolled_back_tokens": reply.rolled_back_tokens})
+        return reply
+
     def Session(self, request_iterator, context):
-        return serve_session_stream(request_iterator, context, self.engine, self._round)
+        return serve_session_stream(request_iterator, context, self.engine, self._traced_round)
 
     def Info(self, request, context):
-        e = self.engine
-        return model_info_to_pb(e.loaded, e.max_gamma, e.live_sessions, e.max_sessions)
+        with grpc_errors(context):
+            return model_info_to_pb(self.engine)

@@ -7,7 +7,6 @@ import torch
 
 from protos import specdec_pb2 as pb
 from specdec.errors import InvalidArgument
-from specdec.models import LoadedModel
 from specdec.sampling import SamplingParams
 
 
@@ -57,7 +56,11 @@ def decode_probs(msg: pb.DraftProbs, gamma: int, vocab: int) -> torch.Tensor | N
     return out
 
 
-def model_info_to_pb(loaded: LoadedModel, max_gamma: int, live: int, max_sessions: int) -> pb.ModelInfo:
+def model_info_to_pb(engine) -> pb.ModelInfo:
+    """An Engine (or a tensor-parallel front for one) -> ModelInfo with a report per worker rank."""
+    loaded = engine.loaded
     return pb.ModelInfo(model=loaded.name, vocab_size=loaded.vocab_size, max_context=loaded.max_context,
-                        eos_token_ids=list(loaded.eos_token_ids), max_gamma=max_gamma, live_sessions=live,
-                        max_sessions=max_sessions, device=str(loaded.device))
+                        eos_token_ids=list(loaded.eos_token_ids), max_gamma=engine.max_gamma,
+                        live_sessions=engine.live_sessions, max_sessions=engine.max_sessions,
+                        device=str(loaded.device), tensor_parallel_size=engine.tensor_parallel_size,
+                        ranks=[pb.RankReport(**report) for report in engine.reports()])

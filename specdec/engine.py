@@ -7,6 +7,7 @@ committed prefix at the start of each round (see `specdec.kv`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,16 @@ from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange,
 from specdec.kv import SequenceState
 from specdec.models import LoadedModel
 from specdec.rejection import Verdict, verify_greedy, verify_sampled
+from specdec.tp import parameter_bytes
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """The KV crop that started a round: cached tokens dropped and the time it took."""
+
+    tokens: int = 0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -26,23 +36,37 @@ class Session:
     params: SamplingParams
     state: SequenceState = field(default_factory=SequenceState)
     cache: DynamicCache = field(default_factory=DynamicCache)
+    last_rollback: Rollback = Rollback()
 
 
 @dataclass(frozen=True)
 class Proposal:
     tokens: list[int]
     probs: torch.Tensor | None  # [γ, V] float32 on CPU; None for greedy
-    compute_s: float
+    compute_s: float  # the whole round on this service, rollback included
+    rollback: Rollback = Rollback()
 
 
 @dataclass(frozen=True)
 class Verification:
     verdict: Verdict
     compute_s: float
+    rollback: Rollback = Rollback()
+
+
+def resident_bytes() -> int:
+    """Resident set size of this process (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
 
 
 class Engine:
     """Holds one model and its sessions. Forward passes are serialised by a lock."""
+
+    tensor_parallel_size = 1
 
     def __init__(self, loaded: LoadedModel, max_sessions: int = 64, max_gamma: int = 16):
         self.loaded = loaded
@@ -71,6 +95,20 @@ class Engine:
     def live_sessions(self) -> int:
         return len(self._sessions)
 
+    def cached_tokens(self) -> dict[str, int]:
+        """KV-cached tokens per live session; equal on every tensor-parallel rank when caches agree."""
+        with self._lock:
+            return {sid: s.cache.get_seq_length() for sid, s in self._sessions.items()}
+
+    def report(self, rank: int = 0) -> dict:
+        """This process's memory and KV state (a RankReport's fields)."""
+        return {"rank": rank, "pid": os.getpid(), "resident_bytes": resident_bytes(),
+                "parameter_bytes": parameter_bytes(self.loaded.model), "cached_tokens": self.cached_tokens()}
+
+    def reports(self) -> list[dict]:
+        """One report per worker process behind this engine (just this one unless tensor parallel)."""
+        return [self.report()]
+
     def _session(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)
         if session is None:
@@ -90,9 +128,12 @@ class Engine:
         if start + len(tokens) + extra > self.loaded.max_context:
             raise OutOfRange(f"sequence of {start + len(tokens) + extra} tokens exceeds the model's "
                              f"context of {self.loaded.max_context}")
+        began = time.perf_counter()
         keep = session.state.commit(start, tokens)
-        if session.cache.get_seq_length() > keep:
-            session.cache.crop(keep - session.cache.get_seq_length())
+        dropped = session.cache.get_seq_length() - keep
+        if dropped > 0:
+            session.cache.crop(-dropped)
+        session.last_rollback = Rollback(max(dropped, 0), time.perf_counter() - began)
 
     @torch.inference_mode()
     def _forward(self, session: Session, tokens: list[int]) -> torch.Tensor:
@@ -142,7 +183,7 @@ class DraftEngine(Engine):
             # The last draft token is not fed yet; the next round feeds it if it is accepted.
             state.extend(drafted, cached=len(state.tokens) + len(drafted) - 1)
             q_all = torch.stack(probs).cpu() if probs else None  # [γ', V]
-            return Proposal(drafted, q_all, time.perf_counter() - began)
+            return Proposal(drafted, q_all, time.perf_counter() - began, session.last_rollback)
 
 
 class TargetEngine(Engine):
@@ -153,21 +194,12 @@ class TargetEngine(Engine):
         draft_probs: [γ, V] or None (greedy, or a deterministic proposer).
         With no draft tokens this is a plain target-only decoding step.
         """
-        gamma = len(draft_tokens)
-        if gamma > self.max_gamma:
-            raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
-        self._check_tokens(draft_tokens, "draft_tokens")
-        if draft_probs is not None and tuple(draft_probs.shape) != (gamma, self.loaded.vocab_size):
-            raise InvalidArgument(f"draft probabilities have shape {tuple(draft_probs.shape)}, "
-                                  f"expected ({gamma}, {self.loaded.vocab_size})")
+        self.check_draft_probs(draft_tokens, draft_probs)
         with self._lock:
-            session = self._session(session_id)
             began = time.perf_counter()
-            self._sync(session, start, tokens, gamma)
-            state, params = session.state, session.params
-            committed = state.committed
-            logits = self._forward(session, state.pending() + draft_tokens)[-(gamma + 1):]  # [γ+1, V]
+            session, committed, logits = self._score(session_id, start, tokens, draft_tokens)
             drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]
+            params = session.params
             if params.greedy:
                 verdict = verify_greedy(drafts, logits)
             else:
@@ -175,5 +207,31 @@ class TargetEngine(Engine):
                 q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
                 gen = position_generator(params.seed, committed, "target", p.device)
                 verdict = verify_sampled(drafts, q, p, gen)
-            state.extend(draft_tokens, cached=len(state.tokens) + gamma)
-            return Verification(verdict, time.perf_counter() - began)
+            return Verification(verdict, time.perf_counter() - began, session.last_rollback)
+
+    def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> None:
+        """The forward pass of `verify` without sampling: what a tensor-parallel follower rank runs."""
+        with self._lock:
+            self._score(session_id, start, tokens, draft_tokens)
+
+    def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:
+        """Checks that need q, which only the sampling rank receives; raised before any forward pass."""
+        gamma = len(draft_tokens)
+        if draft_probs is not None and tuple(draft_probs.shape) != (gamma, self.loaded.vocab_size):
+            raise InvalidArgument(f"draft probabilities have shape {tuple(draft_probs.shape)}, "
+                                  f"expected ({gamma}, {self.loaded.vocab_size})")
+
+    def _score(self, session_id: str, start: int, tokens: list[int],
+               draft_tokens: list[int]) -> tuple[Session, int, torch.Tensor]:
+        """Sync, feed pending + drafts; returns (session, committed length, logits [γ+1, V])."""
+        gamma = len(draft_tokens)
+        if gamma > self.max_gamma:
+            raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
+        self._check_tokens(draft_tokens, "draft_tokens")
+        session = self._session(session_id)
+        self._sync(session, start, tokens, gamma)
+        state = session.state
+        committed = state.committed
+        logits = self._forward(session, state.pending() + draft_tokens)[-(gamma + 1):]  # [γ+1, V]
+        state.extend(draft_tokens, cached=len(state.tokens) + gamma)
+        return session, committed, logits

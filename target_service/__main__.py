@@ -1,18 +1,106 @@
-"""python -m target_service: host the target model behind specdec.v1.TargetService."""
+"""python -m target_service: host the target model behind specdec.v1.TargetService.
+
+With `--tp N` (N > 1) this process is rank 0 of N: it starts ranks 1..N-1 as child processes
+of the same command, shards the model over all of them and serves the one gRPC endpoint.
+"""
 
 import os
 
 # PyTorch backs large CPU allocations with transparent huge pages: about 5% faster decode.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from service_runtime.model_service import run_model_service
-from specdec.engine import TargetEngine
-from target_service.servicer import register
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from grpc_health.v1 import health_pb2  # noqa: E402
+
+from service_runtime.model_service import model_service_parser, serve_engine, setup_process  # noqa: E402
+from service_runtime.server import announce_and_wait  # noqa: E402
+from specdec.engine import TargetEngine  # noqa: E402
+from specdec.models import load_model, resolve_device  # noqa: E402
+from specdec.tp import shard_model  # noqa: E402
+from target_service import tensor_parallel as tp  # noqa: E402
+from target_service.servicer import register  # noqa: E402
+
+SERVICE = "specdec.v1.TargetService"
+log = logging.getLogger("target_service")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = model_service_parser("target_service", "packaged:target")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel worker processes (one per GPU on CUDA)")
+    parser.add_argument("--tp-timeout", type=float, default=60.0,
+                        help="seconds for the workers to rendezvous, and for any one collective to complete")
+    parser.add_argument("--tp-load-timeout", type=float, default=1800.0,
+                        help="seconds for every worker to finish loading its shard")
+    parser.add_argument("--tp-rank", type=int, default=0, help=argparse.SUPPRESS)  # set for spawned workers
+    parser.add_argument("--tp-master", default="", help=argparse.SUPPRESS)
+    return parser
+
+
+def load_engine(args: argparse.Namespace, rank: int) -> TargetEngine:
+    device = args.device
+    if args.tp > 1 and resolve_device(device).type == "cuda":
+        device = f"cuda:{rank}"  # one GPU per rank on this node
+    log.info("rank %d/%d: loading %s on %s", rank, args.tp, args.model, device)
+    loaded = load_model(args.model, device, args.dtype)
+    return TargetEngine(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
+
+
+def run_tensor_parallel(args: argparse.Namespace, argv: list[str]) -> None:
+    rank, world = args.tp_rank, args.tp
+    device = resolve_device(args.device)
+    followers: list[subprocess.Popen] = []
+    if rank == 0:
+        args.tp_master = args.tp_master or f"127.0.0.1:{tp.free_port()}"
+        followers = [subprocess.Popen([sys.executable, "-m", "target_service", *argv, "--tp-rank", str(r),
+                                       "--tp-master", args.tp_master], stdout=subprocess.DEVNULL)
+                     for r in range(1, world)]
+    try:
+        group = tp.rendezvous(rank, world, args.tp_master, device, args.tp_timeout)
+        engine = load_engine(args, rank)
+        shard_model(engine.loaded.model, rank, world)
+        log.info("rank %d/%d: shard holds %.0f MiB of weights", rank, world, engine.report(rank)["parameter_bytes"] / 2**20)
+        tp.wait_for_ranks(group, args.tp_load_timeout)
+    except tp.StartupError as exc:
+        for proc in followers:
+            proc.kill()
+        raise SystemExit(f"target_service: {exc}") from exc
+    if rank > 0:
+        tp.follow(engine, rank, group)
+        return
+    front = tp.TensorParallelTarget(engine, group, world, followers)
+    running = serve_engine(front, args, "target_service", SERVICE, register)
+
+    def not_serving(_reason: str) -> None:
+        for name in ("", SERVICE):
+            running.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    front.on_failure.append(not_serving)
+    announce_and_wait(running, f"target_service (tp={world})", on_stop=front.close)
+    for proc in followers:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_model_service(argv, what="target_service", default_model="packaged:target", engine_cls=TargetEngine,
-                      service_name="specdec.v1.TargetService", register=register)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.tp < 1:
+        raise SystemExit("--tp must be >= 1")
+    installed = setup_process(args, "specdec-target", workers_per_node=args.tp)
+    try:
+        if args.tp == 1:
+            announce_and_wait(serve_engine(load_engine(args, 0), args, "target_service", SERVICE, register),
+                              "target_service")
+        else:
+            run_tensor_parallel(args, argv)
+    finally:
+        installed.shutdown()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from specdec.engine import TargetEngine
 
 class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
     engine: TargetEngine
+    span_name = "target.compute"
 
     def _round(self, request: pb.VerifyRequest) -> pb.VerifyResult:
         commit = request.commit
@@ -19,7 +20,8 @@ class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
         result = self.engine.verify(request.session_id, commit.start, list(commit.tokens), drafts, q)
         return pb.VerifyResult(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
                                num_accepted=result.verdict.num_accepted, tokens=result.verdict.tokens,
-                               compute_ns=int(result.compute_s * 1e9))
+                               compute_ns=int(result.compute_s * 1e9), rollback_ns=int(result.rollback.seconds * 1e9),
+                               rolled_back_tokens=result.rollback.tokens)
 
 
 def register(server, engine: TargetEngine) -> None:

@@ -1,0 +1,91 @@
+"""`specdec profile`: where the speculation loop's time goes, from its spans.
+
+Runs a workload on the embedded stack with every process writing spans to one OTLP JSON file
+(or reads such a file with `--spans`), splits each round into draft compute, target compute,
+KV rollback, network per hop and orchestration, prints share and p50/p95/p99 per component,
+and writes a PNG of the per-round breakdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from tqdm import tqdm
+
+from orchestrator.bench import load_prompts
+from orchestrator.client import generate, make_request
+from orchestrator.spans import COMPONENTS, read_otlp_json, round_breakdown, summarise_breakdown
+
+
+def run_workload(args: argparse.Namespace) -> None:
+    """Generate over the prompts with every process tracing into `args.trace_file`."""
+    from opentelemetry import trace
+
+    from orchestrator.stack import EmbeddedStack
+    from orchestrator.cli import stack_options
+
+    opts = stack_options(args)
+    opts.delay_proxies = args.rtt_ms > 0
+    with EmbeddedStack(opts) as stack:
+        if args.rtt_ms > 0:
+            stack.set_rtt_ms(args.rtt_ms, args.rtt_ms)
+        for p in tqdm(load_prompts(args.prompts, args.limit_prompts), desc="profile"):
+            generate(stack.endpoint, make_request(prompt=p["prompt"], max_new_tokens=args.max_new_tokens,
+                                                  gamma=args.gamma))
+    trace.get_tracer_provider().force_flush()  # the services flushed on exit; now this process
+
+
+def print_summary(summary: dict, rounds: int) -> None:
+    print(f"{rounds} rounds; mean round {summary['round']['mean_ms']:.1f} ms")
+    print(f"{'component':>16} | share  |  mean ms |   p50 ms |   p95 ms |   p99 ms")
+    for name in COMPONENTS:
+        s = summary[name]
+        print(f"{name:>16} | {100 * s['share']:5.1f}% | {s['mean_ms']:8.2f} | {s['p50_ms']:8.2f} | "
+              f"{s['p95_ms']:8.2f} | {s['p99_ms']:8.2f}")
+
+
+def plot(rows: list[dict], summary: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (timeline, share) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [4, 1]})
+    shown = rows[:200]
+    bottom = [0.0] * len(shown)
+    for name in COMPONENTS:
+        values = [1e3 * r[name] for r in shown]
+        timeline.bar(range(len(shown)), values, bottom=bottom, width=1.0, label=name)
+        share.bar([0], [100 * summary[name]["share"]], bottom=[sum(100 * summary[n]["share"]
+                                                                  for n in COMPONENTS[:COMPONENTS.index(name)])])
+        bottom = [b + v for b, v in zip(bottom, values)]
+    timeline.set_xlabel("round")
+    timeline.set_ylabel("ms")
+    timeline.set_title(title)
+    timeline.legend(fontsize=8)
+    share.set_xticks([])
+    share.set_ylabel("% of round time")
+    share.set_ylim(0, 100)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    if not args.spans:
+        Path(args.trace_file).write_text("")
+        run_workload(args)
+    source = args.spans or args.trace_file
+    rows = round_breakdown(read_otlp_json(source))
+    if not rows:
+        print(f"no `round` spans in {source}")
+        return 1
+    summary = summarise_breakdown(rows)
+    print_summary(summary, len(rows))
+    output = Path(args.output)
+    output.write_text(json.dumps({"source": str(source), "rounds": len(rows), "summary": summary}, indent=2))
+    title = f"round time breakdown ({Path(source).name}" + (f", +{args.rtt_ms:g} ms RTT)" if args.rtt_ms else ")")
+    plot(rows, summary, output.with_suffix(".png"), title)
+    print(f"wrote {output} and {output.with_suffix('.png')}")
+    return 0

@@ -1,0 +1,185 @@
+"""A tensor-parallel target behind one endpoint: rank 0 serves gRPC, ranks > 0 follow.
+
+Every rank holds a `TargetEngine` over its shard of the model (`specdec.tp`). Rank 0
+broadcasts each state-changing engine call (open, verify, release) on a gloo group before
+running it; the followers run the same call, so every rank executes the same forward passes
+in the same order and their KV caches stay identical through rollbacks and releases. Only
+rank 0 samples: followers run `TargetEngine.score`, the forward pass without the sampler.
+
+Failure is loud: a follower that exits, or a collective that errors, marks the front failed;
+the health service turns NOT_SERVING and every call raises Unavailable.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from specdec.engine import TargetEngine, Verification
+from specdec.errors import SpecDecError, Unavailable
+
+log = logging.getLogger(__name__)
+HEARTBEAT_S = 5.0  # an idle rank 0 pings the followers this often, well inside the collective timeout
+
+
+class StartupError(RuntimeError):
+    """The ranks could not rendezvous, or a follower failed while loading."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def rendezvous(rank: int, world: int, master: str, device: torch.device, timeout_s: float):
+    """Join the process group; returns the gloo group used for commands.
+
+    The collective backend is nccl on CUDA and gloo on CPU. Raises StartupError when the ranks
+    do not all arrive within `timeout_s`.
+    """
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://{master}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+    except Exception as exc:  # noqa: BLE001 - torch raises several store/timeout types
+        raise StartupError(f"tensor-parallel rank {rank}/{world} could not rendezvous at {master} "
+                           f"within {timeout_s:.0f}s: {exc}") from exc
+    return dist.group.WORLD if backend == "gloo" else dist.new_group(backend="gloo")
+
+
+def wait_for_ranks(group, timeout_s: float) -> None:
+    """Barrier after loading: a follower that failed to load is named in the error."""
+    try:
+        dist.monitored_barrier(group, timeout=datetime.timedelta(seconds=timeout_s), wait_all_ranks=True)
+    except Exception as exc:  # noqa: BLE001
+        raise StartupError(f"tensor-parallel ranks did not all finish loading: {exc}") from exc
+
+
+class TensorParallelTarget:
+    """Rank 0's front: the interface the servicer uses on a TargetEngine, replicated to every rank."""
+
+    def __init__(self, engine: TargetEngine, group, world: int, followers: list[subprocess.Popen] = ()):
+        self.engine, self.group, self.tensor_parallel_size = engine, group, world
+        self.failure: str | None = None
+        self.on_failure: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+        self._last_command = time.monotonic()
+        self._closed = threading.Event()
+        for rank, proc in enumerate(followers, start=1):
+            threading.Thread(target=self._watch, args=(rank, proc), daemon=True).start()
+        threading.Thread(target=self._heartbeat, daemon=True).start()
+
+    # -- the engine interface ---------------------------------------------
+    @property
+    def loaded(self):
+        return self.engine.loaded
+
+    @property
+    def max_gamma(self) -> int:
+        return self.engine.max_gamma
+
+    @property
+    def max_sessions(self) -> int:
+        return self.engine.max_sessions
+
+    @property
+    def live_sessions(self) -> int:
+        return self.engine.live_sessions
+
+    def open(self, session_id: str, params) -> None:
+        self._replicate(("open", session_id, params), lambda: self.engine.open(session_id, params))
+
+    def release(self, session_id: str) -> bool:
+        if self.failure:  # nothing to keep consistent any more; free rank 0's cache
+            return self.engine.release(session_id)
+        return self._replicate(("release", session_id), lambda: self.engine.release(session_id))
+
+    def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
+               draft_probs: torch.Tensor | None) -> Verification:
+        self.engine.check_draft_probs(draft_tokens, draft_probs)  # q stays on rank 0: check it first
+        return self._replicate(("score", session_id, start, tokens, draft_tokens),
+                               lambda: self.engine.verify(session_id, start, tokens, draft_tokens, draft_probs))
+
+    def reports(self) -> list[dict]:
+        def gather() -> list[dict]:
+            reports = [None] * self.tensor_parallel_size
+            dist.gather_object(self.engine.report(0), reports, dst=0, group=self.group)
+            return reports
+
+        return self._replicate(("report",), gather)
+
+    # -- replication and failure ---------------------------------------------
+    def _replicate(self, command: tuple, run_here: Callable):
+        with self._lock:
+            if self.failure:
+                raise Unavailable(self.failure)
+            try:
+                dist.broadcast_object_list([command], src=0, group=self.group)
+                self._last_command = time.monotonic()
+                return run_here()
+            except SpecDecError:
+                raise  # raised alike on every rank: the ranks stay in step
+            except Exception as exc:  # noqa: BLE001 - a collective failed: a rank is gone
+                self.fail(f"tensor-parallel collective failed: {exc}")
+                raise Unavailable(self.failure) from exc
+
+    def fail(self, reason: str) -> None:
+        if self.failure or self._closed.is_set():
+            return
+        self.failure = f"target unavailable: {reason}; restart the target service"
+        log.error("%s", self.failure)
+        for callback in self.on_failure:
+            callback(self.failure)
+
+    def _watch(self, rank: int, proc: subprocess.Popen) -> None:
+        code = proc.wait()
+        self.fail(f"tensor-parallel rank {rank} exited with code {code}")
+
+    def _heartbeat(self) -> None:
+        while not self._closed.wait(HEARTBEAT_S / 2):
+            if self.failure is None and time.monotonic() - self._last_command > HEARTBEAT_S:
+                try:
+                    self._replicate(("ping",), lambda: None)
+                except Unavailable:
+                    pass
+
+    def close(self) -> None:
+        """Tell the followers to exit (shutdown path)."""
+        if self.failure is None:
+            try:
+                self._replicate(("stop",), lambda: None)
+            except Unavailable:
+                pass
+        self._closed.set()
+
+
+def follow(engine: TargetEngine, rank: int, group) -> None:
+    """A follower rank's loop: run rank 0's commands until told to stop or rank 0 is gone."""
+    calls = {"open": engine.open, "release": engine.release, "score": engine.score, "ping": lambda: None}
+    while True:
+        box = [None]
+        try:
+            dist.broadcast_object_list(box, src=0, group=group)
+        except Exception as exc:  # noqa: BLE001 - rank 0 exited or the group broke
+            log.error("rank %d: lost rank 0 (%s); exiting", rank, exc)
+            sys.exit(1)
+        name, *args = box[0]
+        if name == "stop":
+            return
+        if name == "report":
+            dist.gather_object(engine.report(rank), None, dst=0, group=group)
+            continue
+        try:
+            calls[name](*args)
+        except SpecDecError:
+            pass  # rank 0 raised the same error and reports it to the client

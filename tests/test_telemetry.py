@@ -1,0 +1,203 @@
+"""Tracing and metrics through the real processes: one trace per generation across all three
+services, a real OTLP collector (rotel), Prometheus metrics, and the loop-latency profiler."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+from orchestrator.client import generate, make_request
+from orchestrator.spans import COMPONENTS, SpanRecord, parse_otlp_request, read_otlp_json, round_breakdown
+from orchestrator.stack import EmbeddedStack, StackOptions
+from target_service.tensor_parallel import free_port
+
+from conftest import TINY_DRAFT, TINY_TARGET
+
+ROTEL = Path(__import__("rotel").__file__).parent / "rotel-agent"
+
+
+class OtlpReceiver(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP/gRPC trace receiver that keeps every span in memory."""
+
+    def __init__(self):
+        self.spans: list[SpanRecord] = []
+        self._lock = threading.Lock()
+        self.server = grpc.server(futures.ThreadPoolExecutor(4))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def Export(self, request, context):
+        with self._lock:
+            self.spans.extend(parse_otlp_request(MessageToDict(request)))
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def wait_for(self, predicate, timeout: float = 30.0) -> list[SpanRecord]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                spans = list(self.spans)
+            if predicate(spans):
+                return spans
+            time.sleep(0.1)
+        return spans
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """All three services as processes, exporting spans to an in-memory OTLP receiver."""
+    receiver = OtlpReceiver()
+    patch = pytest.MonkeyPatch()
+    patch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # export batches every 100 ms
+    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+                        log_level="warning", otlp_endpoint=f"127.0.0.1:{receiver.port}",
+                        orchestrator_process=True, metrics_port=free_port())
+    with EmbeddedStack(opts) as stack:
+        yield stack, receiver
+    patch.undo()
+    receiver.server.stop(0)
+
+
+def test_one_generation_is_one_trace_across_all_three_services(traced):
+    stack, receiver = traced
+    result = generate(stack.endpoint, make_request(prompt="trace me", max_new_tokens=24, gamma=3))
+    n_rounds = len(result.rounds)
+
+    def complete(spans):
+        return (sum(s.name == "round" for s in spans) >= n_rounds and any(s.name == "generate" for s in spans)
+                and sum(s.name == "target.compute" for s in spans) >= n_rounds)
+
+    spans = receiver.wait_for(complete)
+    generate_span = next(s for s in spans if s.name == "generate")
+    trace_spans = [s for s in spans if s.trace_id == generate_span.trace_id]
+    by_id = {s.span_id: s for s in trace_spans}
+    assert {s.service for s in trace_spans} == {"specdec-orchestrator", "specdec-draft", "specdec-target"}
+
+    rounds = [s for s in trace_spans if s.name == "round"]
+    assert len(rounds) == n_rounds and all(r.parent_id == generate_span.span_id for r in rounds)
+    expected_parent = {"draft.propose": "round", "target.verify": "round", "draft.compute": "draft.propose",
+                       "target.compute": "target.verify", "kv.rollback": ("draft.compute", "target.compute")}
+    for span in trace_spans:
+        if span.name in expected_parent:
+            parent = by_id[span.parent_id].name
+            allowed = expected_parent[span.name]
+            assert parent in (allowed if isinstance(allowed, tuple) else (allowed,)), (span.name, parent)
+    assert sum(s.name == "target.compute" for s in trace_spans) == n_rounds
+    assert sum(s.name == "kv.rollback" for s in trace_spans) == sum(
+        s.name in ("draft.compute", "target.compute") for s in trace_spans)
+
+    for span, stats in zip(sorted(rounds, key=lambda s: s.start_ns), result.rounds):
+        a = span.attributes
+        assert (a["specdec.gamma"], a["specdec.drafted"], a["specdec.accepted"]) == \
+               (stats.gamma, stats.drafted, stats.accepted)
+        assert a["specdec.alpha_estimate"] == pytest.approx(stats.alpha_estimate, rel=1e-6)
+        assert a["specdec.target.bytes_sent"] > 0 and a["specdec.target.bytes_received"] > 0
+        if stats.drafted:
+            assert a["specdec.draft.bytes_received"] > 0
+    # Spans nest in time: a service's compute lies inside the orchestrator's call to it.
+    for span in trace_spans:
+        if span.name in ("draft.compute", "target.compute"):
+            call = by_id[span.parent_id]
+            assert call.start_ns <= span.start_ns and span.end_ns <= call.end_ns + 2_000_000  # clock jitter
+
+
+def test_prometheus_endpoint_counts_drafts_and_accepted_tokens(traced):
+    stack, _ = traced
+    result = generate(stack.endpoint, make_request(prompt="count me", max_new_tokens=32, gamma=2))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{stack.opts.metrics_port}/metrics", timeout=10).read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+
+    def metric(prefix: str) -> float:
+        return sum(v for k, v in values.items() if k.split("{")[0] == prefix)
+
+    # The metrics are cumulative over the module's generations: at least this one's counts.
+    assert metric("spec_decode_num_drafts_total") >= sum(r.drafted > 0 for r in result.rounds) > 0
+    assert metric("spec_decode_num_draft_tokens_total") >= sum(r.drafted for r in result.rounds)
+    accepted = metric("spec_decode_num_accepted_tokens_total")
+    assert accepted >= sum(r.accepted for r in result.rounds)
+    assert metric("spec_decode_num_accepted_tokens_per_pos_total") == accepted
+    assert metric("spec_decode_round_latency_seconds_count") >= len(result.rounds)
+    assert metric("spec_decode_gamma_count") >= len(result.rounds)
+
+
+def test_spans_reach_a_real_otlp_collector():
+    grpc_port, http_port = free_port(), free_port()
+    collector = subprocess.Popen([str(ROTEL), "start", "--otlp-grpc-endpoint", f"127.0.0.1:{grpc_port}",
+                                  "--otlp-http-endpoint", f"127.0.0.1:{http_port}", "--exporter", "blackhole",
+                                  "--debug-log", "traces", "--debug-log-verbosity", "detailed"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    threading.Thread(target=lambda: seen.extend(collector.stdout), daemon=True).start()
+    try:
+        opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", log_level="warning",
+                            otlp_endpoint=f"http://127.0.0.1:{grpc_port}", orchestrator_process=True)
+        with EmbeddedStack(opts) as stack:
+            generate(stack.endpoint, make_request(prompt="collector", max_new_tokens=12, gamma=2))
+        # The stack's processes flush their span batches on shutdown.
+        names = ("Name           : generate", "Name           : draft.compute", "Name           : target.compute")
+        deadline = time.monotonic() + 20
+        while not all(any(n in line for line in seen) for n in names) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        collector.terminate()
+        collector.wait(10)
+    output = "".join(seen)
+    for name in names:
+        assert name in output, f"{name!r} not received by the collector"
+    assert "service.name: Str(specdec-target)" in output
+
+
+def test_round_breakdown_splits_network_from_compute():
+    def span(sid, parent, name, start_ms, end_ms, service="s", **attributes):
+        return SpanRecord("t", sid, parent, name, service, int(start_ms * 1e6), int(end_ms * 1e6), attributes)
+
+    spans = [span("r", "g", "round", 0, 100),
+             span("dp", "r", "draft.propose", 1, 31), span("dc", "dp", "draft.compute", 6, 26),
+             span("dk", "dc", "kv.rollback", 6, 8),
+             span("tv", "r", "target.verify", 32, 97),
+             # The target exports no spans here: its client span's attributes stand in.
+             ]
+    spans[-1] = SpanRecord("t", "tv", "r", "target.verify", "s", 32_000_000, 97_000_000,
+                           {"specdec.network_ms": 15.0, "specdec.rollback_ms": 1.0})
+    (row,) = round_breakdown(spans)
+    expected = {"draft compute": 18, "kv rollback": 3, "network draft": 10, "target compute": 49,
+                "network target": 15, "orchestration": 5}
+    for name in COMPONENTS:
+        assert row[name] * 1e3 == pytest.approx(expected[name], abs=1e-6), name
+    assert sum(row[n] for n in COMPONENTS) == pytest.approx(row["round"])
+
+
+def test_profile_command_writes_breakdown_and_plot(tmp_path):
+    output = tmp_path / "profile.json"
+    cli = [sys.executable, "-m", "orchestrator.cli", "profile", "--draft-model", TINY_DRAFT, "--target-model",
+           TINY_TARGET, "--device", "cpu", "--limit-prompts", "2", "--max-new-tokens", "24"]
+    run = subprocess.run([*cli, "--output", str(output)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(output.read_text())
+    assert summary["rounds"] > 0
+    assert sum(summary["summary"][name]["share"] for name in COMPONENTS) == pytest.approx(1.0, abs=1e-6)
+    assert summary["summary"]["target compute"]["share"] > 0 and summary["summary"]["network target"]["share"] > 0
+    assert output.with_suffix(".png").stat().st_size > 10_000
+    spans = read_otlp_json(output.with_suffix(".spans.jsonl"))
+    assert {s.service for s in spans} == {"specdec-orchestrator", "specdec-draft", "specdec-target"}
+    # Reading the exported file back gives the same breakdown.
+    again = tmp_path / "again.json"
+    rerun = subprocess.run([*cli, "--spans", str(output.with_suffix(".spans.jsonl")), "--output", str(again)],
+                           capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert json.loads(again.read_text())["summary"] == summary["summary"]

@@ -1,0 +1,165 @@
+"""Tensor-parallel target: sharded logits, one endpoint over N ranks, consistent KV, loud failures."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+
+import grpc
+import pytest
+import torch
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from transformers import DynamicCache
+
+from orchestrator.client import generate, make_request
+from orchestrator.stack import EmbeddedStack, StackOptions
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from specdec.models import build_tiny_model
+from specdec.tp import check_shardable, parameter_bytes, shard_model
+from target_service.tensor_parallel import StartupError, free_port, rendezvous
+
+from conftest import TINY_DRAFT, TINY_TARGET
+
+PROMPTS = ["def fib(n):", "The quick brown fox", "tensor parallel"]
+STEPS = [[5, 17, 101, 3, 250, 42], [7], [9, 11, 13]]  # prefill, decode, a verify-sized chunk
+
+
+def _forward_steps(model) -> list[torch.Tensor]:
+    cache = DynamicCache()
+    with torch.inference_mode():
+        return [model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True).logits[0]
+                for ids in STEPS]
+
+
+def _rank_forward(rank: int, world: int, port: int, results) -> None:
+    rendezvous(rank, world, f"127.0.0.1:{port}", torch.device("cpu"), timeout_s=60)
+    torch.set_num_threads(1)
+    model = build_tiny_model(TINY_TARGET).eval()
+    shard_model(model, rank, world)
+    logits = _forward_steps(model)
+    results.put((rank, [t.numpy().copy() for t in logits], parameter_bytes(model)))  # plain pickles
+    torch.distributed.destroy_process_group()
+
+
+def test_sharded_logits_match_unsharded_through_the_kv_cache():
+    model = build_tiny_model(TINY_TARGET).eval()
+    expected = _forward_steps(model)
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_rank_forward, args=(r, 2, port, results)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    got = dict((rank, (logits, size)) for rank, logits, size in (results.get(timeout=120) for _ in procs))
+    for proc in procs:
+        proc.join(30)
+    for rank in (0, 1):
+        for step, (want, have) in enumerate(zip(expected, got[rank][0])):
+            torch.testing.assert_close(torch.from_numpy(have), want, rtol=1e-4, atol=1e-5, msg=f"rank {rank}, step {step}")
+    # Each rank keeps half of every attention and MLP projection; embeddings, norms, head stay whole.
+    split = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
+                if any(k in name for k in ("_proj.",)))
+    assert got[0][1] == got[1][1] == parameter_bytes(model) - split // 2
+
+
+def test_unshardable_config_is_refused():
+    model = build_tiny_model("tiny:heads=4,kv_heads=2")
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        check_shardable(model.config, 4)
+
+
+def test_rendezvous_fails_clearly_when_workers_do_not_arrive():
+    began = time.monotonic()
+    with pytest.raises(StartupError, match="could not rendezvous"):
+        rendezvous(0, 2, f"127.0.0.1:{free_port()}", torch.device("cpu"), timeout_s=2)
+    assert time.monotonic() - began < 30
+
+
+def _tp_stack(**overrides) -> EmbeddedStack:
+    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+                        log_level="warning", target_tp=2, **overrides)
+    return EmbeddedStack(opts)
+
+
+def _target_info(stack: EmbeddedStack) -> pb.ModelInfo:
+    with grpc.insecure_channel(stack.target_address) as channel:
+        return pb_grpc.TargetServiceStub(channel).Info(pb.ModelInfoRequest(), timeout=10)
+
+
+@pytest.fixture(scope="module")
+def tp_stack():
+    with _tp_stack() as running:
+        yield running
+
+
+@pytest.mark.parametrize("gamma", [0, 3, None])
+def test_tp2_greedy_matches_tp1_and_target_only(stack, tp_stack, gamma):
+    for prompt in PROMPTS:
+        reference = generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=0)).token_ids
+        tp2 = generate(tp_stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=gamma)).token_ids
+        assert tp2 == reference, f"γ={gamma}, prompt {prompt!r}"
+
+
+def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
+    info = _target_info(tp_stack)
+    assert info.tensor_parallel_size == 2 and [r.rank for r in info.ranks] == [0, 1]
+    assert info.ranks[0].pid != info.ranks[1].pid
+    full = parameter_bytes(build_tiny_model(TINY_TARGET))
+    assert all(r.parameter_bytes < full for r in info.ranks)
+
+    # Poll every rank's KV state while generations with rollbacks (γ=4 vs a perturbed draft) and a
+    # cancelled stream run: each snapshot is taken between two commands, so ranks must agree exactly.
+    done = threading.Event()
+    snapshots: list[list[dict]] = []
+
+    def poll():
+        while not done.is_set():
+            snapshots.append([dict(r.cached_tokens) for r in _target_info(tp_stack).ranks])
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
+        for prompt in PROMPTS:
+            generate(tp_stack.endpoint, make_request(prompt=prompt, max_new_tokens=120, gamma=4))
+        with grpc.insecure_channel(tp_stack.endpoint) as channel:
+            stream = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="cancel me", max_new_tokens=400))
+            next(stream)
+            stream.cancel()
+    finally:
+        done.set()
+        poller.join()
+    assert any(s[0] for s in snapshots), "no snapshot saw a live session"
+    assert all(s[0] == s[1] for s in snapshots), [s for s in snapshots if s[0] != s[1]][:3]
+    deadline = time.monotonic() + 10
+    while any(r.cached_tokens for r in _target_info(tp_stack).ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(r.cached_tokens for r in _target_info(tp_stack).ranks), "a cancelled session kept its cache"
+
+
+def test_killed_worker_rank_fails_the_stream_fast_and_marks_target_not_serving():
+    with _tp_stack() as stack:
+        follower_pid = _target_info(stack).ranks[1].pid
+        with grpc.insecure_channel(stack.endpoint) as channel:
+            stream = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="hello", max_new_tokens=400, gamma=2),
+                                                               timeout=60)
+            next(stream)
+            os.kill(follower_pid, signal.SIGKILL)
+            killed = time.monotonic()
+            with pytest.raises(grpc.RpcError) as failure:
+                for _ in stream:
+                    pass
+            assert time.monotonic() - killed < 10
+        assert failure.value.code() == grpc.StatusCode.UNAVAILABLE, failure.value.details()
+        assert "rank" in failure.value.details()
+        with grpc.insecure_channel(stack.target_address) as channel:
+            status = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service="specdec.v1.TargetService"), timeout=5).status
+        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+        began = time.monotonic()
+        with pytest.raises(grpc.RpcError) as again:
+            generate(stack.endpoint, make_request(prompt="after", max_new_tokens=8, gamma=0), timeout=30)
+        assert again.value.code() == grpc.StatusCode.UNAVAILABLE and time.monotonic() - began < 10
