@@ -20,6 +20,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind
 
 from orchestrator.clients import ServiceClient, SessionStream
+from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
 from protos import specdec_pb2 as pb
 from service_runtime import telemetry
@@ -39,6 +40,8 @@ class GenerationRequest:
     params: SamplingParams
     gamma: int | None  # None = adaptive
     stop: tuple[str, ...] = ()
+    resumed: tuple[int, ...] = ()  # tokens generated before a resume, from the session record
+    resume_from: int = 0  # of those, how many the client already holds
 
 
 @dataclass
@@ -53,7 +56,7 @@ class Chunk:
 class _Peer:
     """A service stream, its session id, and the committed length that service last confirmed."""
 
-    client: ServiceClient
+    client: ServiceClient | None  # None: no draft replica at hand
     session_id: str
     stream: SessionStream | None = None
     confirmed: int = 0
@@ -107,7 +110,7 @@ class _Peer:
 @dataclass
 class Generation:
     request: GenerationRequest
-    draft: ServiceClient
+    drafts: DraftPool
     target: ServiceClient
     tokenizer: object
     eos_ids: frozenset[int]
@@ -116,22 +119,30 @@ class Generation:
     is_cancelled: Callable[[], bool] = lambda: False
     metrics: SpecDecodeMetrics | None = None
     trace_context: Context | None = None  # the `generate` span's context: parent of every round span
+    on_round: Callable[[list[int], str], None] | None = None  # (generated so far, finish reason) after each round
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
     _last_drafted: int = 0
     _draft_failed_at: float | None = None
+    _draft_replica: str = ""
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
-        committed = list(req.prompt_ids)
-        draft, target = _Peer(self.draft, self.session_id), _Peer(self.target, self.session_id)
+        committed = [*req.prompt_ids, *req.resumed]
+        # Service-side session ids are fresh per run, so a resumed generation never meets its old sessions.
+        service_session = f"{self.session_id}-{uuid.uuid4().hex[:8]}"
+        draft, target = _Peer(self.drafts.acquire(), service_session), _Peer(self.target, service_session)
         text = TextStream(self.tokenizer, req.stop)
-        stats = GenerationStats(prompt_tokens=len(committed))
+        text.push(list(req.resumed[:req.resume_from]))  # shown to the client before the resume
+        stats = GenerationStats(prompt_tokens=len(req.prompt_ids))
         sampling = sampling_to_pb(req.params)
         began = time.perf_counter()
-        generated = 0
+        generated = len(req.resumed)
         finish = ""
         try:
+            replay = list(req.resumed[req.resume_from:])
+            if replay:  # committed before the resume but never delivered: not a round of this run
+                yield Chunk(replay, text.push(replay), RoundRecord(0, 0, 0, len(replay), 0.0, 0.0, 0.0, 0.0, 0.0))
             while not finish:
                 if self.is_cancelled():
                     finish = "cancelled"
@@ -140,7 +151,7 @@ class Generation:
                 room = self.max_context - len(committed)
                 useful = min(remaining - 1, room)
                 gamma = self.controller.choose(useful) if req.gamma is None else max(0, min(req.gamma, useful))
-                if not self._draft_usable():
+                if gamma > 0 and not self._draft_usable(draft):
                     gamma = 0
                 with telemetry.span("round", context=self.trace_context) as span:
                     record, new_tokens = self._round(gamma, committed, draft, target, sampling, span)
@@ -156,16 +167,20 @@ class Generation:
                 stats.rounds.append(record)
                 if self.metrics is not None:
                     self.metrics.record(record)
+                if self.on_round is not None:
+                    self.on_round(committed[len(req.prompt_ids):], finish)
                 if finish:
                     delta += text.finish()
                     stats.finish_reason = finish
                     stats.total_s = time.perf_counter() - began
-                    yield Chunk(new_tokens, delta, record, stats.summary())
+                    summary = {**stats.summary(), "draft_replica": self._draft_replica, "session_id": self.session_id}
+                    yield Chunk(new_tokens, delta, record, summary)
                 else:
                     yield Chunk(new_tokens, delta, record)
         finally:
             draft.close()
             target.close()
+            self.drafts.release(draft.client)
             log.info("session %s finished (%s) after %d tokens", self.session_id, finish or "aborted", generated)
 
     def _finish_reason(self, stopped: bool, generated: int, length: int) -> str:
@@ -195,6 +210,7 @@ class Generation:
                 gamma = draft_wall = 0
             else:
                 draft.confirmed = proposal.committed_len
+                self._draft_replica = draft.client.address
                 draft_tokens, probs = list(proposal.tokens), proposal.probs
                 draft_compute = proposal.compute_ns / 1e9
         self._last_drafted = len(draft_tokens)
@@ -224,13 +240,24 @@ class Generation:
                   1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)
         return record, list(result.tokens)
 
-    def _draft_usable(self) -> bool:
-        failed_at = self._draft_failed_at
-        return failed_at is None or time.monotonic() - failed_at >= self.draft_retry_s
+    def _draft_usable(self, draft: _Peer) -> bool:
+        """A draft replica is at hand, or the pool has one (after a failure: another one at once,
+        else the same one again once `draft_retry_s` has passed)."""
+        if draft.client is not None:
+            return True
+        now = time.monotonic()
+        if self._draft_failed_at is not None and now - self._draft_failed_at < self.draft_retry_s:
+            return False
+        draft.client = self.drafts.acquire()
+        if draft.client is None:
+            self._draft_failed_at = now
+        return draft.client is not None
 
     def _draft_failed(self, draft: _Peer, exc: grpc.RpcError) -> None:
         """Go on target-only; the output cannot change, since the target alone decides every token."""
-        log.warning("session %s: draft failed (%s: %s); decoding target-only, retrying in %.1f s",
-                    self.session_id, exc.code().name, exc.details(), self.draft_retry_s)
+        log.warning("session %s: draft %s failed (%s: %s); decoding target-only until a replica is back",
+                    self.session_id, draft.client.address, exc.code().name, exc.details())
+        self.drafts.failed(draft.client)  # the pool skips it for a while
+        self.drafts.release(draft.client)
         draft.reset()
-        self._draft_failed_at = time.monotonic()
+        draft.client = None  # the next round asks the pool again, which may pick another replica

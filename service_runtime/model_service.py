@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 from typing import Callable
 
 import grpc
@@ -24,6 +25,22 @@ def model_service_parser(what: str, default_model: str) -> argparse.ArgumentPars
     return parser
 
 
+def add_registry_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis-url", default=os.environ.get("SPECDEC_REDIS_URL", ""),
+                        help="register this replica in Redis with TTL heartbeats (default: $SPECDEC_REDIS_URL)")
+    parser.add_argument("--advertise", default=os.environ.get("SPECDEC_ADVERTISE", ""),
+                        help="HOST:PORT other services reach this replica at (default: this host name and port)")
+    parser.add_argument("--heartbeat-ttl", type=float, default=6.0,
+                        help="seconds a registration outlives its last heartbeat (beats every ttl/3)")
+
+
+def advertised_address(args: argparse.Namespace, port: int) -> str:
+    if args.advertise:
+        return args.advertise
+    host = socket.gethostname() if args.host in ("0.0.0.0", "::", "[::]") else args.host
+    return f"{host}:{port}"
+
+
 def setup_process(args: argparse.Namespace, service_name: str, workers_per_node: int = 1) -> telemetry.Telemetry:
     """Logging, telemetry and torch threads; CPU cores are split between the workers of one node."""
     configure_logging(args.log_level)
@@ -40,11 +57,19 @@ def serve_engine(engine, args: argparse.Namespace, what: str, service_name: str,
     return start_server(lambda server: register(server, engine), [service_name], args.host, args.port)
 
 
-def run_model_service(argv: list[str] | None, *, what: str, default_model: str, engine_cls: type[Engine],
-                      service_name: str, register: Callable[[grpc.Server, Engine], None]) -> None:
-    args = model_service_parser(what, default_model).parse_args(argv)
+def run_model_service(args: argparse.Namespace, *, what: str, engine_cls: type[Engine], service_name: str,
+                      register: Callable[[grpc.Server, Engine], None]) -> None:
+    """Load, serve and (with --redis-url) register a replica until SIGTERM."""
     installed = setup_process(args, f"specdec-{what.removesuffix('_service')}")
     log.info("loading %s on %s", args.model, args.device)
     loaded = load_model(args.model, args.device, args.dtype)
     engine = engine_cls(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
-    announce_and_wait(serve_engine(engine, args, what, service_name, register), what, on_stop=installed.shutdown)
+    running = serve_engine(engine, args, what, service_name, register)
+    stops = [installed.shutdown]
+    if args.redis_url:
+        from service_runtime.redis_state import DraftRegistration, connect
+
+        registration = DraftRegistration(connect(args.redis_url), advertised_address(args, running.port),
+                                         lambda: (engine.live_sessions, engine.max_sessions), args.heartbeat_ttl)
+        stops.insert(0, registration.start().stop)
+    announce_and_wait(running, what, on_stop=lambda: [stop() for stop in stops])

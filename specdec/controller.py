@@ -213,3 +213,22 @@ class SharedPrior:
             observed = session.acceptance.accepted + session.acceptance.rejections
             if observed >= 4:
                 self._alpha.update(session.acceptance.alpha)
+
+    def snapshot(self) -> dict:
+        """The prior as plain data (JSON-ready), to share between orchestrators."""
+        with self._lock:
+            return {"costs": {name: e.value for name, e in self._costs.items()},
+                    "verify_by_tokens": {str(n): e.value for n, e in self._verify_by_tokens.items()},
+                    "alpha": self._alpha.value}
+
+    def load(self, snapshot: dict) -> None:
+        """Adopt a snapshot (another orchestrator's latest view of the same model pair)."""
+        with self._lock:
+            for name, value in snapshot.get("costs", {}).items():
+                if name in self._costs and value is not None:
+                    self._costs[name].value = float(value)
+            for n, value in snapshot.get("verify_by_tokens", {}).items():
+                if value is not None:
+                    self._verify_by_tokens.setdefault(int(n), Ewma(self._weight)).value = float(value)
+            if snapshot.get("alpha") is not None:
+                self._alpha.value = float(snapshot["alpha"])

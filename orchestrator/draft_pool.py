@@ -1,0 +1,104 @@
+"""The draft replicas an orchestrator can route sessions to.
+
+Replicas come from a fixed list (`--draft a,b`) or from Redis, where each replica keeps a
+record alive by heartbeat (`service_runtime.redis_state`). A new session goes to the healthy
+replica with the lowest load: sessions it last reported, plus the sessions this orchestrator
+opened on it since, over its session cap. A replica that failed a call is skipped for
+`cooldown_s`; a replica whose heartbeat stopped drops out when its record expires.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import grpc
+
+from orchestrator.clients import ServiceClient, draft_client
+from protos import specdec_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+
+class DraftPool:
+    def __init__(self, addresses: list[str] = (), registry=None, vocab_size: int | None = None,
+                 cooldown_s: float = 2.0):
+        if not addresses and registry is None:
+            raise ValueError("a draft pool needs addresses or a Redis registry")
+        self.addresses, self.registry = list(addresses), registry
+        self.vocab_size, self.cooldown_s = vocab_size, cooldown_s
+        self._clients: dict[str, ServiceClient] = {}
+        self._opened: dict[str, int] = {}  # sessions opened here and still running, per replica
+        self._failed_at: dict[str, float] = {}
+        self._refused: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _candidates(self) -> list[dict]:
+        if self.registry is None:
+            return [{"address": a, "live_sessions": 0, "max_sessions": 1} for a in self.addresses]
+        from service_runtime.redis_state import registered_drafts
+
+        try:
+            return registered_drafts(self.registry)
+        except Exception as exc:  # noqa: BLE001 - Redis away: no replica known, decode target-only
+            log.warning("cannot read the draft registry: %s", exc)
+            return []
+
+    def acquire(self) -> ServiceClient | None:
+        """The least-loaded healthy replica for a new session (None: decode target-only)."""
+        candidates = self._candidates()
+        tried: set[str] = set()
+        while True:
+            now = time.monotonic()
+            with self._lock:  # choose and count in one step, so concurrent sessions spread out
+                usable = [c for c in candidates if c["address"] not in self._refused | tried
+                          and now - self._failed_at.get(c["address"], -1e9) >= self.cooldown_s]
+                if not usable:
+                    return None
+                best = min(usable, key=lambda c: ((c["live_sessions"] + self._opened.get(c["address"], 0))
+                                                  / max(c["max_sessions"], 1), c["address"]))["address"]
+                self._opened[best] = self._opened.get(best, 0) + 1
+            client = self._client(best)
+            if client is not None:
+                return client
+            tried.add(best)
+            with self._lock:
+                self._opened[best] -= 1
+
+    def _client(self, address: str) -> ServiceClient | None:
+        """The channel to `address`; a new replica is first checked to share the target's vocabulary."""
+        with self._lock:
+            client = self._clients.get(address)
+        if client is not None:
+            return client
+        client = draft_client(address)
+        try:
+            vocab = client.stub.Info(pb.ModelInfoRequest(), timeout=5).vocab_size
+        except grpc.RpcError as exc:
+            log.warning("draft replica %s does not answer (%s); skipping it", address, exc.code().name)
+            client.close()
+            with self._lock:
+                self._failed_at[address] = time.monotonic()
+            return None
+        if self.vocab_size is not None and vocab != self.vocab_size:
+            log.error("draft replica %s has vocabulary %d, the target %d: never used", address, vocab, self.vocab_size)
+            client.close()
+            with self._lock:
+                self._refused.add(address)
+            return None
+        with self._lock:
+            return self._clients.setdefault(address, client)
+
+    def release(self, client: ServiceClient | None) -> None:
+        if client is not None:
+            with self._lock:
+                self._opened[client.address] = max(self._opened.get(client.address, 1) - 1, 0)
+
+    def failed(self, client: ServiceClient) -> None:
+        with self._lock:
+            self._failed_at[client.address] = time.monotonic()
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()

@@ -1,0 +1,46 @@
+"""Generation records in Redis: written every round, read back to resume on any orchestrator."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from orchestrator.generation import GenerationRequest
+from specdec.errors import FailedPrecondition, InvalidArgument, NotFound
+from specdec.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+def record_of(request: GenerationRequest, generated: list[int], finish: str) -> dict:
+    """What a resume needs: the request as parsed, and every token committed so far."""
+    return {"prompt_ids": list(request.prompt_ids), "generated": list(generated), "finish_reason": finish,
+            "max_new_tokens": request.max_new_tokens, "params": dataclasses.asdict(request.params),
+            "gamma": request.gamma, "stop": list(request.stop)}
+
+
+def resume_request(record: dict | None, session_id: str, resume_from: int) -> GenerationRequest:
+    """The GenerationRequest that continues a recorded generation; raises NotFound / FailedPrecondition."""
+    if record is None:
+        raise NotFound(f"no record of session {session_id!r} (never started here, or expired)")
+    if record["finish_reason"]:
+        raise FailedPrecondition(f"session {session_id!r} already finished ({record['finish_reason']})")
+    generated = record["generated"]
+    if resume_from > len(generated):
+        raise InvalidArgument(f"resume_from {resume_from} is past the {len(generated)} tokens generated so far")
+    return GenerationRequest(record["prompt_ids"], record["max_new_tokens"], SamplingParams(**record["params"]),
+                             record["gamma"], tuple(record["stop"]), resumed=tuple(generated),
+                             resume_from=resume_from)
+
+
+class RecordWriter:
+    """Saves a generation's record after every round; a Redis error is logged, never fatal."""
+
+    def __init__(self, store, session_id: str, request: GenerationRequest):
+        self.store, self.session_id, self.request = store, session_id, request
+
+    def __call__(self, generated: list[int], finish: str) -> None:
+        try:
+            self.store.save(self.session_id, record_of(self.request, generated, finish))
+        except Exception as exc:  # noqa: BLE001 - Redis trouble must not fail the generation
+            log.warning("session %s: record not saved: %s", self.session_id, exc)

@@ -1,0 +1,106 @@
+"""Shared state in Redis for the distributed deployment (the embedded default needs none of it).
+
+Keys (all under `specdec:`):
+- `draft:<address>`: a draft replica's record, JSON, expiring `ttl_s` after its last heartbeat;
+- `session:<id>`: a generation's committed state, JSON, rewritten every round;
+- `prior:<draft>|<target>`: the γ controller's shared prior for one model pair, JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from typing import Callable
+
+import redis
+
+log = logging.getLogger(__name__)
+PREFIX = "specdec"
+SESSION_TTL_S = 24 * 3600
+
+
+def connect(url: str) -> redis.Redis:
+    """A client for `url` (redis://host:port/db); raises SystemExit with the reason if unreachable."""
+    client = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0, decode_responses=True)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise SystemExit(f"cannot reach Redis at {url}: {exc}") from exc
+    return client
+
+
+class DraftRegistration:
+    """A draft replica's heartbeat: its record lives `ttl_s` past the last beat, then vanishes.
+
+    `load()` returns (live_sessions, max_sessions), published with each beat.
+    """
+
+    def __init__(self, client: redis.Redis, address: str, load: Callable[[], tuple[int, int]], ttl_s: float = 6.0):
+        self.client, self.address, self.load, self.ttl_s = client, address, load, ttl_s
+        self.key = f"{PREFIX}:draft:{address}"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat_forever, daemon=True)
+
+    def start(self) -> "DraftRegistration":
+        self.beat()
+        self._thread.start()
+        log.info("registered draft replica %s in Redis (ttl %.1f s)", self.address, self.ttl_s)
+        return self
+
+    def beat(self) -> None:
+        live, cap = self.load()
+        record = {"address": self.address, "live_sessions": live, "max_sessions": cap, "beat_at": time.time()}
+        self.client.set(self.key, json.dumps(record), px=math.ceil(self.ttl_s * 1000))
+
+    def _beat_forever(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.beat()
+            except redis.RedisError as exc:  # Redis away: the record expires and routing skips us
+                log.warning("draft heartbeat failed: %s", exc)
+
+    def stop(self) -> None:
+        """Deregister at once (a clean shutdown; a crash just lets the record expire)."""
+        self._stop.set()
+        try:
+            self.client.delete(self.key)
+        except redis.RedisError:
+            pass
+
+
+def registered_drafts(client: redis.Redis) -> list[dict]:
+    """The records of every draft replica whose heartbeat has not expired."""
+    keys = list(client.scan_iter(f"{PREFIX}:draft:*"))
+    values = client.mget(keys) if keys else []
+    return [json.loads(v) for v in values if v]
+
+
+class SessionStore:
+    """Per-generation records, so that another orchestrator can resume a generation."""
+
+    def __init__(self, client: redis.Redis, ttl_s: float = SESSION_TTL_S):
+        self.client, self.ttl_s = client, ttl_s
+
+    def save(self, session_id: str, record: dict) -> None:
+        self.client.set(f"{PREFIX}:session:{session_id}", json.dumps(record), ex=int(self.ttl_s))
+
+    def load(self, session_id: str) -> dict | None:
+        value = self.client.get(f"{PREFIX}:session:{session_id}")
+        return json.loads(value) if value else None
+
+
+class PriorStore:
+    """The γ controller's shared prior for one model pair, shared by every orchestrator."""
+
+    def __init__(self, client: redis.Redis, pair: str):
+        self.client, self.key = client, f"{PREFIX}:prior:{pair}"
+
+    def load(self) -> dict | None:
+        value = self.client.get(self.key)
+        return json.loads(value) if value else None
+
+    def save(self, snapshot: dict) -> None:
+        self.client.set(self.key, json.dumps(snapshot))

@@ -1,0 +1,159 @@
+"""Distributed mode against a real redis-server: replica registry and failover, resumable
+session records, and the γ prior shared between orchestrators."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+
+import grpc
+import pytest
+import redis
+
+from orchestrator.client import generate, make_request
+from orchestrator.stack import EmbeddedStack, StackOptions
+from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.redis_state import DraftRegistration, PriorStore, registered_drafts
+from specdec.controller import RoundTiming, SharedPrior
+from target_service.tensor_parallel import free_port
+
+from conftest import TINY_DRAFT, TINY_TARGET
+
+TTL_S = 1.5
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is not installed (scripts/setup.sh installs Debian's package)"
+    port = free_port()
+    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                              stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.1)
+    yield f"redis://127.0.0.1:{port}/0"
+    server.terminate()
+    server.wait(10)
+
+
+@pytest.fixture
+def client(redis_url):
+    connection = redis.Redis.from_url(redis_url, decode_responses=True)
+    connection.flushdb()
+    return connection
+
+
+def test_registration_expires_without_heartbeats(client):
+    registration = DraftRegistration(client, "10.0.0.7:50061", lambda: (3, 64), ttl_s=TTL_S).start()
+    (record,) = registered_drafts(client)
+    assert (record["address"], record["live_sessions"], record["max_sessions"]) == ("10.0.0.7:50061", 3, 64)
+    time.sleep(TTL_S * 1.5)
+    assert len(registered_drafts(client)) == 1, "heartbeats keep the record alive"
+    registration._stop.set()  # a crash: no more beats, no deregistration
+    time.sleep(TTL_S + 0.5)
+    assert registered_drafts(client) == []
+
+
+def test_shared_prior_survives_the_trip_through_redis(client):
+    first = SharedPrior(gamma_max=6)
+    session = first.new_controller()
+    for _ in range(12):
+        session.observe(RoundTiming(4, 3, 0.09, 0.08, 0.40, 0.38))
+    first.absorb(session)
+    store = PriorStore(client, "pair")
+    store.save(first.snapshot())
+    second = SharedPrior(gamma_max=6)
+    second.load(store.load())
+    assert second.snapshot() == first.snapshot()
+    a, b = first.new_controller(), second.new_controller()
+    assert (a.acceptance.alpha, a.round_time(4)) == (b.acceptance.alpha, b.round_time(4))
+    assert [a.choose(8) for _ in range(3)] == [b.choose(8) for _ in range(3)]
+
+
+@pytest.fixture(scope="module")
+def cluster(redis_url):
+    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+                        log_level="warning", redis_url=redis_url, draft_replicas=2, heartbeat_ttl_s=TTL_S)
+    with EmbeddedStack(opts) as stack:
+        yield stack
+
+
+def test_sessions_spread_over_replicas_then_route_around_a_dead_one(stack, cluster, redis_url):
+    registry = redis.Redis.from_url(redis_url, decode_responses=True)
+    assert sorted(r["address"] for r in registered_drafts(registry)) == sorted(cluster.draft_addresses)
+    prompts = ["def a():", "def b():"]
+    reference = {p: generate(stack.endpoint, make_request(prompt=p, max_new_tokens=64, gamma=0)).token_ids
+                 for p in prompts}
+
+    results = {}
+
+    def run(prompt):
+        results[prompt] = generate(cluster.endpoint, make_request(prompt=prompt, max_new_tokens=64, gamma=2))
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in prompts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {p: r.token_ids for p, r in results.items()} == reference
+    assert {r.stats["draft_replica"] for r in results.values()} == set(cluster.draft_addresses), \
+        "two concurrent sessions should land on the two replicas"
+
+    dead, alive = cluster.drafts[0], cluster.draft_addresses[1]
+    dead.proc.kill()
+    dead.proc.wait()
+    # Within the TTL the dead replica may still be picked: the draft call fails, the session goes on
+    # target-only and then asks the pool again, which now skips the dead replica.
+    for prompt in prompts:
+        out = generate(cluster.endpoint, make_request(prompt=prompt, max_new_tokens=64, gamma=2))
+        assert out.token_ids == reference[prompt]
+        assert out.stats["draft_replica"] == alive
+    time.sleep(TTL_S + 0.5)
+    assert [r["address"] for r in registered_drafts(registry)] == [alive]
+    out = generate(cluster.endpoint, make_request(prompt=prompts[0], max_new_tokens=64, gamma=2))
+    assert out.token_ids == reference[prompts[0]] and out.stats["draft_replica"] == alive
+    assert all(r.drafted > 0 for r in out.rounds[:-1]), "new sessions speculate on the live replica"
+
+
+def test_another_orchestrator_resumes_a_cut_generation(stack, cluster):
+    prompt, n = "resume this", 80
+    reference = generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=n, gamma=0)).token_ids
+    received: list[int] = []
+    with grpc.insecure_channel(cluster.endpoint) as channel:
+        request = make_request(prompt=prompt, max_new_tokens=n, gamma=3)
+        request.session_id = "resumable-1"
+        stream = pb_grpc.SpecDecStub(channel).Generate(request)
+        for _ in range(4):
+            received.extend(next(stream).token_ids)
+        stream.cancel()  # the client (or its orchestrator) goes away mid-generation
+    other = cluster.start_another_orchestrator()
+    try:
+        resume = make_request(max_new_tokens=1)  # ignored on resume: the record holds the request
+        resume.session_id, resume.resume, resume.resume_from = "resumable-1", True, len(received)
+        rest = generate(f"127.0.0.1:{other.port}", resume)
+        with pytest.raises(grpc.RpcError) as finished:
+            generate(f"127.0.0.1:{other.port}", resume)
+    finally:
+        other.stop(grace=1.0)
+    assert received + rest.token_ids == reference
+    assert finished.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+@pytest.mark.parametrize("target, code", [("cluster", grpc.StatusCode.NOT_FOUND),
+                                          ("stack", grpc.StatusCode.FAILED_PRECONDITION)])
+def test_resume_errors(request, target, code):
+    endpoint = request.getfixturevalue(target).endpoint
+    resume = make_request(max_new_tokens=1)
+    resume.session_id, resume.resume = "never-started", True
+    with pytest.raises(grpc.RpcError) as failure:
+        generate(endpoint, resume)
+    assert failure.value.code() == code, failure.value.details()
