@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -34,7 +35,8 @@ def stack_options(args: argparse.Namespace, port: int = 0):
 
     return StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
                         dtype=args.dtype, port=port, gamma_max=args.gamma_max, log_level=args.log_level,
-                        target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file)
+                        target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file,
+                        redis_url=getattr(args, "redis_url", ""))
 
 
 def _gamma(value: str) -> int | None:
@@ -51,7 +53,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from orchestrator.stack import EmbeddedStack
 
-    with EmbeddedStack(stack_options(args, args.port)) as stack:
+    opts = stack_options(args, args.port)
+    if args.ray:
+        from orchestrator.ray_stack import RayStack
+
+        stack_cm = RayStack(opts, args.ray_address, args.draft_replicas, args.ray_cpus_per_process,
+                            args.ray_gpus_per_process)
+    else:
+        opts.draft_replicas = args.draft_replicas
+        stack_cm = EmbeddedStack(opts)
+    with stack_cm as stack:
         print(f"specdec serving on {stack.endpoint}", flush=True)
         try:
             threading.Event().wait()
@@ -114,6 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the embedded local stack and print its endpoint")
     _add_stack_args(serve)
     serve.add_argument("--port", type=int, default=50051, help="orchestrator port (0 = any free port)")
+    serve.add_argument("--draft-replicas", type=int, default=1, help="draft service replicas")
+    serve.add_argument("--redis-url", default=os.environ.get("SPECDEC_REDIS_URL", ""),
+                       help="distributed mode: drafts register in Redis, sessions and the γ prior are kept there")
+    serve.add_argument("--ray", action="store_true", help="place the draft replicas and the target's tensor-parallel "
+                       "ranks as Ray actors with placement groups")
+    serve.add_argument("--ray-address", default="", help="Ray cluster to join (default: RAY_ADDRESS, else a local one)")
+    serve.add_argument("--ray-cpus-per-process", type=float, default=1.0, help="CPUs reserved per service process")
+    serve.add_argument("--ray-gpus-per-process", type=float, default=0.0,
+                       help="GPUs reserved per service process (1 on GPU clusters: one per draft, one per rank)")
     serve.set_defaults(func=cmd_serve)
 
     gen = sub.add_parser("generate", help="run one generation")

@@ -35,8 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds for the workers to rendezvous, and for any one collective to complete")
     parser.add_argument("--tp-load-timeout", type=float, default=1800.0,
                         help="seconds for every worker to finish loading its shard")
-    parser.add_argument("--tp-rank", type=int, default=0, help=argparse.SUPPRESS)  # set for spawned workers
-    parser.add_argument("--tp-master", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--tp-rank", type=int, default=0, help="this process's rank (set for workers started "
+                        "elsewhere, e.g. by Ray; rank 0 sets it for the workers it spawns)")
+    parser.add_argument("--tp-master", default="", help="HOST:PORT where the ranks rendezvous (default: rank 0 "
+                        "picks a free loopback port)")
+    parser.add_argument("--tp-external-workers", action="store_true",
+                        help="rank 0 does not spawn ranks 1..N-1: they are started elsewhere with --tp-rank "
+                             "and the same --tp-master (Ray placement)")
     return parser
 
 
@@ -53,11 +58,13 @@ def run_tensor_parallel(args: argparse.Namespace, argv: list[str]) -> None:
     rank, world = args.tp_rank, args.tp
     device = resolve_device(args.device)
     followers: list[subprocess.Popen] = []
-    if rank == 0:
+    if rank == 0 and not args.tp_external_workers:
         args.tp_master = args.tp_master or f"127.0.0.1:{tp.free_port()}"
         followers = [subprocess.Popen([sys.executable, "-m", "target_service", *argv, "--tp-rank", str(r),
                                        "--tp-master", args.tp_master], stdout=subprocess.DEVNULL)
                      for r in range(1, world)]
+    if not args.tp_master:
+        raise SystemExit("target_service: --tp-master is needed with --tp-external-workers or --tp-rank > 0")
     try:
         group = tp.rendezvous(rank, world, args.tp_master, device, args.tp_timeout)
         engine = load_engine(args, rank)

@@ -1,0 +1,163 @@
+"""`specdec serve --ray`: draft replicas and the target's tensor-parallel ranks as Ray actors.
+
+Each service process runs under a `ServiceActor`, placed by Ray through placement groups:
+the draft replicas spread over nodes (one bundle each), the target's ranks packed onto one node
+(one bundle, and on GPU clusters one GPU, per rank). Rank 0 of the target is started with
+`--tp-external-workers`: it does not spawn its followers, which Ray places as actors of their
+own and which join it at `--tp-master`. The orchestrator runs in this (driver) process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import threading
+
+from orchestrator.server import start_orchestrator
+from orchestrator.stack import StackOptions, model_service_argv
+from service_runtime.server import READY_PREFIX, RunningServer
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 1800.0
+
+
+class ServiceActor:
+    """Runs one service process on the node Ray placed this actor on."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+
+    def node_ip(self) -> str:
+        import ray
+
+        return ray.util.get_node_ip_address()
+
+    def free_port(self) -> int:
+        from target_service.tensor_parallel import free_port
+
+        return free_port("0.0.0.0")
+
+    def start(self, module: str, argv: list[str], wait_ready: bool = True) -> int:
+        """Start `python -m module argv`; returns the port from its ready line (0 if not waited for)."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE, text=True, env=env)
+        if not wait_ready:
+            threading.Thread(target=self._drain, daemon=True).start()
+            return 0
+        for line in self.proc.stdout:
+            if line.startswith(READY_PREFIX):
+                threading.Thread(target=self._drain, daemon=True).start()
+                return int(line[len(READY_PREFIX):])
+        raise RuntimeError(f"{module} exited with code {self.proc.wait()} before it was ready")
+
+    def _drain(self) -> None:
+        for line in self.proc.stdout:
+            sys.stderr.write(line)
+
+    def pid(self) -> int:
+        return self.proc.pid if self.proc else 0
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+class RayStack:
+    """Like EmbeddedStack, with every service process placed by Ray. Context manager."""
+
+    def __init__(self, opts: StackOptions, ray_address: str = "", draft_replicas: int = 1,
+                 cpus_per_process: float = 1.0, gpus_per_process: float = 0.0, ray_init: dict | None = None):
+        self.opts, self.ray_address, self.draft_replicas = opts, ray_address, draft_replicas
+        self.cpus, self.gpus, self.ray_init = cpus_per_process, gpus_per_process, ray_init or {}
+        self.actors: list = []
+        self.placement_groups: list = []
+        self.orchestrator: RunningServer | None = None
+
+    def __enter__(self) -> "RayStack":
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _bundle(self) -> dict:
+        return {"CPU": self.cpus, **({"GPU": self.gpus} if self.gpus else {})}
+
+    def _actors(self, count: int, strategy: str) -> list:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        group = placement_group([self._bundle()] * count, strategy=strategy)
+        ray.get(group.ready(), timeout=120)
+        self.placement_groups.append(group)
+        remote = ray.remote(num_cpus=self.cpus, num_gpus=self.gpus)(ServiceActor)
+        actors = [remote.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=i)).remote() for i in range(count)]
+        self.actors.extend(actors)
+        return actors
+
+    def start(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.ray_address or None, **self.ray_init)
+        opts = self.opts
+        # The target first: its ranks on one node (nccl/gloo between them), rank 0 serving gRPC.
+        ranks = self._actors(opts.target_tp, "STRICT_PACK")
+        target_argv = [*model_service_argv(opts.target_model, opts), "--tp", str(opts.target_tp),
+                       "--host", "0.0.0.0", "--port", "0", "--log-level", opts.log_level]
+        target_ip = ray.get(ranks[0].node_ip.remote())
+        pending = []
+        if opts.target_tp > 1:
+            master = f"{target_ip}:{ray.get(ranks[0].free_port.remote())}"
+            target_argv += ["--tp-master", master, "--tp-external-workers"]
+            pending = [rank.start.remote("target_service", [*target_argv, "--tp-rank", str(r)], False)
+                       for r, rank in enumerate(ranks[1:], start=1)]
+        target_port = ray.get(ranks[0].start.remote("target_service", target_argv), timeout=START_TIMEOUT_S)
+        ray.get(pending)
+        self.target_address = f"{target_ip}:{target_port}"
+        drafts = self._actors(self.draft_replicas, "SPREAD")
+        draft_argv = [*model_service_argv(opts.draft_model, opts), "--host", "0.0.0.0", "--port", "0",
+                      "--log-level", opts.log_level, *(["--redis-url", opts.redis_url] if opts.redis_url else [])]
+        ports = ray.get([d.start.remote("draft_service", draft_argv) for d in drafts], timeout=START_TIMEOUT_S)
+        ips = ray.get([d.node_ip.remote() for d in drafts])
+        self.draft_addresses = [f"{ip}:{port}" for ip, port in zip(ips, ports)]
+        args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit,
+                                  redis_url=opts.redis_url)
+        draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
+        self.orchestrator = start_orchestrator(draft_route, self.target_address, opts.target_model, opts.host,
+                                               opts.port, args)
+        log.info("ray: drafts %s, target %s (tp=%d), orchestrator %s", self.draft_addresses, self.target_address,
+                 opts.target_tp, self.endpoint)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.opts.host}:{self.orchestrator.port}"
+
+    def stop(self) -> None:
+        import ray
+
+        if self.orchestrator is not None:
+            self.orchestrator.stop(grace=1.0)
+        if not ray.is_initialized():
+            return
+        ray.get([actor.stop.remote() for actor in self.actors], timeout=60)
+        for actor in self.actors:
+            ray.kill(actor)
+        from ray.util.placement_group import remove_placement_group
+
+        for group in self.placement_groups:
+            remove_placement_group(group)
+        self.actors, self.placement_groups = [], []

@@ -1,0 +1,229 @@
+"""Deployment files, validated as far as this machine allows (no image registry): the compose
+files against the compose spec and by docker-compose, every Kubernetes manifest by
+kubernetes-validate --strict, and every command, flag and env var they name against the CLI."""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from draft_service.__main__ import build_parser as draft_parser
+from orchestrator.__main__ import build_parser as orchestrator_parser
+from target_service.__main__ import build_parser as target_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = [ROOT / "docker-compose.yml", ROOT / "docker-compose.gpu.yml"]
+K8S = ROOT / "deploy" / "k8s"
+RAY_CLUSTER = ROOT / "deploy" / "ray" / "raycluster.yaml"
+PARSERS = {"draft_service": draft_parser, "target_service": target_parser, "orchestrator": orchestrator_parser,
+           "service_runtime.healthcheck": None}
+# Env vars read by libraries rather than by our code: the OpenTelemetry SDK's standard settings.
+STANDARD_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
+                "COLLECTOR_OTLP_ENABLED", "POD_IP", "RAY_ADDRESS"}
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def k8s_documents() -> list[tuple[Path, dict]]:
+    """Every resource of the base and the KubeRay cluster, and the kustomizations (not the overlay patches)."""
+    docs = []
+    paths = [*sorted((K8S / "base").glob("*.yaml")), RAY_CLUSTER, *sorted(K8S.rglob("kustomization.yaml"))]
+    for path in dict.fromkeys(paths):
+        if path.name != "otel-collector-config.yaml":
+            docs.extend((path, d) for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+def containers_of(doc: dict) -> list[dict]:
+    """Every container spec in a compose service or a Kubernetes workload (RayCluster included)."""
+    found = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("containers", "initContainers") and isinstance(value, list):
+                    found.extend(value)
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(doc)
+    return found
+
+
+@pytest.mark.parametrize("path", COMPOSE, ids=lambda p: p.name)
+def test_compose_file_matches_the_compose_spec(path):
+    result = run([str(Path(sys.executable).parent / "check-jsonschema"), "--builtin-schema", "vendor.compose-spec",
+                  str(path)])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("files", [COMPOSE[:1], COMPOSE], ids=["cpu", "gpu-override"])
+def test_docker_compose_accepts_the_files(files):
+    binary = shutil.which("docker-compose")
+    assert binary, "docker-compose is not installed (scripts/setup.sh installs Debian's package)"
+    result = run([binary, *[a for f in files for a in ("-f", str(f))], "config", "-q"])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_layout():
+    services = yaml.safe_load(COMPOSE[0].read_text())["services"]
+    assert {"redis", "otel-collector", "jaeger", "draft-1", "draft-2", "target", "orchestrator"} <= set(services)
+    assert "--tp" in services["target"]["command"] and services["target"]["command"][-1] == "2"
+    for name in ("draft-1", "draft-2", "target", "orchestrator", "redis"):
+        assert "healthcheck" in services[name], name
+    for dep in ("draft-1", "draft-2", "target", "redis"):
+        assert services["orchestrator"]["depends_on"][dep]["condition"] == "service_healthy"
+    gpu = yaml.safe_load(COMPOSE[1].read_text())["services"]["target"]
+    assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 2
+
+
+def test_kubernetes_manifests_validate_strictly(tmp_path):
+    files = [p for p in sorted(K8S.rglob("*.yaml")) if p.name != "kustomization.yaml"
+             and p.parent.name != "gpu" and p.name != "otel-collector-config.yaml"]
+    # The gpu overlay's patches, applied to their base resources the way kustomize merges them.
+    base = {(d["kind"], d["metadata"]["name"]): d for _, d in k8s_documents() if "metadata" in d}
+    for patch_path in sorted((K8S / "overlays" / "gpu").glob("*-gpu.yaml")):
+        patch = yaml.safe_load(patch_path.read_text())
+        merged = strategic_merge(copy.deepcopy(base[(patch["kind"], patch["metadata"]["name"])]), patch)
+        out = tmp_path / patch_path.name
+        out.write_text(yaml.safe_dump(merged))
+        files.append(out)
+    # KubeRay's CRD has no schema here: validate its pod templates as PodTemplates.
+    cluster = yaml.safe_load(RAY_CLUSTER.read_text())
+    groups = [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]
+    for i, group in enumerate(groups):
+        out = tmp_path / f"ray-template-{i}.yaml"
+        out.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "PodTemplate",
+                                       "metadata": {"name": f"ray-{i}"}, "template": group["template"]}))
+        files.append(out)
+    validator = str(Path(sys.executable).parent / "kubernetes-validate")
+    result = run([validator, "--strict", "--quiet", *map(str, files)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    broken = tmp_path / "broken.yaml"  # the validator does reject a bad manifest
+    broken.write_text("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec: {replicas: two}\n")
+    assert run([validator, "--strict", "--quiet", str(broken)]).returncode != 0
+
+
+def strategic_merge(base: dict, patch: dict) -> dict:
+    """Kustomize's strategic merge for what our patches use: maps merge, named lists merge by name."""
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            strategic_merge(base[key], value)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value) \
+                and isinstance(base.get(key), list):
+            by_name = {item.get("name"): item for item in base[key]}
+            for item in value:
+                if item["name"] in by_name:
+                    strategic_merge(by_name[item["name"]], item)
+                else:
+                    base[key].append(item)
+        else:
+            base[key] = value
+    return base
+
+
+def test_kubernetes_layout():
+    kinds = {(d["kind"], d["metadata"]["name"]) for _, d in k8s_documents() if "metadata" in d}
+    for needed in [("Deployment", "draft"), ("HorizontalPodAutoscaler", "draft"), ("StatefulSet", "target"),
+                   ("Deployment", "orchestrator"), ("Service", "orchestrator"), ("Deployment", "redis"),
+                   ("Deployment", "otel-collector"), ("PodDisruptionBudget", "draft"), ("RayCluster", "specdec")]:
+        assert needed in kinds, needed
+    policies = {d["metadata"]["name"]: d for _, d in k8s_documents() if d["kind"] == "NetworkPolicy"}
+    for name, app in (("draft-from-orchestrator", "specdec-draft"), ("target-from-orchestrator", "specdec-target")):
+        spec = policies[name]["spec"]
+        assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == app
+        assert [f["podSelector"]["matchLabels"] for rule in spec["ingress"] for f in rule["from"]] == \
+               [{"app.kubernetes.io/name": "specdec-orchestrator"}]
+    for path, doc in k8s_documents():
+        for container in containers_of(doc):
+            if container.get("image") == "specdec":
+                assert "resources" in container and "limits" in container["resources"], (path, container["name"])
+                if doc["kind"] != "RayCluster":
+                    assert "grpc" in container["readinessProbe"] and "grpc" in container["livenessProbe"]
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    """(where, argv) of every container that runs one of our modules."""
+    found = []
+    for path in COMPOSE:
+        for name, service in yaml.safe_load(path.read_text())["services"].items():
+            if "command" in service:
+                found.append((f"{path.name}:{name}", list(service["command"])))
+            for probe in [service.get("healthcheck", {}).get("test", [])]:
+                if probe[:1] == ["CMD"]:
+                    found.append((f"{path.name}:{name}:healthcheck", probe[1:]))
+    for path, doc in k8s_documents():
+        for container in containers_of(doc):
+            argv = [*container.get("command", []), *container.get("args", [])]
+            if argv:
+                found.append((f"{path.name}:{container['name']}", argv))
+    return [(where, argv) for where, argv in found if argv[:2] == ["python", "-m"]]
+
+
+def test_every_command_and_flag_exists_in_the_cli():
+    checked = set()
+    for where, argv in commands():
+        module, rest = argv[2], argv[3:]
+        assert module in PARSERS, f"{where}: unknown module {module}"
+        if PARSERS[module] is None:
+            from service_runtime.healthcheck import main as healthcheck_main  # noqa: F401 - importable
+            continue
+        parser = PARSERS[module]()
+        try:
+            parser.parse_args(rest)
+        except SystemExit as exc:
+            pytest.fail(f"{where}: `{' '.join(argv)}` is refused by the CLI ({exc})")
+        checked.add(module)
+    assert checked == {"draft_service", "target_service", "orchestrator"}
+
+
+def test_every_env_var_named_is_read_by_the_code():
+    names = set()
+    for path in COMPOSE:
+        for service in yaml.safe_load(path.read_text())["services"].values():
+            env = service.get("environment", {})
+            names |= set(env if isinstance(env, dict) else [e.split("=")[0] for e in env])
+    for _, doc in k8s_documents():
+        for container in containers_of(doc):
+            names |= {e["name"] for e in container.get("env", [])}
+        if doc["kind"] == "Kustomization":
+            for generator in doc.get("configMapGenerator", []):
+                names |= {lit.split("=")[0] for lit in generator.get("literals", [])}
+    # Compose's own interpolation variables (read by compose, not by us) must each carry a default.
+    for path in COMPOSE:
+        for name, default in re.findall(r"\$\{(\w+)(:-[^}]*)?\}", path.read_text()):
+            assert default, f"{path.name}: ${{{name}}} has no default"
+    source = "\n".join(p.read_text() for pkg in ("specdec", "service_runtime", "orchestrator", "draft_service",
+                                                 "target_service") for p in (ROOT / pkg).rglob("*.py"))
+    source += (ROOT / "deploy" / "Dockerfile").read_text()
+    unknown = {n for n in names - STANDARD_ENV if n not in source}
+    assert not unknown, f"env vars named in deployment files but read nowhere: {sorted(unknown)}"
+    assert {"SPECDEC_REDIS_URL", "OTEL_EXPORTER_OTLP_ENDPOINT"} <= names
+
+
+def test_dockerfile_has_variants_a_non_root_user_and_a_grpc_health_check():
+    text = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert re.search(r"^ARG VARIANT=cpu$", text, re.M) and "cuda)" in text
+    assert re.search(r"^USER 10001$", text, re.M)
+    assert "HEALTHCHECK" in text and "service_runtime.healthcheck" in text
+    assert "VOLUME" in text and "COPY" in text and ".cache" not in text  # weights never baked in
+
+
+def test_healthcheck_command_reports_serving_and_failure(stack):
+    ok = run([sys.executable, "-m", "service_runtime.healthcheck", stack.target_address,
+              "--service", "specdec.v1.TargetService"])
+    assert ok.returncode == 0 and "SERVING" in ok.stdout
+    down = run([sys.executable, "-m", "service_runtime.healthcheck", "127.0.0.1:9", "--timeout", "1"])
+    assert down.returncode == 1
