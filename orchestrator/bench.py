@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from orchestrator.bench_tracing import tracing_off_cost_us
+from orchestrator.bench_tracing import tracing_cost_us
 from orchestrator.client import generate, make_request
 from specdec.controller import AcceptanceEstimate, theorem_speedup
 
@@ -174,12 +174,12 @@ def run_bench(args: argparse.Namespace) -> int:
     print_table(rows)
     if hf is not None:
         print(f"HF assisted output identical to target-only: {hf.outputs == results[0].outputs}")
-    tracing_cost = tracing_off_cost_us()
-    if tracing_cost is not None:
-        print(f"tracing instrumentation with tracing off: {tracing_cost:.1f} µs per round")
+    tracing_cost = tracing_cost_us()
+    print(f"tracing instrumentation per round: {tracing_cost['tracing_off_us_per_round']:.1f} µs with tracing off, "
+          f"{tracing_cost['tracing_on_us_per_round']:.1f} µs with tracing on")
     payload = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "draft": args.draft_model,
                "target": args.target_model, "rows": rows, "adaptive_gammas": [r.gamma for r in results[-1].rounds],
-               "tracing_off_cost_us_per_round": tracing_cost}
+               **tracing_cost}
     Path(args.output).write_text(json.dumps(payload, indent=2))
     print(f"wrote {args.output}")
     return 0

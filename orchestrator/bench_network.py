@@ -24,17 +24,24 @@ def _policies(gamma_max: int) -> list[tuple[str, int | None]]:
     return [(f"γ={g}", g) for g in FIXED_GAMMAS if g <= gamma_max] + [("adaptive", None)]
 
 
-def _mixed_workload(stack, prompts: list[dict], rtts: list[float], gamma: int | None, n: int) -> float:
-    """tokens/s over requests that alternate prompt type and RTT."""
-    tokens, seconds = 0, 0.0
-    for i, prompt in enumerate(prompts * 2):
+def _mixed_workload(stack, prompts: list[dict], rtts: list[float], policies: list[tuple[str, int | None]],
+                    n: int) -> dict[str, float]:
+    """tokens/s per policy over requests that alternate prompt type and RTT.
+
+    Every request of the sequence runs under each policy in turn (round-robin), so slow drift of
+    the machine hits all policies alike.
+    """
+    tokens = {name: 0 for name, _ in policies}
+    seconds = {name: 0.0 for name, _ in policies}
+    for i, prompt in enumerate(tqdm(prompts * 2, desc="mixed")):
         rtt = rtts[i % len(rtts)] if i % 2 else rtts[-1 - i % len(rtts)]
         stack.set_rtt_ms(rtt, rtt)
-        began = time.perf_counter()
-        tokens += len(generate(stack.endpoint, make_request(prompt=prompt["prompt"], max_new_tokens=n,
-                                                            gamma=gamma)).token_ids)
-        seconds += time.perf_counter() - began
-    return tokens / seconds
+        for name, gamma in policies:
+            began = time.perf_counter()
+            out = generate(stack.endpoint, make_request(prompt=prompt["prompt"], max_new_tokens=n, gamma=gamma))
+            seconds[name] += time.perf_counter() - began
+            tokens[name] += len(out.token_ids)
+    return {name: tokens[name] / seconds[name] for name in tokens}
 
 
 def plot(per_rtt: dict[float, dict[str, float]], path: Path) -> None:
@@ -72,8 +79,7 @@ def run_rtt_sweep(args: argparse.Namespace) -> int:
             stack.set_rtt_ms(rtt, rtt)
             results = run_configs(stack.endpoint, policies, prompts, args.max_new_tokens, desc=f"rtt {rtt:g} ms")
             per_rtt[rtt] = {res.name: res.tokens_per_s for res in results}
-        mixed = {name: _mixed_workload(stack, prompts, rtts, gamma, args.max_new_tokens)
-                 for name, gamma in tqdm(policies, desc="mixed")}
+        mixed = _mixed_workload(stack, prompts, rtts, policies, args.max_new_tokens)
     rows = []
     for rtt, speeds in [*per_rtt.items(), ("mixed", mixed)]:
         fixed = {k: v for k, v in speeds.items() if k != "adaptive"}

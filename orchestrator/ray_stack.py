@@ -17,7 +17,7 @@ import sys
 import threading
 
 from orchestrator.server import start_orchestrator
-from orchestrator.stack import StackOptions, model_service_argv
+from orchestrator.stack import ManagedStack, StackOptions, model_service_argv
 from service_runtime.server import READY_PREFIX, RunningServer
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class ServiceActor:
                 self.proc.kill()
 
 
-class RayStack:
+class RayStack(ManagedStack):
     """Like EmbeddedStack, with every service process placed by Ray. Context manager."""
 
     def __init__(self, opts: StackOptions, ray_address: str = "", draft_replicas: int = 1,
@@ -79,17 +79,6 @@ class RayStack:
         self.actors: list = []
         self.placement_groups: list = []
         self.orchestrator: RunningServer | None = None
-
-    def __enter__(self) -> "RayStack":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def _bundle(self) -> dict:
         return {"CPU": self.cpus, **({"GPU": self.gpus} if self.gpus else {})}

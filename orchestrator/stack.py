@@ -84,7 +84,28 @@ def model_service_argv(model: str, opts: StackOptions) -> list[str]:
     return ["--model", model, "--device", opts.device, "--dtype", opts.dtype, "--max-sessions", str(opts.max_sessions)]
 
 
-class EmbeddedStack:
+class ManagedStack:
+    """A context manager over `start()` / `stop()`: a start that fails still stops what it started."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class EmbeddedStack(ManagedStack):
     """Context manager: `with EmbeddedStack(opts) as stack: stack.endpoint`."""
 
     def __init__(self, opts: StackOptions):
@@ -96,17 +117,6 @@ class EmbeddedStack:
         self.drafts: list[ServiceProcess] = []
         self.draft_proxy: DelayProxy | None = None
         self.target_proxy: DelayProxy | None = None
-
-    def __enter__(self) -> "EmbeddedStack":
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> None:
         opts = self.opts

@@ -57,12 +57,18 @@ class AcceptanceEstimate:
 
 
 class Ewma:
-    def __init__(self, weight: float = 0.2, initial: float | None = None):
+    """Exponentially weighted mean. A `provisional` initial value (a prior) gives way to the first sample."""
+
+    def __init__(self, weight: float = 0.2, initial: float | None = None, provisional: bool = False):
         self.weight = weight
         self.value = initial
+        self.provisional = provisional
 
     def update(self, sample: float) -> float:
-        self.value = sample if self.value is None else (1 - self.weight) * self.value + self.weight * sample
+        if self.value is None or self.provisional:
+            self.value, self.provisional = sample, False
+        else:
+            self.value = (1 - self.weight) * self.value + self.weight * sample
         return self.value
 
 
@@ -83,17 +89,21 @@ class GammaController:
     """Chooses γ each round from the online α estimate and the measured costs."""
 
     def __init__(self, gamma_max: int, initial_gamma: int = 3, prior_alpha: float = 0.7,
-                 probe_every: int = 16, verify_slope_prior: float = 0.25):
+                 probe_every: int = 16, verify_slope_prior: float = 0.25, explore_every: int = 8,
+                 explore_margin: float = 0.5):
         self.gamma_max = gamma_max
         self.initial_gamma = min(initial_gamma, gamma_max)
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
         self.probe_every = probe_every
         self.verify_slope_prior = verify_slope_prior
+        self.explore_every, self.explore_margin = explore_every, explore_margin
         self.draft_step = Ewma()  # t_d, seconds per draft token
-        self.rtt_draft = Ewma()
-        self.rtt_target = Ewma()
+        # Network time is measured every round with little noise: follow it quickly.
+        self.rtt_draft = Ewma(0.5)
+        self.rtt_target = Ewma(0.5)
         self._verify_by_tokens: dict[int, Ewma] = {}  # γ+1 -> t_v
         self._rounds_without_draft = 0
+        self._best, self._best_streak = -1, 0
 
     def observe(self, timing: RoundTiming) -> None:
         self.rtt_target.update(max(timing.target_wall_s - timing.target_compute_s, 0.0))
@@ -167,7 +177,17 @@ class GammaController:
         if self._rounds_without_draft >= self.probe_every:
             return min(1, cap)  # probe: refresh α and draft cost now and then
         alpha = self.acceptance.alpha
-        return max(range(cap + 1), key=lambda g: expected_tokens(alpha, g) / self.round_time(g))
+        rate = {g: expected_tokens(alpha, g) / self.round_time(g) for g in range(cap + 1)}
+        best = max(rate, key=rate.get)
+        self._best_streak = self._best_streak + 1 if best == self._best else 0
+        self._best = best
+        if best > 0 and self._best_streak >= self.explore_every:
+            # A verify time measured once (say in a slow minute) and never again can pin γ below its
+            # optimum. Now and then, try the next larger γ if its estimate is close, to re-measure it.
+            self._best_streak = 0
+            if best < cap and rate[best + 1] >= (1 - self.explore_margin) * rate[best]:
+                return best + 1
+        return best
 
 
 class SharedPrior:
@@ -192,10 +212,13 @@ class SharedPrior:
     def new_controller(self) -> GammaController:
         controller = GammaController(self.gamma_max)
         with self._lock:
+            # Seeds are provisional: this session's first measurement of each cost replaces its seed,
+            # so that a value measured once in a slow minute cannot pin later sessions.
             for name, shared in self._costs.items():
-                getattr(controller, name).value = shared.value
+                seeded = getattr(controller, name)
+                seeded.value, seeded.provisional = shared.value, shared.value is not None
             for n, shared in self._verify_by_tokens.items():
-                controller._verify_by_tokens[n] = Ewma(initial=shared.value)
+                controller._verify_by_tokens[n] = Ewma(initial=shared.value, provisional=True)
             alpha = self._alpha.value
         if alpha is not None:
             controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)

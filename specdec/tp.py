@@ -5,8 +5,9 @@ Per decoder layer, on each of N ranks:
   whole MLP columns): column parallel, no communication;
 - the attention output and MLP down projections keep the matching 1/N of their input features
   and all-reduce their output: row parallel, one all-reduce per block (two per layer).
-Embeddings, norms and the LM head stay replicated, so every rank computes identical logits;
-only rank 0 samples from them. Works on any Llama/Qwen2-style model, including the tiny ones
+- the LM head keeps 1/N of the vocabulary and all-gathers the logits (when the vocabulary divides
+  evenly), so every rank ends with the same full logits; only rank 0 samples from them.
+Embeddings and norms stay replicated. Works on any Llama/Qwen2-style model, including the tiny ones
 built in code, because it acts on the loaded modules rather than on a checkpoint.
 """
 
@@ -52,8 +53,23 @@ def _split_inputs(linear: nn.Linear, rank: int, world: int, group) -> None:
     linear.register_forward_hook(all_reduce)
 
 
+def _split_vocabulary(head: nn.Linear, rank: int, world: int, group) -> None:
+    """Vocabulary parallel: keep 1/N of the output rows; all-gather the logits back to [.., V]."""
+    _split_outputs(head, rank, world)
+
+    def all_gather(_module, _inputs, output: torch.Tensor) -> torch.Tensor:
+        parts = [torch.empty_like(output) for _ in range(world)]
+        dist.all_gather(parts, output.contiguous(), group=group)
+        return torch.cat(parts, dim=-1)
+
+    head.register_forward_hook(all_gather)
+
+
 def shard_model(model: nn.Module, rank: int, world: int, group=None) -> None:
-    """Shard every decoder layer of `model` for `rank` of `world`; frees the other ranks' slices."""
+    """Shard every decoder layer and the LM head of `model` for `rank` of `world`; frees the rest.
+
+    A tied LM head gets its own slice; the embedding it shared stays whole.
+    """
     check_shardable(model.config, world)
     with torch.no_grad():
         for layer in model.model.layers:
@@ -62,6 +78,9 @@ def shard_model(model: nn.Module, rank: int, world: int, group=None) -> None:
                 _split_outputs(linear, rank, world)
             for linear in (attn.o_proj, mlp.down_proj):
                 _split_inputs(linear, rank, world, group)
+        head = model.get_output_embeddings()
+        if head.out_features % world == 0:
+            _split_vocabulary(head, rank, world, group)
 
 
 def parameter_bytes(model: nn.Module) -> int:

@@ -101,3 +101,36 @@ def test_verify_time_stays_positive_below_the_measured_sizes():
     assert 0 < ctl.verify_time(0) < ctl.verify_time(2) < ctl.verify_time(3) <= ctl.verify_time(5)
     assert 0.0 <= ctl.confidence_threshold() <= 0.9
     assert ctl.round_time(0) > 0
+
+
+def test_a_stale_slow_verify_measurement_is_explored_again():
+    """The shared prior says 4 tokens cost 1.2 s (measured once, in a slow minute). The session
+    starts below the optimum, explores γ+1 now and then, and its first fresh measurement replaces
+    the stale one, so it climbs to the true optimum."""
+    from specdec.controller import SharedPrior
+
+    true_verify = {1: 0.38, 2: 0.39, 3: 0.40, 4: 0.42, 5: 0.44, 6: 0.46, 7: 0.48}
+    prior = SharedPrior(gamma_max=6)
+    earlier = prior.new_controller()
+    for timing in [RoundTiming(0, 0, 0.0, 0.0, 0.38, 0.38), RoundTiming(1, 1, 0.16, 0.16, 0.39, 0.39),
+                   RoundTiming(3, 3, 0.48, 0.48, 1.2, 1.2)] * 3:
+        earlier.observe(timing)
+    prior.absorb(earlier)
+    ctl = prior.new_controller()
+    ctl.acceptance = type(ctl.acceptance)(prior_alpha=0.98, prior_weight=1e6)
+    chosen = []
+    for _ in range(40):
+        gamma = ctl.choose()
+        chosen.append(gamma)
+        ctl.observe(RoundTiming(gamma, gamma, 0.16 * gamma, 0.16 * gamma, true_verify[gamma + 1],
+                                true_verify[gamma + 1]))
+    assert chosen[0] <= 2, "the stale measurement first holds γ down"
+    best = max(range(7), key=lambda g: expected_tokens(0.98, g) / (true_verify[g + 1] + 0.16 * g))
+    assert best >= 3 and abs(chosen[-1] - best) <= 1, f"exploration should find γ≈{best}: {chosen}"
+
+
+def test_exploration_stays_near_the_optimum():
+    ctl = trained(0.8, 0.01, 0.0)
+    picks = [ctl.choose() for _ in range(64)]
+    best = max(set(picks), key=picks.count)
+    assert picks.count(best) >= 0.85 * len(picks) and set(picks) <= {best, best + 1}

@@ -60,9 +60,10 @@ def test_sharded_logits_match_unsharded_through_the_kv_cache():
     for rank in (0, 1):
         for step, (want, have) in enumerate(zip(expected, got[rank][0])):
             torch.testing.assert_close(torch.from_numpy(have), want, rtol=1e-4, atol=1e-5, msg=f"rank {rank}, step {step}")
-    # Each rank keeps half of every attention and MLP projection; embeddings, norms, head stay whole.
+    # Each rank keeps half of every attention and MLP projection and of the LM head; embeddings and
+    # norms stay whole.
     split = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
-                if any(k in name for k in ("_proj.",)))
+                if any(k in name for k in ("_proj.", "lm_head.")))
     assert got[0][1] == got[1][1] == parameter_bytes(model) - split // 2
 
 
