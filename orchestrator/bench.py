@@ -164,9 +164,7 @@ def run_bench(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts, args.limit_prompts)
     gammas = [int(g) for g in args.gammas.split(",") if g]
     hf = None if args.no_hf else run_hf_assisted(args, prompts)
-    opts = StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
-                        dtype=args.dtype, gamma_max=max([args.gamma_max, *gammas]), log_level=args.log_level)
-    with EmbeddedStack(opts) as stack:
+    with EmbeddedStack(StackOptions.from_args(args, gamma_max=max([args.gamma_max, *gammas]))) as stack:
         warm_up(stack.endpoint, prompts[0]["prompt"])
         configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
         results = run_configs(stack.endpoint, configs, prompts, args.max_new_tokens)

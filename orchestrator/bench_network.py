@@ -70,10 +70,8 @@ def run_rtt_sweep(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts, args.limit_prompts)
     rtts = [float(r) for r in args.rtt_ms.split(",")]
     policies = _policies(args.gamma_max)
-    opts = StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
-                        dtype=args.dtype, gamma_max=args.gamma_max, log_level=args.log_level, delay_proxies=True)
     per_rtt: dict[float, dict[str, float]] = {}
-    with EmbeddedStack(opts) as stack:
+    with EmbeddedStack(StackOptions.from_args(args, delay_proxies=True)) as stack:
         warm_up(stack.endpoint, prompts[0]["prompt"])
         for rtt in rtts:
             stack.set_rtt_ms(rtt, rtt)

@@ -47,9 +47,7 @@ def run_tp_sweep(args: argparse.Namespace) -> int:
     configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
     rows, outputs = [], {}
     for size in sizes:
-        opts = StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
-                            dtype=args.dtype, gamma_max=max([args.gamma_max, *gammas]), log_level=args.log_level,
-                            target_tp=size)
+        opts = StackOptions.from_args(args, gamma_max=max([args.gamma_max, *gammas]), target_tp=size)
         with EmbeddedStack(opts) as stack:
             step = warm_up(stack.endpoint, prompts[0]["prompt"])
             results = run_configs(stack.endpoint, configs, prompts, args.max_new_tokens, desc=f"tp={size}")

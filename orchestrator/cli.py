@@ -30,15 +30,6 @@ def _add_stack_args(parser: argparse.ArgumentParser) -> None:
                         help="serve the orchestrator's Prometheus metrics on this port (0 = off)")
 
 
-def stack_options(args: argparse.Namespace, port: int = 0):
-    from orchestrator.stack import StackOptions
-
-    return StackOptions(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
-                        dtype=args.dtype, port=port, gamma_max=args.gamma_max, log_level=args.log_level,
-                        target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file,
-                        redis_url=getattr(args, "redis_url", ""))
-
-
 def _gamma(value: str) -> int | None:
     if value == "auto":
         return None
@@ -51,16 +42,15 @@ def _gamma(value: str) -> int | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     import threading
 
-    from orchestrator.stack import EmbeddedStack
+    from orchestrator.stack import EmbeddedStack, StackOptions
 
-    opts = stack_options(args, args.port)
+    opts = StackOptions.from_args(args, port=args.port, draft_replicas=args.draft_replicas)
     if args.ray:
         from orchestrator.ray_stack import RayStack
 
         stack_cm = RayStack(opts, args.ray_address, args.draft_replicas, args.ray_cpus_per_process,
                             args.ray_gpus_per_process)
     else:
-        opts.draft_replicas = args.draft_replicas
         stack_cm = EmbeddedStack(opts)
     with stack_cm as stack:
         print(f"specdec serving on {stack.endpoint}", flush=True)
@@ -87,9 +77,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.endpoint:
             result = run(args.endpoint)
         else:
-            from orchestrator.stack import EmbeddedStack
+            from orchestrator.stack import EmbeddedStack, StackOptions
 
-            with EmbeddedStack(stack_options(args)) as stack:
+            with EmbeddedStack(StackOptions.from_args(args)) as stack:
                 result = run(stack.endpoint)
     except grpc.RpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)

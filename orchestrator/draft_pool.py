@@ -98,7 +98,3 @@ class DraftPool:
     def failed(self, client: ServiceClient) -> None:
         with self._lock:
             self._failed_at[client.address] = time.monotonic()
-
-    def close(self) -> None:
-        for client in self._clients.values():
-            client.close()

@@ -27,12 +27,9 @@ def run_workload(args: argparse.Namespace) -> int:
     """
     from opentelemetry import trace
 
-    from orchestrator.stack import EmbeddedStack
-    from orchestrator.cli import stack_options
+    from orchestrator.stack import EmbeddedStack, StackOptions
 
-    opts = stack_options(args)
-    opts.delay_proxies = args.rtt_ms > 0
-    with EmbeddedStack(opts) as stack:
+    with EmbeddedStack(StackOptions.from_args(args, delay_proxies=args.rtt_ms > 0)) as stack:
         prompts = load_prompts(args.prompts, args.limit_prompts)
         warm_up(stack.endpoint, prompts[0]["prompt"])
         if args.rtt_ms > 0:
@@ -62,13 +59,13 @@ def plot(rows: list[dict], summary: dict, path: Path, title: str) -> None:
 
     fig, (timeline, share) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [4, 1]})
     shown = rows[:200]
-    bottom = [0.0] * len(shown)
+    bottom, share_bottom = [0.0] * len(shown), 0.0
     for name in COMPONENTS:
         values = [1e3 * r[name] for r in shown]
         timeline.bar(range(len(shown)), values, bottom=bottom, width=1.0, label=name)
-        share.bar([0], [100 * summary[name]["share"]], bottom=[sum(100 * summary[n]["share"]
-                                                                  for n in COMPONENTS[:COMPONENTS.index(name)])])
-        bottom = [b + v for b, v in zip(bottom, values)]
+        percent = 100 * summary[name]["share"]
+        share.bar([0], [percent], bottom=[share_bottom])
+        bottom, share_bottom = [b + v for b, v in zip(bottom, values)], share_bottom + percent
     timeline.set_xlabel("round")
     timeline.set_ylabel("ms")
     timeline.set_title(title)

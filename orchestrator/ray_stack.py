@@ -10,25 +10,22 @@ own and which join it at `--tp-master`. The orchestrator runs in this (driver) p
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
-import os
-import subprocess
-import sys
-import threading
 
 from orchestrator.server import start_orchestrator
-from orchestrator.stack import ManagedStack, StackOptions, model_service_argv
-from service_runtime.server import READY_PREFIX, RunningServer
+from orchestrator.stack import ManagedStack, ServiceProcess, StackOptions, draft_service_argv, model_service_argv
+from service_runtime.server import RunningServer
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0
 
 
 class ServiceActor:
-    """Runs one service process on the node Ray placed this actor on."""
+    """Runs one service process (a `ServiceProcess`) on the node Ray placed this actor on."""
 
     def __init__(self):
-        self.proc: subprocess.Popen | None = None
+        self.service: ServiceProcess | None = None
 
     def node_ip(self) -> str:
         import ray
@@ -40,33 +37,20 @@ class ServiceActor:
 
         return free_port("0.0.0.0")
 
-    def start(self, module: str, argv: list[str], wait_ready: bool = True) -> int:
-        """Start `python -m module argv`; returns the port from its ready line (0 if not waited for)."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen([sys.executable, "-m", module, *argv], stdout=subprocess.PIPE, text=True, env=env)
+    def start(self, module: str, argv: list[str], opts: StackOptions, wait_ready: bool = True) -> int:
+        """Start the service listening on all interfaces; returns its port (0 if not waited for)."""
+        self.service = ServiceProcess(module, argv, dataclasses.replace(opts, host="0.0.0.0"))
         if not wait_ready:
-            threading.Thread(target=self._drain, daemon=True).start()
             return 0
-        for line in self.proc.stdout:
-            if line.startswith(READY_PREFIX):
-                threading.Thread(target=self._drain, daemon=True).start()
-                return int(line[len(READY_PREFIX):])
-        raise RuntimeError(f"{module} exited with code {self.proc.wait()} before it was ready")
-
-    def _drain(self) -> None:
-        for line in self.proc.stdout:
-            sys.stderr.write(line)
+        self.service.wait_ready(START_TIMEOUT_S)
+        return self.service.port
 
     def pid(self) -> int:
-        return self.proc.pid if self.proc else 0
+        return self.service.proc.pid if self.service else 0
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        if self.service is not None:
+            self.service.stop()
 
 
 class RayStack(ManagedStack):
@@ -105,22 +89,20 @@ class RayStack(ManagedStack):
         opts = self.opts
         # The target first: its ranks on one node (nccl/gloo between them), rank 0 serving gRPC.
         ranks = self._actors(opts.target_tp, "STRICT_PACK")
-        target_argv = [*model_service_argv(opts.target_model, opts), "--tp", str(opts.target_tp),
-                       "--host", "0.0.0.0", "--port", "0", "--log-level", opts.log_level]
+        target_argv = [*model_service_argv(opts.target_model, opts), "--tp", str(opts.target_tp)]
         target_ip = ray.get(ranks[0].node_ip.remote())
         pending = []
         if opts.target_tp > 1:
             master = f"{target_ip}:{ray.get(ranks[0].free_port.remote())}"
             target_argv += ["--tp-master", master, "--tp-external-workers"]
-            pending = [rank.start.remote("target_service", [*target_argv, "--tp-rank", str(r)], False)
+            pending = [rank.start.remote("target_service", [*target_argv, "--tp-rank", str(r)], opts, False)
                        for r, rank in enumerate(ranks[1:], start=1)]
-        target_port = ray.get(ranks[0].start.remote("target_service", target_argv), timeout=START_TIMEOUT_S)
+        target_port = ray.get(ranks[0].start.remote("target_service", target_argv, opts), timeout=START_TIMEOUT_S)
         ray.get(pending)
         self.target_address = f"{target_ip}:{target_port}"
         drafts = self._actors(self.draft_replicas, "SPREAD")
-        draft_argv = [*model_service_argv(opts.draft_model, opts), "--host", "0.0.0.0", "--port", "0",
-                      "--log-level", opts.log_level, *(["--redis-url", opts.redis_url] if opts.redis_url else [])]
-        ports = ray.get([d.start.remote("draft_service", draft_argv) for d in drafts], timeout=START_TIMEOUT_S)
+        ports = ray.get([d.start.remote("draft_service", draft_service_argv(opts), opts) for d in drafts],
+                        timeout=START_TIMEOUT_S)
         ips = ray.get([d.node_ip.remote() for d in drafts])
         self.draft_addresses = [f"{ip}:{port}" for ip, port in zip(ips, ports)]
         args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit,

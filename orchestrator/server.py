@@ -9,7 +9,7 @@ from orchestrator.clients import draft_client, target_client
 from orchestrator.draft_pool import DraftPool
 from orchestrator.servicer import OrchestratorConfig, SpecDecServicer
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.redis_state import PriorStore, SessionStore, connect
+from service_runtime.redis_state import connect
 from service_runtime.server import RunningServer, start_server
 from specdec.models import load_tokenizer
 
@@ -39,8 +39,6 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
     target = target_client(target_address)
     target.wait_ready(READY_TIMEOUT_S)
     config = OrchestratorConfig(gamma_max=args.gamma_max, max_new_tokens_limit=args.max_new_tokens_limit)
-    sessions = SessionStore(client) if client else None
-    priors = PriorStore(client, target.info().model) if client else None  # one prior per target model
-    servicer = SpecDecServicer(drafts, target, load_tokenizer(tokenizer_spec), config, sessions, priors)
+    servicer = SpecDecServicer(drafts, target, load_tokenizer(tokenizer_spec), config, redis=client)
     return start_server(lambda server: pb_grpc.add_SpecDecServicer_to_server(servicer, server),
                         ["specdec.v1.SpecDec"], host, port)

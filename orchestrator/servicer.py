@@ -13,14 +13,14 @@ from opentelemetry.trace import SpanKind
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
 from orchestrator.generation import Chunk, Generation, GenerationRequest
-from orchestrator.records import RecordWriter, resume_request
 from orchestrator.metrics import SpecDecodeMetrics
+from orchestrator.records import RecordWriter, resume_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime import telemetry
 from service_runtime.errors import grpc_errors
-from specdec.controller import SharedPrior
 from service_runtime.redis_state import PriorStore, SessionStore
+from specdec.controller import SharedPrior
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.sampling import SamplingParams
 
@@ -35,13 +35,14 @@ class OrchestratorConfig:
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):
-    """`sessions` / `priors`: Redis stores for resumable records and the shared γ prior, or None."""
+    """`redis`: a client for resumable session records and the γ prior shared per target model, or None."""
 
     def __init__(self, drafts: DraftPool, target: ServiceClient, tokenizer, config: OrchestratorConfig,
-                 sessions: SessionStore | None = None, priors: PriorStore | None = None):
+                 redis=None):
         self.drafts, self.target, self.tokenizer, self.config = drafts, target, tokenizer, config
-        self.sessions, self.priors = sessions, priors
         target_info = target.info()
+        self.sessions = SessionStore(redis) if redis is not None else None
+        self.priors = PriorStore(redis, target_info.model) if redis is not None else None
         drafts.vocab_size = self.vocab_size = target_info.vocab_size  # replicas must share it
         self.max_context = target_info.max_context
         self.eos_ids = frozenset(target_info.eos_token_ids)
@@ -111,7 +112,6 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         finally:
             span.set_attributes({"specdec.generated_tokens": emitted, "specdec.finish_reason": finish})
             span.end()
-
 
     def _new_controller(self):
         """A γ controller seeded from the shared prior (refreshed from Redis when there is one)."""

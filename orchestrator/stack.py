@@ -41,6 +41,15 @@ class StackOptions:
     heartbeat_ttl_s: float = 6.0
     delay_proxies: bool = False  # route both hops through loopback delay proxies (network emulation)
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **overrides) -> "StackOptions":
+        """Options from the `specdec` CLI's stack flags; `overrides` replace single fields."""
+        fields = dict(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
+                      dtype=args.dtype, gamma_max=args.gamma_max, log_level=args.log_level,
+                      target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file,
+                      redis_url=getattr(args, "redis_url", ""))
+        return cls(**{**fields, **overrides})
+
 
 class ServiceProcess:
     """A service child process; `port` is read from the ready line it prints."""
@@ -84,6 +93,12 @@ def model_service_argv(model: str, opts: StackOptions) -> list[str]:
     return ["--model", model, "--device", opts.device, "--dtype", opts.dtype, "--max-sessions", str(opts.max_sessions)]
 
 
+def draft_service_argv(opts: StackOptions) -> list[str]:
+    """A draft replica's flags; with Redis it registers itself there."""
+    registry = ["--redis-url", opts.redis_url, "--heartbeat-ttl", str(opts.heartbeat_ttl_s)] if opts.redis_url else []
+    return [*model_service_argv(opts.draft_model, opts), *registry]
+
+
 class ManagedStack:
     """A context manager over `start()` / `stop()`: a start that fails still stops what it started."""
 
@@ -121,8 +136,7 @@ class EmbeddedStack(ManagedStack):
     def start(self) -> None:
         opts = self.opts
         # Each child fetches and converts its own packaged weights on first use (a file lock keeps them apart).
-        registry = ["--redis-url", opts.redis_url, "--heartbeat-ttl", str(opts.heartbeat_ttl_s)] if opts.redis_url else []
-        self.drafts = [ServiceProcess("draft_service", [*model_service_argv(opts.draft_model, opts), *registry], opts)
+        self.drafts = [ServiceProcess("draft_service", draft_service_argv(opts), opts)
                        for _ in range(opts.draft_replicas)]
         self.draft = self.drafts[0]
         self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts),

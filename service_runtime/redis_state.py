@@ -3,7 +3,7 @@
 Keys (all under `specdec:`):
 - `draft:<address>`: a draft replica's record, JSON, expiring `ttl_s` after its last heartbeat;
 - `session:<id>`: a generation's committed state, JSON, rewritten every round;
-- `prior:<draft>|<target>`: the γ controller's shared prior for one model pair, JSON.
+- `prior:<target model>`: the γ controller's shared prior for that target, JSON.
 """
 
 from __future__ import annotations
@@ -93,10 +93,10 @@ class SessionStore:
 
 
 class PriorStore:
-    """The γ controller's shared prior for one model pair, shared by every orchestrator."""
+    """The γ controller's shared prior for one target model, shared by every orchestrator."""
 
-    def __init__(self, client: redis.Redis, pair: str):
-        self.client, self.key = client, f"{PREFIX}:prior:{pair}"
+    def __init__(self, client: redis.Redis, target_model: str):
+        self.client, self.key = client, f"{PREFIX}:prior:{target_model}"
 
     def load(self) -> dict | None:
         value = self.client.get(self.key)

@@ -41,10 +41,6 @@ class Telemetry:
     def __init__(self, tracer_provider=None, meter_provider=None):
         self.tracer_provider, self.meter_provider = tracer_provider, meter_provider
 
-    @property
-    def tracing(self) -> bool:
-        return self.tracer_provider is not None
-
     def shutdown(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):
             if provider is not None:

@@ -19,8 +19,8 @@ from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange,
 from specdec.kv import SequenceState
 from specdec.models import LoadedModel
 from specdec.rejection import Verdict, verify_greedy, verify_sampled
-from specdec.tp import parameter_bytes
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
+from specdec.tp import parameter_bytes
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,6 @@ class Session:
     params: SamplingParams
     state: SequenceState = field(default_factory=SequenceState)
     cache: DynamicCache = field(default_factory=DynamicCache)
-    last_rollback: Rollback = Rollback()
 
 
 @dataclass(frozen=True)
@@ -122,8 +121,8 @@ class Engine:
         if bad:
             raise InvalidArgument(f"{what} holds token ids outside the vocabulary [0, {vocab}): {bad[:5]}")
 
-    def _sync(self, session: Session, start: int, tokens: list[int], extra: int) -> None:
-        """Crop the cache to the committed prefix; `extra` tokens will be scored past it."""
+    def _sync(self, session: Session, start: int, tokens: list[int], extra: int) -> Rollback:
+        """Crop the cache to the committed prefix (`extra` tokens will be scored past it); returns the crop."""
         self._check_tokens(tokens, "tokens")
         if start + len(tokens) + extra > self.loaded.max_context:
             raise OutOfRange(f"sequence of {start + len(tokens) + extra} tokens exceeds the model's "
@@ -133,7 +132,7 @@ class Engine:
         dropped = session.cache.get_seq_length() - keep
         if dropped > 0:
             session.cache.crop(-dropped)
-        session.last_rollback = Rollback(max(dropped, 0), time.perf_counter() - began)
+        return Rollback(max(dropped, 0), time.perf_counter() - began)
 
     @torch.inference_mode()
     def _forward(self, session: Session, tokens: list[int]) -> torch.Tensor:
@@ -159,7 +158,7 @@ class DraftEngine(Engine):
         with self._lock:
             session = self._session(session_id)
             began = time.perf_counter()
-            self._sync(session, start, tokens, gamma)
+            rollback = self._sync(session, start, tokens, gamma)
             state, params = session.state, session.params
             logits = self._forward(session, state.pending())[-1:]  # [1, V]
             drafted: list[int] = []
@@ -183,7 +182,7 @@ class DraftEngine(Engine):
             # The last draft token is not fed yet; the next round feeds it if it is accepted.
             state.extend(drafted, cached=len(state.tokens) + len(drafted) - 1)
             q_all = torch.stack(probs).cpu() if probs else None  # [γ', V]
-            return Proposal(drafted, q_all, time.perf_counter() - began, session.last_rollback)
+            return Proposal(drafted, q_all, time.perf_counter() - began, rollback)
 
 
 class TargetEngine(Engine):
@@ -197,7 +196,7 @@ class TargetEngine(Engine):
         self.check_draft_probs(draft_tokens, draft_probs)
         with self._lock:
             began = time.perf_counter()
-            session, committed, logits = self._score(session_id, start, tokens, draft_tokens)
+            session, committed, logits, rollback = self._score(session_id, start, tokens, draft_tokens)
             drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]
             params = session.params
             if params.greedy:
@@ -207,7 +206,7 @@ class TargetEngine(Engine):
                 q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
                 gen = position_generator(params.seed, committed, "target", p.device)
                 verdict = verify_sampled(drafts, q, p, gen)
-            return Verification(verdict, time.perf_counter() - began, session.last_rollback)
+            return Verification(verdict, time.perf_counter() - began, rollback)
 
     def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> None:
         """The forward pass of `verify` without sampling: what a tensor-parallel follower rank runs."""
@@ -222,16 +221,16 @@ class TargetEngine(Engine):
                                   f"expected ({gamma}, {self.loaded.vocab_size})")
 
     def _score(self, session_id: str, start: int, tokens: list[int],
-               draft_tokens: list[int]) -> tuple[Session, int, torch.Tensor]:
-        """Sync, feed pending + drafts; returns (session, committed length, logits [γ+1, V])."""
+               draft_tokens: list[int]) -> tuple[Session, int, torch.Tensor, Rollback]:
+        """Sync, feed pending + drafts; returns (session, committed length, logits [γ+1, V], rollback)."""
         gamma = len(draft_tokens)
         if gamma > self.max_gamma:
             raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
         self._check_tokens(draft_tokens, "draft_tokens")
         session = self._session(session_id)
-        self._sync(session, start, tokens, gamma)
+        rollback = self._sync(session, start, tokens, gamma)
         state = session.state
         committed = state.committed
         logits = self._forward(session, state.pending() + draft_tokens)[-(gamma + 1):]  # [γ+1, V]
         state.extend(draft_tokens, cached=len(state.tokens) + gamma)
-        return session, committed, logits
+        return session, committed, logits, rollback
