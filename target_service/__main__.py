@@ -14,6 +14,7 @@ import logging  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
+import torch  # noqa: E402
 from grpc_health.v1 import health_pb2  # noqa: E402
 
 from service_runtime.model_service import model_service_parser, serve_engine, setup_process  # noqa: E402
@@ -48,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
 def load_engine(args: argparse.Namespace, rank: int) -> TargetEngine:
     device = args.device
     if args.tp > 1 and resolve_device(device).type == "cuda":
-        device = f"cuda:{rank}"  # one GPU per rank on this node
+        # One GPU per rank. Ranks spawned here see every GPU of the node; a rank placed by Ray sees
+        # only its own (CUDA_VISIBLE_DEVICES), which is then device 0.
+        device = f"cuda:{rank % torch.cuda.device_count()}"
     log.info("rank %d/%d: loading %s on %s", rank, args.tp, args.model, device)
     loaded = load_model(args.model, device, args.dtype)
     return TargetEngine(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
