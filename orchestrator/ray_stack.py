@@ -28,14 +28,16 @@ class ServiceActor:
         self.service: ServiceProcess | None = None
 
     def node_ip(self) -> str:
+        """The address Ray knows this actor's node by (what other nodes reach it at)."""
         import ray
 
-        return ray.util.get_node_ip_address()
+        node_id = ray.get_runtime_context().get_node_id()
+        return next(n["NodeManagerAddress"] for n in ray.nodes() if n["NodeID"] == node_id)
 
     def free_port(self) -> int:
         from target_service.tensor_parallel import free_port
 
-        return free_port("0.0.0.0")
+        return free_port()  # the ranks rendezvous over this node's loopback
 
     def start(self, module: str, argv: list[str], opts: StackOptions, wait_ready: bool = True) -> int:
         """Start the service listening on all interfaces; returns its port (0 if not waited for)."""
@@ -90,10 +92,13 @@ class RayStack(ManagedStack):
         # The target first: its ranks on one node (nccl/gloo between them), rank 0 serving gRPC.
         ranks = self._actors(opts.target_tp, "STRICT_PACK")
         target_argv = [*model_service_argv(opts.target_model, opts), "--tp", str(opts.target_tp)]
-        target_ip = ray.get(ranks[0].node_ip.remote())
+        here = ray.util.get_node_ip_address()  # a service on the driver's own node is reached over loopback
+        reach = lambda ip: "127.0.0.1" if ip == here else ip  # noqa: E731
+        target_ip = reach(ray.get(ranks[0].node_ip.remote()))
         pending = []
         if opts.target_tp > 1:
-            master = f"{target_ip}:{ray.get(ranks[0].free_port.remote())}"
+            # STRICT_PACK puts every rank on one node, so they rendezvous over its loopback.
+            master = f"127.0.0.1:{ray.get(ranks[0].free_port.remote())}"
             target_argv += ["--tp-master", master, "--tp-external-workers"]
             pending = [rank.start.remote("target_service", [*target_argv, "--tp-rank", str(r)], opts, False)
                        for r, rank in enumerate(ranks[1:], start=1)]
@@ -103,7 +108,7 @@ class RayStack(ManagedStack):
         drafts = self._actors(self.draft_replicas, "SPREAD")
         ports = ray.get([d.start.remote("draft_service", draft_service_argv(opts), opts) for d in drafts],
                         timeout=START_TIMEOUT_S)
-        ips = ray.get([d.node_ip.remote() for d in drafts])
+        ips = [reach(ip) for ip in ray.get([d.node_ip.remote() for d in drafts])]
         self.draft_addresses = [f"{ip}:{port}" for ip, port in zip(ips, ports)]
         args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit,
                                   redis_url=opts.redis_url)

@@ -35,6 +35,8 @@ def test_ray_placed_services_generate_like_target_only(stack, ray_stack):
     running, ray = ray_stack
     groups = ray.util.placement_group_table()
     assert sum(g["state"] == "CREATED" for g in groups.values()) == 2  # drafts (SPREAD), target ranks (STRICT_PACK)
+    # Services on the driver's own node are reached over loopback.
+    assert running.target_address.startswith("127.0.0.1:") and running.draft_addresses[0].startswith("127.0.0.1:")
     with grpc.insecure_channel(running.target_address) as channel:
         info = pb_grpc.TargetServiceStub(channel).Info(pb.ModelInfoRequest(), timeout=30)
     assert info.tensor_parallel_size == 2 and len({r.pid for r in info.ranks}) == 2
