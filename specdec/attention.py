@@ -1,0 +1,57 @@
+"""Causal attention whose result for a query does not depend on what else is computed with it.
+
+A query at position p gets bit-identical output whether it is decoded alone (S = 1), verified
+with γ others (S = γ + 1), or prefilled in a chunk of any size. That makes greedy speculative
+output equal target-only output by construction, not only up to rounding. Three rules give it:
+- keys are processed in fixed blocks of `BLOCK`, so every matmul over the key axis has the same
+  reduction length whatever the number of keys;
+- query rows are padded to at least `MIN_ROWS`: below that, CPU matmuls take a differently
+  rounded path (measured: 1–3 rows differ from ≥ 4 rows by about 1e-6);
+- invisible keys (the future, and blocks past the cache's end) get probability exactly 0, and a
+  row's max and sums only ever gain exact zeros from them.
+
+Grouped-query attention folds the query heads that share a KV head into the row axis
+(q: [kv_heads, groups·S, D]), so repeated KV heads are never materialised.
+"""
+
+from __future__ import annotations
+
+import torch
+
+BLOCK = 64  # keys per block
+MIN_ROWS = 4
+
+
+def visibility(start: int, tokens: int, groups: int, keys: int, device: torch.device) -> torch.Tensor:
+    """mask: [rows, keys] bool, True where folded query row (g, s) may see the key.
+
+    Row g·tokens + s is query position start + s of group g; it sees keys [0, start + s].
+    Rows are padded to MIN_ROWS (padding rows see key 0 only, and are discarded).
+    """
+    last = (start + torch.arange(tokens, device=device)).repeat(groups)  # [G·S]
+    if last.numel() < MIN_ROWS:
+        last = torch.cat([last, last.new_zeros(MIN_ROWS - last.numel())])
+    return torch.arange(keys, device=device)[None, :] <= last[:, None]
+
+
+def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visible: torch.Tensor,
+           scale: float) -> torch.Tensor:
+    """Softmax(q·kᵀ·scale)·v over visible keys, computed block by block.
+
+    query: [KV, M, D]; keys, values: [KV, N·BLOCK, D] (finite everywhere); visible: [M', N·BLOCK]
+    with M' = max(M, MIN_ROWS). Returns [KV, M, D] float32.
+    """
+    kv, rows, dim = query.shape
+    padded = visible.shape[0]
+    if padded > rows:
+        query = torch.cat([query, query.new_zeros(kv, padded - rows, dim)], dim=1)
+    blocks = keys.shape[1] // BLOCK
+    k = keys.float().view(kv, blocks, BLOCK, dim)
+    v = values.float().view(kv, blocks, BLOCK, dim)
+    scores = torch.matmul(query.float()[:, None], k.transpose(-1, -2)) * scale  # [KV, N, M', BLOCK]
+    hidden = ~visible.view(padded, blocks, BLOCK).transpose(0, 1)  # [N, M', BLOCK]
+    scores = scores.masked_fill(hidden, float("-inf"))
+    probs = (scores - scores.amax(dim=(1, 3), keepdim=True)).exp()  # [KV, N, M', BLOCK]
+    total = probs.sum(dim=-1, keepdim=True).sum(dim=1)  # [KV, M', 1]
+    out = torch.matmul(probs, v).sum(dim=1) / total  # [KV, M', D]
+    return out[:, :rows]

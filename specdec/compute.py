@@ -1,0 +1,124 @@
+"""Choosing a compute path for this machine and building the model's runner on it.
+
+Paths (`specdec.kernels` has the numerics):
+- "fp32": the exact default on CPU. The kernel (MKL sgemm or prepacked oneDNN) is chosen by
+  timing both on the model's own weights; oneDNN is kept unless MKL is clearly faster, because
+  only its results are the same for every row count (see `kernels.Kernel.min_rows`).
+- "bf16" / "fp16": half-precision weights; bf16 is the default on CUDA. On a CPU without native
+  bf16 (avx512_bf16 / AMX) it is emulated and scales badly with tokens per forward: a warning says so.
+- "int8": W8A8 with per-token activation scales, CPU only, lossy (one flag away: --quantize int8).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from specdec.kernels import PATHS, cpu_features, fastest_fp32_kernel, make_kernel
+from specdec.runner import Collectives, ModelRunner
+
+log = logging.getLogger(__name__)
+
+MKL_MARGIN = 0.9  # MKL must take under 90% of oneDNN's time to be chosen over it
+RACE_MIN_BYTES = 64 * 2**20  # smaller weights stay in cache and time nothing real: oneDNN without a race
+ALL_PATHS = (*PATHS, "fp16")
+WEIGHT_DTYPE = {"fp32": torch.float32, "int8": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """What `build_runner` decided, for logs, `Info` and the benchmark."""
+
+    path: str
+    kernel: str  # the fp32 kernel, or the path's own ("onednn-int8", "dense")
+    device: str  # "cpu: <model> [flags]" or the CUDA device name
+    row_invariant: bool  # a token's logits do not depend on the tokens computed with it
+    kernel_seconds: dict[str, float] = field(default_factory=dict)  # the fp32 kernel race, if run
+
+
+def resolve_path(dtype: str = "auto", quantize: str = "none", device: torch.device | str = "cpu") -> str:
+    """Flags -> path name: --quantize int8 wins; else the dtype (auto: fp32 on CPU, bf16 on CUDA)."""
+    device = torch.device(device)
+    if quantize not in ("none", "", "int8"):
+        raise ValueError(f"unknown --quantize {quantize!r}; choose none or int8")
+    if quantize == "int8":
+        if device.type != "cpu":
+            raise ValueError("--quantize int8 is a CPU path; on CUDA use --dtype bfloat16 (the default)")
+        return "int8"
+    names = {"auto": "bf16" if device.type == "cuda" else "fp32", "float32": "fp32", "fp32": "fp32",
+             "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
+    if dtype not in names:
+        raise ValueError(f"unknown --dtype {dtype!r}; choose auto, float32, bfloat16 or float16")
+    return names[dtype]
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return f"cpu: {cpu_features().describe()}"
+
+
+def choose_fp32_kernel(model: nn.Module, max_tokens: int) -> tuple[str, dict[str, float]]:
+    """Race MKL against oneDNN on the MLP weights of the first layers (enough to leave the cache)."""
+    layers = model.model.layers
+    weights, size = [], 0
+    for layer in layers:
+        for linear in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+            weights.append(linear.weight.detach())
+            size += linear.weight.numel() * 4
+        if size > 256 * 2**20:
+            break
+    if not torch.backends.mkldnn.is_available():
+        return "dense", {}
+    if size < RACE_MIN_BYTES:
+        return "onednn", {}
+    fastest, seconds = fastest_fp32_kernel(weights, max_tokens)
+    if seconds and fastest == "dense" and seconds["dense"] > MKL_MARGIN * seconds["onednn"]:
+        fastest = "onednn"
+    return fastest, seconds
+
+
+def build_runner(model: nn.Module, path: str, max_tokens: int = 9,
+                 collectives: Collectives | None = None) -> tuple[ModelRunner, PathChoice]:
+    """Rebuild `model`'s linear layers for `path` (measuring where there is a choice)."""
+    device = next(model.parameters()).device
+    described = describe_device(device)
+    kernel, seconds = "dense", {}
+    if device.type == "cpu":
+        features = cpu_features()
+        if path in ("bf16", "fp16") and not features.native_bf16:
+            log.warning("%s on a CPU without native bf16 (%s) is emulated: it is slower than fp32 for "
+                        "multi-token forwards, which speculation and batching rely on", path, features.model_name)
+        if path == "fp32":
+            kernel, seconds = choose_fp32_kernel(model, max_tokens)
+        elif path == "int8":
+            kernel = "onednn-int8" + ("" if features.vnni else " (7-bit activations, no VNNI)")
+        runner = ModelRunner(model, path, fp32_kernel=kernel, vnni=features.vnni, collectives=collectives)
+    else:
+        runner = ModelRunner(model, path, collectives=collectives)
+    invariant = device.type == "cpu" and (path == "int8" or (path == "fp32" and kernel == "onednn")
+                                          or (path == "bf16" and cpu_features().native_bf16))
+    choice = PathChoice(path, kernel, described, invariant, seconds)
+    log.info("compute path %s, kernel %s, on %s%s", path, kernel, described,
+             f" (fp32 kernels timed: {', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in seconds.items())})"
+             if seconds else "")
+    return runner, choice
+
+
+def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Module:
+    """Replace every `nn.Linear` of a Hugging Face model by the kernel `path` uses, in place.
+
+    This gives the baselines (HF `generate`, assisted generation) the same linear kernels as our
+    runner, so that a comparison measures the serving system, not the matmul library.
+    """
+    vnni = cpu_features().vnni
+    linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+               if isinstance(child, nn.Linear)]
+    for parent, name, child in linears:
+        setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel, vnni))
+    if path == "bf16":
+        model.to(torch.bfloat16)
+    return model

@@ -1,0 +1,142 @@
+"""The compute layer: kernels, the KV cache, the runner's forward pass and its row invariance."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from specdec.attention import BLOCK
+from specdec.compute import resolve_path
+from specdec.cost_profile import CostProfile, measure
+from specdec.kernels import Int8Kernel, make_kernel
+from specdec.kvcache import KVCache
+from specdec.models import build_tiny_model
+from specdec.runner import ModelRunner, Step, UnsupportedModel
+
+TOKENS = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31, 77, 64, 2, 99]
+PATHS = [("fp32", "onednn"), ("bf16", "dense"), ("int8", "dense")]
+
+
+def runner(path: str = "fp32", kernel: str = "onednn", spec: str = "tiny:seed=0") -> ModelRunner:
+    return ModelRunner(build_tiny_model(spec).eval(), path, fp32_kernel=kernel)
+
+
+def hf_logits(spec: str, tokens: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return build_tiny_model(spec).eval()(input_ids=torch.tensor([tokens])).logits[0]
+
+
+@pytest.mark.parametrize("spec", ["tiny:seed=0", "tiny:seed=1,heads=4,kv_heads=1,layers=3"])
+@pytest.mark.parametrize("kernel", ["dense", "onednn"])
+def test_fp32_runner_matches_hugging_face_through_cache_and_rollback(spec, kernel):
+    full = hf_logits(spec, TOKENS)
+    model = runner("fp32", kernel, spec)
+    cache = model.new_cache()
+    steps = [model.forward([Step(cache, TOKENS[:6], logits=6)])[0], model.forward([Step(cache, TOKENS[6:7])])[0],
+             model.forward([Step(cache, TOKENS[7:12], logits=5)])[0]]
+    torch.testing.assert_close(torch.cat(steps), full[:12], rtol=1e-4, atol=1e-4)
+    cache.crop(9)  # roll back three positions, then feed a different continuation's positions again
+    again = model.forward([Step(cache, TOKENS[9:16], logits=7)])[0]
+    torch.testing.assert_close(again, full[9:16], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("path,kernel", PATHS)
+def test_lossy_paths_track_fp32(path, kernel):
+    full = hf_logits("tiny:seed=0", TOKENS)
+    model = runner(path, kernel)
+    got = model.forward([Step(model.new_cache(), TOKENS, logits=len(TOKENS))])[0]
+    assert (got.argmax(-1) == full.argmax(-1)).float().mean() >= 0.9
+    assert torch.nn.functional.cosine_similarity(got, full, dim=-1).min() > 0.99
+
+
+@pytest.mark.parametrize("path,kernel", PATHS)
+def test_a_tokens_logits_do_not_depend_on_what_is_computed_with_it(path, kernel):
+    """Decoded alone, verified in a block, batched with another session, or prefilled in chunks that
+    cross an attention block: the same bits. This is what makes greedy speculative output equal
+    target-only output exactly on these paths."""
+    model = runner(path, kernel)
+    prefix, tail = TOKENS[:5], TOKENS[5:]
+
+    cache = model.new_cache()
+    model.forward([Step(cache, prefix)])
+    decoded = torch.cat([model.forward([Step(cache, [t])])[0] for t in tail])
+
+    cache.crop(len(prefix))
+    verified = model.forward([Step(cache, tail, logits=len(tail))])[0]
+
+    cache.crop(len(prefix))
+    other = model.new_cache()
+    model.forward([Step(other, TOKENS[:3])])
+    batched = model.forward([Step(other, TOKENS[3:12], logits=2), Step(cache, tail, logits=len(tail))])[1]
+
+    long = [(7 * i) % 250 for i in range(BLOCK + 10)]
+    one, chunked = model.new_cache(), model.new_cache()
+    whole = model.forward([Step(one, long, logits=4)])[0]
+    model.forward([Step(chunked, long[:BLOCK - 3])])
+    parts = model.forward([Step(chunked, long[BLOCK - 3:], logits=4)])[0]
+
+    assert torch.equal(decoded, verified)
+    assert torch.equal(verified, batched)
+    assert torch.equal(whole, parts)
+
+
+def test_int8_kernel_is_exact_integer_arithmetic():
+    torch.manual_seed(0)
+    weight, bias = torch.randn(48, 32), torch.randn(48)
+    x = torch.randn(5, 32)
+    kernel = Int8Kernel(weight, bias)
+    scale = (weight.abs().amax(1) / 127)
+    wq = (weight / scale[:, None]).round().clamp(-127, 127)
+    low, high = x.amin(1, keepdim=True).clamp(max=0), x.amax(1, keepdim=True).clamp(min=0)
+    sx = (high - low) / 255
+    zp = (-low / sx).round()
+    xq = (x / sx + zp).round().clamp(0, 255)
+    want = ((xq - zp) @ wq.T) * sx * scale + bias  # float64 would not change integer sums this small
+    torch.testing.assert_close(kernel(x), want, rtol=1e-5, atol=1e-4)
+    one_by_one = torch.cat([kernel(row[None]) for row in x])
+    assert torch.equal(one_by_one, kernel(x)), "each row is quantized on its own"
+
+
+def test_kernels_pad_small_inputs_and_keep_leading_dims():
+    weight = torch.randn(16, 8)
+    kernel = make_kernel("fp32", weight, None, "onednn")
+    x = torch.randn(2, 3, 8)
+    assert kernel(x).shape == (2, 3, 16)
+    torch.testing.assert_close(kernel(x[0, :1]), x[0, :1] @ weight.T, rtol=1e-5, atol=1e-5)
+
+
+def test_kv_cache_grows_in_blocks_and_crops_without_copying():
+    cache = KVCache(2, 1, 4, torch.float32, torch.device("cpu"), max_length=1000)
+    cache.reserve(3)
+    assert cache.capacity % BLOCK == 0 and cache.capacity >= 3
+    cache.keys[:, :, :3] = 1.0
+    cache.length = 3
+    storage = cache.keys.data_ptr()
+    assert cache.crop(1) == 2 and cache.length == 1 and cache.keys.data_ptr() == storage
+    cache.length = 3
+    cache.reserve(cache.capacity + 1)
+    assert cache.keys.data_ptr() != storage and bool((cache.keys[:, :, :3] == 1.0).all())
+    with pytest.raises(ValueError, match="context"):
+        cache.reserve(1001)
+
+
+def test_cost_profile_measures_every_size():
+    profile = measure(runner(), max_tokens=4, repeats=1)
+    assert len(profile.seconds) == 4 and all(s > 0 for s in profile.seconds)
+    assert profile.forward_s(6) >= profile.forward_s(4) and profile.ratio(1) == 1.0
+    assert CostProfile((1.0, 2.0)).forward_s(4) == 4.0, "past the measured sizes: linear extrapolation"
+
+
+def test_path_flags_and_unsupported_models():
+    assert resolve_path("auto", "none", "cpu") == "fp32"
+    assert resolve_path("bfloat16", "none", "cpu") == "bf16"
+    assert resolve_path("auto", "int8", "cpu") == "int8"
+    assert resolve_path("auto", "none", "cuda") == "bf16"
+    with pytest.raises(ValueError, match="CPU path"):
+        resolve_path("auto", "int8", "cuda")
+    model = build_tiny_model("tiny:seed=0")
+    model.model.layers[0].self_attn = torch.nn.Identity()
+    with pytest.raises(UnsupportedModel):
+        ModelRunner(copy.deepcopy(model))
