@@ -55,7 +55,7 @@ class ModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model", "vocab_size", "max_context", "eos_token_ids", "max_gamma", "live_sessions", "max_sessions", "device", "tensor_parallel_size", "ranks")
+    __slots__ = ("model", "vocab_size", "max_context", "eos_token_ids", "max_gamma", "live_sessions", "max_sessions", "device", "tensor_parallel_size", "ranks", "forward_ns", "compute_path", "kernel", "hardware", "row_invariant")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,11 @@ class ModelInfo(_message.Message):
     DEVICE_FIELD_NUMBER: _ClassVar[int]
     TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_NS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_PATH_FIELD_NUMBER: _ClassVar[int]
+    KERNEL_FIELD_NUMBER: _ClassVar[int]
+    HARDWARE_FIELD_NUMBER: _ClassVar[int]
+    ROW_INVARIANT_FIELD_NUMBER: _ClassVar[int]
     model: str
     vocab_size: int
     max_context: int
@@ -76,7 +81,12 @@ class ModelInfo(_message.Message):
     device: str
     tensor_parallel_size: int
     ranks: _containers.RepeatedCompositeFieldContainer[RankReport]
-    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankReport, _Mapping]]] = ...) -> None: ...
+    forward_ns: _containers.RepeatedScalarFieldContainer[int]
+    compute_path: str
+    kernel: str
+    hardware: str
+    row_invariant: bool
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankReport, _Mapping]]] = ..., forward_ns: _Optional[_Iterable[int]] = ..., compute_path: _Optional[str] = ..., kernel: _Optional[str] = ..., hardware: _Optional[str] = ..., row_invariant: _Optional[bool] = ...) -> None: ...
 
 class RankReport(_message.Message):
     __slots__ = ("rank", "pid", "resident_bytes", "parameter_bytes", "cached_tokens")

@@ -13,6 +13,7 @@ import torch
 
 from service_runtime import telemetry
 from service_runtime.server import RunningServer, add_model_args, announce_and_wait, configure_logging, start_server
+from specdec.cost_profile import machine_lock
 from specdec.engine import Engine
 from specdec.models import load_model
 
@@ -62,8 +63,10 @@ def run_model_service(args: argparse.Namespace, *, what: str, engine_cls: type[E
     """Load, serve and (with --redis-url) register a replica until SIGTERM."""
     installed = setup_process(args, f"specdec-{what.removesuffix('_service')}")
     log.info("loading %s on %s", args.model, args.device)
-    loaded = load_model(args.model, args.device, args.dtype)
-    engine = engine_cls(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
+    with machine_lock():
+        loaded = load_model(args.model, args.device, args.dtype, args.quantize, max_tokens=args.profile_tokens)
+        engine = engine_cls(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
+        engine.measure_costs(args.profile_tokens)
     running = serve_engine(engine, args, what, service_name, register)
     stops = [installed.shutdown]
     if args.redis_url:

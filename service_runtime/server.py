@@ -85,6 +85,10 @@ def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
                         help="packaged:draft|packaged:target, a Hugging Face folder, a .gguf file or tiny:...")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
+                        help="int8: the fast, lossy CPU path (int8 weights, per-token int8 activations)")
+    parser.add_argument("--profile-tokens", type=int, default=9,
+                        help="at start-up, time forwards of 1..N new tokens (the cost profile the γ controller plans with)")
     parser.add_argument("--max-sessions", type=int, default=64, help="live sessions before RESOURCE_EXHAUSTED")
     parser.add_argument("--max-gamma", type=int, default=16, help="largest γ accepted per round")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")

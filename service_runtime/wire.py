@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from protos import specdec_pb2 as pb
+from specdec.cost_profile import CostProfile
 from specdec.errors import InvalidArgument
 from specdec.sampling import SamplingParams
 
@@ -59,8 +60,16 @@ def decode_probs(msg: pb.DraftProbs, gamma: int, vocab: int) -> torch.Tensor | N
 def model_info_to_pb(engine) -> pb.ModelInfo:
     """An Engine (or a tensor-parallel front for one) -> ModelInfo with a report per worker rank."""
     loaded = engine.loaded
+    choice, profile = loaded.choice, engine.cost_profile
     return pb.ModelInfo(model=loaded.name, vocab_size=loaded.vocab_size, max_context=loaded.max_context,
                         eos_token_ids=list(loaded.eos_token_ids), max_gamma=engine.max_gamma,
                         live_sessions=engine.live_sessions, max_sessions=engine.max_sessions,
                         device=str(loaded.device), tensor_parallel_size=engine.tensor_parallel_size,
-                        ranks=[pb.RankReport(**report) for report in engine.reports()])
+                        ranks=[pb.RankReport(**report) for report in engine.reports()],
+                        forward_ns=[round(s * 1e9) for s in profile.seconds] if profile else [],
+                        compute_path=choice.path, kernel=choice.kernel, hardware=choice.device,
+                        row_invariant=choice.row_invariant)
+
+
+def cost_profile_from_pb(info: pb.ModelInfo) -> CostProfile | None:
+    return CostProfile(tuple(ns / 1e9 for ns in info.forward_ns)) if info.forward_ns else None

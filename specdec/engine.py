@@ -1,8 +1,9 @@
 """Model-side engines: per-session KV caches, drafting and verification (no RPC code).
 
 `DraftEngine.propose` and `TargetEngine.verify` are the domain calls the gRPC servicers
-translate to and from protobuf. Both keep a `DynamicCache` per session and crop it to the
-committed prefix at the start of each round (see `specdec.kv`).
+translate to and from protobuf. Both keep a `KVCache` per session and crop it to the
+committed prefix at the start of each round (see `specdec.kv`); the forward passes run on the
+model's `ModelRunner`, on the compute path it was loaded with.
 """
 
 from __future__ import annotations
@@ -13,14 +14,17 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
+from specdec.cost_profile import CostProfile, measure
 from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from specdec.kv import SequenceState
+from specdec.kvcache import KVCache
 from specdec.models import LoadedModel
 from specdec.rejection import Verdict, verify_greedy, verify_sampled
+from specdec.runner import Step
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
-from specdec.tp import parameter_bytes
+
+PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
 
 
 @dataclass(frozen=True)
@@ -34,8 +38,8 @@ class Rollback:
 @dataclass
 class Session:
     params: SamplingParams
+    cache: KVCache
     state: SequenceState = field(default_factory=SequenceState)
-    cache: DynamicCache = field(default_factory=DynamicCache)
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,16 @@ class Engine:
         self.loaded = loaded
         self.max_sessions = max_sessions
         self.max_gamma = max_gamma
+        self.runner = loaded.runner
+        self.cost_profile: CostProfile | None = None
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
+
+    def measure_costs(self, max_tokens: int) -> CostProfile:
+        """Time forwards of 1..max_tokens tokens (`specdec.cost_profile`); kept as `cost_profile`."""
+        with self._lock:
+            self.cost_profile = measure(self.runner, max_tokens, vocab=self.loaded.vocab_size)
+        return self.cost_profile
 
     # -- session lifecycle -------------------------------------------------
     def open(self, session_id: str, params: SamplingParams) -> None:
@@ -84,7 +96,7 @@ class Engine:
                 raise AlreadyExists(f"session {session_id!r} is already open")
             if len(self._sessions) >= self.max_sessions:
                 raise ResourceExhausted(f"service is at its cap of {self.max_sessions} live sessions")
-            self._sessions[session_id] = Session(params)
+            self._sessions[session_id] = Session(params, self.runner.new_cache())
 
     def release(self, session_id: str) -> bool:
         with self._lock:
@@ -97,12 +109,12 @@ class Engine:
     def cached_tokens(self) -> dict[str, int]:
         """KV-cached tokens per live session; equal on every tensor-parallel rank when caches agree."""
         with self._lock:
-            return {sid: s.cache.get_seq_length() for sid, s in self._sessions.items()}
+            return {sid: s.cache.length for sid, s in self._sessions.items()}
 
     def report(self, rank: int = 0) -> dict:
         """This process's memory and KV state (a RankReport's fields)."""
         return {"rank": rank, "pid": os.getpid(), "resident_bytes": resident_bytes(),
-                "parameter_bytes": parameter_bytes(self.loaded.model), "cached_tokens": self.cached_tokens()}
+                "parameter_bytes": self.runner.weight_bytes(), "cached_tokens": self.cached_tokens()}
 
     def reports(self) -> list[dict]:
         """One report per worker process behind this engine (just this one unless tensor parallel)."""
@@ -128,18 +140,20 @@ class Engine:
             raise OutOfRange(f"sequence of {start + len(tokens) + extra} tokens exceeds the model's "
                              f"context of {self.loaded.max_context}")
         began = time.perf_counter()
-        keep = session.state.commit(start, tokens)
-        dropped = session.cache.get_seq_length() - keep
-        if dropped > 0:
-            session.cache.crop(-dropped)
-        return Rollback(max(dropped, 0), time.perf_counter() - began)
+        dropped = session.cache.crop(session.state.commit(start, tokens))
+        return Rollback(dropped, time.perf_counter() - began)
 
-    @torch.inference_mode()
-    def _forward(self, session: Session, tokens: list[int]) -> torch.Tensor:
-        """Feed `tokens` after the cached prefix; returns logits [len(tokens), V] float32."""
-        ids = torch.tensor([tokens], dtype=torch.long, device=self.loaded.device)  # [1, S]
-        out = self.loaded.model(input_ids=ids, past_key_values=session.cache, use_cache=True)
-        return out.logits[0].float()  # [S, V]
+    def _forward(self, session: Session, tokens: list[int], logits: int = 1) -> torch.Tensor:
+        """Feed `tokens` after the cached prefix; returns the last `logits` positions' logits [logits, V].
+
+        Long inputs go in chunks of PREFILL_CHUNK, the remainder first, so the last chunk holds
+        every position that needs logits. Chunking does not change the result (`specdec.attention`).
+        """
+        first = len(tokens) % PREFILL_CHUNK or PREFILL_CHUNK
+        bounds = [0, *range(first, len(tokens) + 1, PREFILL_CHUNK)]
+        for begin, end in zip(bounds[:-1], bounds[1:-1]):
+            self.runner.forward([Step(session.cache, tokens[begin:end], logits=0)])
+        return self.runner.forward([Step(session.cache, tokens[bounds[-2]:], logits=logits)])[0]
 
 
 class DraftEngine(Engine):
@@ -160,7 +174,7 @@ class DraftEngine(Engine):
             began = time.perf_counter()
             rollback = self._sync(session, start, tokens, gamma)
             state, params = session.state, session.params
-            logits = self._forward(session, state.pending())[-1:]  # [1, V]
+            logits = self._forward(session, state.pending())  # [1, V]
             drafted: list[int] = []
             probs: list[torch.Tensor] = []
             confidence = 1.0
@@ -231,6 +245,6 @@ class TargetEngine(Engine):
         rollback = self._sync(session, start, tokens, gamma)
         state = session.state
         committed = state.committed
-        logits = self._forward(session, state.pending() + draft_tokens)[-(gamma + 1):]  # [γ+1, V]
+        logits = self._forward(session, state.pending() + draft_tokens, logits=gamma + 1)  # [γ+1, V]
         state.extend(draft_tokens, cached=len(state.tokens) + gamma)
         return session, committed, logits, rollback

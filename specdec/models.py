@@ -15,8 +15,12 @@ import itertools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
+
+from specdec.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path
+from specdec.runner import Collectives, ModelRunner
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +31,8 @@ TINY_EOS = 256  # the byte tokenizer's "<|endoftext|>"
 
 @dataclass(frozen=True)
 class LoadedModel:
-    model: torch.nn.Module
+    runner: ModelRunner  # the forward pass on the chosen compute path
+    choice: PathChoice
     name: str
     vocab_size: int
     max_context: int
@@ -39,12 +44,6 @@ def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
 def parse_tiny_spec(spec: str) -> dict:
@@ -114,26 +113,39 @@ def _resolve_path(spec: str) -> Path:
     return path
 
 
-def load_model(spec: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+    """The Hugging Face model for `spec`, in `weight_dtype` on `device`, in eval mode."""
     from transformers import AutoModelForCausalLM
 
-    dev = resolve_device(device)
     if spec.startswith("tiny:"):
-        model = build_tiny_model(spec)
-        eos: tuple[int, ...] = ()
+        model = build_tiny_model(spec).to(weight_dtype)
     else:
         path = _resolve_path(spec)
-        kwargs = {"dtype": resolve_dtype(dtype, dev), "local_files_only": True}
+        kwargs = {"dtype": weight_dtype, "local_files_only": True}
         if path.suffix == ".gguf":
             model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **kwargs)
         else:
             model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        eos = _eos_ids(model)
-        if dev.type == "cpu":
+        if device.type == "cpu":
             _into_private_memory(model)
-    model = model.to(dev).eval()
+    return model.to(device).eval()
+
+
+def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: str = "none",
+               shard: Callable[[torch.nn.Module], Collectives] | None = None, max_tokens: int = 9) -> LoadedModel:
+    """Load `spec` and build its runner on the compute path the flags name (`specdec.compute`).
+
+    shard: for tensor parallelism, slices the loaded model in place and returns its collectives.
+    max_tokens: the largest forward the fp32 kernel race weighs (γ_max + 1).
+    """
+    dev = resolve_device(device)
+    path = resolve_path(dtype, quantize, dev)
+    model = load_hf_model(spec, dev, WEIGHT_DTYPE[path])
     config = model.config
-    return LoadedModel(model, spec, config.vocab_size, config.max_position_embeddings, eos, dev)
+    eos = () if spec.startswith("tiny:") else _eos_ids(model)
+    collectives = shard(model) if shard is not None else None
+    runner, choice = build_runner(model, path, max_tokens, collectives)
+    return LoadedModel(runner, choice, spec, config.vocab_size, config.max_position_embeddings, eos, dev)
 
 
 def _into_private_memory(model: torch.nn.Module) -> None:

@@ -3,12 +3,13 @@
 Per decoder layer, on each of N ranks:
 - q/k/v projections and the MLP's gate/up keep 1/N of their output features (whole heads,
   whole MLP columns): column parallel, no communication;
-- the attention output and MLP down projections keep the matching 1/N of their input features
-  and all-reduce their output: row parallel, one all-reduce per block (two per layer).
-- the LM head keeps 1/N of the vocabulary and all-gathers the logits (when the vocabulary divides
-  evenly), so every rank ends with the same full logits; only rank 0 samples from them.
+- the attention output and MLP down projections keep the matching 1/N of their input features;
+  the runner all-reduces their outputs: row parallel, one all-reduce per block (two per layer).
+- the LM head keeps 1/N of the vocabulary and the runner all-gathers the logits (when the
+  vocabulary divides evenly), so every rank ends with the same full logits; only rank 0 samples.
 Embeddings and norms stay replicated. Works on any Llama/Qwen2-style model, including the tiny ones
-built in code, because it acts on the loaded modules rather than on a checkpoint.
+built in code, because it acts on the loaded modules rather than on a checkpoint. `shard_model`
+returns the `Collectives` that `specdec.runner.ModelRunner` calls at those points.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
+
+from specdec.runner import Collectives
 
 
 def check_shardable(config, world: int) -> None:
@@ -38,34 +41,34 @@ def _split_outputs(linear: nn.Linear, rank: int, world: int) -> None:
     linear.out_features = n
 
 
-def _split_inputs(linear: nn.Linear, rank: int, world: int, group) -> None:
-    """Row parallel: keep this rank's slice of the input features; all-reduce the partial outputs."""
+def _split_inputs(linear: nn.Linear, rank: int, world: int) -> None:
+    """Row parallel: keep this rank's slice of the input features; partial outputs are all-reduced."""
     n = linear.in_features // world
     linear.weight = nn.Parameter(linear.weight.data[:, rank * n:(rank + 1) * n].clone(), requires_grad=False)
     if linear.bias is not None and rank != 0:  # the bias is added once, by rank 0, before the sum
         linear.bias = None
     linear.in_features = n
 
-    def all_reduce(_module, _inputs, output: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(output, group=group)
-        return output
 
-    linear.register_forward_hook(all_reduce)
+class TensorParallelCollectives(Collectives):
+    """Sums row-parallel partial outputs and gathers vocabulary-parallel logits over `group`."""
 
+    def __init__(self, group, world: int, vocab_split: bool):
+        self.group, self.world, self.vocab_split = group, world, vocab_split
 
-def _split_vocabulary(head: nn.Linear, rank: int, world: int, group) -> None:
-    """Vocabulary parallel: keep 1/N of the output rows; all-gather the logits back to [.., V]."""
-    _split_outputs(head, rank, world)
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(x, group=self.group)
+        return x
 
-    def all_gather(_module, _inputs, output: torch.Tensor) -> torch.Tensor:
-        parts = [torch.empty_like(output) for _ in range(world)]
-        dist.all_gather(parts, output.contiguous(), group=group)
+    def gather_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self.vocab_split:
+            return logits
+        parts = [torch.empty_like(logits) for _ in range(self.world)]
+        dist.all_gather(parts, logits.contiguous(), group=self.group)
         return torch.cat(parts, dim=-1)
 
-    head.register_forward_hook(all_gather)
 
-
-def shard_model(model: nn.Module, rank: int, world: int, group=None) -> None:
+def shard_model(model: nn.Module, rank: int, world: int, group=None) -> TensorParallelCollectives:
     """Shard every decoder layer and the LM head of `model` for `rank` of `world`; frees the rest.
 
     A tied LM head gets its own slice; the embedding it shared stays whole.
@@ -77,13 +80,9 @@ def shard_model(model: nn.Module, rank: int, world: int, group=None) -> None:
             for linear in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
                 _split_outputs(linear, rank, world)
             for linear in (attn.o_proj, mlp.down_proj):
-                _split_inputs(linear, rank, world, group)
+                _split_inputs(linear, rank, world)
         head = model.get_output_embeddings()
-        if head.out_features % world == 0:
-            _split_vocabulary(head, rank, world, group)
-
-
-def parameter_bytes(model: nn.Module) -> int:
-    """Bytes held by the parameters of `model` (a tied embedding counted once)."""
-    seen = {p.data_ptr(): p.numel() * p.element_size() for p in model.parameters()}
-    return sum(seen.values())
+        vocab_split = head.out_features % world == 0
+        if vocab_split:
+            _split_outputs(head, rank, world)
+    return TensorParallelCollectives(group, world, vocab_split)

@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2  # noqa: E402
 
 from service_runtime.model_service import model_service_parser, serve_engine, setup_process  # noqa: E402
 from service_runtime.server import announce_and_wait  # noqa: E402
+from specdec.cost_profile import machine_lock  # noqa: E402
 from specdec.engine import TargetEngine  # noqa: E402
 from specdec.models import load_model, resolve_device  # noqa: E402
 from specdec.tp import shard_model  # noqa: E402
@@ -53,7 +54,9 @@ def load_engine(args: argparse.Namespace, rank: int) -> TargetEngine:
         # only its own (CUDA_VISIBLE_DEVICES), which is then device 0.
         device = f"cuda:{rank % torch.cuda.device_count()}"
     log.info("rank %d/%d: loading %s on %s", rank, args.tp, args.model, device)
-    loaded = load_model(args.model, device, args.dtype)
+    # Activations are reduced on the default group: nccl on CUDA, gloo on CPU.
+    shard = (lambda model: shard_model(model, rank, args.tp)) if args.tp > 1 else None
+    loaded = load_model(args.model, device, args.dtype, args.quantize, shard=shard, max_tokens=args.profile_tokens)
     return TargetEngine(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
 
 
@@ -71,7 +74,6 @@ def run_tensor_parallel(args: argparse.Namespace, argv: list[str]) -> None:
     try:
         group = tp.rendezvous(rank, world, args.tp_master, device, args.tp_timeout)
         engine = load_engine(args, rank)
-        shard_model(engine.loaded.model, rank, world)
         log.info("rank %d/%d: shard holds %.0f MiB of weights", rank, world, engine.report(rank)["parameter_bytes"] / 2**20)
         tp.wait_for_ranks(group, args.tp_load_timeout)
     except tp.StartupError as exc:
@@ -82,6 +84,8 @@ def run_tensor_parallel(args: argparse.Namespace, argv: list[str]) -> None:
         tp.follow(engine, rank, group)
         return
     front = tp.TensorParallelTarget(engine, group, world, followers)
+    with machine_lock():  # rank 0 drives every rank's (collective) measurement
+        front.measure_costs(args.profile_tokens)
     running = serve_engine(front, args, "target_service", SERVICE, register)
 
     def not_serving(_reason: str) -> None:
@@ -105,8 +109,10 @@ def main(argv: list[str] | None = None) -> None:
     installed = setup_process(args, "specdec-target", workers_per_node=args.tp)
     try:
         if args.tp == 1:
-            announce_and_wait(serve_engine(load_engine(args, 0), args, "target_service", SERVICE, register),
-                              "target_service")
+            with machine_lock():
+                engine = load_engine(args, 0)
+                engine.measure_costs(args.profile_tokens)
+            announce_and_wait(serve_engine(engine, args, "target_service", SERVICE, register), "target_service")
         else:
             run_tensor_parallel(args, argv)
     finally:

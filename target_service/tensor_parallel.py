@@ -96,6 +96,14 @@ class TensorParallelTarget:
     def live_sessions(self) -> int:
         return self.engine.live_sessions
 
+    @property
+    def cost_profile(self):
+        return self.engine.cost_profile
+
+    def measure_costs(self, max_tokens: int):
+        """Every rank times the same forwards: they are collective."""
+        return self._replicate(("measure", max_tokens), lambda: self.engine.measure_costs(max_tokens))
+
     def open(self, session_id: str, params) -> None:
         self._replicate(("open", session_id, params), lambda: self.engine.open(session_id, params))
 
@@ -165,7 +173,8 @@ class TensorParallelTarget:
 
 def follow(engine: TargetEngine, rank: int, group) -> None:
     """A follower rank's loop: run rank 0's commands until told to stop or rank 0 is gone."""
-    calls = {"open": engine.open, "release": engine.release, "score": engine.score, "ping": lambda: None}
+    calls = {"open": engine.open, "release": engine.release, "score": engine.score, "measure": engine.measure_costs,
+             "ping": lambda: None}
     while True:
         box = [None]
         try:

@@ -6,7 +6,7 @@ import torch
 from specdec.engine import DraftEngine, TargetEngine
 from specdec.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from specdec.kv import SequenceState
-from specdec.models import load_model
+from specdec.models import build_tiny_model, load_model
 from specdec.sampling import SamplingParams
 
 TARGET, DRAFT = "tiny:seed=0", "tiny:seed=0,perturb=0.05"
@@ -48,19 +48,20 @@ def engines():
     return DraftEngine(load_model(DRAFT, "cpu")), TargetEngine(load_model(TARGET, "cpu"))
 
 
-def fresh_last_logits(engine, tokens):
+def fresh_last_logits(spec, tokens):
+    """The reference: Hugging Face's own forward over the whole sequence, no cache."""
     with torch.inference_mode():
-        return engine.loaded.model(input_ids=torch.tensor([tokens])).logits[0, -1].float()
+        return build_tiny_model(spec).eval()(input_ids=torch.tensor([tokens])).logits[0, -1].float()
 
 
-def assert_cache_matches_fresh_forward(engine, session_id, start, tokens, committed):
+def assert_cache_matches_fresh_forward(engine, spec, session_id, start, tokens, committed):
     """Sync `engine` to `committed` as a round would; its next logits must equal a fresh forward pass."""
     session = engine._sessions[session_id]
     engine._sync(session, start, tokens, 0)
-    assert session.cache.get_seq_length() == session.state.cached
+    assert session.cache.length == session.state.cached
     cached_logits = engine._forward(session, session.state.pending())[-1]
-    assert session.cache.get_seq_length() == len(committed)
-    torch.testing.assert_close(cached_logits, fresh_last_logits(engine, committed), rtol=1e-4, atol=1e-4)
+    assert session.cache.length == len(committed)
+    torch.testing.assert_close(cached_logits, fresh_last_logits(spec, committed), rtol=1e-4, atol=1e-4)
 
 
 def test_rollback_logits_equal_fresh_forward(engines):
@@ -76,8 +77,8 @@ def test_rollback_logits_equal_fresh_forward(engines):
         previous, committed = len(committed), committed + verdict.tokens
         if verdict.num_accepted < 4:  # a rejected round: both caches hold tokens that must be rolled back
             rejected_rounds += 1
-            for engine in engines:
-                assert_cache_matches_fresh_forward(engine, "s", previous, committed[previous:], committed)
+            for engine, spec in zip(engines, (DRAFT, TARGET)):
+                assert_cache_matches_fresh_forward(engine, spec, "s", previous, committed[previous:], committed)
         start = previous
     assert rejected_rounds >= 2, "the tiny pair should disagree now and then"
     for e in engines:
@@ -117,5 +118,5 @@ def test_draft_early_stop_proposes_fewer_tokens_and_keeps_cache_consistent(engin
             assert short.probs.shape[0] == 1
             torch.testing.assert_close(short.probs[0], full.probs[0])
         session = draft._sessions["stop"]
-        assert session.cache.get_seq_length() == session.state.cached == 10
+        assert session.cache.length == session.state.cached == 10
         draft.release("stop")

@@ -17,6 +17,7 @@ from orchestrator.stack import EmbeddedStack, StackOptions
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.redis_state import DraftRegistration, PriorStore, registered_drafts
 from specdec.controller import RoundTiming, SharedPrior
+from specdec.cost_profile import CostProfile
 from target_service.tensor_parallel import free_port
 
 from conftest import TINY_DRAFT, TINY_TARGET
@@ -64,8 +65,9 @@ def test_registration_expires_without_heartbeats(client):
 
 
 def test_shared_prior_survives_the_trip_through_redis(client):
+    profile = CostProfile((0.3, 0.31, 0.32, 0.33, 0.34, 0.35, 0.36))
     first = SharedPrior(gamma_max=6)
-    session = first.new_controller()
+    session = first.new_controller(profile, profile)
     for _ in range(12):
         session.observe(RoundTiming(4, 3, 0.09, 0.08, 0.40, 0.38))
     first.absorb(session)
@@ -74,7 +76,7 @@ def test_shared_prior_survives_the_trip_through_redis(client):
     second = SharedPrior(gamma_max=6)
     second.load(store.load())
     assert second.snapshot() == first.snapshot()
-    a, b = first.new_controller(), second.new_controller()
+    a, b = first.new_controller(profile, profile), second.new_controller(profile, profile)
     assert (a.acceptance.alpha, a.round_time(4)) == (b.acceptance.alpha, b.round_time(4))
     assert [a.choose(8) for _ in range(3)] == [b.choose(8) for _ in range(3)]
 

@@ -12,14 +12,14 @@ import grpc
 import pytest
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from transformers import DynamicCache
 
 from orchestrator.client import generate, make_request
 from orchestrator.stack import EmbeddedStack, StackOptions
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.models import build_tiny_model
-from specdec.tp import check_shardable, parameter_bytes, shard_model
+from specdec.runner import ModelRunner, Step
+from specdec.tp import check_shardable, shard_model
 from target_service.tensor_parallel import StartupError, free_port, rendezvous
 
 from conftest import TINY_DRAFT, TINY_TARGET
@@ -28,26 +28,36 @@ PROMPTS = ["def fib(n):", "The quick brown fox", "tensor parallel"]
 STEPS = [[5, 17, 101, 3, 250, 42], [7], [9, 11, 13]]  # prefill, decode, a verify-sized chunk
 
 
-def _forward_steps(model) -> list[torch.Tensor]:
-    cache = DynamicCache()
-    with torch.inference_mode():
-        return [model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True).logits[0]
-                for ids in STEPS]
+def _forward_steps(runner: ModelRunner) -> list[torch.Tensor]:
+    cache = runner.new_cache()
+    return [runner.forward([Step(cache, ids, logits=len(ids))])[0] for ids in STEPS]
+
+
+def _runner(collectives=None, rank: int = 0, world: int = 1) -> ModelRunner:
+    model = build_tiny_model(TINY_TARGET).eval()
+    if world > 1:
+        collectives = shard_model(model, rank, world)
+    return ModelRunner(model, "fp32", fp32_kernel="dense", collectives=collectives)
+
+
+def _kernel_bytes(runner: ModelRunner) -> int:
+    """Bytes of the sharded weights: every projection and the LM head."""
+    kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
+    return sum(k.weight_bytes() for k in [*kernels, runner.lm_head])
 
 
 def _rank_forward(rank: int, world: int, port: int, results) -> None:
     rendezvous(rank, world, f"127.0.0.1:{port}", torch.device("cpu"), timeout_s=60)
     torch.set_num_threads(1)
-    model = build_tiny_model(TINY_TARGET).eval()
-    shard_model(model, rank, world)
-    logits = _forward_steps(model)
-    results.put((rank, [t.numpy().copy() for t in logits], parameter_bytes(model)))  # plain pickles
+    runner = _runner(rank=rank, world=world)
+    logits = _forward_steps(runner)
+    results.put((rank, [t.numpy().copy() for t in logits], runner.weight_bytes()))  # plain pickles
     torch.distributed.destroy_process_group()
 
 
 def test_sharded_logits_match_unsharded_through_the_kv_cache():
-    model = build_tiny_model(TINY_TARGET).eval()
-    expected = _forward_steps(model)
+    whole = _runner()
+    expected = _forward_steps(whole)
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
@@ -62,9 +72,7 @@ def test_sharded_logits_match_unsharded_through_the_kv_cache():
             torch.testing.assert_close(torch.from_numpy(have), want, rtol=1e-4, atol=1e-5, msg=f"rank {rank}, step {step}")
     # Each rank keeps half of every attention and MLP projection and of the LM head; embeddings and
     # norms stay whole.
-    split = sum(p.numel() * p.element_size() for name, p in model.named_parameters()
-                if any(k in name for k in ("_proj.", "lm_head.")))
-    assert got[0][1] == got[1][1] == parameter_bytes(model) - split // 2
+    assert got[0][1] == got[1][1] == whole.weight_bytes() - _kernel_bytes(whole) // 2
 
 
 def test_unshardable_config_is_refused():
@@ -109,7 +117,7 @@ def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
     info = _target_info(tp_stack)
     assert info.tensor_parallel_size == 2 and [r.rank for r in info.ranks] == [0, 1]
     assert info.ranks[0].pid != info.ranks[1].pid
-    full = parameter_bytes(build_tiny_model(TINY_TARGET))
+    full = _runner().weight_bytes()
     assert all(r.parameter_bytes < full for r in info.ranks)
 
     # Poll every rank's KV state while generations with rollbacks (γ=4 vs a perturbed draft) and a
