@@ -17,6 +17,8 @@ import grpc
 
 from orchestrator.clients import ServiceClient, draft_client
 from protos import specdec_pb2 as pb
+from service_runtime.wire import cost_profile_from_pb
+from specdec.cost_profile import CostProfile
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,7 @@ class DraftPool:
         self.addresses, self.registry = list(addresses), registry
         self.vocab_size, self.cooldown_s = vocab_size, cooldown_s
         self._clients: dict[str, ServiceClient] = {}
+        self._profiles: dict[str, CostProfile | None] = {}  # each replica's start-up cost profile
         self._opened: dict[str, int] = {}  # sessions opened here and still running, per replica
         self._failed_at: dict[str, float] = {}
         self._refused: set[str] = set()
@@ -74,21 +77,28 @@ class DraftPool:
             return client
         client = draft_client(address)
         try:
-            vocab = client.stub.Info(pb.ModelInfoRequest(), timeout=5).vocab_size
+            info = client.stub.Info(pb.ModelInfoRequest(), timeout=5)
         except grpc.RpcError as exc:
             log.warning("draft replica %s does not answer (%s); skipping it", address, exc.code().name)
             client.close()
             with self._lock:
                 self._failed_at[address] = time.monotonic()
             return None
-        if self.vocab_size is not None and vocab != self.vocab_size:
-            log.error("draft replica %s has vocabulary %d, the target %d: never used", address, vocab, self.vocab_size)
+        if self.vocab_size is not None and info.vocab_size != self.vocab_size:
+            log.error("draft replica %s has vocabulary %d, the target %d: never used", address, info.vocab_size,
+                      self.vocab_size)
             client.close()
             with self._lock:
                 self._refused.add(address)
             return None
         with self._lock:
+            self._profiles[address] = cost_profile_from_pb(info)
             return self._clients.setdefault(address, client)
+
+    def profile(self, client: ServiceClient) -> CostProfile | None:
+        """The cost profile `client`'s replica measured at start-up."""
+        with self._lock:
+            return self._profiles.get(client.address)
 
     def release(self, client: ServiceClient | None) -> None:
         if client is not None:

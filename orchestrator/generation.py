@@ -131,7 +131,8 @@ class Generation:
         committed = [*req.prompt_ids, *req.resumed]
         # Service-side session ids are fresh per run, so a resumed generation never meets its old sessions.
         service_session = f"{self.session_id}-{uuid.uuid4().hex[:8]}"
-        draft, target = _Peer(self.drafts.acquire(), service_session), _Peer(self.target, service_session)
+        draft, target = _Peer(None, service_session), _Peer(self.target, service_session)
+        self._use_draft(draft, self.drafts.acquire())
         text = TextStream(self.tokenizer, req.stop)
         text.push(list(req.resumed[:req.resume_from]))  # shown to the client before the resume
         stats = GenerationStats(prompt_tokens=len(req.prompt_ids))
@@ -248,10 +249,15 @@ class Generation:
         now = time.monotonic()
         if self._draft_failed_at is not None and now - self._draft_failed_at < self.draft_retry_s:
             return False
-        draft.client = self.drafts.acquire()
+        self._use_draft(draft, self.drafts.acquire())
         if draft.client is None:
             self._draft_failed_at = now
         return draft.client is not None
+
+    def _use_draft(self, draft: _Peer, client: ServiceClient | None) -> None:
+        """Route the draft peer to `client` (None: no replica) and plan with that replica's costs."""
+        draft.client = client
+        self.controller.draft = self.drafts.profile(client) if client is not None else None
 
     def _draft_failed(self, draft: _Peer, exc: grpc.RpcError) -> None:
         """Go on target-only; the output cannot change, since the target alone decides every token."""
@@ -260,4 +266,4 @@ class Generation:
         self.drafts.failed(draft.client)  # the pool skips it for a while
         self.drafts.release(draft.client)
         draft.reset()
-        draft.client = None  # the next round asks the pool again, which may pick another replica
+        self._use_draft(draft, None)  # the next round asks the pool again, which may pick another replica

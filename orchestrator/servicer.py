@@ -20,6 +20,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime import telemetry
 from service_runtime.errors import grpc_errors
 from service_runtime.redis_state import PriorStore, SessionStore
+from service_runtime.wire import cost_profile_from_pb
 from specdec.controller import SharedPrior
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.sampling import SamplingParams
@@ -47,6 +48,9 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         self.max_context = target_info.max_context
         self.eos_ids = frozenset(target_info.eos_token_ids)
         self.gamma_max = min(config.gamma_max, target_info.max_gamma)
+        self.target_profile = cost_profile_from_pb(target_info)
+        if self.target_profile is None:
+            raise FailedPrecondition(f"target {target.address} reports no cost profile (--profile-tokens)")
         self.prior = SharedPrior(self.gamma_max)  # this orchestrator serves one model pair
         self.metrics = SpecDecodeMetrics(self.gamma_max)
 
@@ -122,7 +126,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                     self.prior.load(snapshot)
             except Exception as exc:  # noqa: BLE001 - fall back on this orchestrator's own prior
                 log.warning("shared γ prior not read: %s", exc)
-        return self.prior.new_controller()
+        return self.prior.new_controller(self.target_profile)
 
     def _absorb(self, controller) -> None:
         self.prior.absorb(controller)

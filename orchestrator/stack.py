@@ -25,6 +25,7 @@ class StackOptions:
     target_model: str = "packaged:target"
     device: str = "auto"
     dtype: str = "auto"
+    quantize: str = "none"  # "int8": the fast, lossy CPU path for both models
     host: str = "127.0.0.1"
     port: int = 0
     gamma_max: int = 8
@@ -45,7 +46,7 @@ class StackOptions:
     def from_args(cls, args: argparse.Namespace, **overrides) -> "StackOptions":
         """Options from the `specdec` CLI's stack flags; `overrides` replace single fields."""
         fields = dict(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
-                      dtype=args.dtype, gamma_max=args.gamma_max, log_level=args.log_level,
+                      dtype=args.dtype, quantize=args.quantize, gamma_max=args.gamma_max, log_level=args.log_level,
                       target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file,
                       redis_url=getattr(args, "redis_url", ""))
         return cls(**{**fields, **overrides})
@@ -90,7 +91,8 @@ class ServiceProcess:
 
 
 def model_service_argv(model: str, opts: StackOptions) -> list[str]:
-    return ["--model", model, "--device", opts.device, "--dtype", opts.dtype, "--max-sessions", str(opts.max_sessions)]
+    return ["--model", model, "--device", opts.device, "--dtype", opts.dtype, "--quantize", opts.quantize,
+            "--max-sessions", str(opts.max_sessions), "--profile-tokens", str(opts.gamma_max + 1)]
 
 
 def draft_service_argv(opts: StackOptions) -> list[str]:

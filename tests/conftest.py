@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny-model embedded stack (real processes on loopback)."""
+"""Shared fixtures: tiny-model embedded stacks (real processes on loopback), one per compute path."""
 
 from __future__ import annotations
 
@@ -8,11 +8,22 @@ from orchestrator.stack import EmbeddedStack, StackOptions
 
 TINY_TARGET = "tiny:seed=0"
 TINY_DRAFT = "tiny:seed=0,perturb=0.05"  # agrees with the target on about half the tokens
+PATH_OPTIONS = {"fp32": {}, "bf16": {"dtype": "bfloat16"}, "int8": {"quantize": "int8"}}
+
+
+def tiny_stack(path: str = "fp32") -> EmbeddedStack:
+    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+                        max_new_tokens_limit=1024, log_level="warning", **PATH_OPTIONS[path])
+    return EmbeddedStack(opts)
 
 
 @pytest.fixture(scope="session")
 def stack():
-    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
-                        max_new_tokens_limit=1024, log_level="warning")
-    with EmbeddedStack(opts) as running:
+    with tiny_stack() as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def int8_stack():
+    with tiny_stack("int8") as running:
         yield running

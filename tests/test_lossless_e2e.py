@@ -5,23 +5,28 @@ from __future__ import annotations
 import math
 
 import grpc
+import pytest
 import torch
 
 from orchestrator.client import make_request
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.server import CHANNEL_OPTIONS
 from specdec.models import load_model
+from specdec.runner import Step
 from specdec.sampling import SamplingParams, probs_from_logits
 
-from conftest import TINY_TARGET
+from conftest import PATH_OPTIONS, TINY_TARGET
 
 
-def test_first_token_histogram_matches_target(stack):
+@pytest.mark.parametrize("path", ["fp32", "int8"])
+def test_first_token_histogram_matches_target(request, path):
+    """The target distribution p comes from the target as served on that path (same kernels)."""
+    stack = request.getfixturevalue({"fp32": "stack", "int8": "int8_stack"}[path])
     prompt = [40, 41, 42, 43]
     params = SamplingParams(temperature=1.0, top_k=8)
-    target = load_model(TINY_TARGET, "cpu")
-    with torch.inference_mode():
-        p = probs_from_logits(target.model(input_ids=torch.tensor([prompt])).logits[0, -1:], params)[0]  # [V]
+    target = load_model(TINY_TARGET, "cpu", **PATH_OPTIONS[path]).runner
+    logits = target.forward([Step(target.new_cache(), prompt)])[0]  # [1, V]
+    p = probs_from_logits(logits, params)[0]  # [V]
     samples = 1200
     counts = torch.zeros_like(p)
     accepted = 0
