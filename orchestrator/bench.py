@@ -1,6 +1,10 @@
 """`specdec bench`: target-only vs fixed-γ and adaptive speculation vs Hugging Face assisted generation.
 
-Everything runs in one process tree and one run, on the same prompts and models, greedy.
+Everything runs in one process tree and one run, on the same prompts and models, greedy, on one
+compute path; the Hugging Face baseline gets the same linear kernels (`specdec.compute.swap_linears`).
+It prints the machine, the path, both models' cost profiles (forward time against tokens per
+forward), and for each γ the speed-up Theorem 3.8 predicts (verify = one step) and the one the
+measured profiles predict, beside the measured one.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from tqdm import tqdm
 
 from orchestrator.bench_tracing import tracing_cost_us
 from orchestrator.client import generate, make_request
-from specdec.controller import AcceptanceEstimate, theorem_speedup
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.wire import cost_profile_from_pb
+from specdec.controller import AcceptanceEstimate, profile_speedup, theorem_speedup
 
 
 @dataclass
@@ -58,40 +65,65 @@ def load_prompts(path: str, limit: int) -> list[dict]:
     return prompts[:limit] if limit else prompts
 
 
-def run_hf_assisted(args: argparse.Namespace, prompts: list[dict]) -> ConfigResult:
-    """Hugging Face generate(assistant_model=...) in this process, on the same two models."""
-    import torch
+class HFAssisted:
+    """Hugging Face generate(assistant_model=...) in this process, on the same two models and kernels.
 
-    from specdec.models import load_model, load_tokenizer
+    A callable prompt -> generated ids, so the benchmark can interleave it with the other configs.
+    """
 
-    result = ConfigResult("hf-assisted", None)
-    tokenizer = load_tokenizer(args.target_model)
-    target = load_model(args.target_model, args.device, args.dtype)
-    draft = load_model(args.draft_model, args.device, args.dtype)
+    name = "hf-assisted"
 
-    def run(prompt: str, n: int) -> list[int]:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids.to(target.device)
+    def __init__(self, args: argparse.Namespace, path: str, kernel: str):
+        from specdec.compute import WEIGHT_DTYPE, swap_linears
+        from specdec.models import load_hf_model, load_tokenizer, resolve_device
+
+        self.tokenizer = load_tokenizer(args.target_model)
+        self.device = resolve_device(args.device)
+        self.target = swap_linears(load_hf_model(args.target_model, self.device, WEIGHT_DTYPE[path]), path, kernel)
+        self.draft = swap_linears(load_hf_model(args.draft_model, self.device, WEIGHT_DTYPE[path]), path, kernel)
+
+    def __call__(self, prompt: str, n: int) -> list[int]:
+        import torch
+
+        ids = self.tokenizer(prompt, return_tensors="pt").input_ids.to(self.device)
         with torch.inference_mode():
-            out = target.model.generate(ids, assistant_model=draft.model, do_sample=False, max_new_tokens=n,
-                                        pad_token_id=tokenizer.eos_token_id)
+            out = self.target.generate(ids, assistant_model=self.draft, do_sample=False, max_new_tokens=n,
+                                       pad_token_id=self.tokenizer.eos_token_id)
         return out[0, ids.shape[1]:].tolist()
 
-    run(prompts[0]["prompt"], 8)  # warm-up: page the weights in
-    for p in tqdm(prompts, desc="hf-assisted", leave=False):
-        began = time.perf_counter()
-        tokens = run(p["prompt"], args.max_new_tokens)
-        result.seconds += time.perf_counter() - began
-        result.tokens += len(tokens)
-        result.outputs.append(tokens)
-    del target, draft
-    gc.collect()
-    return result
+
+def service_infos(stack) -> tuple[pb.ModelInfo, pb.ModelInfo]:
+    """(draft, target) ModelInfo: compute path, hardware and cost profiles."""
+    import grpc
+
+    infos = []
+    for address, stub in ((stack.draft_address, pb_grpc.DraftServiceStub),
+                          (stack.target_address, pb_grpc.TargetServiceStub)):
+        with grpc.insecure_channel(address) as channel:
+            infos.append(stub(channel).Info(pb.ModelInfoRequest(), timeout=60))
+    return infos[0], infos[1]
+
+
+def print_setup(draft: pb.ModelInfo, target: pb.ModelInfo) -> None:
+    print(f"machine: {target.hardware}")
+    for role, info in (("draft", draft), ("target", target)):
+        print(f"{role}: {info.model} on path {info.compute_path} (kernel {info.kernel}, "
+              f"row-invariant {info.row_invariant})")
+    print("cost profile: one forward of S new tokens after a 128-token context, ms (and × S=1)")
+    profiles = [cost_profile_from_pb(draft), cost_profile_from_pb(target)]
+    print(" S | " + " | ".join(f"{role:>16}" for role in ("draft", "target")))
+    for size in range(1, len(profiles[1].seconds) + 1):
+        print(f"{size:2d} | " + " | ".join(f"{p.forward_s(size) * 1e3:8.1f} ({p.ratio(size):4.2f}x)" for p in profiles))
 
 
 def run_configs(endpoint: str, configs: list[tuple[str, int | None]], prompts: list[dict], n: int,
-                desc: str = "prompts") -> list[ConfigResult]:
-    """Every config on every prompt, round-robin per prompt so slow drift hits all configs alike."""
+                desc: str = "prompts", peer: HFAssisted | None = None) -> list[ConfigResult]:
+    """Every config on every prompt, round-robin per prompt so slow drift hits all configs alike.
+
+    `peer` (an in-process baseline) takes its turn in the same round-robin; its result comes last.
+    """
     results = [ConfigResult(name, gamma) for name, gamma in configs]
+    peer_result = ConfigResult(peer.name, None) if peer is not None else None
     for p in tqdm(prompts, desc=desc):
         for res in results:
             began = time.perf_counter()
@@ -100,16 +132,22 @@ def run_configs(endpoint: str, configs: list[tuple[str, int | None]], prompts: l
             res.tokens += len(out.token_ids)
             res.rounds.extend(out.rounds)
             res.outputs.append(out.token_ids)
-    return results
+        if peer is not None:
+            began = time.perf_counter()
+            tokens = peer(p["prompt"], n)
+            peer_result.seconds += time.perf_counter() - began
+            peer_result.tokens += len(tokens)
+            peer_result.outputs.append(tokens)
+    return results + ([peer_result] if peer_result is not None else [])
 
 
-def warm_up(endpoint: str, prompt: str, max_runs: int = 15, tolerance: float = 0.03) -> float:
+def warm_up(endpoint: str, prompt: str, gamma_max: int, max_runs: int = 15, tolerance: float = 0.03) -> float:
     """Run until the target's step time settles; returns it in seconds.
 
     The first minute or two after load is up to 1.7x slower on CPU (pages of the freshly copied
     weights settling), which would bias whichever config ran first.
     """
-    generate(endpoint, make_request(prompt=prompt, max_new_tokens=8, gamma=3))  # the draft too
+    generate(endpoint, make_request(prompt=prompt, max_new_tokens=8, gamma=min(3, gamma_max)))  # the draft too
     previous = None
     for _ in tqdm(range(max_runs), desc="warm-up", leave=False):
         out = generate(endpoint, make_request(prompt=prompt, max_new_tokens=12, gamma=0))
@@ -121,14 +159,18 @@ def warm_up(endpoint: str, prompt: str, max_runs: int = 15, tolerance: float = 0
     return step
 
 
-def summarise(results: list[ConfigResult], hf: ConfigResult | None) -> list[dict]:
+def summarise(results: list[ConfigResult], hf: ConfigResult | None, draft_info: pb.ModelInfo,
+              target_info: pb.ModelInfo) -> list[dict]:
     base = results[0]  # γ = 0
+    draft_profile, target_profile = cost_profile_from_pb(draft_info), cost_profile_from_pb(target_info)
     target_step = sum(r.target_compute_s for r in base.rounds[1:]) / max(len(base.rounds) - 1, 1)
     rows = []
     for res in [*results, *([hf] if hf else [])]:
         alpha, step = res.alpha(), res.draft_step_s()
         c = step / target_step if step else None
-        predicted = theorem_speedup(alpha, res.gamma, c) if res.gamma and alpha is not None and c else None
+        known = res.gamma and alpha is not None and c
+        predicted = theorem_speedup(alpha, res.gamma, c) if known else None
+        measured_curve = profile_speedup(alpha, res.gamma, draft_profile, target_profile) if known else None
         rows.append({
             "config": res.name, "tokens": res.tokens, "seconds": round(res.seconds, 2),
             "tokens_per_s": round(res.tokens_per_s, 3),
@@ -138,6 +180,7 @@ def summarise(results: list[ConfigResult], hf: ConfigResult | None) -> list[dict
             "mean_accepted_length": None if res.mean_accepted_length() is None else round(res.mean_accepted_length(), 3),
             "c": None if c is None else round(c, 3),
             "predicted_speedup_thm38": None if predicted is None else round(predicted, 3),
+            "predicted_speedup_profile": None if measured_curve is None else round(measured_curve, 3),
             "overhead_ms_per_round": round(res.overhead_ms(), 2) if res.rounds else None,
             "identical_to_target_only": res.outputs == base.outputs,
         })
@@ -146,9 +189,10 @@ def summarise(results: list[ConfigResult], hf: ConfigResult | None) -> list[dict
 
 def print_table(rows: list[dict]) -> None:
     cols = ["config", "tokens_per_s", "speedup_vs_target", "speedup_vs_hf_assisted", "alpha", "mean_accepted_length",
-            "c", "predicted_speedup_thm38", "overhead_ms_per_round", "identical_to_target_only"]
-    heads = ["config", "tok/s", "vs target", "vs HF asst", "α", "mean acc len", "c", "Thm3.8 pred", "ovh ms/rnd",
-             "identical"]
+            "c", "predicted_speedup_thm38", "predicted_speedup_profile", "overhead_ms_per_round",
+            "identical_to_target_only"]
+    heads = ["config", "tok/s", "vs target", "vs HF asst", "α", "mean acc len", "c", "Thm3.8 pred", "profile pred",
+             "ovh ms/rnd", "identical"]
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
     table = [heads] + [[fmt(r[c]) for c in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(heads))]
@@ -159,16 +203,26 @@ def print_table(rows: list[dict]) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.paths:
+        from orchestrator.bench_paths import run_path_sweep
+
+        return run_path_sweep(args)
     from orchestrator.stack import EmbeddedStack, StackOptions
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     gammas = [int(g) for g in args.gammas.split(",") if g]
-    hf = None if args.no_hf else run_hf_assisted(args, prompts)
-    with EmbeddedStack(StackOptions.from_args(args, gamma_max=max([args.gamma_max, *gammas]))) as stack:
-        warm_up(stack.endpoint, prompts[0]["prompt"])
+    gamma_max = max([args.gamma_max, *gammas])
+    with EmbeddedStack(StackOptions.from_args(args, gamma_max=gamma_max)) as stack:
+        draft_info, target_info = service_infos(stack)
+        peer = None if args.no_hf else HFAssisted(args, target_info.compute_path, target_info.kernel)
+        warm_up(stack.endpoint, prompts[0]["prompt"], gamma_max)
+        if peer is not None:
+            peer(prompts[0]["prompt"], 8)  # page its weights in
         configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
-        results = run_configs(stack.endpoint, configs, prompts, args.max_new_tokens)
-    rows = summarise(results, hf)
+        results = run_configs(stack.endpoint, configs, prompts, args.max_new_tokens, peer=peer)
+    hf = results.pop() if peer is not None else None
+    rows = summarise(results, hf, draft_info, target_info)
+    print_setup(draft_info, target_info)
     print_table(rows)
     if hf is not None:
         print(f"HF assisted output identical to target-only: {hf.outputs == results[0].outputs}")
@@ -176,8 +230,10 @@ def run_bench(args: argparse.Namespace) -> int:
     print(f"tracing instrumentation per round: {tracing_cost['tracing_off_us_per_round']:.1f} µs with tracing off, "
           f"{tracing_cost['tracing_on_us_per_round']:.1f} µs with tracing on")
     payload = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "draft": args.draft_model,
-               "target": args.target_model, "rows": rows, "adaptive_gammas": [r.gamma for r in results[-1].rounds],
-               **tracing_cost}
+               "target": args.target_model, "hardware": target_info.hardware, "path": target_info.compute_path,
+               "kernel": target_info.kernel, "draft_profile_ms": [ns / 1e6 for ns in draft_info.forward_ns],
+               "target_profile_ms": [ns / 1e6 for ns in target_info.forward_ns], "rows": rows,
+               "adaptive_gammas": [r.gamma for r in results[-1].rounds], **tracing_cost}
     Path(args.output).write_text(json.dumps(payload, indent=2))
     print(f"wrote {args.output}")
     return 0

@@ -72,7 +72,7 @@ def run_rtt_sweep(args: argparse.Namespace) -> int:
     policies = _policies(args.gamma_max)
     per_rtt: dict[float, dict[str, float]] = {}
     with EmbeddedStack(StackOptions.from_args(args, delay_proxies=True)) as stack:
-        warm_up(stack.endpoint, prompts[0]["prompt"])
+        warm_up(stack.endpoint, prompts[0]["prompt"], args.gamma_max)
         for rtt in rtts:
             stack.set_rtt_ms(rtt, rtt)
             results = run_configs(stack.endpoint, policies, prompts, args.max_new_tokens, desc=f"rtt {rtt:g} ms")

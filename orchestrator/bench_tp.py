@@ -49,7 +49,7 @@ def run_tp_sweep(args: argparse.Namespace) -> int:
     for size in sizes:
         opts = StackOptions.from_args(args, gamma_max=max([args.gamma_max, *gammas]), target_tp=size)
         with EmbeddedStack(opts) as stack:
-            step = warm_up(stack.endpoint, prompts[0]["prompt"])
+            step = warm_up(stack.endpoint, prompts[0]["prompt"], args.gamma_max)
             results = run_configs(stack.endpoint, configs, prompts, args.max_new_tokens, desc=f"tp={size}")
             memory = _rank_memory(stack.target_address)
         outputs[size] = [res.outputs for res in results]

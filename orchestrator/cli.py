@@ -21,6 +21,8 @@ def _add_stack_args(parser: argparse.ArgumentParser) -> None:
                         help="packaged:target (default), a Hugging Face folder, a .gguf file or tiny:...")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
+                        help="int8: the fast, lossy CPU path for both models (see docs/PERFORMANCE.md)")
     parser.add_argument("--target-tp", type=int, default=1,
                         help="tensor-parallel workers for the target (gloo on CPU, nccl on CUDA)")
     parser.add_argument("--gamma-max", type=int, default=8, help="largest γ the adaptive policy or a client may use")
@@ -149,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted baseline")
     bench.add_argument("--rtt-ms", default="", help="e.g. 0,5,20,50: sweep added RTT through delay proxies "
                        "and compare adaptive γ with every fixed γ")
+    bench.add_argument("--paths", default="", help="e.g. fp32,bf16,int8: target-only, adaptive and HF assisted on "
+                       "each compute path, with each lossy path's greedy agreement with fp32")
     bench.add_argument("--tp-sweep", default="", help="e.g. 1,2: run the target at each tensor-parallel size and "
                        "compare memory per worker, step and verify time, tokens/s")
     bench.add_argument("--output", default="bench_results.json")

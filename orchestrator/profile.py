@@ -31,7 +31,7 @@ def run_workload(args: argparse.Namespace) -> int:
 
     with EmbeddedStack(StackOptions.from_args(args, delay_proxies=args.rtt_ms > 0)) as stack:
         prompts = load_prompts(args.prompts, args.limit_prompts)
-        warm_up(stack.endpoint, prompts[0]["prompt"])
+        warm_up(stack.endpoint, prompts[0]["prompt"], args.gamma_max)
         if args.rtt_ms > 0:
             stack.set_rtt_ms(args.rtt_ms, args.rtt_ms)
         measured_from = time.time_ns()
