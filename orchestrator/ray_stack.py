@@ -19,6 +19,22 @@ from service_runtime.server import RunningServer
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0
+RAY_START_ATTEMPTS = 3  # a local Ray's raylet must register within a fixed 30 s, which a busy machine can miss
+
+
+def init_ray(address: str, attempts: int = RAY_START_ATTEMPTS, **init) -> None:
+    """`ray.init`, retried from scratch when a local start times out (Ray's start-up wait is fixed)."""
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address or None, **init)
+            return
+        except Exception as error:  # Ray raises a bare Exception for a node start-up timeout
+            ray.shutdown()
+            if attempt == attempts:
+                raise
+            log.warning("ray: start-up attempt %d of %d failed (%s); retrying", attempt, attempts, error)
 
 
 class ServiceActor:
@@ -87,7 +103,7 @@ class RayStack(ManagedStack):
         import ray
 
         if not ray.is_initialized():
-            ray.init(address=self.ray_address or None, **self.ray_init)
+            init_ray(self.ray_address, **self.ray_init)
         opts = self.opts
         # The target first: its ranks on one node (nccl/gloo between them), rank 0 serving gRPC.
         ranks = self._actors(opts.target_tp, "STRICT_PACK")
