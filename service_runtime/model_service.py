@@ -11,7 +11,7 @@ from typing import Callable
 import grpc
 import torch
 
-from service_runtime import telemetry
+from service_runtime import security, telemetry
 from service_runtime.server import RunningServer, add_model_args, announce_and_wait, configure_logging, start_server
 from specdec.cost_profile import machine_lock
 from specdec.engine import Engine
@@ -45,6 +45,7 @@ def advertised_address(args: argparse.Namespace, port: int) -> str:
 def setup_process(args: argparse.Namespace, service_name: str, workers_per_node: int = 1) -> telemetry.Telemetry:
     """Logging, telemetry and torch threads; CPU cores are split between the workers of one node."""
     configure_logging(args.log_level)
+    security.use(security.security_from_args(args))
     installed = telemetry.configure(service_name, args.otlp_endpoint, args.trace_file)
     threads = args.threads or (max(1, (os.cpu_count() or 1) // workers_per_node) if workers_per_node > 1 else 0)
     if threads > 0:
@@ -55,7 +56,9 @@ def setup_process(args: argparse.Namespace, service_name: str, workers_per_node:
 def serve_engine(engine, args: argparse.Namespace, what: str, service_name: str,
                  register: Callable[[grpc.Server, Engine], None]) -> RunningServer:
     """Start the gRPC server for `engine` (an Engine or a tensor-parallel front with its interface)."""
-    return start_server(lambda server: register(server, engine), [service_name], args.host, args.port)
+    # Every session holds one stream; a few more calls (Info) may run beside them.
+    return start_server(lambda server: register(server, engine), [service_name], args.host, args.port,
+                        max_concurrent=args.max_sessions + 4)
 
 
 def run_model_service(args: argparse.Namespace, *, what: str, engine_cls: type[Engine], service_name: str,

@@ -14,9 +14,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from service_runtime import security
+from service_runtime.guards import Guard
 from service_runtime.telemetry import add_telemetry_args
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # dense q for γ=16 over a 152k vocabulary is ~10 MB
+# Between services: dense q for γ=16 over a 152k vocabulary is ~10 MB.
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+# From clients to the orchestrator: a prompt is bounded far below this before it is tokenised.
+MAX_CLIENT_MESSAGE_BYTES = 4 * 1024 * 1024
+SPARE_WORKERS = 8  # threads kept free of work for health checks and reflection
 READY_PREFIX = "SPECDEC_READY port="
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -37,16 +43,26 @@ class RunningServer:
 
 
 def start_server(register: Callable[[grpc.Server], None], service_names: list[str], host: str, port: int,
-                 max_workers: int = 32) -> RunningServer:
-    """Start a server with the given servicers plus grpc.health.v1 and reflection; returns its bound port."""
-    server = grpc.server(ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS)
+                 max_concurrent: int = 64, max_receive_bytes: int = MAX_MESSAGE_BYTES) -> RunningServer:
+    """Start a server with the given servicers plus grpc.health.v1 and reflection; returns its bound port.
+
+    At most `max_concurrent` calls run at once (health and reflection aside, which keep
+    SPARE_WORKERS threads of their own); past that a call gets RESOURCE_EXHAUSTED at once.
+    TLS and the bearer token come from this process's `service_runtime.security` settings.
+    """
+    options = [*CHANNEL_OPTIONS[:1], ("grpc.max_receive_message_length", max_receive_bytes)]
+    guard = Guard(max_concurrent, security.current().tokens)
+    server = grpc.server(ThreadPoolExecutor(max_workers=max_concurrent + SPARE_WORKERS), options=options,
+                         interceptors=[guard])
     register(server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ["", *service_names]:
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
-    bound = server.add_insecure_port(f"{host}:{port}")
+    credentials = security.current().server_credentials()
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     if bound == 0:
         raise SystemExit(f"cannot bind {host}:{port}")
     server.start()
@@ -77,6 +93,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=0, help="port to bind (0 = any free port, printed when ready)")
     parser.add_argument("--log-level", default="info")
     add_telemetry_args(parser)
+    security.add_security_args(parser)
 
 
 def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:

@@ -52,7 +52,7 @@ def _grpc_endpoint(endpoint: str) -> str:
 
 
 def configure(default_service_name: str, otlp_endpoint: str = "", trace_file: str = "",
-              metrics_port: int = 0) -> Telemetry:
+              metrics_port: int = 0, metrics_host: str = "127.0.0.1") -> Telemetry:
     """Install the SDK for what is configured; leaves the no-op API in place otherwise."""
     if not (otlp_endpoint or trace_file or metrics_port):
         return Telemetry()
@@ -75,13 +75,13 @@ def configure(default_service_name: str, otlp_endpoint: str = "", trace_file: st
         global _tracing
         _tracing = True
     if otlp_endpoint or metrics_port:
-        meter_provider = _meter_provider(resource, otlp_endpoint, metrics_port)
+        meter_provider = _meter_provider(resource, otlp_endpoint, metrics_port, metrics_host)
     log.info("telemetry: traces %s, metrics %s", otlp_endpoint or trace_file or "off",
              ", ".join(filter(None, [otlp_endpoint, metrics_port and f"prometheus :{metrics_port}"])) or "off")
     return Telemetry(tracer_provider, meter_provider)
 
 
-def _meter_provider(resource, otlp_endpoint: str, metrics_port: int):
+def _meter_provider(resource, otlp_endpoint: str, metrics_port: int, metrics_host: str):
     from opentelemetry import metrics
     from opentelemetry.sdk.metrics import MeterProvider
 
@@ -95,7 +95,7 @@ def _meter_provider(resource, otlp_endpoint: str, metrics_port: int):
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import start_http_server
 
-        start_http_server(metrics_port)
+        start_http_server(metrics_port, addr=metrics_host)  # the service's own host, not every interface
         readers.append(PrometheusMetricReader())
     provider = MeterProvider(resource=resource, metric_readers=readers)
     metrics.set_meter_provider(provider)
