@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.server import add_orchestrator_args, start_orchestrator
-from service_runtime import telemetry
+from orchestrator.server import add_orchestrator_args, orchestrator_config, start_orchestrator
+from service_runtime import security, telemetry
 from service_runtime.server import add_common_args, announce_and_wait, configure_logging
 
 
@@ -26,8 +26,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args.draft and not args.redis_url:
         parser.error("give --draft addresses, or --redis-url to find the registered draft replicas")
     configure_logging(args.log_level)
-    installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port)
-    running = start_orchestrator(args.draft, args.target, args.tokenizer, args.host, args.port, args)
+    security.use(security.security_from_args(args))
+    installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port,
+                                    args.host)
+    running = start_orchestrator(args.draft, args.target, args.tokenizer, args.host, args.port,
+                                 orchestrator_config(args), args.redis_url)
     announce_and_wait(running, "orchestrator", on_stop=installed.shutdown)
 
 

@@ -9,9 +9,12 @@ import os
 import sys
 from pathlib import Path
 
-from service_runtime import telemetry
+from service_runtime import security, telemetry
+from service_runtime.security import add_security_args, security_from_args
 from service_runtime.server import configure_logging
 from service_runtime.telemetry import add_telemetry_args
+
+log = logging.getLogger(__name__)
 
 
 def _add_stack_args(parser: argparse.ArgumentParser) -> None:
@@ -30,6 +33,10 @@ def _add_stack_args(parser: argparse.ArgumentParser) -> None:
     add_telemetry_args(parser)
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve the orchestrator's Prometheus metrics on this port (0 = off)")
+    parser.add_argument("--round-timeout", type=float, default=300.0,
+                        help="ceiling in seconds on one hop of one round (a hop gets 20x its measured cost, at "
+                             "least 30 s, at most this): a late draft is dropped, a late target ends the stream")
+    add_security_args(parser)
 
 
 def _gamma(value: str) -> int | None:
@@ -42,6 +49,7 @@ def _gamma(value: str) -> int | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
     import threading
 
     from orchestrator.stack import EmbeddedStack, StackOptions
@@ -54,12 +62,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             args.ray_gpus_per_process)
     else:
         stack_cm = EmbeddedStack(opts)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # drain and stop every child, leaving no orphan
+        signal.signal(sig, lambda *_: stop.set())
     with stack_cm as stack:
         print(f"specdec serving on {stack.endpoint}", flush=True)
-        try:
-            threading.Event().wait()
-        except KeyboardInterrupt:
-            pass
+        stop.wait()
+        log.info("stopping: draining the orchestrator and stopping every service")
     return 0
 
 
@@ -180,11 +189,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level)
+    security.use(security_from_args(args))  # this process's orchestrator and client channels
     logging.getLogger("orchestrator").setLevel(args.log_level.upper())
     if args.command == "profile" and not args.spans and not args.trace_file:
         args.trace_file = str(Path(args.output).with_suffix(".spans.jsonl"))  # kept for a second look
     # The embedded orchestrator runs in this process: its spans and metrics are configured here.
-    installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port)
+    installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port,
+                                    "127.0.0.1")
     try:
         return args.func(args)
     finally:

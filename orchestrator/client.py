@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-import grpc
 from google.protobuf.json_format import MessageToDict
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.security import open_channel
 from service_runtime.server import CHANNEL_OPTIONS
 
 
@@ -41,7 +41,7 @@ def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, ma
 def generate(endpoint: str, request: pb.GenerateRequest, on_text: Callable[[str], None] | None = None,
              timeout: float | None = None) -> GenerateResult:
     """Run one generation to the end; `on_text` receives each text delta as it arrives."""
-    with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
+    with open_channel(endpoint, CHANNEL_OPTIONS) as channel:
         result = GenerateResult()
         for response in pb_grpc.SpecDecStub(channel).Generate(request, timeout=timeout):
             result.token_ids.extend(response.token_ids)

@@ -3,30 +3,65 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
 
 import grpc
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.security import open_channel
 from service_runtime.server import CHANNEL_OPTIONS
 
 _END = object()
 STREAM_TIMEOUT_S = 3600.0
 
 
-class SessionStream:
-    """One bidi stream: `call` sends a request and blocks for its reply."""
+class StreamError(grpc.RpcError):
+    """A stream call that failed on this side: its deadline passed, or the service ended the stream."""
 
-    def __init__(self, method):
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class SessionStream:
+    """One bidi stream: `call` sends a request and waits, up to a deadline, for its reply."""
+
+    def __init__(self, method, address: str = ""):
+        self.address = address
         self._requests: queue.Queue = queue.Queue()
         self._responses = method(iter(self._requests.get, _END), timeout=STREAM_TIMEOUT_S)
+        self._replies: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True, name="stream-reader").start()
 
-    def call(self, request):
-        """Returns (reply, wall seconds). Raises grpc.RpcError with the service's status."""
+    def _read(self) -> None:
+        try:
+            for reply in self._responses:
+                self._replies.put(reply)
+            self._replies.put(StreamError(grpc.StatusCode.UNAVAILABLE, f"{self.address} ended the stream"))
+        except grpc.RpcError as exc:
+            self._replies.put(exc)
+
+    def call(self, request, timeout: float | None = None):
+        """Returns (reply, wall seconds). Raises grpc.RpcError with the service's status, or
+        DEADLINE_EXCEEDED after `timeout` seconds (the stream is then cancelled: unusable)."""
         began = time.perf_counter()
         self._requests.put(request)
-        reply = next(self._responses)
+        try:
+            reply = self._replies.get(timeout=timeout)
+        except queue.Empty:
+            self.close()
+            raise StreamError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                              f"{self.address} did not answer within {timeout:.1f} s") from None
+        if isinstance(reply, grpc.RpcError):
+            raise reply
         return reply, time.perf_counter() - began
 
     def close(self) -> None:
@@ -40,7 +75,7 @@ class ServiceClient:
 
     def __init__(self, address: str, stub_cls):
         self.address = address
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = open_channel(address, CHANNEL_OPTIONS)
         self.stub = stub_cls(self.channel)
 
     def wait_ready(self, timeout: float) -> None:
@@ -50,7 +85,7 @@ class ServiceClient:
         return self.stub.Info(pb.ModelInfoRequest(), timeout=30)
 
     def open_stream(self) -> SessionStream:
-        return SessionStream(self.stub.Session)
+        return SessionStream(self.stub.Session, self.address)
 
     def close(self) -> None:
         self.channel.close()

@@ -26,11 +26,15 @@ from protos import specdec_pb2 as pb
 from service_runtime import telemetry
 from service_runtime.wire import sampling_to_pb
 from specdec.controller import GammaController, RoundTiming
+from specdec.cost_profile import RoundTimeout
 from specdec.sampling import SamplingParams
 from specdec.stats import GenerationStats, RoundRecord
-from specdec.text import TextStream
+from specdec.text import TextStream, printable
 
 log = logging.getLogger(__name__)
+# Statuses that blame the request, not the replica that returned them.
+CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
+                           grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -66,25 +70,25 @@ class _Peer:
     def commit(self, committed: list[int]) -> pb.Commit:
         return pb.Commit(start=self.confirmed, tokens=committed[self.confirmed:])
 
-    def call(self, request):
+    def call(self, request, timeout: float | None = None):
         if self.stream is None:
             self.stream = self.client.open_stream()
-        reply, wall = self.stream.call(request)
+        reply, wall = self.stream.call(request, timeout)
         self.opened = True
         return reply, wall
 
-    def traced_call(self, name: str, request, round_span: Span):
+    def traced_call(self, name: str, request, round_span: Span, timeout: float | None = None):
         """`call` inside a client span that the service's compute span continues.
 
         Attributes: bytes each way and the hop's network time (wall minus service compute).
         """
         if not telemetry.tracing_enabled():
-            return self.call(request)
+            return self.call(request, timeout)
         with telemetry.span(name, kind=SpanKind.CLIENT) as span:
             recording = span.is_recording()
             if recording:
                 telemetry.inject(request.trace_context)
-            reply, wall = self.call(request)
+            reply, wall = self.call(request, timeout)
             if recording:
                 hop = name.split(".")[0]
                 sent, received = request.ByteSize(), reply.ByteSize()
@@ -121,6 +125,7 @@ class Generation:
     trace_context: Context | None = None  # the `generate` span's context: parent of every round span
     on_round: Callable[[list[int], str], None] | None = None  # (generated so far, finish reason) after each round
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    round_timeout: RoundTimeout = RoundTimeout()
     draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
     _last_drafted: int = 0
     _draft_failed_at: float | None = None
@@ -182,7 +187,8 @@ class Generation:
             draft.close()
             target.close()
             self.drafts.release(draft.client)
-            log.info("session %s finished (%s) after %d tokens", self.session_id, finish or "aborted", generated)
+            log.info("session %s finished (%s) after %d tokens", printable(self.session_id), finish or "aborted",
+                     generated)
 
     def _finish_reason(self, stopped: bool, generated: int, length: int) -> str:
         """"stop" (EOS or stop string), "length", "context", or "" to go on."""
@@ -203,9 +209,11 @@ class Generation:
         if gamma > 0:
             try:
                 min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
+                commit = draft.commit(committed)
                 proposal, draft_wall = draft.traced_call("draft.propose", pb.DraftRequest(
                     session_id=draft.session_id, open=not draft.opened, sampling=sampling,
-                    commit=draft.commit(committed), gamma=gamma, min_confidence=min_confidence), span)
+                    commit=commit, gamma=gamma, min_confidence=min_confidence), span,
+                    self._deadline(self.controller.draft_time(len(commit.tokens) + 1, gamma)))
             except grpc.RpcError as exc:
                 self._draft_failed(draft, exc)
                 gamma = draft_wall = 0
@@ -216,9 +224,11 @@ class Generation:
                 draft_compute = proposal.compute_ns / 1e9
         self._last_drafted = len(draft_tokens)
         first_target_round = not target.opened
+        commit = target.commit(committed)
         result, target_wall = target.traced_call("target.verify", pb.VerifyRequest(
             session_id=target.session_id, open=not target.opened, sampling=sampling,
-            commit=target.commit(committed), draft_tokens=draft_tokens, draft_probs=probs), span)
+            commit=commit, draft_tokens=draft_tokens, draft_probs=probs), span,
+            self._deadline(self.controller.target_time(len(commit.tokens) + len(draft_tokens))))
         target.confirmed = result.committed_len
         target_compute = result.compute_ns / 1e9
         if not first_target_round:  # a prefill says nothing about steady-state cost
@@ -241,6 +251,9 @@ class Generation:
                   1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)
         return record, list(result.tokens)
 
+    def _deadline(self, expected_s: float) -> float:
+        return self.round_timeout.of(expected_s)
+
     def _draft_usable(self, draft: _Peer) -> bool:
         """A draft replica is at hand, or the pool has one (after a failure: another one at once,
         else the same one again once `draft_retry_s` has passed)."""
@@ -260,10 +273,16 @@ class Generation:
         self.controller.draft = self.drafts.profile(client) if client is not None else None
 
     def _draft_failed(self, draft: _Peer, exc: grpc.RpcError) -> None:
-        """Go on target-only; the output cannot change, since the target alone decides every token."""
+        """Go on target-only; the output cannot change, since the target alone decides every token.
+
+        A replica that is down, hung or broken is skipped by the pool for a while; one that refused
+        this session's request (a client's bad input) stays in service for everyone else.
+        """
+        code = exc.code()
         log.warning("session %s: draft %s failed (%s: %s); decoding target-only until a replica is back",
-                    self.session_id, draft.client.address, exc.code().name, exc.details())
-        self.drafts.failed(draft.client)  # the pool skips it for a while
+                    self.session_id, draft.client.address, code.name, printable(exc.details()))
+        if code not in CLIENT_FAULTS:
+            self.drafts.failed(draft.client)
         self.drafts.release(draft.client)
         draft.reset()
         self._use_draft(draft, None)  # the next round asks the pool again, which may pick another replica

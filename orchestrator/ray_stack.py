@@ -9,7 +9,6 @@ own and which join it at `--tp-master`. The orchestrator runs in this (driver) p
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 
@@ -126,11 +125,9 @@ class RayStack(ManagedStack):
                         timeout=START_TIMEOUT_S)
         ips = [reach(ip) for ip in ray.get([d.node_ip.remote() for d in drafts])]
         self.draft_addresses = [f"{ip}:{port}" for ip, port in zip(ips, ports)]
-        args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit,
-                                  redis_url=opts.redis_url)
         draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
         self.orchestrator = start_orchestrator(draft_route, self.target_address, opts.target_model, opts.host,
-                                               opts.port, args)
+                                               opts.port, opts.orchestrator_config(), opts.redis_url)
         log.info("ray: drafts %s, target %s (tp=%d), orchestrator %s", self.draft_addresses, self.target_address,
                  opts.target_tp, self.endpoint)
 

@@ -12,16 +12,19 @@ from specdec.sampling import SamplingParams
 log = logging.getLogger(__name__)
 
 
-def record_of(request: GenerationRequest, generated: list[int], finish: str) -> dict:
-    """What a resume needs: the request as parsed, and every token committed so far."""
-    return {"prompt_ids": list(request.prompt_ids), "generated": list(generated), "finish_reason": finish,
+def record_of(request: GenerationRequest, generated: list[int], finish: str, owner: str = "") -> dict:
+    """What a resume needs: the request as parsed, every token committed so far, and who may resume."""
+    return {"owner": owner, "prompt_ids": list(request.prompt_ids), "generated": list(generated), "finish_reason": finish,
             "max_new_tokens": request.max_new_tokens, "params": dataclasses.asdict(request.params),
             "gamma": request.gamma, "stop": list(request.stop)}
 
 
-def resume_request(record: dict | None, session_id: str, resume_from: int) -> GenerationRequest:
-    """The GenerationRequest that continues a recorded generation; raises NotFound / FailedPrecondition."""
-    if record is None:
+def resume_request(record: dict | None, session_id: str, resume_from: int, owner: str = "") -> GenerationRequest:
+    """The GenerationRequest that continues a recorded generation; raises NotFound / FailedPrecondition.
+
+    Only the credential that started a session may resume it; to any other it does not exist.
+    """
+    if record is None or record.get("owner", "") != owner:
         raise NotFound(f"no record of session {session_id!r} (never started here, or expired)")
     if record["finish_reason"]:
         raise FailedPrecondition(f"session {session_id!r} already finished ({record['finish_reason']})")
@@ -36,11 +39,11 @@ def resume_request(record: dict | None, session_id: str, resume_from: int) -> Ge
 class RecordWriter:
     """Saves a generation's record after every round; a Redis error is logged, never fatal."""
 
-    def __init__(self, store, session_id: str, request: GenerationRequest):
-        self.store, self.session_id, self.request = store, session_id, request
+    def __init__(self, store, session_id: str, request: GenerationRequest, owner: str = ""):
+        self.store, self.session_id, self.request, self.owner = store, session_id, request, owner
 
     def __call__(self, generated: list[int], finish: str) -> None:
         try:
-            self.store.save(self.session_id, record_of(self.request, generated, finish))
+            self.store.save(self.session_id, record_of(self.request, generated, finish, self.owner))
         except Exception as exc:  # noqa: BLE001 - Redis trouble must not fail the generation
             log.warning("session %s: record not saved: %s", self.session_id, exc)

@@ -3,32 +3,69 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
-from orchestrator.clients import draft_client, target_client
+import grpc
+from grpc_health.v1 import health_pb2
+
+from orchestrator.clients import ServiceClient, draft_client, target_client
 from orchestrator.draft_pool import DraftPool
 from orchestrator.servicer import OrchestratorConfig, SpecDecServicer
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.redis_state import connect
-from service_runtime.server import RunningServer, start_server
+from service_runtime.server import MAX_CLIENT_MESSAGE_BYTES, RunningServer, start_server
 from specdec.models import load_tokenizer
 
 READY_TIMEOUT_S = 60.0
+SERVICE_NAME = "specdec.v1.SpecDec"
+log = logging.getLogger(__name__)
 
 
 def add_orchestrator_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gamma-max", type=int, default=8, help="largest γ the adaptive policy or a client may use")
     parser.add_argument("--max-new-tokens-limit", type=int, default=8192)
+    parser.add_argument("--max-concurrent", type=int, default=64,
+                        help="generations in flight; past it a request gets RESOURCE_EXHAUSTED at once")
+    parser.add_argument("--round-timeout", type=float, default=300.0,
+                        help="ceiling in seconds on one hop of one round; by default a hop gets 20x its measured "
+                             "cost, at least 30 s (a draft past it is dropped, a target past it ends the stream)")
+    parser.add_argument("--session-ttl", type=float, default=3600.0, help="seconds a resumable session record lives")
     parser.add_argument("--redis-url", default=os.environ.get("SPECDEC_REDIS_URL", ""),
                         help="Redis for draft discovery (when --draft is empty), resumable session records and "
                              "the shared γ prior (default: $SPECDEC_REDIS_URL; empty = none)")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0 = off)")
 
 
+def orchestrator_config(args: argparse.Namespace) -> OrchestratorConfig:
+    """The CLI flags of `add_orchestrator_args` as configuration."""
+    return OrchestratorConfig(gamma_max=args.gamma_max, max_new_tokens_limit=args.max_new_tokens_limit,
+                              max_concurrent=args.max_concurrent, round_timeout_s=args.round_timeout,
+                              round_timeout_floor_s=min(30.0, args.round_timeout), session_ttl_s=args.session_ttl)
+
+
+def watch_target(target: ServiceClient, running: RunningServer) -> None:
+    """The orchestrator's health follows its target: NOT_SERVING while no target is reachable."""
+    states = grpc.ChannelConnectivity
+
+    def on_change(state: grpc.ChannelConnectivity) -> None:
+        if state == states.READY:
+            status = health_pb2.HealthCheckResponse.SERVING
+        elif state in (states.TRANSIENT_FAILURE, states.SHUTDOWN):
+            status = health_pb2.HealthCheckResponse.NOT_SERVING
+        else:
+            return  # idle or connecting: keep the last verdict
+        log.log(logging.INFO if status == health_pb2.HealthCheckResponse.SERVING else logging.WARNING,
+                "target %s is %s", target.address, state.name.lower())
+        for name in ("", SERVICE_NAME):
+            running.health.set(name, status)
+
+    target.channel.subscribe(on_change, try_to_connect=True)
+
+
 def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec: str, host: str, port: int,
-                       args: argparse.Namespace) -> RunningServer:
-    """`draft_addresses`: comma-separated replicas; empty with `args.redis_url` = the replicas registered there."""
-    redis_url = getattr(args, "redis_url", "")
+                       config: OrchestratorConfig, redis_url: str = "") -> RunningServer:
+    """`draft_addresses`: comma-separated replicas; empty with `redis_url` = the replicas registered there."""
     client = connect(redis_url) if redis_url else None
     addresses = [a for a in draft_addresses.split(",") if a]
     drafts = DraftPool(addresses, registry=None if addresses else client)
@@ -38,7 +75,8 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
         probe.close()
     target = target_client(target_address)
     target.wait_ready(READY_TIMEOUT_S)
-    config = OrchestratorConfig(gamma_max=args.gamma_max, max_new_tokens_limit=args.max_new_tokens_limit)
     servicer = SpecDecServicer(drafts, target, load_tokenizer(tokenizer_spec), config, redis=client)
-    return start_server(lambda server: pb_grpc.add_SpecDecServicer_to_server(servicer, server),
-                        ["specdec.v1.SpecDec"], host, port)
+    running = start_server(lambda server: pb_grpc.add_SpecDecServicer_to_server(servicer, server), [SERVICE_NAME],
+                           host, port, max_concurrent=config.max_concurrent, max_receive_bytes=MAX_CLIENT_MESSAGE_BYTES)
+    watch_target(target, running)
+    return running

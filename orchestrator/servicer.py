@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import uuid
 from dataclasses import dataclass
@@ -19,13 +20,18 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime import telemetry
 from service_runtime.errors import grpc_errors
+from service_runtime.guards import credential_of
 from service_runtime.redis_state import PriorStore, SessionStore
 from service_runtime.wire import cost_profile_from_pb
 from specdec.controller import SharedPrior
+from specdec.cost_profile import RoundTimeout
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
+
+
+SESSION_ID = re.compile(r"[A-Za-z0-9._:~-]+")
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,13 @@ class OrchestratorConfig:
     gamma_max: int = 8
     max_new_tokens_limit: int = 8192
     max_stop_strings: int = 16
+    max_stop_chars: int = 256  # per stop string
+    max_prompt_bytes: int = 1 << 20  # checked before tokenising
+    max_session_id_chars: int = 128
+    max_concurrent: int = 64  # generations in flight; more get RESOURCE_EXHAUSTED
+    round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.cost_profile.round_deadline`)
+    round_timeout_floor_s: float = 30.0
+    session_ttl_s: float = 3600.0  # resumable records in Redis
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):
@@ -42,7 +55,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                  redis=None):
         self.drafts, self.target, self.tokenizer, self.config = drafts, target, tokenizer, config
         target_info = target.info()
-        self.sessions = SessionStore(redis) if redis is not None else None
+        self.sessions = SessionStore(redis, config.session_ttl_s) if redis is not None else None
         self.priors = PriorStore(redis, target_info.model) if redis is not None else None
         drafts.vocab_size = self.vocab_size = target_info.vocab_size  # replicas must share it
         self.max_context = target_info.max_context
@@ -52,19 +65,37 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if self.target_profile is None:
             raise FailedPrecondition(f"target {target.address} reports no cost profile (--profile-tokens)")
         self.prior = SharedPrior(self.gamma_max)  # this orchestrator serves one model pair
+        self.round_timeout = RoundTimeout(config.round_timeout_floor_s, config.round_timeout_s)
         self.metrics = SpecDecodeMetrics(self.gamma_max)
 
-    def parse(self, request: pb.GenerateRequest) -> GenerationRequest:
-        """GenerateRequest -> GenerationRequest; raises InvalidArgument / OutOfRange / NotFound."""
+    def parse(self, request: pb.GenerateRequest, owner: str = "") -> GenerationRequest:
+        """GenerateRequest -> GenerationRequest; raises InvalidArgument / OutOfRange / NotFound.
+
+        Every size is checked before any work that grows with it (tokenising, stop matching).
+        `owner`: the caller's credential; a resumed session must have been started with it.
+        """
+        config = self.config
+        self.check_session_id(request.session_id)
         if request.resume:
             if self.sessions is None:
                 raise FailedPrecondition("resume needs an orchestrator with --redis-url")
             if not request.session_id:
                 raise InvalidArgument("resume needs the session_id of the generation to continue")
-            return resume_request(self.sessions.load(request.session_id), request.session_id, request.resume_from)
+            return resume_request(self.sessions.load(request.session_id), request.session_id, request.resume_from,
+                                  owner)
+        if len(request.stop) > config.max_stop_strings:
+            raise InvalidArgument(f"at most {config.max_stop_strings} stop strings, got {len(request.stop)}")
+        if any(len(s) > config.max_stop_chars for s in request.stop):
+            raise InvalidArgument(f"a stop string may hold at most {config.max_stop_chars} characters")
         if request.prompt:
+            size = len(request.prompt.encode("utf-8", "surrogatepass"))
+            if size > config.max_prompt_bytes:
+                raise InvalidArgument(f"prompt is {size} bytes; the limit is {config.max_prompt_bytes}")
             prompt_ids = list(self.tokenizer.encode(request.prompt, add_special_tokens=False))
         else:
+            if len(request.prompt_token_ids) >= self.max_context:
+                raise OutOfRange(f"prompt has {len(request.prompt_token_ids)} tokens; "
+                                 f"the model context is {self.max_context}")
             prompt_ids = list(request.prompt_token_ids)
         if not prompt_ids:
             raise InvalidArgument("prompt is empty: set prompt or prompt_token_ids")
@@ -81,9 +112,12 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         gamma = request.gamma if request.HasField("gamma") else None
         if gamma is not None and not 0 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")
-        if len(request.stop) > self.config.max_stop_strings:
-            raise InvalidArgument(f"at most {self.config.max_stop_strings} stop strings")
         return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop))
+
+    def check_session_id(self, session_id: str) -> None:
+        limit = self.config.max_session_id_chars
+        if session_id and (len(session_id) > limit or not SESSION_ID.fullmatch(session_id)):
+            raise InvalidArgument(f"session_id must be 1..{limit} characters of [A-Za-z0-9._:~-]")
 
     def Generate(self, request, context):
         cancelled = threading.Event()
@@ -94,7 +128,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         try:
             with grpc_errors(context):
                 controller = self._new_controller()
-                parsed = self.parse(request)
+                parsed = self.parse(request, credential_of(context))
                 session_id = request.session_id or uuid.uuid4().hex
                 if span.is_recording():
                     span.set_attributes({"specdec.prompt_tokens": len(parsed.prompt_ids),
@@ -104,7 +138,9 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                                         self.max_context, controller, is_cancelled=cancelled.is_set,
                                         metrics=self.metrics, trace_context=trace.set_span_in_context(span),
                                         session_id=session_id,
-                                        on_round=RecordWriter(self.sessions, session_id, parsed) if self.sessions else None)
+                                        round_timeout=self.round_timeout,
+                                        on_round=RecordWriter(self.sessions, session_id, parsed, credential_of(context))
+                                        if self.sessions else None)
                 try:
                     for chunk in generation.run():
                         emitted += len(chunk.token_ids)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 
 from orchestrator.delay_proxy import DelayProxy
 from orchestrator.server import start_orchestrator
+from orchestrator.servicer import OrchestratorConfig
+from service_runtime.security import security_flags
 from service_runtime.server import READY_PREFIX, RunningServer
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,13 @@ class StackOptions:
     draft_replicas: int = 1
     heartbeat_ttl_s: float = 6.0
     delay_proxies: bool = False  # route both hops through loopback delay proxies (network emulation)
+    round_timeout_s: float = 300.0  # ceiling on one hop of one round (OrchestratorConfig.round_timeout_s)
+    security_flags: tuple[str, ...] = ()  # --auth-token-file/--tls-* for every child (`service_runtime.security`)
+
+    def orchestrator_config(self) -> OrchestratorConfig:
+        return OrchestratorConfig(gamma_max=self.gamma_max, max_new_tokens_limit=self.max_new_tokens_limit,
+                                  max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s,
+                                  round_timeout_floor_s=min(30.0, self.round_timeout_s))
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides) -> "StackOptions":
@@ -48,8 +58,20 @@ class StackOptions:
         fields = dict(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
                       dtype=args.dtype, quantize=args.quantize, gamma_max=args.gamma_max, log_level=args.log_level,
                       target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file,
-                      redis_url=getattr(args, "redis_url", ""))
+                      redis_url=getattr(args, "redis_url", ""), round_timeout_s=args.round_timeout,
+                      security_flags=tuple(security_flags(args)))
         return cls(**{**fields, **overrides})
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGTERM it when its parent dies (no orphans, even
+    when the parent is killed outright). Elsewhere a no-op."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class ServiceProcess:
@@ -58,10 +80,11 @@ class ServiceProcess:
     def __init__(self, module: str, argv: list[str], opts: StackOptions, port: int = 0):
         cmd = [sys.executable, "-m", module, "--host", opts.host, "--port", str(port), "--log-level", opts.log_level,
                *(["--otlp-endpoint", opts.otlp_endpoint] if opts.otlp_endpoint else []),
-               *(["--trace-file", opts.trace_file] if opts.trace_file else []), *argv]
+               *(["--trace-file", opts.trace_file] if opts.trace_file else []), *opts.security_flags, *argv]
         self.module, self.argv = module, argv
         self.host = "127.0.0.1" if opts.host in ("0.0.0.0", "::", "[::]") else opts.host
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                                     preexec_fn=_die_with_parent)
         self.port: int | None = None
         self._ready = threading.Event()
         threading.Thread(target=self._read_stdout, daemon=True).start()
@@ -159,6 +182,7 @@ class EmbeddedStack(ManagedStack):
             self.orchestrator_child = ServiceProcess("orchestrator", [
                 "--draft", draft_route, "--target", target_route, "--tokenizer", opts.target_model,
                 "--gamma-max", str(opts.gamma_max), "--max-new-tokens-limit", str(opts.max_new_tokens_limit),
+                "--max-concurrent", str(opts.max_sessions), "--round-timeout", str(opts.round_timeout_s),
                 "--metrics-port", str(opts.metrics_port), *(["--redis-url", opts.redis_url] if opts.redis_url else [])],
                 opts, port=opts.port)
             self.orchestrator_child.wait_ready(START_TIMEOUT_S)
@@ -169,13 +193,12 @@ class EmbeddedStack(ManagedStack):
     def start_another_orchestrator(self, port: int = 0) -> RunningServer:
         """An orchestrator in this process over the same services (and Redis, if any)."""
         opts = self.opts
-        args = argparse.Namespace(gamma_max=opts.gamma_max, max_new_tokens_limit=opts.max_new_tokens_limit,
-                                  redis_url=opts.redis_url)
         draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
         if self.draft_proxy is not None:
             draft_route = self.draft_proxy.address
         target_route = self.target_proxy.address if self.target_proxy is not None else self.target_address
-        return start_orchestrator(draft_route, target_route, opts.target_model, opts.host, port, args)
+        return start_orchestrator(draft_route, target_route, opts.target_model, opts.host, port,
+                                  opts.orchestrator_config(), opts.redis_url)
 
     @property
     def endpoint(self) -> str:

@@ -89,25 +89,20 @@ class ModelInfo(_message.Message):
     def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankReport, _Mapping]]] = ..., forward_ns: _Optional[_Iterable[int]] = ..., compute_path: _Optional[str] = ..., kernel: _Optional[str] = ..., hardware: _Optional[str] = ..., row_invariant: _Optional[bool] = ...) -> None: ...
 
 class RankReport(_message.Message):
-    __slots__ = ("rank", "pid", "resident_bytes", "parameter_bytes", "cached_tokens")
-    class CachedTokensEntry(_message.Message):
-        __slots__ = ("key", "value")
-        KEY_FIELD_NUMBER: _ClassVar[int]
-        VALUE_FIELD_NUMBER: _ClassVar[int]
-        key: str
-        value: int
-        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    __slots__ = ("rank", "pid", "resident_bytes", "parameter_bytes", "live_sessions", "cached_tokens")
     RANK_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     RESIDENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     PARAMETER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LIVE_SESSIONS_FIELD_NUMBER: _ClassVar[int]
     CACHED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     rank: int
     pid: int
     resident_bytes: int
     parameter_bytes: int
-    cached_tokens: _containers.ScalarMap[str, int]
-    def __init__(self, rank: _Optional[int] = ..., pid: _Optional[int] = ..., resident_bytes: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., cached_tokens: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    live_sessions: int
+    cached_tokens: int
+    def __init__(self, rank: _Optional[int] = ..., pid: _Optional[int] = ..., resident_bytes: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., live_sessions: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class DraftRequest(_message.Message):
     __slots__ = ("session_id", "open", "sampling", "commit", "gamma", "min_confidence", "trace_context")

@@ -19,7 +19,7 @@ import redis
 
 log = logging.getLogger(__name__)
 PREFIX = "specdec"
-SESSION_TTL_S = 24 * 3600
+SESSION_TTL_S = 3600.0
 
 
 def connect(url: str) -> redis.Redis:

@@ -154,6 +154,16 @@ class GammaController:
         """One draft forward of a single token (0 without a draft profile)."""
         return self.draft_scale.value * self.draft.forward_s(1) if self.draft is not None else 0.0
 
+    def target_time(self, tokens: int) -> float:
+        """Expected target compute for a forward of `tokens` new tokens (a prefill included)."""
+        return self.target_scale.value * self.target.upper_bound_s(tokens)
+
+    def draft_time(self, fed: int, gamma: int) -> float:
+        """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps."""
+        if self.draft is None:
+            return 0.0
+        return self.draft_scale.value * (self.draft.upper_bound_s(fed) + (gamma - 1) * self.draft.forward_s(1))
+
     def round_time(self, gamma: int) -> float:
         time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
         if gamma > 0:

@@ -52,6 +52,11 @@ class CostProfile:
         last, slope = self.seconds[-1], max(self.seconds[-1] - self.seconds[-2], 0.0) if len(self.seconds) > 1 else 0
         return last + slope * (tokens - len(self.seconds))
 
+    def upper_bound_s(self, tokens: int) -> float:
+        """A generous estimate for any size: past the measured range, the largest forward per chunk."""
+        measured = len(self.seconds)
+        return self.forward_s(tokens) if tokens <= measured else self.seconds[-1] * -(-tokens // measured)
+
     def ratio(self, tokens: int) -> float:
         """forward(S) / forward(1): 1 means scoring S tokens costs no more than scoring one."""
         return self.forward_s(tokens) / self.seconds[0]
@@ -79,3 +84,18 @@ def measure(runner: ModelRunner, max_tokens: int, repeats: int = 3, vocab: int |
     log.info("cost profile (%.1f s): forward of 1..%d tokens = %s ms; S=%d costs %.2fx S=1", time.perf_counter() - began,
              max_tokens, " ".join(f"{s * 1e3:.0f}" for s in best), max_tokens, profile.ratio(max_tokens))
     return profile
+
+
+@dataclass(frozen=True)
+class RoundTimeout:
+    """The deadline of one hop of one round: `factor`× its expected compute, within [floor, ceiling].
+
+    A hop that misses it is treated as failed: a hung peer degrades service instead of hanging it.
+    """
+
+    floor_s: float = 30.0
+    ceiling_s: float = 300.0
+    factor: float = 20.0
+
+    def of(self, expected_s: float) -> float:
+        return min(self.ceiling_s, max(self.floor_s, self.factor * expected_s))

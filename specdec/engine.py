@@ -25,6 +25,7 @@ from specdec.runner import Step
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
 
 PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
+PROB_SUM_TOLERANCE = 1e-3  # float32 sums over a 152k vocabulary stay well inside this
 
 
 @dataclass(frozen=True)
@@ -106,15 +107,16 @@ class Engine:
     def live_sessions(self) -> int:
         return len(self._sessions)
 
-    def cached_tokens(self) -> dict[str, int]:
-        """KV-cached tokens per live session; equal on every tensor-parallel rank when caches agree."""
+    def cached_tokens(self) -> int:
+        """KV-cached tokens over all live sessions; equal on every tensor-parallel rank when caches agree."""
         with self._lock:
-            return {sid: s.cache.length for sid, s in self._sessions.items()}
+            return sum(s.cache.length for s in self._sessions.values())
 
     def report(self, rank: int = 0) -> dict:
         """This process's memory and KV state (a RankReport's fields)."""
         return {"rank": rank, "pid": os.getpid(), "resident_bytes": resident_bytes(),
-                "parameter_bytes": self.runner.weight_bytes(), "cached_tokens": self.cached_tokens()}
+                "parameter_bytes": self.runner.weight_bytes(), "live_sessions": self.live_sessions,
+                "cached_tokens": self.cached_tokens()}
 
     def reports(self) -> list[dict]:
         """One report per worker process behind this engine (just this one unless tensor parallel)."""
@@ -228,11 +230,26 @@ class TargetEngine(Engine):
             self._score(session_id, start, tokens, draft_tokens)
 
     def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:
-        """Checks that need q, which only the sampling rank receives; raised before any forward pass."""
+        """The target trusts no draft: q must be a distribution per row that could have drawn each
+        proposed token. Raised before any forward pass, so a bad proposal commits nothing."""
         gamma = len(draft_tokens)
-        if draft_probs is not None and tuple(draft_probs.shape) != (gamma, self.loaded.vocab_size):
+        if draft_probs is None:
+            return
+        if tuple(draft_probs.shape) != (gamma, self.loaded.vocab_size):
             raise InvalidArgument(f"draft probabilities have shape {tuple(draft_probs.shape)}, "
                                   f"expected ({gamma}, {self.loaded.vocab_size})")
+        if gamma == 0:
+            return
+        q = draft_probs.to(torch.float64)
+        if not bool(torch.isfinite(q).all()) or bool((q < 0).any()):
+            raise InvalidArgument("draft probabilities must be finite and non-negative")
+        sums = q.sum(dim=-1)  # [γ]
+        if bool(((sums - 1.0).abs() > PROB_SUM_TOLERANCE).any()):
+            raise InvalidArgument(f"each row of draft probabilities must sum to 1 (±{PROB_SUM_TOLERANCE}), "
+                                  f"got sums {[round(float(s), 6) for s in sums[:4]]}")
+        chosen = q[torch.arange(gamma), torch.tensor(draft_tokens, dtype=torch.long).clamp(0, q.shape[1] - 1)]
+        if bool((chosen <= 0).any()):
+            raise InvalidArgument("a proposed token has draft probability 0: q could not have drawn it")
 
     def _score(self, session_id: str, start: int, tokens: list[int],
                draft_tokens: list[int]) -> tuple[Session, int, torch.Tensor, Rollback]:

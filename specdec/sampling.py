@@ -15,6 +15,9 @@ import torch
 from specdec.errors import InvalidArgument
 
 
+MIN_TEMPERATURE = 1e-4
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """temperature 0 means greedy; top_k 0 means no top-k; top_p 1.0 means no top-p."""
@@ -36,6 +39,8 @@ class SamplingParams:
     def validate(self) -> "SamplingParams":
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise InvalidArgument(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / T would overflow float32
+            raise InvalidArgument(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE}, got {self.temperature}")
         if self.top_k < 0:
             raise InvalidArgument(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         if not (0.0 < self.top_p <= 1.0) or math.isnan(self.top_p):

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 
+def printable(text: str, limit: int = 64) -> str:
+    """A client string made safe for a log line: escaped, and cut to `limit` characters."""
+    escaped = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return escaped if len(escaped) <= limit else f"{escaped[:limit]}…({len(text)} chars)"
+
+
 class TextStream:
     """Turns a growing list of generated token ids into text deltas.
 
     Holds back a trailing U+FFFD (a multi-byte character cut between tokens) and any tail
-    that could begin a stop string, and ends the text at the first stop string.
+    that could begin a stop string, and ends the text at the first stop string. Stop strings
+    are searched only where a match could be new, so matching stays linear in the output.
     """
 
     def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] = ()):
@@ -16,12 +23,15 @@ class TextStream:
         self.token_ids: list[int] = []
         self.emitted_text = ""
         self.stopped = False
+        self._searched = 0  # stop strings do not occur wholly within text[:_searched]
 
     def push(self, token_ids: list[int]) -> str:
         """Add tokens; returns the new text to show (may be empty)."""
         self.token_ids.extend(token_ids)
         text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
-        cut = min((i for i in (text.find(s) for s in self.stop) if i >= 0), default=-1)
+        found = (text.find(s, max(self._searched - len(s) + 1, 0)) for s in self.stop)
+        cut = min((i for i in found if i >= 0), default=-1)
+        self._searched = max(len(text) - 8, 0)  # a re-decoded partial character may change the tail
         if cut >= 0:
             text, self.stopped = text[:cut], True
         else:
@@ -35,7 +45,8 @@ class TextStream:
 
     def _partial_stop_len(self, text: str) -> int:
         """Length of the longest suffix of `text` that could begin a stop string."""
-        return max((k for s in self.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        return max((k for s in self.stop for k in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:k])),
+                   default=0)
 
     def finish(self) -> str:
         """Flush whatever was held back at the end of generation."""

@@ -127,7 +127,7 @@ def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
 
     def poll():
         while not done.is_set():
-            snapshots.append([dict(r.cached_tokens) for r in _target_info(tp_stack).ranks])
+            snapshots.append([(r.live_sessions, r.cached_tokens) for r in _target_info(tp_stack).ranks])
 
     poller = threading.Thread(target=poll)
     poller.start()
@@ -141,12 +141,13 @@ def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
     finally:
         done.set()
         poller.join()
-    assert any(s[0] for s in snapshots), "no snapshot saw a live session"
+    assert any(s[0][0] for s in snapshots), "no snapshot saw a live session"
     assert all(s[0] == s[1] for s in snapshots), [s for s in snapshots if s[0] != s[1]][:3]
     deadline = time.monotonic() + 10
-    while any(r.cached_tokens for r in _target_info(tp_stack).ranks) and time.monotonic() < deadline:
+    while any(r.live_sessions for r in _target_info(tp_stack).ranks) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(r.cached_tokens for r in _target_info(tp_stack).ranks), "a cancelled session kept its cache"
+    assert not any(r.live_sessions or r.cached_tokens for r in _target_info(tp_stack).ranks), \
+        "a cancelled session kept its cache"
 
 
 def test_killed_worker_rank_fails_the_stream_fast_and_marks_target_not_serving():
