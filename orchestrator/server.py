@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import threading
 
 import grpc
 from grpc_health.v1 import health_pb2
@@ -44,23 +45,28 @@ def orchestrator_config(args: argparse.Namespace) -> OrchestratorConfig:
                               round_timeout_floor_s=min(30.0, args.round_timeout), session_ttl_s=args.session_ttl)
 
 
-def watch_target(target: ServiceClient, running: RunningServer) -> None:
-    """The orchestrator's health follows its target: NOT_SERVING while no target is reachable."""
-    states = grpc.ChannelConnectivity
+def watch_target(target: ServiceClient, running: RunningServer, period_s: float = 1.0) -> None:
+    """The orchestrator's health follows its target: NOT_SERVING while no target is reachable.
 
-    def on_change(state: grpc.ChannelConnectivity) -> None:
-        if state == states.READY:
-            status = health_pb2.HealthCheckResponse.SERVING
-        elif state in (states.TRANSIENT_FAILURE, states.SHUTDOWN):
-            status = health_pb2.HealthCheckResponse.NOT_SERVING
-        else:
-            return  # idle or connecting: keep the last verdict
-        log.log(logging.INFO if status == health_pb2.HealthCheckResponse.SERVING else logging.WARNING,
-                "target %s is %s", target.address, state.name.lower())
-        for name in ("", SERVICE_NAME):
-            running.health.set(name, status)
+    A thread checks the channel every `period_s` (a channel to a dead peer goes idle rather than
+    failing, so the check asks it to connect).
+    """
+    def watch() -> None:
+        last = None
+        while not running.stopped.wait(period_s):
+            try:
+                grpc.channel_ready_future(target.channel).result(timeout=period_s)
+                status = health_pb2.HealthCheckResponse.SERVING
+            except grpc.FutureTimeoutError:
+                status = health_pb2.HealthCheckResponse.NOT_SERVING
+            if status != last:
+                if last is not None:
+                    log.warning("target %s is %s", target.address, health_pb2.HealthCheckResponse.ServingStatus.Name(status))
+                for name in ("", SERVICE_NAME):
+                    running.health.set(name, status)
+                last = status
 
-    target.channel.subscribe(on_change, try_to_connect=True)
+    threading.Thread(target=watch, daemon=True, name="target-watch").start()
 
 
 def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec: str, host: str, port: int,

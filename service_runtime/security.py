@@ -10,6 +10,7 @@ Off by default (loopback); one flag away everywhere else:
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,10 +119,16 @@ def open_channel(address: str, options: list | None = None) -> grpc.Channel:
 
 
 def add_security_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--auth-token-file", default="", help="require (and send) 'authorization: Bearer <token>'")
-    parser.add_argument("--tls-cert", default="", help="PEM certificate chain: serve TLS (and present it to peers)")
-    parser.add_argument("--tls-key", default="", help="PEM private key of --tls-cert")
-    parser.add_argument("--tls-ca", default="", help="PEM CA: verify peers; a server then requires client certificates")
+    """The flags, each defaulting to an environment variable (for containers and Secrets)."""
+    env = os.environ.get
+    parser.add_argument("--auth-token-file", default=env("SPECDEC_AUTH_TOKEN_FILE", ""),
+                        help="require (and send) 'authorization: Bearer <token>'; one token per line, the first "
+                             "is sent to peers (default: $SPECDEC_AUTH_TOKEN_FILE)")
+    parser.add_argument("--tls-cert", default=env("SPECDEC_TLS_CERT", ""),
+                        help="PEM certificate chain: serve TLS and present it to peers (default: $SPECDEC_TLS_CERT)")
+    parser.add_argument("--tls-key", default=env("SPECDEC_TLS_KEY", ""), help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-ca", default=env("SPECDEC_TLS_CA", ""),
+                        help="PEM CA: verify peers; a server then requires client certificates (mutual TLS)")
 
 
 def security_from_args(args: argparse.Namespace) -> Security:

@@ -36,8 +36,10 @@ log = logging.getLogger(__name__)
 class RunningServer:
     def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer):
         self.server, self.port, self.health = server, port, health_servicer
+        self.stopped = threading.Event()
 
     def stop(self, grace: float = 2.0) -> None:
+        self.stopped.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
 

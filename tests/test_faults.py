@@ -1,0 +1,187 @@
+"""Faults and load on real processes: hung and killed services mid-stream, health under 40 open
+streams, capacity refused at once, and `specdec serve` stopping every child on SIGTERM."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from orchestrator.client import generate, make_request
+from orchestrator.clients import target_client
+from orchestrator.stack import EmbeddedStack
+from protos import specdec_pb2_grpc as pb_grpc
+
+from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack
+from test_errors import wait_for_no_sessions
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+
+
+def health(address: str, timeout: float = 1.0) -> int:
+    with grpc.insecure_channel(address) as channel:
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout).status
+
+
+def open_streams(endpoint: str, count: int, max_new_tokens: int = 1000):
+    channel = grpc.insecure_channel(endpoint)
+    stub = pb_grpc.SpecDecStub(channel)
+    return channel, [stub.Generate(make_request(prompt=f"load {i}", max_new_tokens=max_new_tokens)) for i in range(count)]
+
+
+def test_health_answers_within_a_second_under_40_open_streams(stack):
+    channel, calls = open_streams(stack.endpoint, 40)
+    try:
+        for call in calls:
+            next(call)  # every generation is running
+        for _ in range(10):
+            for address in (stack.endpoint, stack.draft_address, stack.target_address):
+                assert health(address, timeout=1.0) == SERVING
+    finally:
+        for call in calls:
+            call.cancel()
+        channel.close()
+
+
+@pytest.fixture(scope="module")
+def small_stack():
+    """A stack with room for 3 sessions and a 3 s round deadline (faults are injected into it)."""
+    base = tiny_stack()
+    with EmbeddedStack(dataclasses.replace(base.opts, max_sessions=3, round_timeout_s=3.0)) as running:
+        yield running
+
+
+def test_over_capacity_is_refused_at_once_and_health_still_answers(small_stack):
+    channel, calls = open_streams(small_stack.endpoint, 3)
+    try:
+        for call in calls:
+            next(call)
+        began = time.monotonic()
+        with pytest.raises(grpc.RpcError) as info:
+            generate(small_stack.endpoint, make_request(prompt="one too many", max_new_tokens=4), timeout=30)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "capacity" in info.value.details()
+        assert time.monotonic() - began < 1.0
+        assert health(small_stack.endpoint) == SERVING
+    finally:
+        for call in calls:
+            call.cancel()
+        channel.close()
+
+
+def test_the_session_cap_is_reachable(small_stack):
+    from test_errors import stream_error
+    from protos import specdec_pb2 as pb
+
+    target = target_client(small_stack.target_address)
+    opened = [target.open_stream() for _ in range(3)]
+    request = lambda i: pb.VerifyRequest(session_id=f"cap{i}", open=True, sampling=pb.SamplingParams(top_p=1.0),  # noqa: E731
+                                         commit=pb.Commit(start=0, tokens=[1, 2]))
+    for i, stream in enumerate(opened):
+        stream.call(request(i), timeout=30)
+    error = stream_error(target, [request(99)])
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "cap of 3" in error.details()
+    for stream in opened:
+        stream.close()
+    wait_for_no_sessions(target)
+
+
+def _reference(stack, prompt: str) -> list[int]:
+    return generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=60, gamma=0)).token_ids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL])
+def test_a_hung_or_dead_draft_degrades_to_target_only(small_stack, sig):
+    prompt = f"draft fault {sig.name}"
+    reference = _reference(small_stack, prompt)
+    with grpc.insecure_channel(small_stack.endpoint) as channel:
+        call = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt=prompt, max_new_tokens=60, gamma=3))
+        tokens = list(next(call).token_ids)
+        os.kill(small_stack.draft.proc.pid, sig)
+        began = time.monotonic()
+        try:
+            for reply in call:
+                tokens += reply.token_ids
+        finally:
+            if sig == signal.SIGSTOP:
+                os.kill(small_stack.draft.proc.pid, signal.SIGCONT)
+    assert tokens == reference, "a draft fault changed the output"
+    assert time.monotonic() - began < 30
+    if sig == signal.SIGKILL:
+        small_stack.draft.proc.wait()
+        small_stack.restart_draft()
+
+
+def test_a_hung_target_ends_the_stream_and_frees_the_session(small_stack):
+    target_pid = small_stack.target.proc.pid
+    with grpc.insecure_channel(small_stack.endpoint) as channel:
+        call = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="hung target", max_new_tokens=1000, gamma=2))
+        next(call)
+        os.kill(target_pid, signal.SIGSTOP)
+        began = time.monotonic()
+        try:
+            with pytest.raises(grpc.RpcError) as info:
+                for _ in call:
+                    pass
+        finally:
+            os.kill(target_pid, signal.SIGCONT)
+    assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED and time.monotonic() - began < 15
+    wait_for_no_sessions(target_client(small_stack.target_address))
+    assert len(generate(small_stack.endpoint, make_request(prompt="after", max_new_tokens=4)).token_ids) == 4
+
+
+def test_a_dead_target_ends_the_stream_and_health_says_so(small_stack):
+    """Last in this module: it kills the stack's target."""
+    with grpc.insecure_channel(small_stack.endpoint) as channel:
+        call = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="dead target", max_new_tokens=1000, gamma=2))
+        next(call)
+        small_stack.target.proc.kill()
+        with pytest.raises(grpc.RpcError) as info:
+            for _ in call:
+                pass
+    assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+    deadline = time.monotonic() + 10
+    while health(small_stack.endpoint) == SERVING:
+        assert time.monotonic() < deadline, "health still SERVING with the target gone"
+        time.sleep(0.1)
+    assert health(small_stack.endpoint) == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def _descendants(pid: int) -> set[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    children = {int(p) for p in out}
+    return children.union(*(_descendants(c) for c in children)) if children else children
+
+
+def test_sigterm_stops_serve_and_every_child(tmp_path):
+    serve = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--port", "0", "--device", "cpu",
+                              "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET, "--draft-replicas", "2"],
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        line = serve.stdout.readline()
+        assert line.startswith("specdec serving on"), line
+        children = _descendants(serve.pid)
+        assert len(children) >= 3, children  # two drafts and a target
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=10)
+        deadline = time.monotonic() + 2
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in children if _alive(pid)], "orphaned children"
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -1,0 +1,91 @@
+"""Authentication and TLS through the real interface: a stack started with a token and with
+mutual TLS; callers without the credential are refused, health checks stay open."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from orchestrator.client import make_request
+from orchestrator.stack import EmbeddedStack
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime import security
+from service_runtime.security import Security
+
+from conftest import tiny_stack
+
+
+def _generate(channel: grpc.Channel) -> list[int]:
+    request = make_request(prompt="secure", max_new_tokens=4, gamma=2)
+    return [t for reply in pb_grpc.SpecDecStub(channel).Generate(request, timeout=60) for t in reply.token_ids]
+
+
+def _health(channel: grpc.Channel) -> int:
+    return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+
+
+@pytest.fixture
+def secured(request, tmp_path):
+    """Start a stack under `Security` built from files in tmp_path; this process uses it too."""
+    def start(token: bool, tls: bool) -> tuple[EmbeddedStack, Security]:
+        flags = {}
+        if token:
+            (tmp_path / "tokens").write_text("service-token\nclient-token\n")
+            flags["token_file"] = str(tmp_path / "tokens")
+        if tls:
+            _make_certificates(tmp_path)
+            flags.update(cert=str(tmp_path / "node.pem"), key=str(tmp_path / "node.key"), ca=str(tmp_path / "ca.pem"))
+        settings = Security.from_files(**flags)
+        pairs = [("--auth-token-file", "token_file"), ("--tls-cert", "cert"), ("--tls-key", "key"), ("--tls-ca", "ca")]
+        argv = tuple(part for flag, name in pairs if name in flags for part in (flag, flags[name]))
+        previous = security.current()
+        security.use(settings)
+        request.addfinalizer(lambda: security.use(previous))
+        stack = EmbeddedStack(dataclasses.replace(tiny_stack().opts, security_flags=argv)).__enter__()
+        request.addfinalizer(stack.stop)
+        return stack, settings
+
+    return start
+
+
+def test_a_token_guards_every_service_but_not_health(secured):
+    stack, settings = secured(token=True, tls=False)
+    for token in ("service-token", "client-token"):  # every listed token is a credential
+        assert len(_generate(Security((token,)).channel(stack.endpoint))) == 4
+    for channel in (grpc.insecure_channel(stack.endpoint), Security(("wrong",)).channel(stack.endpoint)):
+        with pytest.raises(grpc.RpcError) as info:
+            _generate(channel)
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert _health(channel) == health_pb2.HealthCheckResponse.SERVING
+    # The services behind the orchestrator demand the token too.
+    with grpc.insecure_channel(stack.target_address) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.TargetServiceStub(channel).Info(pb.ModelInfoRequest(), timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_mutual_tls_between_every_hop(secured):
+    stack, settings = secured(token=False, tls=True)
+    assert len(_generate(settings.channel(stack.endpoint))) == 4
+    no_client_cert = Security(ca=settings.ca)
+    for channel in (grpc.insecure_channel(stack.target_address), no_client_cert.channel(stack.target_address)):
+        with pytest.raises(grpc.RpcError) as info:
+            pb_grpc.TargetServiceStub(channel).Info(pb.ModelInfoRequest(), timeout=5)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+def _make_certificates(folder) -> None:
+    """A CA and one node certificate for 127.0.0.1/localhost, usable as server and client (openssl)."""
+    run = lambda *args: subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)  # noqa: E731
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=specdec test CA")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=localhost")
+    (folder / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                                    "extendedKeyUsage=serverAuth,clientAuth\n")
+    run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "node.pem",
+        "-days", "2", "-extfile", "ext.cnf")
