@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -16,7 +15,7 @@ from orchestrator.delay_proxy import DelayProxy
 from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from service_runtime.security import security_flags
-from service_runtime.server import READY_PREFIX, RunningServer
+from service_runtime.server import PARENT_PID_ENV, READY_PREFIX, RunningServer
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0  # a first start downloads and converts the packaged weights
@@ -63,17 +62,6 @@ class StackOptions:
         return cls(**{**fields, **overrides})
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux to SIGTERM it when its parent dies (no orphans, even
-    when the parent is killed outright). Elsewhere a no-op."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 class ServiceProcess:
     """A service child process; `port` is read from the ready line it prints."""
 
@@ -83,8 +71,8 @@ class ServiceProcess:
                *(["--trace-file", opts.trace_file] if opts.trace_file else []), *opts.security_flags, *argv]
         self.module, self.argv = module, argv
         self.host = "127.0.0.1" if opts.host in ("0.0.0.0", "::", "[::]") else opts.host
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                                     preexec_fn=_die_with_parent)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}  # the child ends with us
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         self.port: int | None = None
         self._ready = threading.Event()
         threading.Thread(target=self._read_stdout, daemon=True).start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -24,6 +25,7 @@ MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 MAX_CLIENT_MESSAGE_BYTES = 4 * 1024 * 1024
 SPARE_WORKERS = 8  # threads kept free of work for health checks and reflection
 READY_PREFIX = "SPECDEC_READY port="
+PARENT_PID_ENV = "SPECDEC_PARENT_PID"  # set by a launcher: the service stops when that process is gone
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    # A restarted service is found again within seconds, not gRPC's default two minutes.
@@ -76,6 +78,9 @@ def announce_and_wait(running: RunningServer, what: str, on_stop: Callable[[], N
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    parent = os.environ.get(PARENT_PID_ENV)
+    if parent:
+        threading.Thread(target=_stop_when_orphaned, args=(int(parent), stop), daemon=True).start()
     log.info("%s serving on port %d", what, running.port)
     print(f"{READY_PREFIX}{running.port}", flush=True)
     stop.wait()
@@ -83,6 +88,14 @@ def announce_and_wait(running: RunningServer, what: str, on_stop: Callable[[], N
     running.stop()
     if on_stop is not None:
         on_stop()
+
+
+def _stop_when_orphaned(parent: int, stop: threading.Event, period_s: float = 1.0) -> None:
+    """Set `stop` once the launching process has died, even by SIGKILL (no orphaned services)."""
+    while not stop.wait(period_s):
+        if os.getppid() != parent:
+            log.warning("launcher %d is gone; shutting down", parent)
+            stop.set()
 
 
 def configure_logging(level: str) -> None:
