@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port,
                                     args.host)
     running = start_orchestrator(args.draft, args.target, args.tokenizer, args.host, args.port,
-                                 orchestrator_config(args), args.redis_url)
+                                 orchestrator_config(args), args.redis_url, args.health_port)
     announce_and_wait(running, "orchestrator", on_stop=installed.shutdown)
 
 

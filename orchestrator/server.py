@@ -70,7 +70,7 @@ def watch_target(target: ServiceClient, running: RunningServer, period_s: float 
 
 
 def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec: str, host: str, port: int,
-                       config: OrchestratorConfig, redis_url: str = "") -> RunningServer:
+                       config: OrchestratorConfig, redis_url: str = "", health_port: int = 0) -> RunningServer:
     """`draft_addresses`: comma-separated replicas; empty with `redis_url` = the replicas registered there."""
     client = connect(redis_url) if redis_url else None
     addresses = [a for a in draft_addresses.split(",") if a]
@@ -83,6 +83,7 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
     target.wait_ready(READY_TIMEOUT_S)
     servicer = SpecDecServicer(drafts, target, load_tokenizer(tokenizer_spec), config, redis=client)
     running = start_server(lambda server: pb_grpc.add_SpecDecServicer_to_server(servicer, server), [SERVICE_NAME],
-                           host, port, max_concurrent=config.max_concurrent, max_receive_bytes=MAX_CLIENT_MESSAGE_BYTES)
+                           host, port, max_concurrent=config.max_concurrent, max_receive_bytes=MAX_CLIENT_MESSAGE_BYTES,
+                           health_port=health_port)
     watch_target(target, running)
     return running

@@ -58,7 +58,7 @@ def serve_engine(engine, args: argparse.Namespace, what: str, service_name: str,
     """Start the gRPC server for `engine` (an Engine or a tensor-parallel front with its interface)."""
     # Every session holds one stream; a few more calls (Info) may run beside them.
     return start_server(lambda server: register(server, engine), [service_name], args.host, args.port,
-                        max_concurrent=args.max_sessions + 4)
+                        max_concurrent=args.max_sessions + 4, health_port=args.health_port)
 
 
 def run_model_service(args: argparse.Namespace, *, what: str, engine_cls: type[Engine], service_name: str,

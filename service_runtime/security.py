@@ -26,9 +26,11 @@ class Security:
     cert: bytes = b""  # PEM: this process's certificate chain (server, and client for mTLS)
     key: bytes = b""
     ca: bytes = b""  # PEM: the CA that signs peers
+    server_name: str = ""  # the name peers' certificates carry, when they are reached by IP (Redis discovery)
 
     @classmethod
-    def from_files(cls, token_file: str = "", cert: str = "", key: str = "", ca: str = "") -> "Security":
+    def from_files(cls, token_file: str = "", cert: str = "", key: str = "", ca: str = "",
+                   server_name: str = "") -> "Security":
         read = lambda path: Path(path).read_bytes() if path else b""  # noqa: E731
         tokens = tuple(line.strip() for line in Path(token_file).read_text().splitlines() if line.strip()) \
             if token_file else ()
@@ -36,7 +38,7 @@ class Security:
             raise SystemExit(f"auth token file {token_file} holds no token")
         if bool(cert) != bool(key):
             raise SystemExit("--tls-cert and --tls-key go together")
-        return cls(tokens, read(cert), read(key), read(ca))
+        return cls(tokens, read(cert), read(key), read(ca), server_name)
 
     @property
     def token(self) -> str:
@@ -60,7 +62,8 @@ class Security:
             credentials = grpc.ssl_channel_credentials(root_certificates=self.ca or None,
                                                        private_key=self.key or None,
                                                        certificate_chain=self.cert or None)
-            channel = grpc.secure_channel(address, credentials, options=options)
+            names = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+            channel = grpc.secure_channel(address, credentials, options=[*(options or []), *names])
         else:
             channel = grpc.insecure_channel(address, options=options)
         if self.token:
@@ -129,14 +132,17 @@ def add_security_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", default=env("SPECDEC_TLS_KEY", ""), help="PEM private key of --tls-cert")
     parser.add_argument("--tls-ca", default=env("SPECDEC_TLS_CA", ""),
                         help="PEM CA: verify peers; a server then requires client certificates (mutual TLS)")
+    parser.add_argument("--tls-server-name", default=env("SPECDEC_TLS_SERVER_NAME", ""),
+                        help="expect this name in every peer's certificate instead of its address "
+                             "(for peers reached by IP); default: $SPECDEC_TLS_SERVER_NAME")
 
 
 def security_from_args(args: argparse.Namespace) -> Security:
-    return Security.from_files(args.auth_token_file, args.tls_cert, args.tls_key, args.tls_ca)
+    return Security.from_files(args.auth_token_file, args.tls_cert, args.tls_key, args.tls_ca, args.tls_server_name)
 
 
 def security_flags(args: argparse.Namespace) -> list[str]:
     """The security flags of `args`, to hand on to child services."""
     pairs = [("--auth-token-file", args.auth_token_file), ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key),
-             ("--tls-ca", args.tls_ca)]
+             ("--tls-ca", args.tls_ca), ("--tls-server-name", args.tls_server_name)]
     return [part for flag, value in pairs if value for part in (flag, value)]

@@ -36,23 +36,28 @@ log = logging.getLogger(__name__)
 
 
 class RunningServer:
-    def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer):
-        self.server, self.port, self.health = server, port, health_servicer
+    def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer,
+                 health_server: grpc.Server | None = None):
+        self.server, self.port, self.health, self.health_server = server, port, health_servicer, health_server
         self.stopped = threading.Event()
 
     def stop(self, grace: float = 2.0) -> None:
         self.stopped.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        if self.health_server is not None:
+            self.health_server.stop(0)
 
 
 def start_server(register: Callable[[grpc.Server], None], service_names: list[str], host: str, port: int,
-                 max_concurrent: int = 64, max_receive_bytes: int = MAX_MESSAGE_BYTES) -> RunningServer:
+                 max_concurrent: int = 64, max_receive_bytes: int = MAX_MESSAGE_BYTES,
+                 health_port: int = 0) -> RunningServer:
     """Start a server with the given servicers plus grpc.health.v1 and reflection; returns its bound port.
 
     At most `max_concurrent` calls run at once (health and reflection aside, which keep
     SPARE_WORKERS threads of their own); past that a call gets RESOURCE_EXHAUSTED at once.
     TLS and the bearer token come from this process's `service_runtime.security` settings.
+    `health_port`: also answer health checks there, in plaintext (probes that cannot speak TLS).
     """
     options = [*CHANNEL_OPTIONS[:1], ("grpc.max_receive_message_length", max_receive_bytes)]
     guard = Guard(max_concurrent, security.current().tokens)
@@ -70,7 +75,14 @@ def start_server(register: Callable[[grpc.Server], None], service_names: list[st
     if bound == 0:
         raise SystemExit(f"cannot bind {host}:{port}")
     server.start()
-    return RunningServer(server, bound, health_servicer)
+    health_server = None
+    if health_port:
+        health_server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        if health_server.add_insecure_port(f"{host}:{health_port}") == 0:
+            raise SystemExit(f"cannot bind the health port {host}:{health_port}")
+        health_server.start()
+    return RunningServer(server, bound, health_servicer, health_server)
 
 
 def announce_and_wait(running: RunningServer, what: str, on_stop: Callable[[], None] | None = None) -> None:
@@ -107,6 +119,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to bind")
     parser.add_argument("--port", type=int, default=0, help="port to bind (0 = any free port, printed when ready)")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--health-port", type=int, default=int(os.environ.get("SPECDEC_HEALTH_PORT", "0")),
+                        help="also serve grpc.health.v1 in plaintext on this port, for probes when TLS is on "
+                             "(default: $SPECDEC_HEALTH_PORT; 0 = off)")
     add_telemetry_args(parser)
     security.add_security_args(parser)
 

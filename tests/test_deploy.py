@@ -19,7 +19,7 @@ from orchestrator.__main__ import build_parser as orchestrator_parser
 from target_service.__main__ import build_parser as target_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPOSE = [ROOT / "docker-compose.yml", ROOT / "docker-compose.gpu.yml"]
+COMPOSE = [ROOT / "docker-compose.yml", ROOT / "docker-compose.gpu.yml", ROOT / "docker-compose.secure.yml"]
 K8S = ROOT / "deploy" / "k8s"
 RAY_CLUSTER = ROOT / "deploy" / "ray" / "raycluster.yaml"
 PARSERS = {"draft_service": draft_parser, "target_service": target_parser, "orchestrator": orchestrator_parser,
@@ -69,11 +69,21 @@ def test_compose_file_matches_the_compose_spec(path):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("files", [COMPOSE[:1], COMPOSE], ids=["cpu", "gpu-override"])
-def test_docker_compose_accepts_the_files(files):
+@pytest.mark.parametrize("files", [COMPOSE[:1], COMPOSE[:2], [COMPOSE[0], COMPOSE[2]]],
+                         ids=["cpu", "gpu-override", "secure-override"])
+def test_docker_compose_accepts_the_files(files, tmp_path):
     binary = shutil.which("docker-compose")
     assert binary, "docker-compose is not installed (scripts/setup.sh installs Debian's package)"
-    result = run([binary, *[a for f in files for a in ("-f", str(f))], "config", "-q"])
+    secrets = ROOT / "deploy" / "secrets"
+    made = not secrets.exists() and COMPOSE[2] in files
+    if made:  # the secure override names secret files that scripts/make-secrets.sh writes
+        subprocess.run(["bash", str(ROOT / "scripts" / "make-secrets.sh"), str(secrets)], check=True,
+                       capture_output=True)
+    try:
+        result = run([binary, *[a for f in files for a in ("-f", str(f))], "config", "-q"])
+    finally:
+        if made:
+            shutil.rmtree(secrets)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -91,13 +101,13 @@ def test_compose_layout():
 
 def test_kubernetes_manifests_validate_strictly(tmp_path):
     files = [p for p in sorted(K8S.rglob("*.yaml")) if p.name != "kustomization.yaml"
-             and p.parent.name != "gpu" and p.name != "otel-collector-config.yaml"]
-    # The gpu overlay's patches, applied to their base resources the way kustomize merges them.
+             and p.parent.parent.name != "overlays" and p.name != "otel-collector-config.yaml"]
+    # The overlays' patches, applied to their base resources the way kustomize merges them.
     base = {(d["kind"], d["metadata"]["name"]): d for _, d in k8s_documents() if "metadata" in d}
-    for patch_path in sorted((K8S / "overlays" / "gpu").glob("*-gpu.yaml")):
+    for patch_path in sorted((K8S / "overlays").glob("*/*-*.yaml")):
         patch = yaml.safe_load(patch_path.read_text())
         merged = strategic_merge(copy.deepcopy(base[(patch["kind"], patch["metadata"]["name"])]), patch)
-        out = tmp_path / patch_path.name
+        out = tmp_path / f"{patch_path.parent.name}-{patch_path.name}"
         out.write_text(yaml.safe_dump(merged))
         files.append(out)
     # KubeRay's CRD has no schema here: validate its pod templates as PodTemplates.

@@ -89,3 +89,31 @@ def _make_certificates(folder) -> None:
                                     "extendedKeyUsage=serverAuth,clientAuth\n")
     run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "node.pem",
         "-days", "2", "-extfile", "ext.cnf")
+
+
+def test_a_plaintext_health_port_beside_a_tls_server(tmp_path):
+    """Probes that cannot speak TLS (Kubernetes' gRPC probe) get health, and only health, in plaintext."""
+    from service_runtime.server import start_server
+    from target_service.tensor_parallel import free_port
+
+    _make_certificates(tmp_path)
+    settings = Security.from_files(cert=str(tmp_path / "node.pem"), key=str(tmp_path / "node.key"),
+                                   ca=str(tmp_path / "ca.pem"))
+    previous = security.current()
+    security.use(settings)
+    try:
+        health_port = free_port()
+        running = start_server(lambda server: None, ["specdec.v1.SpecDec"], "127.0.0.1", 0, health_port=health_port)
+    finally:
+        security.use(previous)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{health_port}") as channel:
+            assert _health(channel) == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as info:
+                pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="x"), timeout=5).next()
+            assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel, pytest.raises(grpc.RpcError):
+            _health(channel)
+        assert _health(settings.channel(f"127.0.0.1:{running.port}")) == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        running.stop(0)
