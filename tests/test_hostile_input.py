@@ -209,3 +209,19 @@ def test_log_strings_are_escaped_and_cut():
 
 def test_raw_encoding_matches_protobuf():  # the fuzzer's hand-built fields are what protobuf writes
     assert _field(1, b"hi") == pb.GenerateRequest(prompt="hi").SerializeToString()
+
+
+def test_a_clients_bad_input_never_cools_down_a_draft(stack):
+    """A replica that refused a request stays in service; one that failed goes into cool-down."""
+    from orchestrator.clients import StreamError
+    from orchestrator.draft_pool import DraftPool
+    from orchestrator.generation import Generation, _Peer
+    from specdec.controller import GammaController
+    from specdec.cost_profile import CostProfile
+
+    for code, usable_after in ((grpc.StatusCode.INVALID_ARGUMENT, True), (grpc.StatusCode.DEADLINE_EXCEEDED, False)):
+        pool = DraftPool([stack.draft_address], cooldown_s=60)
+        generation = Generation(None, pool, None, None, frozenset(), 64, GammaController(4, CostProfile((0.1, 0.1))))
+        peer = _Peer(pool.acquire(), "s")
+        generation._draft_failed(peer, StreamError(code, "refused"))
+        assert (pool.acquire() is not None) == usable_after, code
