@@ -27,6 +27,7 @@ INVALID, OUT_OF_RANGE, NOT_FOUND = (grpc.StatusCode.INVALID_ARGUMENT, grpc.Statu
     (dict(prompt="hi", top_k=-3), INVALID, "top_k"),
     (dict(prompt="hi", gamma=-1), INVALID, "gamma"),
     (dict(prompt="hi", gamma=99), INVALID, "gamma"),
+    (dict(prompt="hi", temperature=float("nan")), INVALID, "temperature"),
 ])
 def test_generate_rejects_bad_input(stack, kwargs, code, words):
     kwargs.setdefault("max_new_tokens", 8)

@@ -168,6 +168,14 @@ def test_session_ids_are_validated(stack, session_id):
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "session_id" in info.value.details()
 
 
+def test_resume_without_redis_is_a_failed_precondition(stack):
+    request = make_request(prompt="hi", max_new_tokens=2)
+    request.session_id, request.resume = "abc", True
+    with pytest.raises(grpc.RpcError) as info:
+        generate(stack.endpoint, request, timeout=20)
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "redis" in info.value.details()
+
+
 def test_target_info_reports_counts_not_session_ids(stack):
     call = None
     with grpc.insecure_channel(stack.endpoint) as channel:
