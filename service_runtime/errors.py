@@ -21,8 +21,6 @@ STATUS_OF = {
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
 
-ERROR_OF = {code: cls for cls, code in STATUS_OF.items()}
-
 
 @contextlib.contextmanager
 def grpc_errors(context: grpc.ServicerContext):

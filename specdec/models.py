@@ -26,7 +26,6 @@ log = logging.getLogger(__name__)
 
 TINY_DEFAULTS = {"seed": 0, "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 260,
                  "ctx": 512, "perturb": 0.0, "perturb_seed": 1}
-TINY_EOS = 256  # the byte tokenizer's "<|endoftext|>"
 
 
 @dataclass(frozen=True)

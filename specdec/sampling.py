@@ -31,11 +31,6 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0.0
 
-    @property
-    def filtered(self) -> bool:
-        """True when the support of p/q is truncated (top-k or top-p)."""
-        return self.top_k > 0 or self.top_p < 1.0
-
     def validate(self) -> "SamplingParams":
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise InvalidArgument(f"temperature must be a finite number >= 0, got {self.temperature}")
@@ -70,11 +65,6 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits.softmax(dim=-1)
-
-
-def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
-    """logits: [N, V] -> argmax ids: [N]."""
-    return logits.argmax(dim=-1)
 
 
 def position_generator(seed: int, position: int, stream: str, device: torch.device | str = "cpu") -> torch.Generator:
