@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 
 from orchestrator.server import start_orchestrator
 from orchestrator.stack import ManagedStack, ServiceProcess, StackOptions, draft_service_argv, model_service_argv
@@ -22,9 +23,14 @@ RAY_START_ATTEMPTS = 3  # a local Ray's raylet must register within a fixed 30 s
 
 
 def init_ray(address: str, attempts: int = RAY_START_ATTEMPTS, **init) -> None:
-    """`ray.init`, retried from scratch when a local start times out (Ray's start-up wait is fixed)."""
+    """`ray.init`, retried from scratch when a local start times out (Ray's start-up wait is fixed).
+
+    A local Ray runs its workers at normal priority: they host the services, which are the workload,
+    and Ray's default (niceness 15) lets any other load on the machine starve them.
+    """
     import ray
 
+    os.environ.setdefault("RAY_worker_niceness", "0")
     for attempt in range(1, attempts + 1):
         try:
             ray.init(address=address or None, **init)
