@@ -1,5 +1,8 @@
 """Model-side engines: per-session KV caches, drafting and verification (no RPC code).
 
+Sessions run their rounds concurrently; their forward steps meet in shared passes
+(`specdec.batcher`), which change speed but not a single bit of any session's logits.
+
 `DraftEngine.propose` and `TargetEngine.verify` are the domain calls the gRPC servicers
 translate to and from protobuf. Both keep a `KVCache` per session and crop it to the
 committed prefix at the start of each round (see `specdec.kv`); the forward passes run on the
@@ -8,13 +11,16 @@ model's `ModelRunner`, on the compute path it was loaded with.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import torch
 
+from specdec.batcher import StepBatcher
 from specdec.cost_profile import CostProfile, measure
 from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from specdec.kv import SequenceState
@@ -41,6 +47,7 @@ class Session:
     params: SamplingParams
     cache: KVCache
     state: SequenceState = field(default_factory=SequenceState)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held for a round
 
 
 @dataclass(frozen=True)
@@ -68,7 +75,7 @@ def resident_bytes() -> int:
 
 
 class Engine:
-    """Holds one model and its sessions. Forward passes are serialised by a lock."""
+    """Holds one model and its sessions; concurrent sessions share forward passes."""
 
     tensor_parallel_size = 1
 
@@ -79,7 +86,8 @@ class Engine:
         self.runner = loaded.runner
         self.cost_profile: CostProfile | None = None
         self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the session table; rounds hold their session's own lock
+        self.batcher = StepBatcher(self.runner)
 
     def measure_costs(self, max_tokens: int) -> CostProfile:
         """Time forwards of 1..max_tokens tokens (`specdec.cost_profile`); kept as `cost_profile`."""
@@ -122,6 +130,15 @@ class Engine:
         """One report per worker process behind this engine (just this one unless tensor parallel)."""
         return [self.report()]
 
+    @contextlib.contextmanager
+    def _round(self, session_id: str) -> Iterator[Session]:
+        """One round of one session: the session is held (a retried round waits for the first) and
+        its forward steps may share passes with other sessions' (`specdec.batcher`)."""
+        with self._lock:
+            session = self._session(session_id)
+        with session.lock, self.batcher.round():
+            yield session
+
     def _session(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)
         if session is None:
@@ -154,8 +171,8 @@ class Engine:
         first = len(tokens) % PREFILL_CHUNK or PREFILL_CHUNK
         bounds = [0, *range(first, len(tokens) + 1, PREFILL_CHUNK)]
         for begin, end in zip(bounds[:-1], bounds[1:-1]):
-            self.runner.forward([Step(session.cache, tokens[begin:end], logits=0)])
-        return self.runner.forward([Step(session.cache, tokens[bounds[-2]:], logits=logits)])[0]
+            self.batcher.forward(Step(session.cache, tokens[begin:end], logits=0))
+        return self.batcher.forward(Step(session.cache, tokens[bounds[-2]:], logits=logits))
 
 
 class DraftEngine(Engine):
@@ -171,8 +188,7 @@ class DraftEngine(Engine):
             raise InvalidArgument(f"gamma must be in [1, {self.max_gamma}] for a draft round, got {gamma}")
         if not 0.0 <= min_confidence < 1.0:
             raise InvalidArgument(f"min_confidence must be in [0, 1), got {min_confidence}")
-        with self._lock:
-            session = self._session(session_id)
+        with self._round(session_id) as session:
             began = time.perf_counter()
             rollback = self._sync(session, start, tokens, gamma)
             state, params = session.state, session.params
@@ -210,9 +226,9 @@ class TargetEngine(Engine):
         With no draft tokens this is a plain target-only decoding step.
         """
         self.check_draft_probs(draft_tokens, draft_probs)
-        with self._lock:
+        with self._round(session_id) as session:
             began = time.perf_counter()
-            session, committed, logits, rollback = self._score(session_id, start, tokens, draft_tokens)
+            committed, logits, rollback = self._score(session, start, tokens, draft_tokens)
             drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]
             params = session.params
             if params.greedy:
@@ -226,8 +242,8 @@ class TargetEngine(Engine):
 
     def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> None:
         """The forward pass of `verify` without sampling: what a tensor-parallel follower rank runs."""
-        with self._lock:
-            self._score(session_id, start, tokens, draft_tokens)
+        with self._round(session_id) as session:
+            self._score(session, start, tokens, draft_tokens)
 
     def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:
         """The target trusts no draft: q must be a distribution per row that could have drawn each
@@ -251,17 +267,16 @@ class TargetEngine(Engine):
         if bool((chosen <= 0).any()):
             raise InvalidArgument("a proposed token has draft probability 0: q could not have drawn it")
 
-    def _score(self, session_id: str, start: int, tokens: list[int],
-               draft_tokens: list[int]) -> tuple[Session, int, torch.Tensor, Rollback]:
-        """Sync, feed pending + drafts; returns (session, committed length, logits [γ+1, V], rollback)."""
+    def _score(self, session: Session, start: int, tokens: list[int],
+               draft_tokens: list[int]) -> tuple[int, torch.Tensor, Rollback]:
+        """Sync, feed pending + drafts; returns (committed length, logits [γ+1, V], rollback)."""
         gamma = len(draft_tokens)
         if gamma > self.max_gamma:
             raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
         self._check_tokens(draft_tokens, "draft_tokens")
-        session = self._session(session_id)
         rollback = self._sync(session, start, tokens, gamma)
         state = session.state
         committed = state.committed
         logits = self._forward(session, state.pending() + draft_tokens, logits=gamma + 1)  # [γ+1, V]
         state.extend(draft_tokens, cached=len(state.tokens) + gamma)
-        return session, committed, logits, rollback
+        return committed, logits, rollback
