@@ -106,6 +106,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.concurrency:
+        from orchestrator.bench_concurrency import run_concurrency_sweep
+
+        return run_concurrency_sweep(args)
     if args.tp_sweep:
         from orchestrator.bench_tp import run_tp_sweep
 
@@ -164,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "each compute path, with each lossy path's greedy agreement with fp32")
     bench.add_argument("--tp-sweep", default="", help="e.g. 1,2: run the target at each tensor-parallel size and "
                        "compare memory per worker, step and verify time, tokens/s")
+    bench.add_argument("--concurrency", default="", help="e.g. 1,4,8,16: that many users at once; aggregate tok/s, "
+                       "TTFT and p50/p95 inter-token latency for target-only, adaptive and batched HF generate")
     bench.add_argument("--output", default="bench_results.json")
     bench.set_defaults(func=cmd_bench)
     prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "

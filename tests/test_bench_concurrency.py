@@ -1,0 +1,21 @@
+"""`specdec bench --concurrency` end to end on tiny models: one row per config and level, a JSON and a PNG."""
+
+from __future__ import annotations
+
+import json
+
+from orchestrator.cli import main
+
+from conftest import TINY_DRAFT, TINY_TARGET
+
+
+def test_concurrency_bench_writes_rows_and_a_plot(tmp_path):
+    output = tmp_path / "conc.json"
+    assert main(["bench", "--concurrency", "1,3", "--no-hf", "--device", "cpu", "--draft-model", TINY_DRAFT,
+                 "--target-model", TINY_TARGET, "--max-new-tokens", "12", "--limit-prompts", "2",
+                 "--output", str(output)]) == 0
+    rows = json.loads(output.read_text())["rows"]
+    assert [(r["config"], r["users"]) for r in rows] == [("target-only", 1), ("adaptive", 1), ("target-only", 3),
+                                                         ("adaptive", 3)]
+    assert all(r["tokens_per_s"] > 0 and r["itl_p95_ms"] >= r["itl_p50_ms"] for r in rows)
+    assert output.with_suffix(".png").stat().st_size > 0
