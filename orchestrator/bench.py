@@ -65,6 +65,14 @@ def load_prompts(path: str, limit: int) -> list[dict]:
     return prompts[:limit] if limit else prompts
 
 
+def hf_baseline(spec: str, device, path: str, kernel: str):
+    """A Hugging Face model for a baseline, with the linear kernels our runner uses on `path`."""
+    from specdec.compute import WEIGHT_DTYPE, swap_linears
+    from specdec.models import load_hf_model
+
+    return swap_linears(load_hf_model(spec, device, WEIGHT_DTYPE[path]), path, kernel)
+
+
 class HFAssisted:
     """Hugging Face generate(assistant_model=...) in this process, on the same two models and kernels.
 
@@ -74,13 +82,12 @@ class HFAssisted:
     name = "hf-assisted"
 
     def __init__(self, args: argparse.Namespace, path: str, kernel: str):
-        from specdec.compute import WEIGHT_DTYPE, swap_linears
-        from specdec.models import load_hf_model, load_tokenizer, resolve_device
+        from specdec.models import load_tokenizer, resolve_device
 
         self.tokenizer = load_tokenizer(args.target_model)
         self.device = resolve_device(args.device)
-        self.target = swap_linears(load_hf_model(args.target_model, self.device, WEIGHT_DTYPE[path]), path, kernel)
-        self.draft = swap_linears(load_hf_model(args.draft_model, self.device, WEIGHT_DTYPE[path]), path, kernel)
+        self.target = hf_baseline(args.target_model, self.device, path, kernel)
+        self.draft = hf_baseline(args.draft_model, self.device, path, kernel)
 
     def __call__(self, prompt: str, n: int) -> list[int]:
         import torch

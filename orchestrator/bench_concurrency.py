@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.bench import load_prompts, service_infos, warm_up
+from orchestrator.bench import hf_baseline, load_prompts, service_infos, warm_up
 from orchestrator.client import make_request
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.security import open_channel
@@ -75,13 +75,12 @@ class HFBatched:
     """Hugging Face `generate` on a padded batch of prompts (left padding), target only, same kernels."""
 
     def __init__(self, args: argparse.Namespace, path: str, kernel: str):
-        from specdec.compute import WEIGHT_DTYPE, swap_linears
-        from specdec.models import load_hf_model, load_tokenizer, resolve_device
+        from specdec.models import load_tokenizer, resolve_device
 
         self.tokenizer = load_tokenizer(args.target_model)
         self.tokenizer.padding_side = "left"
         self.device = resolve_device(args.device)
-        self.model = swap_linears(load_hf_model(args.target_model, self.device, WEIGHT_DTYPE[path]), path, kernel)
+        self.model = hf_baseline(args.target_model, self.device, path, kernel)
 
     def __call__(self, prompts: list[str], n: int) -> Level:
         import torch

@@ -213,7 +213,7 @@ class Generation:
                 proposal, draft_wall = draft.traced_call("draft.propose", pb.DraftRequest(
                     session_id=draft.session_id, open=not draft.opened, sampling=sampling,
                     commit=commit, gamma=gamma, min_confidence=min_confidence), span,
-                    self._deadline(self.controller.draft_time(len(commit.tokens) + 1, gamma)))
+                    self.round_timeout.of(self.controller.draft_time(len(commit.tokens) + 1, gamma)))
             except grpc.RpcError as exc:
                 self._draft_failed(draft, exc)
                 gamma = draft_wall = 0
@@ -228,7 +228,7 @@ class Generation:
         result, target_wall = target.traced_call("target.verify", pb.VerifyRequest(
             session_id=target.session_id, open=not target.opened, sampling=sampling,
             commit=commit, draft_tokens=draft_tokens, draft_probs=probs), span,
-            self._deadline(self.controller.target_time(len(commit.tokens) + len(draft_tokens))))
+            self.round_timeout.of(self.controller.target_time(len(commit.tokens) + len(draft_tokens))))
         target.confirmed = result.committed_len
         target_compute = result.compute_ns / 1e9
         if not first_target_round:  # a prefill says nothing about steady-state cost
@@ -250,9 +250,6 @@ class Generation:
                   self.session_id, gamma, result.num_accepted, record.alpha_estimate, record.cost_ratio_estimate,
                   1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)
         return record, list(result.tokens)
-
-    def _deadline(self, expected_s: float) -> float:
-        return self.round_timeout.of(expected_s)
 
     def _draft_usable(self, draft: _Peer) -> bool:
         """A draft replica is at hand, or the pool has one (after a failure: another one at once,

@@ -42,7 +42,7 @@ def orchestrator_config(args: argparse.Namespace) -> OrchestratorConfig:
     """The CLI flags of `add_orchestrator_args` as configuration."""
     return OrchestratorConfig(gamma_max=args.gamma_max, max_new_tokens_limit=args.max_new_tokens_limit,
                               max_concurrent=args.max_concurrent, round_timeout_s=args.round_timeout,
-                              round_timeout_floor_s=min(30.0, args.round_timeout), session_ttl_s=args.session_ttl)
+                              session_ttl_s=args.session_ttl)
 
 
 def watch_target(target: ServiceClient, running: RunningServer, period_s: float = 1.0) -> None:

@@ -43,8 +43,7 @@ class OrchestratorConfig:
     max_prompt_bytes: int = 1 << 20  # checked before tokenising
     max_session_id_chars: int = 128
     max_concurrent: int = 64  # generations in flight; more get RESOURCE_EXHAUSTED
-    round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.cost_profile.round_deadline`)
-    round_timeout_floor_s: float = 30.0
+    round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.cost_profile.RoundTimeout`)
     session_ttl_s: float = 3600.0  # resumable records in Redis
 
 
@@ -65,7 +64,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if self.target_profile is None:
             raise FailedPrecondition(f"target {target.address} reports no cost profile (--profile-tokens)")
         self.prior = SharedPrior(self.gamma_max)  # this orchestrator serves one model pair
-        self.round_timeout = RoundTimeout(config.round_timeout_floor_s, config.round_timeout_s)
+        self.round_timeout = RoundTimeout.capped(config.round_timeout_s)
         self.metrics = SpecDecodeMetrics(self.gamma_max)
 
     def parse(self, request: pb.GenerateRequest, owner: str = "") -> GenerationRequest:

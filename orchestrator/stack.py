@@ -48,8 +48,7 @@ class StackOptions:
 
     def orchestrator_config(self) -> OrchestratorConfig:
         return OrchestratorConfig(gamma_max=self.gamma_max, max_new_tokens_limit=self.max_new_tokens_limit,
-                                  max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s,
-                                  round_timeout_floor_s=min(30.0, self.round_timeout_s))
+                                  max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides) -> "StackOptions":

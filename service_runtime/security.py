@@ -79,8 +79,7 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInter
         self.header = ("authorization", f"Bearer {token}")
 
     def _details(self, details):
-        metadata = [*(details.metadata or ()), self.header]
-        return details._replace(metadata=metadata) if hasattr(details, "_replace") else _Details(details, metadata)
+        return details._replace(metadata=[*(details.metadata or ()), self.header])  # grpc's details: a namedtuple
 
     def intercept_unary_unary(self, continuation, details, request):
         return continuation(self._details(details), request)
@@ -93,14 +92,6 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInter
 
     def intercept_stream_stream(self, continuation, details, requests):
         return continuation(self._details(details), requests)
-
-
-class _Details(grpc.ClientCallDetails):
-    def __init__(self, base, metadata):
-        self.method, self.timeout, self.metadata = base.method, base.timeout, metadata
-        self.credentials = base.credentials
-        self.wait_for_ready = getattr(base, "wait_for_ready", None)
-        self.compression = getattr(base, "compression", None)
 
 
 _process = Security()

@@ -59,7 +59,8 @@ def start_server(register: Callable[[grpc.Server], None], service_names: list[st
     TLS and the bearer token come from this process's `service_runtime.security` settings.
     `health_port`: also answer health checks there, in plaintext (probes that cannot speak TLS).
     """
-    options = [*CHANNEL_OPTIONS[:1], ("grpc.max_receive_message_length", max_receive_bytes)]
+    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+               ("grpc.max_receive_message_length", max_receive_bytes)]
     guard = Guard(max_concurrent, security.current().tokens)
     server = grpc.server(ThreadPoolExecutor(max_workers=max_concurrent + SPARE_WORKERS), options=options,
                          interceptors=[guard])

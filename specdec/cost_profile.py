@@ -97,5 +97,10 @@ class RoundTimeout:
     ceiling_s: float = 300.0
     factor: float = 20.0
 
+    @classmethod
+    def capped(cls, ceiling_s: float) -> "RoundTimeout":
+        """The default floor, lowered to `ceiling_s` when the ceiling is below it."""
+        return cls(floor_s=min(cls.floor_s, ceiling_s), ceiling_s=ceiling_s)
+
     def of(self, expected_s: float) -> float:
         return min(self.ceiling_s, max(self.floor_s, self.factor * expected_s))

@@ -90,9 +90,10 @@ class Engine:
         self.batcher = StepBatcher(self.runner)
 
     def measure_costs(self, max_tokens: int) -> CostProfile:
-        """Time forwards of 1..max_tokens tokens (`specdec.cost_profile`); kept as `cost_profile`."""
-        with self._lock:
-            self.cost_profile = measure(self.runner, max_tokens, vocab=self.loaded.vocab_size)
+        """Time forwards of 1..max_tokens tokens (`specdec.cost_profile`); kept as `cost_profile`.
+
+        Run at start-up, before any session: the timings are of this model alone."""
+        self.cost_profile = measure(self.runner, max_tokens, vocab=self.loaded.vocab_size)
         return self.cost_profile
 
     # -- session lifecycle -------------------------------------------------

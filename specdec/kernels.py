@@ -19,6 +19,7 @@ replace an `nn.Linear` inside a Hugging Face model (the baselines) or serve our 
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +49,9 @@ class CpuFeatures:
         return f"{self.model_name} [{', '.join(flags) or 'no avx512/bf16/vnni'}]"
 
 
+@functools.cache
 def cpu_features() -> CpuFeatures:
-    """What this CPU offers, as torch's dispatcher sees it, plus its model name."""
+    """What this CPU offers, as torch's dispatcher sees it, plus its model name (read once)."""
     name = "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
