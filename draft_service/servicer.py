@@ -5,7 +5,7 @@ from __future__ import annotations
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.sessions import SessionServicer
-from service_runtime.wire import encode_probs
+from service_runtime.wire import pass_load_to_pb, encode_probs
 from specdec.engine import DraftEngine
 
 
@@ -21,7 +21,8 @@ class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
                                 tokens=proposal.tokens, probs=encode_probs(proposal.probs),
                                 compute_ns=int(proposal.compute_s * 1e9),
                                 rollback_ns=int(proposal.rollback.seconds * 1e9),
-                                rolled_back_tokens=proposal.rollback.tokens)
+                                rolled_back_tokens=proposal.rollback.tokens,
+                                load=pass_load_to_pb(proposal.load, self.engine.live_sessions))
 
 
 def register(server, engine: DraftEngine) -> None:

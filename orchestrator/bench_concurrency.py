@@ -30,20 +30,25 @@ class Level:
     seconds: float = 0.0
     first_token_s: list[float] = field(default_factory=list)
     gaps_s: list[float] = field(default_factory=list)  # per token, between streamed chunks
+    gammas: list[int] = field(default_factory=list)  # γ of every round
+    target_rows: float | None = None  # sessions per target forward pass over the level
 
     def row(self, name: str, users: int) -> dict:
         gaps = sorted(self.gaps_s) or [0.0]
         return {"config": name, "users": users, "tokens_per_s": round(self.tokens / self.seconds, 3),
                 "ttft_s": round(statistics.mean(self.first_token_s), 3) if self.first_token_s else None,
                 "itl_p50_ms": round(1e3 * gaps[len(gaps) // 2], 1),
-                "itl_p95_ms": round(1e3 * gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))], 1)}
+                "itl_p95_ms": round(1e3 * gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))], 1),
+                "mean_gamma": round(statistics.mean(self.gammas), 2) if self.gammas else None,
+                "target_rows_per_pass": None if self.target_rows is None else round(self.target_rows, 2)}
 
 
 def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level, lock: threading.Lock) -> None:
     began = last = time.perf_counter()
-    first, gaps, tokens = None, [], 0
+    first, gaps, tokens, gammas = None, [], 0, []
     with open_channel(endpoint, CHANNEL_OPTIONS) as channel:
         for reply in pb_grpc.SpecDecStub(channel).Generate(make_request(prompt=prompt, max_new_tokens=n, gamma=gamma)):
+            gammas.append(reply.round.gamma)
             if not reply.token_ids:
                 continue
             now = time.perf_counter()
@@ -55,12 +60,15 @@ def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level,
     with lock:
         level.tokens += tokens
         level.gaps_s += gaps
+        level.gammas += gammas
         if first is not None:
             level.first_token_s.append(first)
 
 
-def run_level(endpoint: str, prompts: list[str], n: int, gamma: int | None) -> Level:
+def run_level(endpoint: str, prompts: list[str], n: int, gamma: int | None, target=None) -> Level:
+    """Every prompt streamed at once; with `target` (a client), also its sessions per forward pass."""
     level, lock = Level(), threading.Lock()
+    before = target.info() if target is not None else None
     threads = [threading.Thread(target=_stream, args=(endpoint, p, n, gamma, level, lock)) for p in prompts]
     began = time.perf_counter()
     for thread in threads:
@@ -68,6 +76,10 @@ def run_level(endpoint: str, prompts: list[str], n: int, gamma: int | None) -> L
     for thread in threads:
         thread.join()
     level.seconds = time.perf_counter() - began
+    if before is not None:
+        after = target.info()
+        passes = after.forward_passes - before.forward_passes
+        level.target_rows = (after.forward_steps - before.forward_steps) / max(passes, 1)
     return level
 
 
@@ -115,6 +127,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def run_concurrency_sweep(args: argparse.Namespace) -> int:
+    from orchestrator.clients import target_client
     from orchestrator.stack import EmbeddedStack, StackOptions
 
     levels = [int(x) for x in args.concurrency.split(",") if x]
@@ -124,17 +137,19 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
         _, target_info = service_infos(stack)
         peer = None if args.no_hf else HFBatched(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, base[0], args.gamma_max)
+        target = target_client(stack.target_address)
         for users in levels:
             prompts = [base[i % len(base)] for i in range(users)]
             for name, gamma in (("target-only", 0), ("adaptive", None)):
-                rows.append(run_level(stack.endpoint, prompts, args.max_new_tokens, gamma).row(name, users))
+                rows.append(run_level(stack.endpoint, prompts, args.max_new_tokens, gamma, target).row(name, users))
             if peer is not None:
                 rows.append(peer(prompts, args.max_new_tokens).row("hf-generate-batched", users))
             print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in rows[-3:]), flush=True)
     print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel})")
-    print("config | users | tok/s | TTFT s | ITL p50 ms | ITL p95 ms")
+    print("config | users | tok/s | TTFT s | ITL p50 ms | ITL p95 ms | mean γ | target rows/pass")
     for r in rows:
-        print(f"{r['config']} | {r['users']} | {r['tokens_per_s']} | {r['ttft_s']} | {r['itl_p50_ms']} | {r['itl_p95_ms']}")
+        print(f"{r['config']} | {r['users']} | {r['tokens_per_s']} | {r['ttft_s']} | {r['itl_p50_ms']} | "
+              f"{r['itl_p95_ms']} | {r['mean_gamma']} | {r['target_rows_per_pass']}")
     output = Path(args.output)
     output.write_text(json.dumps({"hardware": target_info.hardware, "path": target_info.compute_path,
                                   "max_new_tokens": args.max_new_tokens, "rows": rows}, indent=2))

@@ -204,6 +204,7 @@ class Generation:
         draft_tokens: list[int] = []
         probs = pb.DraftProbs(none=True)
         draft_wall = draft_compute = 0.0
+        draft_load = pb.PassLoad(rows=1.0, sessions=1)
         # The draft is steady when it drafted last round: it then feeds at most two pending tokens.
         draft_steady = self._last_drafted > 0
         if gamma > 0:
@@ -222,6 +223,7 @@ class Generation:
                 self._draft_replica = draft.client.address
                 draft_tokens, probs = list(proposal.tokens), proposal.probs
                 draft_compute = proposal.compute_ns / 1e9
+                draft_load = proposal.load
         self._last_drafted = len(draft_tokens)
         first_target_round = not target.opened
         commit = target.commit(committed)
@@ -232,8 +234,11 @@ class Generation:
         target.confirmed = result.committed_len
         target_compute = result.compute_ns / 1e9
         if not first_target_round:  # a prefill says nothing about steady-state cost
-            self.controller.observe(RoundTiming(len(draft_tokens), result.num_accepted, draft_wall, draft_compute,
-                                                target_wall, target_compute, draft_steady))
+            self.controller.observe(RoundTiming(
+                len(draft_tokens), result.num_accepted, draft_wall, draft_compute, target_wall, target_compute,
+                draft_steady, target_sessions=result.load.sessions, target_rows=result.load.rows,
+                target_pass_tokens=result.load.tokens, draft_sessions=draft_load.sessions,
+                draft_rows=draft_load.rows, draft_pass_tokens=draft_load.tokens))
         record = RoundRecord(gamma=gamma, drafted=len(draft_tokens), accepted=result.num_accepted,
                              emitted=len(result.tokens), wall_s=time.perf_counter() - began,
                              draft_wall_s=draft_wall, draft_compute_s=draft_compute,
@@ -245,7 +250,9 @@ class Generation:
                                  "specdec.accepted": record.accepted, "specdec.alpha_estimate": record.alpha_estimate,
                                  "specdec.cost_ratio_estimate": record.cost_ratio_estimate,
                                  "specdec.network.draft_ms": 1e3 * record.rtt_draft_s,
-                                 "specdec.network.target_ms": 1e3 * record.rtt_target_s})
+                                 "specdec.network.target_ms": 1e3 * record.rtt_target_s,
+                                 "specdec.target.pass_rows": result.load.rows,
+                                 "specdec.draft.pass_rows": draft_load.rows})
         log.debug("session %s round γ=%d accepted=%d α̂=%.3f ĉ=%.3f rtt draft %.1f ms target %.1f ms",
                   self.session_id, gamma, result.num_accepted, record.alpha_estimate, record.cost_ratio_estimate,
                   1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)

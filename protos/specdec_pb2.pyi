@@ -50,12 +50,22 @@ class Commit(_message.Message):
     tokens: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, start: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class PassLoad(_message.Message):
+    __slots__ = ("rows", "tokens", "sessions")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    rows: float
+    tokens: float
+    sessions: int
+    def __init__(self, rows: _Optional[float] = ..., tokens: _Optional[float] = ..., sessions: _Optional[int] = ...) -> None: ...
+
 class ModelInfoRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model", "vocab_size", "max_context", "eos_token_ids", "max_gamma", "live_sessions", "max_sessions", "device", "tensor_parallel_size", "ranks", "forward_ns", "compute_path", "kernel", "hardware", "row_invariant")
+    __slots__ = ("model", "vocab_size", "max_context", "eos_token_ids", "max_gamma", "live_sessions", "max_sessions", "device", "tensor_parallel_size", "ranks", "forward_ns", "compute_path", "kernel", "hardware", "row_invariant", "forward_tokens", "forward_passes", "forward_steps")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +81,9 @@ class ModelInfo(_message.Message):
     KERNEL_FIELD_NUMBER: _ClassVar[int]
     HARDWARE_FIELD_NUMBER: _ClassVar[int]
     ROW_INVARIANT_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_PASSES_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_STEPS_FIELD_NUMBER: _ClassVar[int]
     model: str
     vocab_size: int
     max_context: int
@@ -86,7 +99,10 @@ class ModelInfo(_message.Message):
     kernel: str
     hardware: str
     row_invariant: bool
-    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankReport, _Mapping]]] = ..., forward_ns: _Optional[_Iterable[int]] = ..., compute_path: _Optional[str] = ..., kernel: _Optional[str] = ..., hardware: _Optional[str] = ..., row_invariant: _Optional[bool] = ...) -> None: ...
+    forward_tokens: _containers.RepeatedScalarFieldContainer[int]
+    forward_passes: int
+    forward_steps: int
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankReport, _Mapping]]] = ..., forward_ns: _Optional[_Iterable[int]] = ..., compute_path: _Optional[str] = ..., kernel: _Optional[str] = ..., hardware: _Optional[str] = ..., row_invariant: _Optional[bool] = ..., forward_tokens: _Optional[_Iterable[int]] = ..., forward_passes: _Optional[int] = ..., forward_steps: _Optional[int] = ...) -> None: ...
 
 class RankReport(_message.Message):
     __slots__ = ("rank", "pid", "resident_bytes", "parameter_bytes", "live_sessions", "cached_tokens")
@@ -130,7 +146,7 @@ class DraftRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., gamma: _Optional[int] = ..., min_confidence: _Optional[float] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DraftProposal(_message.Message):
-    __slots__ = ("session_id", "committed_len", "tokens", "probs", "compute_ns", "rollback_ns", "rolled_back_tokens")
+    __slots__ = ("session_id", "committed_len", "tokens", "probs", "compute_ns", "rollback_ns", "rolled_back_tokens", "load")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -138,6 +154,7 @@ class DraftProposal(_message.Message):
     COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_NS_FIELD_NUMBER: _ClassVar[int]
     ROLLED_BACK_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     committed_len: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
@@ -145,7 +162,8 @@ class DraftProposal(_message.Message):
     compute_ns: int
     rollback_ns: int
     rolled_back_tokens: int
-    def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ...) -> None: ...
+    load: PassLoad
+    def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ..., load: _Optional[_Union[PassLoad, _Mapping]] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("session_id", "open", "sampling", "commit", "draft_tokens", "draft_probs", "trace_context")
@@ -173,7 +191,7 @@ class VerifyRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., draft_tokens: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class VerifyResult(_message.Message):
-    __slots__ = ("session_id", "committed_len", "num_accepted", "tokens", "compute_ns", "rollback_ns", "rolled_back_tokens")
+    __slots__ = ("session_id", "committed_len", "num_accepted", "tokens", "compute_ns", "rollback_ns", "rolled_back_tokens", "load")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_LEN_FIELD_NUMBER: _ClassVar[int]
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +199,7 @@ class VerifyResult(_message.Message):
     COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_NS_FIELD_NUMBER: _ClassVar[int]
     ROLLED_BACK_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    LOAD_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     committed_len: int
     num_accepted: int
@@ -188,7 +207,8 @@ class VerifyResult(_message.Message):
     compute_ns: int
     rollback_ns: int
     rolled_back_tokens: int
-    def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ...) -> None: ...
+    load: PassLoad
+    def __init__(self, session_id: _Optional[str] = ..., committed_len: _Optional[int] = ..., num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ..., load: _Optional[_Union[PassLoad, _Mapping]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop", "session_id", "resume", "resume_from")

@@ -67,9 +67,21 @@ def model_info_to_pb(engine) -> pb.ModelInfo:
                         device=str(loaded.device), tensor_parallel_size=engine.tensor_parallel_size,
                         ranks=[pb.RankReport(**report) for report in engine.reports()],
                         forward_ns=[round(s * 1e9) for s in profile.seconds] if profile else [],
+                        forward_tokens=list(profile.tokens) if profile else [],
                         compute_path=choice.path, kernel=choice.kernel, hardware=choice.device,
-                        row_invariant=choice.row_invariant)
+                        row_invariant=choice.row_invariant, forward_passes=engine.batcher.forwards,
+                        forward_steps=engine.batcher.steps)
 
 
 def cost_profile_from_pb(info: pb.ModelInfo) -> CostProfile | None:
-    return CostProfile(tuple(ns / 1e9 for ns in info.forward_ns)) if info.forward_ns else None
+    """The service's cost profile, or None if it reports none or a malformed one."""
+    if not info.forward_ns:
+        return None
+    try:
+        return CostProfile(tuple(ns / 1e9 for ns in info.forward_ns), tuple(info.forward_tokens))
+    except ValueError:
+        return None
+
+
+def pass_load_to_pb(load, sessions: int) -> pb.PassLoad:
+    return pb.PassLoad(rows=load.rows, tokens=load.tokens, sessions=sessions)

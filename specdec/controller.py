@@ -1,14 +1,29 @@
 """Cost model and γ controller (DESIGN.md, "Cost model with the network").
 
-Round time  T(γ) = rtt_target + s_t·P_t(γ+1) + [γ > 0]·(rtt_draft + s_d·γ·P_d(1))
+Round time  T(γ) = rtt_target + s_t·C_t(γ+1) + [γ > 0]·(rtt_draft + s_d·γ·C_d(1))
+Pass cost   C(k) = P(f·n·k)/f: n live sessions, a share f of them per pass, k tokens each (n = 1: P(k))
 Tokens      E(γ) = (1 − α^(γ+1)) / (1 − α)
 The controller picks γ* = argmax over γ ∈ {0..γ_max} of E(γ)/T(γ), every round.
 
 P_t(S) and P_d(S) are the services' start-up cost profiles (`specdec.cost_profile`): one forward
 of S tokens, measured on their own machine and compute path. So the shape of the verify cost,
 the thing that decides whether speculation pays, is known from the first round. What is learned
-online: α, one scale per service (s ≈ 1; it follows drift and load), and the network time of
-each hop (wall time minus the compute time the service reports).
+online: α, one scale per service (s ≈ 1; it follows drift), the network time of each hop (wall
+time minus the compute time the service reports), and the load each service reports every round:
+its live sessions n and the sessions that shared the pass, a share f of n (the batch fill).
+
+Load: with n sessions on a busy service, every session's round waits for the 1/f passes that serve
+them all, each of f·n·k tokens. The n sessions emit n·E(γ) tokens per such cycle, so the aggregate
+goodput n·E(γ)/T(γ) and one session's E(γ)/T(γ) peak at the same γ (SmartSpec's uniform-γ
+objective). Where several tokens per forward stop being cheap, because the batch already fills the
+machine, γ falls to 0. f is learned apart for rounds that draft and rounds that do not: sessions
+that decode target-only return to the target in step and fill its passes, while speculating ones
+arrive scattered by their draft rounds, so speculation also pays for the batch it scatters. Draft
+and target time add up, as they do when the services share a machine (the embedded default); on
+separate machines this undercounts speculation at high load, never at n = 1.
+
+A switch of γ needs a gain of `hysteresis`, so γ does not flap on noise in the load. A probe
+(below) pulls its session out of the shared passes, so probes come n times less often.
 
 γ = 0 is a candidate like any other. While it wins, the controller probes the best γ > 0 now
 and then to refresh α, and doubles the interval after every probe that changes nothing, so a
@@ -41,6 +56,17 @@ def profile_speedup(alpha: float, gamma: int, draft: CostProfile, target: CostPr
         return 1.0
     return expected_tokens(alpha, gamma) * target.forward_s(1) / (gamma * draft.forward_s(1)
                                                                  + target.forward_s(gamma + 1))
+
+
+def batch_fill(rows: float, sessions: int) -> float:
+    """f: the share of a service's live sessions that one pass served (1 = all of them)."""
+    return min(max(rows, 1.0) / max(sessions, 1), 1.0)
+
+
+def pass_cost(profile: CostProfile, sessions: float, fill: float | None, tokens: int) -> float:
+    """C(k) = P(f·n·k)/f: the passes that give each of n sessions k tokens, a share f of them per pass."""
+    rows = max(sessions * (1.0 if fill is None else fill), 1.0)
+    return sessions / rows * profile.forward_s(rows * tokens)
 
 
 @dataclass
@@ -111,15 +137,23 @@ class RoundTiming:
     target_wall_s: float
     target_compute_s: float
     draft_steady: bool = True  # False when the draft also caught up on target-only tokens this round
+    target_sessions: int = 1  # live sessions on the target
+    target_rows: float = 1.0  # sessions in the pass that scored this round
+    target_pass_tokens: float = 0.0  # tokens in that pass (0: unknown, taken as this round's own)
+    draft_sessions: int = 1  # live sessions on the draft replica
+    draft_rows: float = 1.0  # sessions per draft pass, averaged over the round
+    draft_pass_tokens: float = 0.0
 
 
 class GammaController:
     """Chooses γ each round from the cost profiles, the online α estimate and the measured scales."""
 
-    LEARNED = ("target_scale", "draft_scale", "rtt_draft", "rtt_target")
+    LEARNED = ("target_scale", "draft_scale", "rtt_draft", "rtt_target", "target_sessions", "draft_sessions",
+               "target_fill_drafting", "target_fill_plain", "draft_fill")
 
     def __init__(self, gamma_max: int, target: CostProfile, draft: CostProfile | None = None,
-                 prior_alpha: float = 0.7, probe_every: int = 16, max_probe_every: int = 256):
+                 prior_alpha: float = 0.7, probe_every: int = 16, max_probe_every: int = 256,
+                 hysteresis: float = 0.03):
         self.gamma_max = gamma_max
         self.target, self.draft = target, draft
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
@@ -129,17 +163,30 @@ class GammaController:
         # Network time is measured every round with little noise: follow it quickly.
         self.rtt_draft = Ewma(0.5)
         self.rtt_target = Ewma(0.5)
+        self.target_sessions = Ewma(0.3, 1.0, provisional=True)  # n_t: live sessions on the target
+        self.draft_sessions = Ewma(0.3, 1.0, provisional=True)
+        # f: the share of the live sessions in a pass (unmeasured: 1, every session in one pass)
+        self.target_fill_drafting, self.target_fill_plain, self.draft_fill = Ewma(0.3), Ewma(0.3), Ewma(0.3)
+        self.hysteresis = hysteresis
+        self._last_gamma: int | None = None
         self._rounds_without_draft = 0
         self._probe_interval = probe_every
 
     # -- learning ----------------------------------------------------------------------------
     def observe(self, timing: RoundTiming) -> None:
         self.rtt_target.update(max(timing.target_wall_s - timing.target_compute_s, 0.0))
-        self.target_scale.update(timing.target_compute_s / self.target.forward_s(timing.drafted + 1))
+        pass_tokens = timing.target_pass_tokens or timing.drafted + 1
+        self.target_scale.update(timing.target_compute_s / self.target.forward_s(pass_tokens))
+        self.target_sessions.update(max(timing.target_sessions, 1))
+        fill = self.target_fill_drafting if timing.drafted > 0 else self.target_fill_plain
+        fill.update(batch_fill(timing.target_rows, timing.target_sessions))
         if timing.drafted > 0:
             self.acceptance.observe(timing.drafted, timing.accepted)
+            self.draft_sessions.update(max(timing.draft_sessions, 1))
+            self.draft_fill.update(batch_fill(timing.draft_rows, timing.draft_sessions))
             if self.draft is not None and timing.draft_steady:
-                self.draft_scale.update(timing.draft_compute_s / (timing.drafted * self.draft.forward_s(1)))
+                step = self.draft.forward_s(timing.draft_pass_tokens or 1)
+                self.draft_scale.update(timing.draft_compute_s / (timing.drafted * step))
             self.rtt_draft.update(max(timing.draft_wall_s - timing.draft_compute_s, 0.0))
             self._rounds_without_draft = 0
         else:
@@ -147,22 +194,26 @@ class GammaController:
 
     # -- the cost model ------------------------------------------------------------------------
     def verify_time(self, gamma: int) -> float:
-        """t_v(γ): one target forward of γ+1 tokens."""
-        return self.target_scale.value * self.target.forward_s(gamma + 1)
+        """t_v(γ): the target passes that verify γ drafts of every live session that does alike."""
+        fill = self.target_fill_drafting if gamma > 0 else self.target_fill_plain
+        return self.target_scale.value * pass_cost(self.target, self.target_sessions.value, fill.value, gamma + 1)
 
     def draft_step(self) -> float:
-        """One draft forward of a single token (0 without a draft profile)."""
-        return self.draft_scale.value * self.draft.forward_s(1) if self.draft is not None else 0.0
-
-    def target_time(self, tokens: int) -> float:
-        """Expected target compute for a forward of `tokens` new tokens (a prefill included)."""
-        return self.target_scale.value * self.target.upper_bound_s(tokens)
-
-    def draft_time(self, fed: int, gamma: int) -> float:
-        """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps."""
+        """One draft step: a pass of one token per drafting session (0 without a draft profile)."""
         if self.draft is None:
             return 0.0
-        return self.draft_scale.value * (self.draft.upper_bound_s(fed) + (gamma - 1) * self.draft.forward_s(1))
+        return self.draft_scale.value * pass_cost(self.draft, self.draft_sessions.value, self.draft_fill.value, 1)
+
+    def target_time(self, tokens: int) -> float:
+        """Expected target compute for `tokens` new tokens (a prefill included) in a loaded pass."""
+        return self.target_scale.value * self.target.upper_bound_s(round(self.target_sessions.value * tokens))
+
+    def draft_time(self, fed: int, gamma: int) -> float:
+        """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes."""
+        if self.draft is None:
+            return 0.0
+        first = self.draft.upper_bound_s(round(self.draft_sessions.value * fed))
+        return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
 
     def round_time(self, gamma: int) -> float:
         time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
@@ -200,11 +251,14 @@ class GammaController:
             return 0
         rate = self.rates(cap)
         best = max(rate, key=rate.get)
-        if best > 0:
-            self._probe_interval = self.probe_every
+        last = self._last_gamma
+        if last is not None and last <= cap and rate[last] >= (1.0 - self.hysteresis) * rate[best]:
+            best = last  # not worth a switch
+        if best > 0 or self._rounds_without_draft < self._probe_interval * round(self.target_sessions.value):
+            if best > 0:
+                self._probe_interval = self.probe_every
+            self._last_gamma = best
             return best
-        if self._rounds_without_draft < self._probe_interval:
-            return 0
         # Probe: refresh α with the γ that would be used if speculation paid. A probe that leaves
         # γ = 0 best doubles the wait before the next one.
         self._probe_interval = min(2 * self._probe_interval, self.max_probe_every)

@@ -7,6 +7,7 @@ is one forward of γ+1 tokens); it only learns a scale for drift and load online
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import logging
@@ -43,46 +44,79 @@ def machine_lock(name: str = "specdec-startup.lock"):
 
 @dataclass(frozen=True)
 class CostProfile:
-    seconds: tuple[float, ...]  # seconds[S - 1]: one forward of S new tokens
+    """seconds[i]: one forward of tokens[i] new tokens (tokens ascending; empty means 1, 2, …, len(seconds)).
 
-    def forward_s(self, tokens: int) -> float:
-        """Seconds for `tokens` new tokens; past the measured range, extrapolated linearly."""
-        if tokens <= len(self.seconds):
-            return self.seconds[max(tokens, 1) - 1]
-        last, slope = self.seconds[-1], max(self.seconds[-1] - self.seconds[-2], 0.0) if len(self.seconds) > 1 else 0
-        return last + slope * (tokens - len(self.seconds))
+    The dense head (1..γ_max+1) prices one session's verify; the sparse tail prices a pass shared by
+    many sessions, whose linear layers see the tokens of all of them.
+    """
+
+    seconds: tuple[float, ...]
+    tokens: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not self.tokens:
+            object.__setattr__(self, "tokens", tuple(range(1, len(self.seconds) + 1)))
+        if len(self.tokens) != len(self.seconds) or list(self.tokens) != sorted(set(self.tokens)):
+            raise ValueError(f"cost profile sizes {self.tokens} do not match {len(self.seconds)} timings")
+
+    def forward_s(self, tokens: float) -> float:
+        """Seconds for `tokens` new tokens: interpolated between measured sizes, linear past the last."""
+        sizes, seconds = self.tokens, self.seconds
+        tokens = max(tokens, sizes[0])
+        at = bisect.bisect_left(sizes, tokens)
+        if at < len(sizes) and sizes[at] == tokens:
+            return seconds[at]
+        if at == len(sizes):  # past the measured range: extend the last segment's slope
+            if len(sizes) == 1:
+                return seconds[0]
+            at -= 1
+        lo, hi = at - 1, at
+        slope = max(seconds[hi] - seconds[lo], 0.0) / (sizes[hi] - sizes[lo])
+        return seconds[lo] + slope * (tokens - sizes[lo])
 
     def upper_bound_s(self, tokens: int) -> float:
         """A generous estimate for any size: past the measured range, the largest forward per chunk."""
-        measured = len(self.seconds)
-        return self.forward_s(tokens) if tokens <= measured else self.seconds[-1] * -(-tokens // measured)
+        largest = self.tokens[-1]
+        return self.forward_s(tokens) if tokens <= largest else self.seconds[-1] * -(-tokens // largest)
 
     def ratio(self, tokens: int) -> float:
         """forward(S) / forward(1): 1 means scoring S tokens costs no more than scoring one."""
         return self.forward_s(tokens) / self.seconds[0]
 
 
-def measure(runner: ModelRunner, max_tokens: int, repeats: int = 3, vocab: int | None = None) -> CostProfile:
-    """Time forwards of 1..max_tokens tokens after a CONTEXT-token prefix; best of `repeats`.
+def batch_sizes(max_tokens: int, batch_tokens: int) -> list[int]:
+    """The profiled sizes: every size 1..max_tokens, then doubling up to `batch_tokens`."""
+    sizes = list(range(1, max_tokens + 1))
+    while sizes[-1] * 2 <= batch_tokens:
+        sizes.append(sizes[-1] * 2)
+    return sizes
 
-    The sizes are interleaved within each repeat, so slow drift of the machine affects them alike.
+
+def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats: int = 3,
+            vocab: int | None = None) -> CostProfile:
+    """Time forwards after a CONTEXT-token prefix; best of `repeats` per size.
+
+    Sizes are 1..max_tokens (one session's verify) and doubling up to `batch_tokens` (a shared pass).
+    They are interleaved within each repeat, so slow drift of the machine affects them alike.
     """
     vocab = vocab or runner.embed.num_embeddings
+    sizes = batch_sizes(max_tokens, batch_tokens)
     gen = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, vocab, (CONTEXT + max_tokens,), generator=gen).tolist()
+    tokens = torch.randint(0, vocab, (CONTEXT + sizes[-1],), generator=gen).tolist()
     cache = runner.new_cache()
     began = time.perf_counter()
     runner.forward([Step(cache, tokens[:CONTEXT])])
-    best = [float("inf")] * max_tokens
+    best = [float("inf")] * len(sizes)
     for _ in range(repeats + 1):  # the first pass warms up every size
-        for size in range(1, max_tokens + 1):
+        for i, size in enumerate(sizes):
             t0 = time.perf_counter()
             runner.forward([Step(cache, tokens[CONTEXT:CONTEXT + size], logits=size)])
-            best[size - 1] = min(best[size - 1], time.perf_counter() - t0)
+            best[i] = min(best[i], time.perf_counter() - t0)
             cache.crop(CONTEXT)
-    profile = CostProfile(tuple(best))
-    log.info("cost profile (%.1f s): forward of 1..%d tokens = %s ms; S=%d costs %.2fx S=1", time.perf_counter() - began,
-             max_tokens, " ".join(f"{s * 1e3:.0f}" for s in best), max_tokens, profile.ratio(max_tokens))
+    profile = CostProfile(tuple(best), tuple(sizes))
+    log.info("cost profile (%.1f s): forward of %s tokens = %s ms; S=%d costs %.2fx S=1",
+             time.perf_counter() - began, ",".join(map(str, sizes)), " ".join(f"{s * 1e3:.0f}" for s in best),
+             max_tokens, profile.ratio(max_tokens))
     return profile
 
 

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import torch
 
-from specdec.batcher import StepBatcher
+from specdec.batcher import PassShape, StepBatcher
 from specdec.cost_profile import CostProfile, measure
 from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from specdec.kv import SequenceState
@@ -31,6 +31,10 @@ from specdec.runner import Step
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
 
 PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
+# With other sessions live, a prompt goes in smaller chunks, each sharing a pass with their decode
+# steps: a long prompt then delays everyone's next token by one small chunk's compute, not a stall.
+SHARED_PREFILL_CHUNK = 32
+BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify blocks
 PROB_SUM_TOLERANCE = 1e-3  # float32 sums over a 152k vocabulary stay well inside this
 
 
@@ -42,12 +46,27 @@ class Rollback:
     seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class Load:
+    """The passes of one round, averaged: sessions per pass and tokens per pass (1, 1 = ran alone)."""
+
+    rows: float = 1.0
+    tokens: float = 1.0
+
+    @classmethod
+    def of(cls, passes: list[PassShape]) -> "Load":
+        if not passes:
+            return cls()
+        return cls(sum(p.rows for p in passes) / len(passes), sum(p.tokens for p in passes) / len(passes))
+
+
 @dataclass
 class Session:
     params: SamplingParams
     cache: KVCache
     state: SequenceState = field(default_factory=SequenceState)
     lock: threading.Lock = field(default_factory=threading.Lock)  # held for a round
+    passes: list[PassShape] = field(default_factory=list)  # the shared passes of the current round
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,7 @@ class Proposal:
     probs: torch.Tensor | None  # [γ, V] float32 on CPU; None for greedy
     compute_s: float  # the whole round on this service, rollback included
     rollback: Rollback = Rollback()
+    load: Load = Load()  # the draft steps' shared passes
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,7 @@ class Verification:
     verdict: Verdict
     compute_s: float
     rollback: Rollback = Rollback()
+    load: Load = Load()  # the verify's shared pass
 
 
 def resident_bytes() -> int:
@@ -90,10 +111,11 @@ class Engine:
         self.batcher = StepBatcher(self.runner)
 
     def measure_costs(self, max_tokens: int) -> CostProfile:
-        """Time forwards of 1..max_tokens tokens (`specdec.cost_profile`); kept as `cost_profile`.
+        """Time forwards of 1..max_tokens tokens, and shared passes up to BATCH_PROFILE× that
+        (`specdec.cost_profile`); kept as `cost_profile`.
 
         Run at start-up, before any session: the timings are of this model alone."""
-        self.cost_profile = measure(self.runner, max_tokens, vocab=self.loaded.vocab_size)
+        self.cost_profile = measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size)
         return self.cost_profile
 
     # -- session lifecycle -------------------------------------------------
@@ -109,6 +131,7 @@ class Engine:
             self._sessions[session_id] = Session(params, self.runner.new_cache())
 
     def release(self, session_id: str) -> bool:
+        self.batcher.forget(session_id)
         with self._lock:
             return self._sessions.pop(session_id, None) is not None
 
@@ -137,7 +160,8 @@ class Engine:
         its forward steps may share passes with other sessions' (`specdec.batcher`)."""
         with self._lock:
             session = self._session(session_id)
-        with session.lock, self.batcher.round():
+        with session.lock, self.batcher.round(session_id):
+            session.passes = []
             yield session
 
     def _session(self, session_id: str) -> Session:
@@ -166,14 +190,18 @@ class Engine:
     def _forward(self, session: Session, tokens: list[int], logits: int = 1) -> torch.Tensor:
         """Feed `tokens` after the cached prefix; returns the last `logits` positions' logits [logits, V].
 
-        Long inputs go in chunks of PREFILL_CHUNK, the remainder first, so the last chunk holds
-        every position that needs logits. Chunking does not change the result (`specdec.attention`).
+        Long inputs go in chunks (PREFILL_CHUNK alone, SHARED_PREFILL_CHUNK beside other sessions),
+        the remainder first, so the last chunk holds every position that needs logits. Chunking
+        does not change the result (`specdec.attention`).
         """
-        first = len(tokens) % PREFILL_CHUNK or PREFILL_CHUNK
-        bounds = [0, *range(first, len(tokens) + 1, PREFILL_CHUNK)]
+        chunk = PREFILL_CHUNK if self.live_sessions <= 1 else max(SHARED_PREFILL_CHUNK, logits)
+        first = len(tokens) % chunk or chunk
+        bounds = [0, *range(first, len(tokens) + 1, chunk)]
         for begin, end in zip(bounds[:-1], bounds[1:-1]):
             self.batcher.forward(Step(session.cache, tokens[begin:end], logits=0))
-        return self.batcher.forward(Step(session.cache, tokens[bounds[-2]:], logits=logits))
+        out, shape = self.batcher.forward_shaped(Step(session.cache, tokens[bounds[-2]:], logits=logits))
+        session.passes.append(shape)
+        return out
 
 
 class DraftEngine(Engine):
@@ -215,7 +243,7 @@ class DraftEngine(Engine):
             # The last draft token is not fed yet; the next round feeds it if it is accepted.
             state.extend(drafted, cached=len(state.tokens) + len(drafted) - 1)
             q_all = torch.stack(probs).cpu() if probs else None  # [γ', V]
-            return Proposal(drafted, q_all, time.perf_counter() - began, rollback)
+            return Proposal(drafted, q_all, time.perf_counter() - began, rollback, Load.of(session.passes))
 
 
 class TargetEngine(Engine):
@@ -239,7 +267,7 @@ class TargetEngine(Engine):
                 q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
                 gen = position_generator(params.seed, committed, "target", p.device)
                 verdict = verify_sampled(drafts, q, p, gen)
-            return Verification(verdict, time.perf_counter() - began, rollback)
+            return Verification(verdict, time.perf_counter() - began, rollback, Load.of(session.passes))
 
     def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> None:
         """The forward pass of `verify` without sampling: what a tensor-parallel follower rank runs."""

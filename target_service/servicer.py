@@ -5,7 +5,7 @@ from __future__ import annotations
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.sessions import SessionServicer
-from service_runtime.wire import decode_probs
+from service_runtime.wire import pass_load_to_pb, decode_probs
 from specdec.engine import TargetEngine
 
 
@@ -21,7 +21,8 @@ class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
         return pb.VerifyResult(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
                                num_accepted=result.verdict.num_accepted, tokens=result.verdict.tokens,
                                compute_ns=int(result.compute_s * 1e9), rollback_ns=int(result.rollback.seconds * 1e9),
-                               rolled_back_tokens=result.rollback.tokens)
+                               rolled_back_tokens=result.rollback.tokens,
+                               load=pass_load_to_pb(result.load, self.engine.live_sessions))
 
 
 def register(server, engine: TargetEngine) -> None:

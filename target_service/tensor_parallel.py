@@ -97,6 +97,10 @@ class TensorParallelTarget:
         return self.engine.live_sessions
 
     @property
+    def batcher(self):
+        return self.engine.batcher
+
+    @property
     def cost_profile(self):
         return self.engine.cost_profile
 

@@ -79,3 +79,58 @@ def test_concurrent_engine_rounds_match_sequential_rounds():
         thread.join()
     assert together == alone
     assert target.batcher.forwards < target.batcher.steps
+
+
+def test_a_step_that_fails_fails_alone():
+    """A pass that raises is rerun step by step: the other steps get their own logits, bit for bit."""
+    runner = load_model(TINY_TARGET, device="cpu").runner
+    prompts = [[5, 9, 13], [7, 8], [200, 3, 4, 5]]
+    alone = [runner.forward([Step(runner.new_cache(), p, logits=len(p))])[0] for p in prompts]
+
+    class Broken:
+        length = 0
+
+        def reserve(self, length: int) -> None:
+            raise MemoryError("no room for this session's cache")
+
+    steps = [Step(runner.new_cache(), p, logits=len(p)) for p in prompts] + [Step(Broken(), [1, 2])]
+    batcher = StepBatcher(runner, max_wait_s=0.2)
+    results, errors = {}, {}
+
+    def session(i: int) -> None:
+        with batcher.round():
+            try:
+                results[i] = batcher.forward(steps[i])
+            except MemoryError as error:
+                errors[i] = error
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(len(steps))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert list(errors) == [3], errors
+    assert all(torch.equal(results[i], alone[i]) for i in range(3))
+    assert [s.cache.length for s in steps[:3]] == [len(p) for p in prompts], "each good cache advanced once"
+
+
+def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks():
+    """Alone, a 100-token prompt is one forward; beside another live session, it is fed in chunks of
+    SHARED_PREFILL_CHUNK that leave room for that session's decode steps. The verdict is the same."""
+    from specdec.engine import SHARED_PREFILL_CHUNK
+
+    target = TargetEngine(load_model(TINY_TARGET, device="cpu"))
+    prompt = [(7 * i) % 250 + 3 for i in range(100)]
+
+    def prefill(session_id: str):
+        target.open(session_id, SamplingParams())
+        before = target.batcher.forwards
+        verdict = target.verify(session_id, 0, prompt, [5, 6], None).verdict
+        return verdict.tokens, target.batcher.forwards - before
+
+    alone, alone_passes = prefill("alone")
+    target.release("alone")
+    target.open("neighbour", SamplingParams())
+    beside, beside_passes = prefill("beside")
+    assert beside == alone
+    assert (alone_passes, beside_passes) == (1, -(-len(prompt) // SHARED_PREFILL_CHUNK))

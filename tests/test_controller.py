@@ -140,3 +140,104 @@ def test_shared_prior_hands_learned_costs_and_alpha_to_new_sessions():
     assert prior.new_controller(flat()).acceptance.accepted == 0, "sessions do not share mutable state"
     assert informed.target_scale.value == pytest.approx(0.1 / flat().forward_s(4)), \
         "a session's first measurement replaces the seed"
+
+
+def machine(step: float = STEP, knee: int = 9, sizes=(1, 2, 3, 4, 5, 6, 7, 8, 9, 18, 36, 72, 144)) -> CostProfile:
+    """A CPU-like profile: about one step up to `knee` tokens, then compute-bound (linear in tokens)."""
+    return CostProfile(tuple(step * max(1.0, s / knee) * (1 + 0.01 * min(s, knee)) for s in sizes), tuple(sizes))
+
+
+def loaded_round(ctl: GammaController, gamma: int, alpha: float, rows: float) -> None:
+    """One round whose costs follow the profiles, in passes shared by `rows` sessions alike."""
+    tokens = rows * (gamma + 1)
+    ctl.observe(RoundTiming(gamma, int(gamma * alpha), gamma * ctl.draft.forward_s(rows), gamma * ctl.draft.forward_s(rows),
+                            ctl.target.forward_s(tokens), ctl.target.forward_s(tokens),
+                            target_sessions=rows, target_rows=rows, target_pass_tokens=tokens, draft_sessions=rows,
+                            draft_rows=rows, draft_pass_tokens=rows))
+
+
+def test_sparse_profile_interpolates_between_sizes_and_extends_the_last_slope():
+    profile = CostProfile((1.0, 1.0, 2.0, 4.0), (1, 2, 4, 8))
+    assert profile.forward_s(3) == pytest.approx(1.5)
+    assert profile.forward_s(6) == pytest.approx(3.0)
+    assert profile.forward_s(16) == pytest.approx(8.0), "past the last size: the last segment's slope"
+    assert profile.upper_bound_s(16) == pytest.approx(8.0)
+    with pytest.raises(ValueError):
+        CostProfile((1.0, 2.0), (2, 1))
+
+
+def test_gamma_falls_to_zero_as_load_fills_the_machine():
+    """Alone, a verify of 9 tokens costs one step: speculate. With 16 sessions per pass, every draft
+    token costs the target real compute, so the goodput-optimal γ is 0 (and in between, smaller)."""
+    chosen = {}
+    for rows in (1, 4, 16):
+        ctl = controller(alpha=0.8, draft_step=0.02, target=machine())
+        ctl.draft = machine(0.02)
+        for _ in range(5):
+            loaded_round(ctl, ctl.choose(), 0.8, rows)
+        chosen[rows] = ctl.choose()
+    assert chosen[1] >= 4 and 1 <= chosen[4] < chosen[1] and chosen[16] == 0, chosen
+
+
+def test_aggregate_goodput_at_the_chosen_gamma_is_the_best():
+    """The choice maximises b·E(γ)/T(γ) for the observed load b, not one session's speed alone."""
+    for rows in (1, 2, 3, 6, 8, 12, 16, 24):
+        ctl = controller(alpha=0.75, draft_step=0.03, target=machine())
+        ctl.draft = machine(0.03)
+        loaded_round(ctl, 2, 0.75, rows)
+        gamma = ctl.choose()
+
+        def goodput(g: int) -> float:  # tokens/s over all sessions of a saturated pass
+            round_s = ctl.target.forward_s(rows * (g + 1)) + g * ctl.draft.forward_s(rows)
+            return rows * expected_tokens(0.75, g) / round_s
+
+        assert goodput(gamma) >= 0.97 * max(goodput(g) for g in range(9)), (rows, gamma)
+
+
+def test_hysteresis_keeps_gamma_when_the_load_wobbles():
+    """The load estimate wobbles around the point where γ = 1 and γ = 2 trade places: without
+    hysteresis γ flaps between them; with it, γ stays put."""
+    def chooser(hysteresis: float) -> GammaController:
+        ctl = controller(alpha=0.8, draft_step=0.02, target=machine())
+        ctl.draft, ctl.hysteresis = machine(0.02), hysteresis
+        return ctl
+
+    def best_at(rows: float) -> int:
+        ctl = chooser(0.0)
+        ctl.target_sessions.value = ctl.draft_sessions.value = rows
+        return ctl.choose()
+
+    crossing = next(r / 100 for r in range(100, 800) if best_at(r / 100) < 2)
+    assert best_at(crossing - 0.05) == 2 and best_at(crossing + 0.05) == 1, crossing
+
+    def switches(ctl: GammaController) -> int:
+        chosen = []
+        for i in range(40):
+            ctl.target_sessions.value = ctl.draft_sessions.value = crossing + (0.05 if i % 2 else -0.05)
+            chosen.append(ctl.choose())
+        assert set(chosen) <= {1, 2}, chosen
+        return sum(a != b for a, b in zip(chosen, chosen[1:]))
+
+    assert switches(chooser(0.0)) >= 30, "the wobble must matter, or this test proves nothing"
+    assert switches(chooser(GammaController(8, flat()).hysteresis)) <= 1
+
+
+def test_speculation_that_scatters_the_batch_pays_for_it():
+    """4 sessions: target-only rounds meet in one pass, speculating rounds arrive scattered (1.3
+    sessions per pass). Perfect batching would favour γ > 0; the scattered batch it causes does not."""
+    def settle(rows_when_drafting: float) -> int:
+        ctl = controller(alpha=0.8, draft_step=0.02, target=machine())
+        ctl.draft = machine(0.02)
+        for _ in range(10):
+            gamma = ctl.choose()
+            rows = rows_when_drafting if gamma > 0 else 4.0
+            tokens = rows * (gamma + 1)
+            ctl.observe(RoundTiming(gamma, int(gamma * 0.8), gamma * ctl.draft.forward_s(rows),
+                                    gamma * ctl.draft.forward_s(rows), ctl.target.forward_s(tokens),
+                                    ctl.target.forward_s(tokens), target_sessions=4, target_rows=rows,
+                                    target_pass_tokens=tokens, draft_sessions=4, draft_rows=rows,
+                                    draft_pass_tokens=rows))
+        return ctl.choose()
+
+    assert settle(rows_when_drafting=4.0) > 0
+    assert settle(rows_when_drafting=1.3) == 0

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 import torch
 
 from orchestrator.client import make_request
+from orchestrator.clients import target_client
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.server import CHANNEL_OPTIONS
 from specdec.models import load_model
@@ -18,9 +20,10 @@ from specdec.sampling import SamplingParams, probs_from_logits
 from conftest import PATH_OPTIONS, TINY_TARGET
 
 
-@pytest.mark.parametrize("path", ["fp32", "int8"])
-def test_first_token_histogram_matches_target(request, path):
-    """The target distribution p comes from the target as served on that path (same kernels)."""
+@pytest.mark.parametrize("path,concurrency", [("fp32", 8), ("int8", 1)])
+def test_first_token_histogram_matches_target(request, path, concurrency):
+    """The target distribution p comes from the target as served on that path (same kernels). On fp32
+    the samples come from 8 sessions at a time, whose steps share forward passes."""
     stack = request.getfixturevalue({"fp32": "stack", "int8": "int8_stack"}[path])
     prompt = [40, 41, 42, 43]
     params = SamplingParams(temperature=1.0, top_k=8)
@@ -28,16 +31,29 @@ def test_first_token_histogram_matches_target(request, path):
     logits = target.forward([Step(target.new_cache(), prompt)])[0]  # [1, V]
     p = probs_from_logits(logits, params)[0]  # [V]
     samples = 1200
-    counts = torch.zeros_like(p)
-    accepted = 0
+
     with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.SpecDecStub(channel)
-        for seed in range(samples):
+
+        def first(seed: int):
             request = make_request(prompt_token_ids=prompt, max_new_tokens=2, temperature=1.0, top_k=8, seed=seed,
                                    gamma=1)
-            first = next(iter(stub.Generate(request, timeout=30)))
-            counts[first.token_ids[0]] += 1
-            accepted += first.round.accepted
+            reply = next(iter(stub.Generate(request, timeout=60)))
+            return reply.token_ids[0], reply.round.accepted
+
+        target_service = target_client(stack.target_address)
+        before = target_service.info()
+        with ThreadPoolExecutor(concurrency) as pool:
+            drawn = list(pool.map(first, range(samples)))
+        after = target_service.info()
+        if concurrency > 1:
+            passes, steps = (after.forward_passes - before.forward_passes, after.forward_steps - before.forward_steps)
+            assert steps > 1.5 * passes, f"sessions barely shared passes: {steps} steps in {passes} passes"
+            assert [first(seed) for seed in range(40)] == drawn[:40], "a seeded sample changed under batching"
+    counts = torch.zeros_like(p)
+    for token, _ in drawn:
+        counts[token] += 1
+    accepted = sum(a for _, a in drawn)
     hist = counts / samples
     tv = 0.5 * (hist - p).abs().sum().item()
     bound = 0.5 * math.sqrt(8 / samples) + math.sqrt(math.log(1e4) / (2 * samples))

@@ -9,6 +9,8 @@ import pytest
 from orchestrator.client import generate, make_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from specdec.cost_profile import batch_sizes
+from specdec.engine import BATCH_PROFILE
 
 from conftest import tiny_stack
 
@@ -42,5 +44,8 @@ def test_services_report_path_hardware_and_cost_profile(path_stack):
         with grpc.insecure_channel(address) as channel:
             info = stub(channel).Info(pb.ModelInfoRequest(), timeout=10)
         assert info.compute_path == path and info.hardware.startswith("cpu: ")
-        assert len(info.forward_ns) == running.opts.gamma_max + 1 and all(ns > 0 for ns in info.forward_ns)
+        verify = running.opts.gamma_max + 1  # every verify size 1..γ_max+1, then shared passes
+        assert list(info.forward_tokens) == batch_sizes(verify, BATCH_PROFILE * verify)
+        assert list(info.forward_tokens[:verify]) == list(range(1, verify + 1))
+        assert len(info.forward_ns) == len(info.forward_tokens) and all(ns > 0 for ns in info.forward_ns)
         assert info.row_invariant or path == "bf16", "fp32 (oneDNN) and int8 compute each row on its own"
