@@ -17,6 +17,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.redis_state import connect
 from service_runtime.server import MAX_CLIENT_MESSAGE_BYTES, RunningServer, start_server
 from specdec.models import load_tokenizer
+import weights
 
 READY_TIMEOUT_S = 60.0
 SERVICE_NAME = "specdec.v1.SpecDec"
@@ -81,7 +82,7 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
         probe.close()
     target = target_client(target_address)
     target.wait_ready(READY_TIMEOUT_S)
-    servicer = SpecDecServicer(drafts, target, load_tokenizer(tokenizer_spec), config, redis=client)
+    servicer = SpecDecServicer(drafts, target, load_tokenizer(weights.resolve(tokenizer_spec)), config, redis=client)
     running = start_server(lambda server: pb_grpc.add_SpecDecServicer_to_server(servicer, server), [SERVICE_NAME],
                            host, port, max_concurrent=config.max_concurrent, max_receive_bytes=MAX_CLIENT_MESSAGE_BYTES,
                            health_port=health_port)

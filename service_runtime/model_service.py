@@ -16,6 +16,7 @@ from service_runtime.server import RunningServer, add_model_args, announce_and_w
 from specdec.cost_profile import machine_lock
 from specdec.engine import Engine
 from specdec.models import load_model
+import weights
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def run_model_service(args: argparse.Namespace, *, what: str, engine_cls: type[E
     installed = setup_process(args, f"specdec-{what.removesuffix('_service')}")
     log.info("loading %s on %s", args.model, args.device)
     with machine_lock():
-        loaded = load_model(args.model, args.device, args.dtype, args.quantize, max_tokens=args.profile_tokens)
+        loaded = load_model(weights.resolve(args.model), args.device, args.dtype, args.quantize, max_tokens=args.profile_tokens)
         engine = engine_cls(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
         engine.measure_costs(args.profile_tokens)
     running = serve_engine(engine, args, what, service_name, register)

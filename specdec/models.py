@@ -1,8 +1,8 @@
 """Model and tokenizer loading from a model spec.
 
 A spec is one of:
-- "packaged:draft" / "packaged:target": the registry-packaged Qwen2.5-Coder pair (see weights.py);
-- a local Hugging Face folder;
+- a local Hugging Face folder (the packaged pair's "packaged:draft" / "packaged:target" become
+  one through `weights.resolve`, outside the core);
 - a local .gguf file (dequantised on load);
 - "tiny:key=value,...": a tiny randomly initialised Qwen2 model built in code (tests).
   Keys: seed, layers, hidden, heads, kv_heads, vocab, ctx, perturb (relative weight noise,
@@ -103,9 +103,7 @@ def _gpt2_byte_chars() -> dict[int, str]:
 
 def _resolve_path(spec: str) -> Path:
     if spec.startswith("packaged:"):
-        from specdec.weights import ensure_packaged
-
-        return ensure_packaged(spec.removeprefix("packaged:"))
+        raise ValueError(f"{spec!r} must be fetched first: pass weights.resolve({spec!r})")
     path = Path(spec).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"model {spec!r} is neither a known spec nor an existing path")

@@ -25,6 +25,7 @@ from specdec.models import load_model, resolve_device  # noqa: E402
 from specdec.tp import shard_model  # noqa: E402
 from target_service import tensor_parallel as tp  # noqa: E402
 from target_service.servicer import register  # noqa: E402
+import weights
 
 SERVICE = "specdec.v1.TargetService"
 log = logging.getLogger("target_service")
@@ -56,7 +57,7 @@ def load_engine(args: argparse.Namespace, rank: int) -> TargetEngine:
     log.info("rank %d/%d: loading %s on %s", rank, args.tp, args.model, device)
     # Activations are reduced on the default group: nccl on CUDA, gloo on CPU.
     shard = (lambda model: shard_model(model, rank, args.tp)) if args.tp > 1 else None
-    loaded = load_model(args.model, device, args.dtype, args.quantize, shard=shard, max_tokens=args.profile_tokens)
+    loaded = load_model(weights.resolve(args.model), device, args.dtype, args.quantize, shard=shard, max_tokens=args.profile_tokens)
     return TargetEngine(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
 
 

@@ -8,7 +8,7 @@ import threading
 import grpc
 import pytest
 
-from orchestrator.client import generate, make_request
+from cli.client import generate, make_request
 from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc

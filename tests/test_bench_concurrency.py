@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from orchestrator.cli import main
+from cli.main import main
 
 from conftest import TINY_DRAFT, TINY_TARGET
 

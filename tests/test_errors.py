@@ -7,7 +7,7 @@ import time
 import grpc
 import pytest
 
-from orchestrator.client import generate, make_request
+from cli.client import generate, make_request
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2 as pb
 

@@ -14,9 +14,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from orchestrator.client import generate, make_request
+from cli.client import generate, make_request
 from orchestrator.clients import target_client
-from orchestrator.stack import EmbeddedStack
+from launch.stack import EmbeddedStack
 from protos import specdec_pb2_grpc as pb_grpc
 
 from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack
@@ -163,7 +163,7 @@ def _descendants(pid: int) -> set[int]:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_stopping_serve_stops_every_child(sig):
     """SIGTERM drains and stops every child within 10 s; even after SIGKILL no child outlives serve."""
-    serve = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "serve", "--port", "0", "--device", "cpu",
+    serve = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", "0", "--device", "cpu",
                               "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET, "--draft-replicas", "2"],
                              stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:

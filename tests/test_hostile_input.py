@@ -11,7 +11,7 @@ import pytest
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from orchestrator.client import generate, make_request
+from cli.client import generate, make_request
 from orchestrator.clients import draft_client, target_client
 from orchestrator.records import resume_request
 from protos import specdec_pb2 as pb

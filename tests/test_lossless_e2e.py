@@ -9,7 +9,7 @@ import grpc
 import pytest
 import torch
 
-from orchestrator.client import make_request
+from cli.client import make_request
 from orchestrator.clients import target_client
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.server import CHANNEL_OPTIONS

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from orchestrator.client import generate, make_request
-from orchestrator.delay_proxy import DelayProxy
-from orchestrator.stack import EmbeddedStack, StackOptions
+from cli.client import generate, make_request
+from launch.delay_proxy import DelayProxy
+from launch.stack import EmbeddedStack, StackOptions
 
 from conftest import TINY_DRAFT, TINY_TARGET
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from orchestrator.client import generate, make_request
+from cli.client import generate, make_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cost_profile import batch_sizes

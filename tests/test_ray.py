@@ -8,8 +8,8 @@ import os
 import grpc
 import pytest
 
-from orchestrator.client import generate, make_request
-from orchestrator.stack import StackOptions
+from cli.client import generate, make_request
+from launch.stack import StackOptions
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 
@@ -21,7 +21,7 @@ def ray_stack():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    from orchestrator.ray_stack import RayStack
+    from launch.ray_stack import RayStack
 
     opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
                         log_level="warning", target_tp=2)

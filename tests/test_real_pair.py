@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.client import generate, make_request
-from orchestrator.stack import EmbeddedStack, StackOptions
+from cli.client import generate, make_request
+from launch.stack import EmbeddedStack, StackOptions
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import grpc
 import pytest
 import redis
 
-from orchestrator.client import generate, make_request
-from orchestrator.stack import EmbeddedStack, StackOptions
+from cli.client import generate, make_request
+from launch.stack import EmbeddedStack, StackOptions
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.redis_state import DraftRegistration, PriorStore, registered_drafts
 from specdec.controller import RoundTiming, SharedPrior

@@ -10,8 +10,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from orchestrator.client import make_request
-from orchestrator.stack import EmbeddedStack
+from cli.client import make_request
+from launch.stack import EmbeddedStack
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime import security

@@ -17,10 +17,10 @@ import pytest
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from orchestrator.client import generate, make_request
-from orchestrator.spans import (COMPONENTS, SpanRecord, parse_otlp_request, read_otlp_json, round_breakdown,
+from cli.client import generate, make_request
+from profiling.spans import (COMPONENTS, SpanRecord, parse_otlp_request, read_otlp_json, round_breakdown,
                                summarise_breakdown)
-from orchestrator.stack import EmbeddedStack, StackOptions
+from launch.stack import EmbeddedStack, StackOptions
 from target_service.tensor_parallel import free_port
 
 from conftest import TINY_DRAFT, TINY_TARGET
@@ -185,7 +185,7 @@ def test_round_breakdown_splits_network_from_compute():
 
 def test_profile_command_writes_breakdown_and_plot(tmp_path):
     output = tmp_path / "profile.json"
-    cli = [sys.executable, "-m", "orchestrator.cli", "profile", "--draft-model", TINY_DRAFT, "--target-model",
+    cli = [sys.executable, "-m", "cli.main", "profile", "--draft-model", TINY_DRAFT, "--target-model",
            TINY_TARGET, "--device", "cpu", "--limit-prompts", "2", "--max-new-tokens", "24"]
     run = subprocess.run([*cli, "--output", str(output)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

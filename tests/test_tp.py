@@ -13,8 +13,8 @@ import pytest
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from orchestrator.client import generate, make_request
-from orchestrator.stack import EmbeddedStack, StackOptions
+from cli.client import generate, make_request
+from launch.stack import EmbeddedStack, StackOptions
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.models import build_tiny_model

@@ -17,11 +17,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from orchestrator.bench import hf_baseline, load_prompts, service_infos, warm_up
-from orchestrator.client import make_request
+from benchmarks.speed import hf_baseline, load_prompts, service_infos, warm_up
+from cli.client import make_request
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.security import open_channel
 from service_runtime.server import CHANNEL_OPTIONS
+import weights
 
 
 @dataclass
@@ -89,7 +90,7 @@ class HFBatched:
     def __init__(self, args: argparse.Namespace, path: str, kernel: str):
         from specdec.models import load_tokenizer, resolve_device
 
-        self.tokenizer = load_tokenizer(args.target_model)
+        self.tokenizer = load_tokenizer(weights.resolve(args.target_model))
         self.tokenizer.padding_side = "left"
         self.device = resolve_device(args.device)
         self.model = hf_baseline(args.target_model, self.device, path, kernel)
@@ -128,7 +129,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def run_concurrency_sweep(args: argparse.Namespace) -> int:
     from orchestrator.clients import target_client
-    from orchestrator.stack import EmbeddedStack, StackOptions
+    from launch.stack import EmbeddedStack, StackOptions
 
     levels = [int(x) for x in args.concurrency.split(",") if x]
     base = [p["prompt"] for p in load_prompts(args.prompts, args.limit_prompts)]

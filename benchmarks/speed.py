@@ -19,12 +19,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from orchestrator.bench_tracing import tracing_cost_us
-from orchestrator.client import generate, make_request
+from benchmarks.tracing import tracing_cost_us
+from cli.client import generate, make_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.wire import cost_profile_from_pb
 from specdec.controller import AcceptanceEstimate, profile_speedup, theorem_speedup
+import weights
 
 
 @dataclass
@@ -60,7 +61,7 @@ class ConfigResult:
 
 
 def load_prompts(path: str, limit: int) -> list[dict]:
-    text = Path(path).read_text() if path else resources.files("orchestrator").joinpath("bench_prompts.json").read_text()
+    text = Path(path).read_text() if path else resources.files("benchmarks").joinpath("prompts.json").read_text()
     prompts = json.loads(text)
     return prompts[:limit] if limit else prompts
 
@@ -70,7 +71,7 @@ def hf_baseline(spec: str, device, path: str, kernel: str):
     from specdec.compute import WEIGHT_DTYPE, swap_linears
     from specdec.models import load_hf_model
 
-    return swap_linears(load_hf_model(spec, device, WEIGHT_DTYPE[path]), path, kernel)
+    return swap_linears(load_hf_model(weights.resolve(spec), device, WEIGHT_DTYPE[path]), path, kernel)
 
 
 class HFAssisted:
@@ -84,7 +85,7 @@ class HFAssisted:
     def __init__(self, args: argparse.Namespace, path: str, kernel: str):
         from specdec.models import load_tokenizer, resolve_device
 
-        self.tokenizer = load_tokenizer(args.target_model)
+        self.tokenizer = load_tokenizer(weights.resolve(args.target_model))
         self.device = resolve_device(args.device)
         self.target = hf_baseline(args.target_model, self.device, path, kernel)
         self.draft = hf_baseline(args.draft_model, self.device, path, kernel)
@@ -211,10 +212,10 @@ def print_table(rows: list[dict]) -> None:
 
 def run_bench(args: argparse.Namespace) -> int:
     if args.paths:
-        from orchestrator.bench_paths import run_path_sweep
+        from benchmarks.paths import run_path_sweep
 
         return run_path_sweep(args)
-    from orchestrator.stack import EmbeddedStack, StackOptions
+    from launch.stack import EmbeddedStack, StackOptions
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     gammas = [int(g) for g in args.gammas.split(",") if g]

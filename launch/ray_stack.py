@@ -14,7 +14,7 @@ import logging
 import os
 
 from orchestrator.server import start_orchestrator
-from orchestrator.stack import ManagedStack, ServiceProcess, StackOptions, draft_service_argv, model_service_argv
+from launch.stack import ManagedStack, ServiceProcess, StackOptions, draft_service_argv, model_service_argv
 from service_runtime.server import RunningServer
 
 log = logging.getLogger(__name__)

@@ -52,11 +52,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from orchestrator.stack import EmbeddedStack, StackOptions
+    from launch.stack import EmbeddedStack, StackOptions
 
     opts = StackOptions.from_args(args, port=args.port, draft_replicas=args.draft_replicas)
     if args.ray:
-        from orchestrator.ray_stack import RayStack
+        from launch.ray_stack import RayStack
 
         stack_cm = RayStack(opts, args.ray_address, args.draft_replicas, args.ray_cpus_per_process,
                             args.ray_gpus_per_process)
@@ -75,7 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_generate(args: argparse.Namespace) -> int:
     import grpc
 
-    from orchestrator.client import generate, make_request
+    from cli.client import generate, make_request
 
     request = make_request(prompt=args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                            top_k=args.top_k, top_p=args.top_p, seed=args.seed, gamma=args.gamma, stop=args.stop)
@@ -88,7 +88,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.endpoint:
             result = run(args.endpoint)
         else:
-            from orchestrator.stack import EmbeddedStack, StackOptions
+            from launch.stack import EmbeddedStack, StackOptions
 
             with EmbeddedStack(StackOptions.from_args(args)) as stack:
                 result = run(stack.endpoint)
@@ -107,18 +107,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.concurrency:
-        from orchestrator.bench_concurrency import run_concurrency_sweep
+        from benchmarks.concurrency import run_concurrency_sweep
 
         return run_concurrency_sweep(args)
     if args.tp_sweep:
-        from orchestrator.bench_tp import run_tp_sweep
+        from benchmarks.tp import run_tp_sweep
 
         return run_tp_sweep(args)
     if args.rtt_ms:
-        from orchestrator.bench_network import run_rtt_sweep
+        from benchmarks.network import run_rtt_sweep
 
         return run_rtt_sweep(args)
-    from orchestrator.bench import run_bench
+    from benchmarks.speed import run_bench
 
     return run_bench(args)
 
@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from orchestrator.profile import run_profile
+    from profiling.profile import run_profile
 
     return run_profile(args)
 

@@ -79,7 +79,7 @@ def _measure(rounds: int) -> dict:
 
 def tracing_cost_us(rounds: int = 20000) -> dict:
     """{"tracing_off_us_per_round", "tracing_on_us_per_round"}, measured in a child process."""
-    out = subprocess.run([sys.executable, "-m", "orchestrator.bench_tracing", str(rounds)], capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "benchmarks.tracing", str(rounds)], capture_output=True,
                          text=True, check=True, timeout=600)
     return json.loads(out.stdout)
 

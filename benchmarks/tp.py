@@ -15,7 +15,7 @@ from pathlib import Path
 
 import grpc
 
-from orchestrator.bench import load_prompts, run_configs, warm_up
+from benchmarks.speed import load_prompts, run_configs, warm_up
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 
@@ -39,7 +39,7 @@ def _verify_ms_by_drafted(results) -> dict[int, float]:
 
 
 def run_tp_sweep(args: argparse.Namespace) -> int:
-    from orchestrator.stack import EmbeddedStack, StackOptions
+    from launch.stack import EmbeddedStack, StackOptions
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     sizes = [int(n) for n in args.tp_sweep.split(",")]

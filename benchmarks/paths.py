@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from orchestrator.bench import HFAssisted, load_prompts, run_configs, service_infos, warm_up
+from benchmarks.speed import HFAssisted, load_prompts, run_configs, service_infos, warm_up
 from service_runtime.wire import cost_profile_from_pb
+import weights
 
 PATH_FLAGS = {"fp32": ("float32", "none"), "bf16": ("bfloat16", "none"), "fp16": ("float16", "none"),
               "int8": ("auto", "int8")}
@@ -42,10 +43,10 @@ def teacher_forced_agreement(args: argparse.Namespace, prompts: list[dict], path
     from specdec.models import load_model, load_tokenizer
     from specdec.runner import Step
 
-    tokenizer = load_tokenizer(args.target_model)
+    tokenizer = load_tokenizer(weights.resolve(args.target_model))
     prompt_ids = [tokenizer.encode(p["prompt"], add_special_tokens=False) for p in prompts]
     if fp32_outputs is None:
-        reference = load_model(args.target_model, args.device, "float32").runner
+        reference = load_model(weights.resolve(args.target_model), args.device, "float32").runner
         fp32_outputs = [_greedy(reference, ids, args.max_new_tokens) for ids in tqdm(prompt_ids, desc="fp32 greedy")]
         del reference
         gc.collect()
@@ -55,7 +56,7 @@ def teacher_forced_agreement(args: argparse.Namespace, prompts: list[dict], path
             agreement[path] = 1.0
             continue
         dtype, quantize = PATH_FLAGS[path]
-        runner = load_model(args.target_model, args.device, dtype, quantize).runner
+        runner = load_model(weights.resolve(args.target_model), args.device, dtype, quantize).runner
         same = total = 0
         for ids, continuation in zip(prompt_ids, fp32_outputs):
             sequence = ids + continuation
@@ -92,7 +93,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def run_path_sweep(args: argparse.Namespace) -> int:
-    from orchestrator.stack import EmbeddedStack, StackOptions
+    from launch.stack import EmbeddedStack, StackOptions
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     paths = [p for p in args.paths.split(",") if p]

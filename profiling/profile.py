@@ -15,9 +15,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from orchestrator.bench import load_prompts, warm_up
-from orchestrator.client import generate, make_request
-from orchestrator.spans import COMPONENTS, read_otlp_json, round_breakdown, summarise_breakdown
+from benchmarks.speed import load_prompts, warm_up
+from cli.client import generate, make_request
+from profiling.spans import COMPONENTS, read_otlp_json, round_breakdown, summarise_breakdown
 
 
 def run_workload(args: argparse.Namespace) -> int:
@@ -27,7 +27,7 @@ def run_workload(args: argparse.Namespace) -> int:
     """
     from opentelemetry import trace
 
-    from orchestrator.stack import EmbeddedStack, StackOptions
+    from launch.stack import EmbeddedStack, StackOptions
 
     with EmbeddedStack(StackOptions.from_args(args, delay_proxies=args.rtt_ms > 0)) as stack:
         prompts = load_prompts(args.prompts, args.limit_prompts)

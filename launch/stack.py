@@ -11,7 +11,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from orchestrator.delay_proxy import DelayProxy
+from launch.delay_proxy import DelayProxy
 from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from service_runtime.security import security_flags

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from orchestrator.bench import load_prompts, run_configs, warm_up
-from orchestrator.client import generate, make_request
+from benchmarks.speed import load_prompts, run_configs, warm_up
+from cli.client import generate, make_request
 
 FIXED_GAMMAS = (0, 1, 2, 3, 4, 6)
 
@@ -65,7 +65,7 @@ def plot(per_rtt: dict[float, dict[str, float]], path: Path) -> None:
 
 
 def run_rtt_sweep(args: argparse.Namespace) -> int:
-    from orchestrator.stack import EmbeddedStack, StackOptions
+    from launch.stack import EmbeddedStack, StackOptions
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     rtts = [float(r) for r in args.rtt_ms.split(",")]

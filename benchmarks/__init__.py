@@ -1,0 +1,1 @@
+"""`specdec bench`: speed, compute paths, network delay, concurrency, tensor parallelism, tracing cost."""

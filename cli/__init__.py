@@ -1,0 +1,1 @@
+"""The `specdec` command and the Python client of the SpecDec service."""

@@ -1,0 +1,1 @@
+"""`specdec profile`: where a speculation round's time goes, from its spans."""
