@@ -235,8 +235,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if hf is not None:
         print(f"HF assisted output identical to target-only: {hf.outputs == results[0].outputs}")
     tracing_cost = tracing_cost_us()
-    print(f"tracing instrumentation per round: {tracing_cost['tracing_off_us_per_round']:.1f} µs with tracing off, "
-          f"{tracing_cost['tracing_on_us_per_round']:.1f} µs with tracing on")
+    print(f"orchestrator call path per round: {tracing_cost['round_path_us_tracing_off']:.1f} µs with tracing off, "
+          f"{tracing_cost['round_path_us_tracing_on']:.1f} µs with tracing on")
     payload = {"prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "draft": args.draft_model,
                "target": args.target_model, "hardware": target_info.hardware, "path": target_info.compute_path,
                "kernel": target_info.kernel, "draft_profile_ms": [ns / 1e6 for ns in draft_info.forward_ns],

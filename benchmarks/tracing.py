@@ -1,11 +1,10 @@
 """What the tracing instrumentation costs per round, with tracing off and on.
 
-Times the orchestrator's real per-round instrumented path (`round` span, both `_Peer.traced_call`
-client spans with context injection and attributes) against the same calls uninstrumented
-(`_Peer.call`), with a stream that answers at once so that only the instrumentation differs.
-"Off" is the default (no SDK: the hot path skips the API); "on" installs the SDK with a batch
-processor into an exporter that drops the spans. Run in a child process, since an installed SDK
-cannot be removed again.
+Times the orchestrator's real per-round call path (a `round` span around `DraftSession.propose`
+and `TargetSession.verify`, with their client spans, context injection and attributes) against
+streams that answer at once, so that only the orchestrator's own work is timed. "Off" is the
+default (no SDK: the hot path skips the API); "on" installs the SDK with a batch processor into an
+exporter that drops the spans. Run in a child process, since an installed SDK cannot be removed.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from orchestrator.generation import _Peer
+from orchestrator.sessions import DraftSession, TargetSession
 from protos import specdec_pb2 as pb
 from service_runtime import telemetry
 
@@ -24,42 +23,29 @@ class _InstantStream:
     def __init__(self, reply):
         self.reply = reply
 
-    def call(self, request):
+    def call(self, request, timeout=None):
         return self.reply, 0.0
 
-
-def _peer(reply) -> _Peer:
-    peer = _Peer(client=None, session_id="bench")
-    peer.stream = _InstantStream(reply)
-    return peer
+    def close(self) -> None:
+        pass
 
 
-def _cost_us(rounds: int) -> float:
-    """Instrumented minus plain per round, microseconds, in the current telemetry state."""
-    draft = _peer(pb.DraftProposal(tokens=[1, 2, 3], compute_ns=1))
-    target = _peer(pb.VerifyResult(tokens=[1, 2], compute_ns=1))
-
-    def plain() -> None:
-        draft.call(pb.DraftRequest(gamma=3))
-        target.call(pb.VerifyRequest(draft_tokens=[1, 2, 3]))
-
-    def instrumented() -> None:
+def _round_us(rounds: int) -> float:
+    """Microseconds per round of the orchestrator's call path, in the current telemetry state."""
+    draft = DraftSession(None, "bench", pb.SamplingParams())
+    target = TargetSession(None, "bench", pb.SamplingParams())
+    draft.stream = _InstantStream(pb.DraftProposal(tokens=[1, 2, 3], compute_ns=1))
+    target.stream = _InstantStream(pb.VerifyResult(tokens=[1, 2], compute_ns=1))
+    committed = [5, 6, 7, 8]
+    began = time.perf_counter()
+    for _ in range(rounds):
         with telemetry.span("round") as span:
-            draft.traced_call("draft.propose", pb.DraftRequest(gamma=3), span)
-            target.traced_call("target.verify", pb.VerifyRequest(draft_tokens=[1, 2, 3]), span)
-
-    timings = {}
-    for name, body in (("plain", plain), ("instrumented", instrumented), ("plain2", plain)):
-        began = time.perf_counter()
-        for _ in range(rounds):
-            body()
-        timings[name] = time.perf_counter() - began
-    baseline = min(timings["plain"], timings["plain2"])
-    return 1e6 * max(timings["instrumented"] - baseline, 0.0) / rounds
+            proposal = draft.propose(committed, 3, 0.0, span, timeout=1.0)
+            target.verify(committed, proposal, span, timeout=1.0)
+    return 1e6 * (time.perf_counter() - began) / rounds
 
 
 def _measure(rounds: int) -> dict:
-    from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
@@ -67,18 +53,18 @@ def _measure(rounds: int) -> dict:
         def export(self, spans):
             return SpanExportResult.SUCCESS
 
-    off = _cost_us(rounds)
+    _round_us(rounds // 10)  # warm up
+    off = _round_us(rounds)
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(Drop()))
-    trace.set_tracer_provider(provider)
-    telemetry._tracing = True
-    on = _cost_us(rounds)
+    telemetry.install_tracer_provider(provider)
+    on = _round_us(rounds)
     provider.shutdown()
-    return {"tracing_off_us_per_round": round(off, 2), "tracing_on_us_per_round": round(on, 2)}
+    return {"round_path_us_tracing_off": round(off, 2), "round_path_us_tracing_on": round(on, 2)}
 
 
 def tracing_cost_us(rounds: int = 20000) -> dict:
-    """{"tracing_off_us_per_round", "tracing_on_us_per_round"}, measured in a child process."""
+    """{"round_path_us_tracing_off", "round_path_us_tracing_on"}, measured in a child process."""
     out = subprocess.run([sys.executable, "-m", "benchmarks.tracing", str(rounds)], capture_output=True,
                          text=True, check=True, timeout=600)
     return json.loads(out.stdout)

@@ -26,6 +26,13 @@ class GenerateResult:
         return {"text": self.text, "token_ids": self.token_ids, "stats": self.stats, "rounds": rounds}
 
 
+def stats_to_dict(stats: pb.GenerationStats) -> dict:
+    """GenerationStats as JSON-ready data, with the finish reason as a word ("stop", "length", ...)."""
+    out = MessageToDict(stats, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    out["finish_reason"] = pb.FinishReason.Name(stats.finish_reason).removeprefix("FINISH_REASON_").lower()
+    return out
+
+
 def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, max_new_tokens: int = 64,
                  temperature: float = 0.0, top_k: int = 0, top_p: float | None = None, seed: int = 0,
                  gamma: int | None = None, stop: list[str] | None = None) -> pb.GenerateRequest:
@@ -50,6 +57,5 @@ def generate(endpoint: str, request: pb.GenerateRequest, on_text: Callable[[str]
             if on_text and response.text:
                 on_text(response.text)
             if response.HasField("stats"):
-                result.stats = MessageToDict(response.stats, preserving_proto_field_name=True,
-                                             always_print_fields_with_no_presence=True)
+                result.stats = stats_to_dict(response.stats)
         return result

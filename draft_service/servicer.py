@@ -17,12 +17,11 @@ class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
         commit = request.commit
         proposal = self.engine.propose(request.session_id, commit.start, list(commit.tokens), request.gamma,
                                        request.min_confidence)
-        return pb.DraftProposal(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
-                                tokens=proposal.tokens, probs=encode_probs(proposal.probs),
+        return pb.DraftProposal(tokens=proposal.tokens, probs=encode_probs(proposal.probs),
                                 compute_ns=int(proposal.compute_s * 1e9),
                                 rollback_ns=int(proposal.rollback.seconds * 1e9),
                                 rolled_back_tokens=proposal.rollback.tokens,
-                                load=pass_load_to_pb(proposal.load, self.engine.live_sessions))
+                                load=pass_load_to_pb(proposal.load))
 
 
 def register(server, engine: DraftEngine) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from opentelemetry import metrics
 
-from specdec.stats import RoundRecord
+from specdec.rounds import RoundRecord
 
 ROUND_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 

@@ -22,7 +22,7 @@ from service_runtime import telemetry
 from service_runtime.errors import grpc_errors
 from service_runtime.guards import credential_of
 from service_runtime.redis_state import PriorStore, SessionStore
-from service_runtime.wire import cost_profile_from_pb
+from service_runtime.wire import cost_profile_from_pb, round_to_pb, summary_to_pb
 from specdec.controller import SharedPrior
 from specdec.cost_profile import RoundTimeout
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
@@ -144,7 +144,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                     for chunk in generation.run():
                         emitted += len(chunk.token_ids)
                         if chunk.stats is not None:
-                            finish = chunk.stats["finish_reason"]
+                            finish = chunk.stats.finish_reason.value
                         yield chunk_to_pb(chunk)
                 finally:
                     self._absorb(controller)
@@ -173,11 +173,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
 
 
 def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:
-    r = chunk.round
-    msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=pb.RoundStats(
-        gamma=r.gamma, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, wall_s=r.wall_s,
-        draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s, alpha_estimate=r.alpha_estimate,
-        cost_ratio_estimate=r.cost_ratio_estimate, rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s))
+    msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=round_to_pb(chunk.round))
     if chunk.stats is not None:
-        msg.stats.CopyFrom(pb.GenerationStats(**chunk.stats))
+        msg.stats.CopyFrom(summary_to_pb(chunk.stats.summary()))
     return msg

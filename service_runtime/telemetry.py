@@ -71,9 +71,7 @@ def configure(default_service_name: str, otlp_endpoint: str = "", trace_file: st
             tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(_grpc_endpoint(otlp_endpoint))))
         if trace_file:
             tracer_provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter(trace_file)))
-        trace.set_tracer_provider(tracer_provider)
-        global _tracing
-        _tracing = True
+        install_tracer_provider(tracer_provider)
     if otlp_endpoint or metrics_port:
         meter_provider = _meter_provider(resource, otlp_endpoint, metrics_port, metrics_host)
     log.info("telemetry: traces %s, metrics %s", otlp_endpoint or trace_file or "off",
@@ -112,6 +110,13 @@ def tracer():
 
 def tracing_enabled() -> bool:
     return _tracing
+
+
+def install_tracer_provider(provider) -> None:
+    """Make `provider` the global one and turn the instrumented hot paths on."""
+    global _tracing
+    trace.set_tracer_provider(provider)
+    _tracing = True
 
 
 def span(name: str, **kwargs):

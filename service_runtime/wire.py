@@ -8,6 +8,8 @@ import torch
 from protos import specdec_pb2 as pb
 from specdec.cost_profile import CostProfile
 from specdec.errors import InvalidArgument
+from specdec.rounds import PassLoad, RoundRecord
+from specdec.stats import FinishReason, GenerationSummary
 from specdec.sampling import SamplingParams
 
 
@@ -83,5 +85,32 @@ def cost_profile_from_pb(info: pb.ModelInfo) -> CostProfile | None:
         return None
 
 
-def pass_load_to_pb(load, sessions: int) -> pb.PassLoad:
-    return pb.PassLoad(rows=load.rows, tokens=load.tokens, sessions=sessions)
+def pass_load_to_pb(load: PassLoad) -> pb.PassLoad:
+    return pb.PassLoad(sessions=load.sessions, rows=load.rows, tokens=load.tokens)
+
+
+def pass_load_from_pb(message: pb.PassLoad) -> PassLoad:
+    """A reply's load; an unset one (an older service) reads as a lone session."""
+    return PassLoad(max(message.sessions, 1), max(message.rows, 1.0), message.tokens)
+
+
+FINISH_TO_PB = {FinishReason.STOP: pb.FINISH_REASON_STOP, FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+                FinishReason.CONTEXT: pb.FINISH_REASON_CONTEXT, FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED}
+
+
+def round_to_pb(r: RoundRecord) -> pb.RoundStats:
+    return pb.RoundStats(gamma=r.gamma, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, wall_s=r.wall_s,
+                         draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s,
+                         alpha_estimate=r.alpha_estimate, cost_ratio_estimate=r.cost_ratio_estimate,
+                         rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s)
+
+
+def summary_to_pb(s: GenerationSummary) -> pb.GenerationStats:
+    return pb.GenerationStats(
+        rounds=s.rounds, draft_tokens=s.draft_tokens, accepted_tokens=s.accepted_tokens,
+        acceptance_rate=s.acceptance_rate, alpha=s.alpha, mean_accepted_length=s.mean_accepted_length,
+        tokens_per_second=s.tokens_per_second, gamma_per_round=s.gamma_per_round,
+        finish_reason=FINISH_TO_PB.get(s.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
+        generated_tokens=s.generated_tokens, prompt_tokens=s.prompt_tokens, total_s=s.total_s,
+        draft_compute_s=s.draft_compute_s, target_compute_s=s.target_compute_s,
+        overhead_per_round_s=s.overhead_per_round_s, draft_replica=s.draft_replica, session_id=s.session_id)

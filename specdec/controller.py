@@ -36,6 +36,7 @@ import threading
 from dataclasses import dataclass
 
 from specdec.cost_profile import CostProfile
+from specdec.rounds import RoundRecord
 
 
 def expected_tokens(alpha: float, gamma: int) -> float:
@@ -126,25 +127,6 @@ class Ewma:
             self.value, self.provisional = value, True
 
 
-@dataclass(frozen=True)
-class RoundTiming:
-    """What one round measured. Wall times are seen by the orchestrator; compute by the services."""
-
-    drafted: int  # draft tokens the target verified (0 = target-only step)
-    accepted: int
-    draft_wall_s: float
-    draft_compute_s: float
-    target_wall_s: float
-    target_compute_s: float
-    draft_steady: bool = True  # False when the draft also caught up on target-only tokens this round
-    target_sessions: int = 1  # live sessions on the target
-    target_rows: float = 1.0  # sessions in the pass that scored this round
-    target_pass_tokens: float = 0.0  # tokens in that pass (0: unknown, taken as this round's own)
-    draft_sessions: int = 1  # live sessions on the draft replica
-    draft_rows: float = 1.0  # sessions per draft pass, averaged over the round
-    draft_pass_tokens: float = 0.0
-
-
 class GammaController:
     """Chooses γ each round from the cost profiles, the online α estimate and the measured scales."""
 
@@ -173,21 +155,23 @@ class GammaController:
         self._probe_interval = probe_every
 
     # -- learning ----------------------------------------------------------------------------
-    def observe(self, timing: RoundTiming) -> None:
-        self.rtt_target.update(max(timing.target_wall_s - timing.target_compute_s, 0.0))
-        pass_tokens = timing.target_pass_tokens or timing.drafted + 1
-        self.target_scale.update(timing.target_compute_s / self.target.forward_s(pass_tokens))
-        self.target_sessions.update(max(timing.target_sessions, 1))
-        fill = self.target_fill_drafting if timing.drafted > 0 else self.target_fill_plain
-        fill.update(batch_fill(timing.target_rows, timing.target_sessions))
-        if timing.drafted > 0:
-            self.acceptance.observe(timing.drafted, timing.accepted)
-            self.draft_sessions.update(max(timing.draft_sessions, 1))
-            self.draft_fill.update(batch_fill(timing.draft_rows, timing.draft_sessions))
-            if self.draft is not None and timing.draft_steady:
-                step = self.draft.forward_s(timing.draft_pass_tokens or 1)
-                self.draft_scale.update(timing.draft_compute_s / (timing.drafted * step))
-            self.rtt_draft.update(max(timing.draft_wall_s - timing.draft_compute_s, 0.0))
+    def observe(self, record: RoundRecord) -> None:
+        """Learn from one round (`specdec.rounds`): α, each service's scale, network time and load."""
+        target, draft = record.target_load, record.draft_load
+        self.rtt_target.update(record.rtt_target_s)
+        pass_tokens = target.tokens or record.drafted + 1
+        self.target_scale.update(record.target_compute_s / self.target.forward_s(pass_tokens))
+        self.target_sessions.update(max(target.sessions, 1))
+        fill = self.target_fill_drafting if record.drafted > 0 else self.target_fill_plain
+        fill.update(batch_fill(target.rows, target.sessions))
+        if record.drafted > 0:
+            self.acceptance.observe(record.drafted, record.accepted)
+            self.draft_sessions.update(max(draft.sessions, 1))
+            self.draft_fill.update(batch_fill(draft.rows, draft.sessions))
+            if self.draft is not None and record.draft_steady:
+                step = self.draft.forward_s(draft.tokens or 1)
+                self.draft_scale.update(record.draft_compute_s / (record.drafted * step))
+            self.rtt_draft.update(record.rtt_draft_s)
             self._rounds_without_draft = 0
         else:
             self._rounds_without_draft += 1

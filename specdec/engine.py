@@ -27,6 +27,7 @@ from specdec.kv import SequenceState
 from specdec.kvcache import KVCache
 from specdec.models import LoadedModel
 from specdec.rejection import Verdict, verify_greedy, verify_sampled
+from specdec.rounds import PassLoad
 from specdec.runner import Step
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
 
@@ -46,20 +47,6 @@ class Rollback:
     seconds: float = 0.0
 
 
-@dataclass(frozen=True)
-class Load:
-    """The passes of one round, averaged: sessions per pass and tokens per pass (1, 1 = ran alone)."""
-
-    rows: float = 1.0
-    tokens: float = 1.0
-
-    @classmethod
-    def of(cls, passes: list[PassShape]) -> "Load":
-        if not passes:
-            return cls()
-        return cls(sum(p.rows for p in passes) / len(passes), sum(p.tokens for p in passes) / len(passes))
-
-
 @dataclass
 class Session:
     params: SamplingParams
@@ -75,7 +62,7 @@ class Proposal:
     probs: torch.Tensor | None  # [γ, V] float32 on CPU; None for greedy
     compute_s: float  # the whole round on this service, rollback included
     rollback: Rollback = Rollback()
-    load: Load = Load()  # the draft steps' shared passes
+    load: PassLoad = PassLoad()  # the draft steps' shared passes
 
 
 @dataclass(frozen=True)
@@ -83,7 +70,7 @@ class Verification:
     verdict: Verdict
     compute_s: float
     rollback: Rollback = Rollback()
-    load: Load = Load()  # the verify's shared pass
+    load: PassLoad = PassLoad()  # the verify's shared pass
 
 
 def resident_bytes() -> int:
@@ -164,6 +151,12 @@ class Engine:
             session.passes = []
             yield session
 
+    def _load(self, session: Session) -> PassLoad:
+        """The load this round met: live sessions, and its passes averaged (rows and tokens per pass)."""
+        passes = session.passes or [PassShape(1, 0)]
+        return PassLoad(self.live_sessions, sum(p.rows for p in passes) / len(passes),
+                        sum(p.tokens for p in passes) / len(passes))
+
     def _session(self, session_id: str) -> Session:
         session = self._sessions.get(session_id)
         if session is None:
@@ -243,7 +236,7 @@ class DraftEngine(Engine):
             # The last draft token is not fed yet; the next round feeds it if it is accepted.
             state.extend(drafted, cached=len(state.tokens) + len(drafted) - 1)
             q_all = torch.stack(probs).cpu() if probs else None  # [γ', V]
-            return Proposal(drafted, q_all, time.perf_counter() - began, rollback, Load.of(session.passes))
+            return Proposal(drafted, q_all, time.perf_counter() - began, rollback, self._load(session))
 
 
 class TargetEngine(Engine):
@@ -267,7 +260,7 @@ class TargetEngine(Engine):
                 q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
                 gen = position_generator(params.seed, committed, "target", p.device)
                 verdict = verify_sampled(drafts, q, p, gen)
-            return Verification(verdict, time.perf_counter() - began, rollback, Load.of(session.passes))
+            return Verification(verdict, time.perf_counter() - began, rollback, self._load(session))
 
     def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> None:
         """The forward pass of `verify` without sampling: what a tensor-parallel follower rank runs."""

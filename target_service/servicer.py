@@ -18,11 +18,10 @@ class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
         drafts = list(request.draft_tokens)
         q = decode_probs(request.draft_probs, len(drafts), self.engine.loaded.vocab_size)
         result = self.engine.verify(request.session_id, commit.start, list(commit.tokens), drafts, q)
-        return pb.VerifyResult(session_id=request.session_id, committed_len=commit.start + len(commit.tokens),
-                               num_accepted=result.verdict.num_accepted, tokens=result.verdict.tokens,
+        return pb.VerifyResult(num_accepted=result.verdict.num_accepted, tokens=result.verdict.tokens,
                                compute_ns=int(result.compute_s * 1e9), rollback_ns=int(result.rollback.seconds * 1e9),
                                rolled_back_tokens=result.rollback.tokens,
-                               load=pass_load_to_pb(result.load, self.engine.live_sessions))
+                               load=pass_load_to_pb(result.load))
 
 
 def register(server, engine: TargetEngine) -> None:

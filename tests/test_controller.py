@@ -2,11 +2,19 @@
 
 import pytest
 
-from specdec.controller import (GammaController, RoundTiming, SharedPrior, expected_tokens, profile_speedup,
-                                theorem_speedup)
+from specdec.controller import GammaController, SharedPrior, expected_tokens, profile_speedup, theorem_speedup
 from specdec.cost_profile import CostProfile
+from specdec.rounds import PassLoad, RoundRecord
 
 STEP = 0.1  # seconds for a one-token target forward
+
+
+def timing(drafted: int, accepted: int, draft_wall: float, draft_compute: float, target_wall: float,
+           target_compute: float, draft_steady: bool = True, target_load: PassLoad = PassLoad(),
+           draft_load: PassLoad = PassLoad()) -> RoundRecord:
+    """A round as the controller sees it: what each hop cost (wall and reported compute) and its load."""
+    return RoundRecord(drafted, drafted, accepted, accepted + 1, target_wall + draft_wall, draft_wall, draft_compute,
+                       target_wall, target_compute, draft_steady, draft_load, target_load)
 
 
 def flat(step: float = STEP, growth: float = 0.02, sizes: int = 9) -> CostProfile:
@@ -35,7 +43,7 @@ def run_rounds(ctl: GammaController, alpha: float, rounds: int) -> list[int]:
         gamma = ctl.choose()
         chosen.append(gamma)
         accepted = int(gamma * alpha)
-        ctl.observe(RoundTiming(gamma, accepted, gamma * ctl.draft.forward_s(1), gamma * ctl.draft.forward_s(1),
+        ctl.observe(timing(gamma, accepted, gamma * ctl.draft.forward_s(1), gamma * ctl.draft.forward_s(1),
                                 ctl.target.forward_s(gamma + 1), ctl.target.forward_s(gamma + 1)))
     return chosen
 
@@ -104,7 +112,7 @@ def test_bounds():
 def test_scales_follow_a_slower_machine_without_changing_the_shape():
     ctl = controller(0.8, 0.01)
     for _ in range(20):
-        ctl.observe(RoundTiming(3, 2, 0.06, 0.06, 2 * ctl.target.forward_s(4), 2 * ctl.target.forward_s(4)))
+        ctl.observe(timing(3, 2, 0.06, 0.06, 2 * ctl.target.forward_s(4), 2 * ctl.target.forward_s(4)))
     assert ctl.target_scale.value == pytest.approx(2.0, rel=0.01)
     assert ctl.draft_scale.value == pytest.approx(2.0, rel=0.01)
     assert ctl.verify_time(5) == pytest.approx(2 * ctl.target.forward_s(6), rel=0.01)
@@ -112,9 +120,9 @@ def test_scales_follow_a_slower_machine_without_changing_the_shape():
 
 def test_catch_up_rounds_do_not_inflate_draft_cost():
     ctl = controller(0.8, 0.01)
-    ctl.observe(RoundTiming(1, 1, 0.01, 0.01, STEP, STEP))
+    ctl.observe(timing(1, 1, 0.01, 0.01, STEP, STEP))
     before = ctl.draft_scale.value
-    ctl.observe(RoundTiming(1, 1, 0.5, 0.5, STEP, STEP, draft_steady=False))  # the draft fed many tokens
+    ctl.observe(timing(1, 1, 0.5, 0.5, STEP, STEP, draft_steady=False))  # the draft fed many tokens
     assert ctl.draft_scale.value == before
 
 
@@ -130,13 +138,13 @@ def test_shared_prior_hands_learned_costs_and_alpha_to_new_sessions():
     assert fresh.target_scale.value == 1.0 and fresh.rtt_target.value is None
     trained = prior.new_controller(flat(), flat(0.01))
     for _ in range(12):
-        trained.observe(RoundTiming(4, 4, 0.06, 0.04, 0.25, 0.2))
+        trained.observe(timing(4, 4, 0.06, 0.04, 0.25, 0.2))
     prior.absorb(trained)
     informed = prior.new_controller(flat(), flat(0.01))
     assert informed.rtt_target.value == pytest.approx(trained.rtt_target.value)
     assert informed.target_scale.value == pytest.approx(trained.target_scale.value)
     assert informed.acceptance.alpha > 0.9, "α learned by earlier sessions becomes the prior"
-    informed.observe(RoundTiming(3, 0, 0.1, 0.1, 0.1, 0.1))
+    informed.observe(timing(3, 0, 0.1, 0.1, 0.1, 0.1))
     assert prior.new_controller(flat()).acceptance.accepted == 0, "sessions do not share mutable state"
     assert informed.target_scale.value == pytest.approx(0.1 / flat().forward_s(4)), \
         "a session's first measurement replaces the seed"
@@ -150,10 +158,9 @@ def machine(step: float = STEP, knee: int = 9, sizes=(1, 2, 3, 4, 5, 6, 7, 8, 9,
 def loaded_round(ctl: GammaController, gamma: int, alpha: float, rows: float) -> None:
     """One round whose costs follow the profiles, in passes shared by `rows` sessions alike."""
     tokens = rows * (gamma + 1)
-    ctl.observe(RoundTiming(gamma, int(gamma * alpha), gamma * ctl.draft.forward_s(rows), gamma * ctl.draft.forward_s(rows),
+    ctl.observe(timing(gamma, int(gamma * alpha), gamma * ctl.draft.forward_s(rows), gamma * ctl.draft.forward_s(rows),
                             ctl.target.forward_s(tokens), ctl.target.forward_s(tokens),
-                            target_sessions=rows, target_rows=rows, target_pass_tokens=tokens, draft_sessions=rows,
-                            draft_rows=rows, draft_pass_tokens=rows))
+                       target_load=PassLoad(rows, rows, tokens), draft_load=PassLoad(rows, rows, rows)))
 
 
 def test_sparse_profile_interpolates_between_sizes_and_extends_the_last_slope():
@@ -232,11 +239,10 @@ def test_speculation_that_scatters_the_batch_pays_for_it():
             gamma = ctl.choose()
             rows = rows_when_drafting if gamma > 0 else 4.0
             tokens = rows * (gamma + 1)
-            ctl.observe(RoundTiming(gamma, int(gamma * 0.8), gamma * ctl.draft.forward_s(rows),
+            ctl.observe(timing(gamma, int(gamma * 0.8), gamma * ctl.draft.forward_s(rows),
                                     gamma * ctl.draft.forward_s(rows), ctl.target.forward_s(tokens),
-                                    ctl.target.forward_s(tokens), target_sessions=4, target_rows=rows,
-                                    target_pass_tokens=tokens, draft_sessions=4, draft_rows=rows,
-                                    draft_pass_tokens=rows))
+                                    ctl.target.forward_s(tokens), target_load=PassLoad(4, rows, tokens),
+                                    draft_load=PassLoad(4, rows, rows)))
         return ctl.choose()
 
     assert settle(rows_when_drafting=4.0) > 0

@@ -105,7 +105,7 @@ def test_retried_round_is_idempotent(stack):
     prompt = [7, 8, 9, 10]
     requests = [verify(0, prompt, [11, 12], open_=True), verify(0, prompt, [11, 12]), verify(0, prompt, [11, 12])]
     first, second, third = list(target.stub.Session(iter(requests), timeout=30))
-    assert first.tokens == second.tokens == third.tokens and first.committed_len == len(prompt)
+    assert first.tokens == second.tokens == third.tokens
     # The same continuation reached without the retries matches.
     fresh = list(target.stub.Session(iter([verify(0, prompt, [11, 12], True, "fresh")]), timeout=30))
     assert fresh[0].tokens == first.tokens

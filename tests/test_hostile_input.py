@@ -223,13 +223,15 @@ def test_a_clients_bad_input_never_cools_down_a_draft(stack):
     """A replica that refused a request stays in service; one that failed goes into cool-down."""
     from orchestrator.clients import StreamError
     from orchestrator.draft_pool import DraftPool
-    from orchestrator.generation import Generation, _Peer
+    from orchestrator.generation import Generation, GenerationRequest
     from specdec.controller import GammaController
     from specdec.cost_profile import CostProfile
+    from specdec.sampling import SamplingParams
 
+    request = GenerationRequest([5, 6], 8, SamplingParams(), gamma=2)
     for code, usable_after in ((grpc.StatusCode.INVALID_ARGUMENT, True), (grpc.StatusCode.DEADLINE_EXCEEDED, False)):
         pool = DraftPool([stack.draft_address], cooldown_s=60)
-        generation = Generation(None, pool, None, None, frozenset(), 64, GammaController(4, CostProfile((0.1, 0.1))))
-        peer = _Peer(pool.acquire(), "s")
-        generation._draft_failed(peer, StreamError(code, "refused"))
+        generation = Generation(request, pool, None, None, frozenset(), 64, GammaController(4, CostProfile((0.1, 0.1))))
+        generation.use_draft(pool.acquire())
+        generation.draft_failed(StreamError(code, "refused"))
         assert (pool.acquire() is not None) == usable_after, code

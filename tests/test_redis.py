@@ -16,7 +16,8 @@ from cli.client import generate, make_request
 from launch.stack import EmbeddedStack, StackOptions
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.redis_state import DraftRegistration, PriorStore, registered_drafts
-from specdec.controller import RoundTiming, SharedPrior
+from specdec.controller import SharedPrior
+from specdec.rounds import RoundRecord
 from specdec.cost_profile import CostProfile
 from target_service.tensor_parallel import free_port
 
@@ -69,7 +70,7 @@ def test_shared_prior_survives_the_trip_through_redis(client):
     first = SharedPrior(gamma_max=6)
     session = first.new_controller(profile, profile)
     for _ in range(12):
-        session.observe(RoundTiming(4, 3, 0.09, 0.08, 0.40, 0.38))
+        session.observe(RoundRecord(4, 4, 3, 4, 0.49, 0.09, 0.08, 0.40, 0.38))
     first.absorb(session)
     store = PriorStore(client, "pair")
     store.save(first.snapshot())

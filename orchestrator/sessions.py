@@ -1,0 +1,117 @@
+"""This generation's sessions on the draft and the target service: one stream each.
+
+A session knows what its service holds: `synced`, the length of the committed prefix the service
+has confirmed. Every call sends the committed tokens past it (a `Commit`), so the service crops
+its KV cache to the committed prefix and extends from there. After a failure, `reset` opens a
+fresh session under a new id, which is sent everything committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from opentelemetry.trace import Span, SpanKind
+
+from orchestrator.clients import ServiceClient, SessionStream
+from protos import specdec_pb2 as pb
+from service_runtime import telemetry
+from service_runtime.wire import pass_load_from_pb
+from specdec.rounds import PassLoad, network_s
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One call as the orchestrator saw it: wall time, and the compute and load the service reported."""
+
+    wall_s: float = 0.0
+    compute_s: float = 0.0
+    load: PassLoad = PassLoad()
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: list[int]
+    probs: pb.DraftProbs
+    hop: Hop
+
+
+NO_PROPOSAL = Proposal([], pb.DraftProbs(none=True), Hop())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    tokens: list[int]  # accepted drafts + one recovered or bonus token
+    accepted: int
+    hop: Hop
+
+
+@dataclass
+class ServiceSession:
+    client: ServiceClient | None  # None: no replica at hand (a draft session only)
+    session_id: str
+    sampling: pb.SamplingParams
+    stream: SessionStream | None = None
+    synced: int = 0
+    restarts: int = 0
+
+    @property
+    def opened(self) -> bool:
+        """The service holds this session (a prompt is never empty, so a confirmed one has tokens)."""
+        return self.synced > 0
+
+    def unsynced(self, committed: list[int]) -> int:
+        """Committed tokens the service has not seen yet."""
+        return len(committed) - self.synced
+
+    def _call(self, name: str, request, committed: list[int], span: Span, timeout: float):
+        """Send `request` (with the commit and, on a first call, the session's opening) and wait
+        for its reply, inside a client span that the service's compute span continues."""
+        request.session_id, request.open = self.session_id, not self.opened
+        if request.open:
+            request.sampling.CopyFrom(self.sampling)
+        request.commit.CopyFrom(pb.Commit(start=self.synced, tokens=committed[self.synced:]))
+        if self.stream is None:
+            self.stream = self.client.open_stream()
+        if not telemetry.tracing_enabled():
+            reply, wall = self.stream.call(request, timeout)
+        else:
+            with telemetry.span(name, kind=SpanKind.CLIENT) as hop_span:
+                if hop_span.is_recording():
+                    telemetry.inject(request.trace_context)
+                reply, wall = self.stream.call(request, timeout)
+                if hop_span.is_recording():
+                    sent, received, service = request.ByteSize(), reply.ByteSize(), name.split(".")[0]
+                    hop_span.set_attributes({
+                        "specdec.bytes_sent": sent, "specdec.bytes_received": received,
+                        "specdec.network_ms": 1e3 * network_s(wall, reply.compute_ns / 1e9),
+                        "specdec.rollback_ms": reply.rollback_ns / 1e6})
+                    span.set_attributes({f"specdec.{service}.bytes_sent": sent,
+                                         f"specdec.{service}.bytes_received": received})
+        self.synced = len(committed)
+        return reply, Hop(wall, reply.compute_ns / 1e9, pass_load_from_pb(reply.load))
+
+    def reset(self) -> None:
+        """Drop the stream; the next call opens a fresh session that is sent everything committed."""
+        self.close()
+        self.stream, self.synced = None, 0
+        self.restarts += 1
+        self.session_id = f"{self.session_id.split('~')[0]}~{self.restarts}"
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+
+
+class DraftSession(ServiceSession):
+    def propose(self, committed: list[int], gamma: int, min_confidence: float, span: Span,
+                timeout: float) -> Proposal:
+        reply, hop = self._call("draft.propose", pb.DraftRequest(gamma=gamma, min_confidence=min_confidence),
+                                committed, span, timeout)
+        return Proposal(list(reply.tokens), reply.probs, hop)
+
+
+class TargetSession(ServiceSession):
+    def verify(self, committed: list[int], proposal: Proposal, span: Span, timeout: float) -> Verdict:
+        request = pb.VerifyRequest(draft_tokens=proposal.tokens, draft_probs=proposal.probs)
+        reply, hop = self._call("target.verify", request, committed, span, timeout)
+        return Verdict(list(reply.tokens), reply.num_accepted, hop)

@@ -1,0 +1,50 @@
+"""The record of one speculation round: what every consumer of a round reads.
+
+The γ controller learns from it, the round span and the metrics are written from it, and the
+client's RoundStats is converted from it. Network time is derived here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def network_s(wall_s: float, compute_s: float) -> float:
+    """A hop's network time: the wall time the caller saw minus the compute the service reported."""
+    return max(wall_s - compute_s, 0.0)
+
+
+@dataclass(frozen=True)
+class PassLoad:
+    """The load one round met on a service: live sessions there, and the shared forward passes
+    that served the round, averaged (sessions per pass and tokens per pass)."""
+
+    sessions: int = 1
+    rows: float = 1.0
+    tokens: float = 0.0  # 0: unknown
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    gamma: int  # draft tokens asked for (0 = target-only step)
+    drafted: int  # draft tokens the target verified
+    accepted: int
+    emitted: int  # tokens committed by this round (after any truncation at stop/length)
+    wall_s: float
+    draft_wall_s: float  # the draft hop as the orchestrator saw it …
+    draft_compute_s: float  # … and as the draft service reported it
+    target_wall_s: float
+    target_compute_s: float
+    draft_steady: bool = True  # False when the draft also caught up on target-only tokens this round
+    draft_load: PassLoad = PassLoad()
+    target_load: PassLoad = PassLoad()
+    alpha_estimate: float = 0.0  # the controller's α after this round
+    cost_ratio_estimate: float = 0.0  # the controller's c = t_draft_step / t_target_step after this round
+
+    @property
+    def rtt_draft_s(self) -> float:
+        return network_s(self.draft_wall_s, self.draft_compute_s)
+
+    @property
+    def rtt_target_s(self) -> float:
+        return network_s(self.target_wall_s, self.target_compute_s)
