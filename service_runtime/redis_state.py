@@ -62,9 +62,12 @@ class DraftRegistration:
             except redis.RedisError as exc:  # Redis away: the record expires and routing skips us
                 log.warning("draft heartbeat failed: %s", exc)
 
-    def stop(self) -> None:
-        """Deregister at once (a clean shutdown; a crash just lets the record expire)."""
+    def stop(self, deregister: bool = True) -> None:
+        """Stop beating and deregister at once (a clean shutdown). Without `deregister` the record
+        expires after its TTL, as it does when the replica crashes."""
         self._stop.set()
+        if not deregister:
+            return
         try:
             self.client.delete(self.key)
         except redis.RedisError:

@@ -196,6 +196,32 @@ class Engine:
         session.passes.append(shape)
         return out
 
+    def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> torch.Tensor:
+        """Sync to the committed prefix and score its uncached tail plus `draft_tokens` in one pass;
+        returns the logits [γ+1, V] of the last γ+1 positions. `verify` without the sampler: what a
+        tensor-parallel follower rank runs."""
+        with self._round(session_id) as session:
+            return self._score(session, start, tokens, draft_tokens)[1]
+
+    def cached(self, session_id: str) -> int:
+        """Tokens in the session's KV cache."""
+        with self._lock:
+            return self._session(session_id).cache.length
+
+    def _score(self, session: Session, start: int, tokens: list[int],
+               draft_tokens: list[int]) -> tuple[int, torch.Tensor, Rollback]:
+        """Sync, feed pending + drafts; returns (committed length, logits [γ+1, V], rollback)."""
+        gamma = len(draft_tokens)
+        if gamma > self.max_gamma:
+            raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
+        self._check_tokens(draft_tokens, "draft_tokens")
+        rollback = self._sync(session, start, tokens, gamma)
+        state = session.state
+        committed = state.committed
+        logits = self._forward(session, state.pending() + draft_tokens, logits=gamma + 1)  # [γ+1, V]
+        state.extend(draft_tokens, cached=len(state.tokens) + gamma)
+        return committed, logits, rollback
+
 
 class DraftEngine(Engine):
     def propose(self, session_id: str, start: int, tokens: list[int], gamma: int,
@@ -262,11 +288,6 @@ class TargetEngine(Engine):
                 verdict = verify_sampled(drafts, q, p, gen)
             return Verification(verdict, time.perf_counter() - began, rollback, self._load(session))
 
-    def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> None:
-        """The forward pass of `verify` without sampling: what a tensor-parallel follower rank runs."""
-        with self._round(session_id) as session:
-            self._score(session, start, tokens, draft_tokens)
-
     def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:
         """The target trusts no draft: q must be a distribution per row that could have drawn each
         proposed token. Raised before any forward pass, so a bad proposal commits nothing."""
@@ -288,17 +309,3 @@ class TargetEngine(Engine):
         chosen = q[torch.arange(gamma), torch.tensor(draft_tokens, dtype=torch.long).clamp(0, q.shape[1] - 1)]
         if bool((chosen <= 0).any()):
             raise InvalidArgument("a proposed token has draft probability 0: q could not have drawn it")
-
-    def _score(self, session: Session, start: int, tokens: list[int],
-               draft_tokens: list[int]) -> tuple[int, torch.Tensor, Rollback]:
-        """Sync, feed pending + drafts; returns (committed length, logits [γ+1, V], rollback)."""
-        gamma = len(draft_tokens)
-        if gamma > self.max_gamma:
-            raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
-        self._check_tokens(draft_tokens, "draft_tokens")
-        rollback = self._sync(session, start, tokens, gamma)
-        state = session.state
-        committed = state.committed
-        logits = self._forward(session, state.pending() + draft_tokens, logits=gamma + 1)  # [γ+1, V]
-        state.extend(draft_tokens, cached=len(state.tokens) + gamma)
-        return committed, logits, rollback

@@ -56,11 +56,8 @@ def fresh_last_logits(spec, tokens):
 
 def assert_cache_matches_fresh_forward(engine, spec, session_id, start, tokens, committed):
     """Sync `engine` to `committed` as a round would; its next logits must equal a fresh forward pass."""
-    session = engine._sessions[session_id]
-    engine._sync(session, start, tokens, 0)
-    assert session.cache.length == session.state.cached
-    cached_logits = engine._forward(session, session.state.pending())[-1]
-    assert session.cache.length == len(committed)
+    cached_logits = engine.score(session_id, start, tokens, [])[-1]
+    assert engine.cached(session_id) == len(committed)
     torch.testing.assert_close(cached_logits, fresh_last_logits(spec, committed), rtol=1e-4, atol=1e-4)
 
 
@@ -117,6 +114,5 @@ def test_draft_early_stop_proposes_fewer_tokens_and_keeps_cache_consistent(engin
         if short.probs is not None:
             assert short.probs.shape[0] == 1
             torch.testing.assert_close(short.probs[0], full.probs[0])
-        session = draft._sessions["stop"]
-        assert session.cache.length == session.state.cached == 10
+        assert draft.cached("stop") == 10, "the last proposed token is not fed until it is accepted"
         draft.release("stop")

@@ -60,7 +60,7 @@ def test_registration_expires_without_heartbeats(client):
     assert (record["address"], record["live_sessions"], record["max_sessions"]) == ("10.0.0.7:50061", 3, 64)
     time.sleep(TTL_S * 1.5)
     assert len(registered_drafts(client)) == 1, "heartbeats keep the record alive"
-    registration._stop.set()  # a crash: no more beats, no deregistration
+    registration.stop(deregister=False)  # as a crash: no more beats, no deregistration
     time.sleep(TTL_S + 0.5)
     assert registered_drafts(client) == []
 
