@@ -129,12 +129,13 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def run_concurrency_sweep(args: argparse.Namespace) -> int:
     from orchestrator.clients import target_client
-    from launch.stack import EmbeddedStack, StackOptions
+    from cli.options import stack_options
+    from launch.stack import EmbeddedStack
 
     levels = [int(x) for x in args.concurrency.split(",") if x]
     base = [p["prompt"] for p in load_prompts(args.prompts, args.limit_prompts)]
     rows = []
-    with EmbeddedStack(StackOptions.from_args(args, max_sessions=max(64, 2 * max(levels)))) as stack:
+    with EmbeddedStack(stack_options(args, max_sessions=max(64, 2 * max(levels)))) as stack:
         _, target_info = service_infos(stack)
         peer = None if args.no_hf else HFBatched(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, base[0], args.gamma_max)

@@ -65,13 +65,14 @@ def plot(per_rtt: dict[float, dict[str, float]], path: Path) -> None:
 
 
 def run_rtt_sweep(args: argparse.Namespace) -> int:
-    from launch.stack import EmbeddedStack, StackOptions
+    from cli.options import stack_options
+    from launch.stack import EmbeddedStack
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     rtts = [float(r) for r in args.rtt_ms.split(",")]
     policies = _policies(args.gamma_max)
     per_rtt: dict[float, dict[str, float]] = {}
-    with EmbeddedStack(StackOptions.from_args(args, delay_proxies=True)) as stack:
+    with EmbeddedStack(stack_options(args, delay_proxies=True)) as stack:
         warm_up(stack.endpoint, prompts[0]["prompt"], args.gamma_max)
         for rtt in rtts:
             stack.set_rtt_ms(rtt, rtt)

@@ -93,7 +93,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def run_path_sweep(args: argparse.Namespace) -> int:
-    from launch.stack import EmbeddedStack, StackOptions
+    from cli.options import stack_options
+    from launch.stack import EmbeddedStack
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     paths = [p for p in args.paths.split(",") if p]
@@ -103,7 +104,7 @@ def run_path_sweep(args: argparse.Namespace) -> int:
     rows, fp32_outputs, hardware = [], None, ""
     for path in paths:
         dtype, quantize = PATH_FLAGS[path]
-        with EmbeddedStack(StackOptions.from_args(args, dtype=dtype, quantize=quantize)) as stack:
+        with EmbeddedStack(stack_options(args, dtype=dtype, quantize=quantize)) as stack:
             draft_info, target_info = service_infos(stack)
             peer = None if args.no_hf else HFAssisted(args, path, target_info.kernel)
             warm_up(stack.endpoint, prompts[0]["prompt"], args.gamma_max)

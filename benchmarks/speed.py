@@ -215,12 +215,13 @@ def run_bench(args: argparse.Namespace) -> int:
         from benchmarks.paths import run_path_sweep
 
         return run_path_sweep(args)
-    from launch.stack import EmbeddedStack, StackOptions
+    from cli.options import stack_options
+    from launch.stack import EmbeddedStack
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     gammas = [int(g) for g in args.gammas.split(",") if g]
     gamma_max = max([args.gamma_max, *gammas])
-    with EmbeddedStack(StackOptions.from_args(args, gamma_max=gamma_max)) as stack:
+    with EmbeddedStack(stack_options(args, gamma_max=gamma_max)) as stack:
         draft_info, target_info = service_infos(stack)
         peer = None if args.no_hf else HFAssisted(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, prompts[0]["prompt"], gamma_max)

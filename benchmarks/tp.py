@@ -39,7 +39,8 @@ def _verify_ms_by_drafted(results) -> dict[int, float]:
 
 
 def run_tp_sweep(args: argparse.Namespace) -> int:
-    from launch.stack import EmbeddedStack, StackOptions
+    from cli.options import stack_options
+    from launch.stack import EmbeddedStack
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     sizes = [int(n) for n in args.tp_sweep.split(",")]
@@ -47,7 +48,7 @@ def run_tp_sweep(args: argparse.Namespace) -> int:
     configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
     rows, outputs = [], {}
     for size in sizes:
-        opts = StackOptions.from_args(args, gamma_max=max([args.gamma_max, *gammas]), target_tp=size)
+        opts = stack_options(args, gamma_max=max([args.gamma_max, *gammas]), target_tp=size)
         with EmbeddedStack(opts) as stack:
             step = warm_up(stack.endpoint, prompts[0]["prompt"], args.gamma_max)
             results = run_configs(stack.endpoint, configs, prompts, args.max_new_tokens, desc=f"tp={size}")

@@ -5,56 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
+from cli.options import add_stack_args, gamma_arg, stack_options
 from service_runtime import security, telemetry
-from service_runtime.security import add_security_args, security_from_args
+from service_runtime.security import security_from_args
 from service_runtime.server import configure_logging
-from service_runtime.telemetry import add_telemetry_args
 
 log = logging.getLogger(__name__)
-
-
-def _add_stack_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--draft-model", default="packaged:draft",
-                        help="packaged:draft (default), a Hugging Face folder, a .gguf file or tiny:...")
-    parser.add_argument("--target-model", default="packaged:target",
-                        help="packaged:target (default), a Hugging Face folder, a .gguf file or tiny:...")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
-                        help="int8: the fast, lossy CPU path for both models (see docs/PERFORMANCE.md)")
-    parser.add_argument("--target-tp", type=int, default=1,
-                        help="tensor-parallel workers for the target (gloo on CPU, nccl on CUDA)")
-    parser.add_argument("--gamma-max", type=int, default=8, help="largest γ the adaptive policy or a client may use")
-    parser.add_argument("--log-level", default="warning")
-    add_telemetry_args(parser)
-    parser.add_argument("--metrics-port", type=int, default=0,
-                        help="serve the orchestrator's Prometheus metrics on this port (0 = off)")
-    parser.add_argument("--round-timeout", type=float, default=300.0,
-                        help="ceiling in seconds on one hop of one round (a hop gets 20x its measured cost, at "
-                             "least 30 s, at most this): a late draft is dropped, a late target ends the stream")
-    add_security_args(parser)
-
-
-def _gamma(value: str) -> int | None:
-    if value == "auto":
-        return None
-    gamma = int(value)
-    if gamma < 0:
-        raise argparse.ArgumentTypeError("gamma must be auto or an integer >= 0")
-    return gamma
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from launch.stack import EmbeddedStack, StackOptions
+    from launch.stack import EmbeddedStack
 
-    opts = StackOptions.from_args(args, port=args.port, draft_replicas=args.draft_replicas)
+    opts = stack_options(args, port=args.port, draft_replicas=args.draft_replicas)
     if args.ray:
         from launch.ray_stack import RayStack
 
@@ -88,9 +56,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.endpoint:
             result = run(args.endpoint)
         else:
-            from launch.stack import EmbeddedStack, StackOptions
+            from launch.stack import EmbeddedStack
 
-            with EmbeddedStack(StackOptions.from_args(args)) as stack:
+            with EmbeddedStack(stack_options(args)) as stack:
                 result = run(stack.endpoint)
     except grpc.RpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
@@ -128,11 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="start the embedded local stack and print its endpoint")
-    _add_stack_args(serve)
+    add_stack_args(serve)
     serve.add_argument("--port", type=int, default=50051, help="orchestrator port (0 = any free port)")
     serve.add_argument("--draft-replicas", type=int, default=1, help="draft service replicas")
-    serve.add_argument("--redis-url", default=os.environ.get("SPECDEC_REDIS_URL", ""),
-                       help="distributed mode: drafts register in Redis, sessions and the γ prior are kept there")
     serve.add_argument("--ray", action="store_true", help="place the draft replicas and the target's tensor-parallel "
                        "ranks as Ray actors with placement groups")
     serve.add_argument("--ray-address", default="", help="Ray cluster to join (default: RAY_ADDRESS, else a local one)")
@@ -142,21 +108,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
 
     gen = sub.add_parser("generate", help="run one generation")
-    _add_stack_args(gen)
+    add_stack_args(gen)
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=None)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--gamma", type=_gamma, default=None, help="auto (default) or a fixed γ; 0 = target only")
+    gen.add_argument("--gamma", type=gamma_arg, default=None, help="auto (default) or a fixed γ; 0 = target only")
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--endpoint", default="", help="HOST:PORT of a running orchestrator; default: start one")
     gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids, stats")
     gen.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="target-only vs speculative vs Hugging Face assisted generation")
-    _add_stack_args(bench)
+    add_stack_args(bench)
     bench.add_argument("--gammas", default="1,2,3,4,6", help="fixed γ values to run")
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
@@ -174,10 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=cmd_bench)
     prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "
                                           "an OTLP JSON span file)")
-    _add_stack_args(prof)
+    add_stack_args(prof)
     prof.add_argument("--spans", default="", help="OTLP JSON lines file to analyse instead of running a workload")
     prof.add_argument("--max-new-tokens", type=int, default=64)
-    prof.add_argument("--gamma", type=_gamma, default=None, help="auto (default) or a fixed γ")
+    prof.add_argument("--gamma", type=gamma_arg, default=None, help="auto (default) or a fixed γ")
     prof.add_argument("--rtt-ms", type=float, default=0.0, help="added RTT on both hops through delay proxies")
     prof.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
     prof.add_argument("--limit-prompts", type=int, default=0)

@@ -3,7 +3,6 @@ the orchestrator in this process. No Redis, no containers."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import subprocess
@@ -49,16 +48,6 @@ class StackOptions:
     def orchestrator_config(self) -> OrchestratorConfig:
         return OrchestratorConfig(gamma_max=self.gamma_max, max_new_tokens_limit=self.max_new_tokens_limit,
                                   max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s)
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, **overrides) -> "StackOptions":
-        """Options from the `specdec` CLI's stack flags; `overrides` replace single fields."""
-        fields = dict(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
-                      dtype=args.dtype, quantize=args.quantize, gamma_max=args.gamma_max, log_level=args.log_level,
-                      target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file,
-                      redis_url=getattr(args, "redis_url", ""), round_timeout_s=args.round_timeout,
-                      security_flags=tuple(security_flags(args)))
-        return cls(**{**fields, **overrides})
 
 
 class ServiceProcess:

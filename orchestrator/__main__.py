@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.server import add_orchestrator_args, orchestrator_config, start_orchestrator
+from orchestrator.flags import add_orchestrator_args, orchestrator_config
+from orchestrator.server import start_orchestrator
 from service_runtime import security, telemetry
 from service_runtime.server import add_common_args, announce_and_wait, configure_logging
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import threading
 
 import grpc
@@ -22,28 +20,6 @@ import weights
 READY_TIMEOUT_S = 60.0
 SERVICE_NAME = "specdec.v1.SpecDec"
 log = logging.getLogger(__name__)
-
-
-def add_orchestrator_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gamma-max", type=int, default=8, help="largest γ the adaptive policy or a client may use")
-    parser.add_argument("--max-new-tokens-limit", type=int, default=8192)
-    parser.add_argument("--max-concurrent", type=int, default=64,
-                        help="generations in flight; past it a request gets RESOURCE_EXHAUSTED at once")
-    parser.add_argument("--round-timeout", type=float, default=300.0,
-                        help="ceiling in seconds on one hop of one round; by default a hop gets 20x its measured "
-                             "cost, at least 30 s (a draft past it is dropped, a target past it ends the stream)")
-    parser.add_argument("--session-ttl", type=float, default=3600.0, help="seconds a resumable session record lives")
-    parser.add_argument("--redis-url", default=os.environ.get("SPECDEC_REDIS_URL", ""),
-                        help="Redis for draft discovery (when --draft is empty), resumable session records and "
-                             "the shared γ prior (default: $SPECDEC_REDIS_URL; empty = none)")
-    parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0 = off)")
-
-
-def orchestrator_config(args: argparse.Namespace) -> OrchestratorConfig:
-    """The CLI flags of `add_orchestrator_args` as configuration."""
-    return OrchestratorConfig(gamma_max=args.gamma_max, max_new_tokens_limit=args.max_new_tokens_limit,
-                              max_concurrent=args.max_concurrent, round_timeout_s=args.round_timeout,
-                              session_ttl_s=args.session_ttl)
 
 
 def watch_target(target: ServiceClient, running: RunningServer, period_s: float = 1.0) -> None:

@@ -27,9 +27,10 @@ def run_workload(args: argparse.Namespace) -> int:
     """
     from opentelemetry import trace
 
-    from launch.stack import EmbeddedStack, StackOptions
+    from cli.options import stack_options
+    from launch.stack import EmbeddedStack
 
-    with EmbeddedStack(StackOptions.from_args(args, delay_proxies=args.rtt_ms > 0)) as stack:
+    with EmbeddedStack(stack_options(args, delay_proxies=args.rtt_ms > 0)) as stack:
         prompts = load_prompts(args.prompts, args.limit_prompts)
         warm_up(stack.endpoint, prompts[0]["prompt"], args.gamma_max)
         if args.rtt_ms > 0:
