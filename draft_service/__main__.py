@@ -8,7 +8,8 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 import argparse  # noqa: E402
 
 from draft_service.servicer import register  # noqa: E402
-from service_runtime.model_service import add_registry_args, model_service_parser, run_model_service  # noqa: E402
+from service_runtime.model_service import (add_registry_args, model_service_config,  # noqa: E402
+                                          model_service_parser, run_model_service)
 from specdec.engine import DraftEngine  # noqa: E402
 
 
@@ -19,7 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_model_service(build_parser().parse_args(argv), what="draft_service", engine_cls=DraftEngine,
+    run_model_service(model_service_config(build_parser().parse_args(argv)), what="draft_service", engine_cls=DraftEngine,
                       service_name="specdec.v1.DraftService", register=register)
 
 

@@ -10,22 +10,24 @@ import os
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import logging  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import torch  # noqa: E402
 from grpc_health.v1 import health_pb2  # noqa: E402
 
-from service_runtime.model_service import model_service_parser, serve_engine, setup_process  # noqa: E402
+from service_runtime.model_service import (ModelServiceConfig, load_engine, model_service_config,  # noqa: E402
+                                          model_service_parser, serve_engine, setup_process)
 from service_runtime.server import announce_and_wait  # noqa: E402
 from specdec.cost_profile import machine_lock  # noqa: E402
 from specdec.engine import TargetEngine  # noqa: E402
-from specdec.models import load_model, resolve_device  # noqa: E402
+from specdec.models import resolve_device  # noqa: E402
 from specdec.tp import shard_model  # noqa: E402
 from target_service import tensor_parallel as tp  # noqa: E402
 from target_service.servicer import register  # noqa: E402
-import weights
 
 SERVICE = "specdec.v1.TargetService"
 log = logging.getLogger("target_service")
@@ -48,35 +50,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_engine(args: argparse.Namespace, rank: int) -> TargetEngine:
-    device = args.device
-    if args.tp > 1 and resolve_device(device).type == "cuda":
+@dataclass(frozen=True)
+class TensorParallel:
+    """This process's place among the target's tensor-parallel ranks."""
+
+    size: int = 1
+    rank: int = 0
+    master: str = ""  # HOST:PORT of the rendezvous ("" on rank 0: a free loopback port)
+    external_workers: bool = False  # ranks 1..N-1 are started elsewhere (Ray placement)
+    timeout_s: float = 60.0
+    load_timeout_s: float = 1800.0
+
+
+def tensor_parallel_config(args: argparse.Namespace) -> TensorParallel:
+    return TensorParallel(args.tp, args.tp_rank, args.tp_master, args.tp_external_workers, args.tp_timeout,
+                          args.tp_load_timeout)
+
+
+def load_rank(config: ModelServiceConfig, parallel: TensorParallel) -> TargetEngine:
+    device, rank, size = config.device, parallel.rank, parallel.size
+    if size > 1 and resolve_device(device).type == "cuda":
         # One GPU per rank. Ranks spawned here see every GPU of the node; a rank placed by Ray sees
         # only its own (CUDA_VISIBLE_DEVICES), which is then device 0.
         device = f"cuda:{rank % torch.cuda.device_count()}"
-    log.info("rank %d/%d: loading %s on %s", rank, args.tp, args.model, device)
+    log.info("rank %d/%d: loading %s on %s", rank, size, config.model, device)
     # Activations are reduced on the default group: nccl on CUDA, gloo on CPU.
-    shard = (lambda model: shard_model(model, rank, args.tp)) if args.tp > 1 else None
-    loaded = load_model(weights.resolve(args.model), device, args.dtype, args.quantize, shard=shard, max_tokens=args.profile_tokens)
-    return TargetEngine(loaded, max_sessions=args.max_sessions, max_gamma=args.max_gamma)
+    shard = (lambda model: shard_model(model, rank, size)) if size > 1 else None
+    return load_engine(config, TargetEngine, device, shard)
 
 
-def run_tensor_parallel(args: argparse.Namespace, argv: list[str]) -> None:
-    rank, world = args.tp_rank, args.tp
-    device = resolve_device(args.device)
+def run_tensor_parallel(config: ModelServiceConfig, parallel: TensorParallel, argv: list[str]) -> None:
+    rank, world = parallel.rank, parallel.size
+    device = resolve_device(config.device)
     followers: list[subprocess.Popen] = []
-    if rank == 0 and not args.tp_external_workers:
-        args.tp_master = args.tp_master or f"127.0.0.1:{tp.free_port()}"
+    if rank == 0 and not parallel.external_workers:
+        parallel = dataclasses.replace(parallel, master=parallel.master or f"127.0.0.1:{tp.free_port()}")
         followers = [subprocess.Popen([sys.executable, "-m", "target_service", *argv, "--tp-rank", str(r),
-                                       "--tp-master", args.tp_master], stdout=subprocess.DEVNULL)
+                                       "--tp-master", parallel.master], stdout=subprocess.DEVNULL)
                      for r in range(1, world)]
-    if not args.tp_master:
+    if not parallel.master:
         raise SystemExit("target_service: --tp-master is needed with --tp-external-workers or --tp-rank > 0")
     try:
-        group = tp.rendezvous(rank, world, args.tp_master, device, args.tp_timeout)
-        engine = load_engine(args, rank)
+        group = tp.rendezvous(rank, world, parallel.master, device, parallel.timeout_s)
+        engine = load_rank(config, parallel)
         log.info("rank %d/%d: shard holds %.0f MiB of weights", rank, world, engine.report(rank)["parameter_bytes"] / 2**20)
-        tp.wait_for_ranks(group, args.tp_load_timeout)
+        tp.wait_for_ranks(group, parallel.load_timeout_s)
     except tp.StartupError as exc:
         for proc in followers:
             proc.kill()
@@ -86,8 +104,8 @@ def run_tensor_parallel(args: argparse.Namespace, argv: list[str]) -> None:
         return
     front = tp.TensorParallelTarget(engine, group, world, followers)
     with machine_lock():  # rank 0 drives every rank's (collective) measurement
-        front.measure_costs(args.profile_tokens)
-    running = serve_engine(front, args, "target_service", SERVICE, register)
+        front.measure_costs(config.profile_tokens)
+    running = serve_engine(front, config, SERVICE, register)
 
     def not_serving(_reason: str) -> None:
         for name in ("", SERVICE):
@@ -107,15 +125,16 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.tp < 1:
         raise SystemExit("--tp must be >= 1")
-    installed = setup_process(args, "specdec-target", workers_per_node=args.tp)
+    config, parallel = model_service_config(args), tensor_parallel_config(args)
+    installed = setup_process(config, "specdec-target", workers_per_node=parallel.size)
     try:
-        if args.tp == 1:
+        if parallel.size == 1:
             with machine_lock():
-                engine = load_engine(args, 0)
-                engine.measure_costs(args.profile_tokens)
-            announce_and_wait(serve_engine(engine, args, "target_service", SERVICE, register), "target_service")
+                engine = load_rank(config, parallel)
+                engine.measure_costs(config.profile_tokens)
+            announce_and_wait(serve_engine(engine, config, SERVICE, register), "target_service")
         else:
-            run_tensor_parallel(args, argv)
+            run_tensor_parallel(config, parallel, argv)
     finally:
         installed.shutdown()
 
