@@ -11,6 +11,7 @@ import argparse
 from launch.stack import StackOptions
 from orchestrator.flags import add_orchestrator_args
 from service_runtime.security import add_security_args, security_flags
+from service_runtime.server import add_compute_path_args
 from service_runtime.telemetry import add_telemetry_args
 
 
@@ -20,10 +21,7 @@ def add_stack_args(parser: argparse.ArgumentParser) -> None:
                         help="packaged:draft (default), a Hugging Face folder, a .gguf file or tiny:...")
     parser.add_argument("--target-model", default="packaged:target",
                         help="packaged:target (default), a Hugging Face folder, a .gguf file or tiny:...")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
-                        help="int8: the fast, lossy CPU path for both models (see docs/PERFORMANCE.md)")
+    add_compute_path_args(parser)  # for both models
     parser.add_argument("--target-tp", type=int, default=1,
                         help="tensor-parallel workers for the target (gloo on CPU, nccl on CUDA)")
     parser.add_argument("--log-level", default="warning")

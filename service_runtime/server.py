@@ -127,14 +127,20 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     security.add_security_args(parser)
 
 
+def add_compute_path_args(parser: argparse.ArgumentParser) -> None:
+    """Where and how a model computes (`specdec.compute`): a service's flags, and the stack's for both."""
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
+                        help="int8: the fast, lossy CPU path (int8 weights, per-token int8 activations; "
+                             "see docs/PERFORMANCE.md)")
+
+
 def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
     add_common_args(parser)
     parser.add_argument("--model", default=default_model,
                         help="packaged:draft|packaged:target, a Hugging Face folder, a .gguf file or tiny:...")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
-    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
-                        help="int8: the fast, lossy CPU path (int8 weights, per-token int8 activations)")
+    add_compute_path_args(parser)
     parser.add_argument("--profile-tokens", type=int, default=9,
                         help="at start-up, time forwards of 1..N new tokens (the cost profile the γ controller plans with)")
     parser.add_argument("--max-sessions", type=int, default=64, help="live sessions before RESOURCE_EXHAUSTED")
