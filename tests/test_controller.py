@@ -155,12 +155,14 @@ def machine(step: float = STEP, knee: int = 9, sizes=(1, 2, 3, 4, 5, 6, 7, 8, 9,
     return CostProfile(tuple(step * max(1.0, s / knee) * (1 + 0.01 * min(s, knee)) for s in sizes), tuple(sizes))
 
 
-def loaded_round(ctl: GammaController, gamma: int, alpha: float, rows: float) -> None:
-    """One round whose costs follow the profiles, in passes shared by `rows` sessions alike."""
+def loaded_round(ctl: GammaController, gamma: int, alpha: float, rows: float, sessions: float | None = None) -> None:
+    """One round whose costs follow the profiles, in passes of `rows` sessions alike, out of
+    `sessions` live ones (default: all of them in each pass)."""
+    sessions = rows if sessions is None else sessions
     tokens = rows * (gamma + 1)
-    ctl.observe(timing(gamma, int(gamma * alpha), gamma * ctl.draft.forward_s(rows), gamma * ctl.draft.forward_s(rows),
-                            ctl.target.forward_s(tokens), ctl.target.forward_s(tokens),
-                       target_load=PassLoad(rows, rows, tokens), draft_load=PassLoad(rows, rows, rows)))
+    draft_s, target_s = gamma * ctl.draft.forward_s(rows), ctl.target.forward_s(tokens)
+    ctl.observe(timing(gamma, int(gamma * alpha), draft_s, draft_s, target_s, target_s,
+                       target_load=PassLoad(sessions, rows, tokens), draft_load=PassLoad(sessions, rows, rows)))
 
 
 def test_sparse_profile_interpolates_between_sizes_and_extends_the_last_slope():
@@ -237,12 +239,7 @@ def test_speculation_that_scatters_the_batch_pays_for_it():
         ctl.draft = machine(0.02)
         for _ in range(10):
             gamma = ctl.choose()
-            rows = rows_when_drafting if gamma > 0 else 4.0
-            tokens = rows * (gamma + 1)
-            ctl.observe(timing(gamma, int(gamma * 0.8), gamma * ctl.draft.forward_s(rows),
-                                    gamma * ctl.draft.forward_s(rows), ctl.target.forward_s(tokens),
-                                    ctl.target.forward_s(tokens), target_load=PassLoad(4, rows, tokens),
-                                    draft_load=PassLoad(4, rows, rows)))
+            loaded_round(ctl, gamma, 0.8, rows_when_drafting if gamma > 0 else 4.0, sessions=4)
         return ctl.choose()
 
     assert settle(rows_when_drafting=4.0) > 0
