@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from specdec.kernels import PATHS, cpu_features, fastest_fp32_kernel, make_kernel
+from specdec.cpu import cpu_features
+from specdec.kernels import PATHS, fastest_fp32_kernel, make_kernel
 from specdec.runner import Collectives, ModelRunner
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ class PathChoice:
     """What `build_runner` decided, for logs, `Info` and the benchmark."""
 
     path: str
-    kernel: str  # the fp32 kernel, or the path's own ("onednn-int8", "dense")
+    kernel: str  # the fp32 kernel, or the path's own ("onednn-int8-vnni", "onednn-int8-w7a8", "dense", "dense-emulated")
     device: str  # "cpu: <model> [flags]" or the CUDA device name
     row_invariant: bool  # a token's logits do not depend on the tokens computed with it
     kernel_seconds: dict[str, float] = field(default_factory=dict)  # the fp32 kernel race, if run
@@ -94,9 +95,11 @@ def build_runner(model: nn.Module, path: str, max_tokens: int = 9,
                         "multi-token forwards, which speculation and batching rely on", path, features.model_name)
         if path == "fp32":
             kernel, seconds = choose_fp32_kernel(model, max_tokens)
-        elif path == "int8":
-            kernel = "onednn-int8" + ("" if features.vnni else " (7-bit activations, no VNNI)")
-        runner = ModelRunner(model, path, fp32_kernel=kernel, vnni=features.vnni, collectives=collectives)
+        runner = ModelRunner(model, path, fp32_kernel=kernel, collectives=collectives)
+        if path == "int8":
+            kernel = runner.lm_head.name
+        elif path in ("bf16", "fp16") and not features.native_bf16:
+            kernel = "dense-emulated"  # said in Info, so a user sees why this path is slow here
     else:
         runner = ModelRunner(model, path, collectives=collectives)
     invariant = device.type == "cpu" and (path == "int8" or (path == "fp32" and kernel == "onednn")
@@ -114,11 +117,10 @@ def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Modu
     This gives the baselines (HF `generate`, assisted generation) the same linear kernels as our
     runner, so that a comparison measures the serving system, not the matmul library.
     """
-    vnni = cpu_features().vnni
     linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if isinstance(child, nn.Linear)]
     for parent, name, child in linears:
-        setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel, vnni))
+        setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel))
     if path == "bf16":
         model.to(torch.bfloat16)
     return model

@@ -64,7 +64,7 @@ class _Layer:
     act: nn.Module
 
 
-def _fused(path: str, linears: list[nn.Linear], fp32_kernel: str, vnni: bool) -> Kernel:
+def _fused(path: str, linears: list[nn.Linear], fp32_kernel: str) -> Kernel:
     weight = torch.cat([lin.weight.detach() for lin in linears])
     biases = [lin.bias for lin in linears]
     bias = None
@@ -72,7 +72,7 @@ def _fused(path: str, linears: list[nn.Linear], fp32_kernel: str, vnni: bool) ->
         bias = torch.cat([b.detach() if b is not None else torch.zeros(lin.out_features, dtype=lin.weight.dtype,
                                                                        device=lin.weight.device)
                           for b, lin in zip(biases, linears)])
-    return make_kernel(path, weight, bias, fp32_kernel, vnni)
+    return make_kernel(path, weight, bias, fp32_kernel)
 
 
 def _release(*linears: nn.Linear) -> None:
@@ -111,7 +111,7 @@ class ModelRunner:
     `collectives` joins tensor-parallel shards (`specdec.tp`); the default is one worker.
     """
 
-    def __init__(self, model: nn.Module, path: str = "fp32", fp32_kernel: str = "dense", vnni: bool = True,
+    def __init__(self, model: nn.Module, path: str = "fp32", fp32_kernel: str = "dense",
                  collectives: Collectives | None = None):
         check_supported(model)
         model.eval()
@@ -139,16 +139,16 @@ class ModelRunner:
                 attn, mlp = layer.self_attn, layer.mlp
                 self.layers.append(_Layer(
                     input_norm=layer.input_layernorm,
-                    qkv=_fused(path, [attn.q_proj, attn.k_proj, attn.v_proj], fp32_kernel, vnni),
+                    qkv=_fused(path, [attn.q_proj, attn.k_proj, attn.v_proj], fp32_kernel),
                     q_norm=getattr(attn, "q_norm", None), k_norm=getattr(attn, "k_norm", None),
-                    out=_fused(path, [attn.o_proj], fp32_kernel, vnni),
+                    out=_fused(path, [attn.o_proj], fp32_kernel),
                     post_norm=layer.post_attention_layernorm,
-                    gate_up=_fused(path, [mlp.gate_proj, mlp.up_proj], fp32_kernel, vnni),
-                    down=_fused(path, [mlp.down_proj], fp32_kernel, vnni), act=mlp.act_fn))
+                    gate_up=_fused(path, [mlp.gate_proj, mlp.up_proj], fp32_kernel),
+                    down=_fused(path, [mlp.down_proj], fp32_kernel), act=mlp.act_fn))
                 _release(attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj,
                          mlp.down_proj)
             head = model.get_output_embeddings()
-            self.lm_head = _fused(path, [head], fp32_kernel, vnni)
+            self.lm_head = _fused(path, [head], fp32_kernel)
             if head.weight.data_ptr() != self.embed.weight.data_ptr():
                 _release(head)
 

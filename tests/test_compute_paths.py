@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import logging
 
 import pytest
 import torch
 
 from specdec.attention import BLOCK
-from specdec.compute import resolve_path
+from specdec.compute import build_runner, resolve_path
+from specdec.cpu import cpu_features
 from specdec.cost_profile import CostProfile, measure
 from specdec.kernels import Int8Kernel, make_kernel
 from specdec.kvcache import KVCache
@@ -82,13 +84,20 @@ def test_a_tokens_logits_do_not_depend_on_what_is_computed_with_it(path, kernel)
     assert torch.equal(whole, parts)
 
 
-def test_int8_kernel_is_exact_integer_arithmetic():
+@pytest.mark.parametrize("bits", [None, 7, 8])
+def test_int8_kernel_is_exact_integer_arithmetic(bits):
+    """Each int8 variant computes its definition exactly: 8-bit weights where VNNI is present (and
+    not capped away), 7-bit everywhere; None is the variant this machine gets by default."""
+    if bits == 8 and not cpu_features().vnni:
+        pytest.skip(f"8-bit weights need VNNI; {cpu_features().describe()} has none")
     torch.manual_seed(0)
     weight, bias = torch.randn(48, 32), torch.randn(48)
-    x = torch.randn(5, 32)
-    kernel = Int8Kernel(weight, bias)
-    scale = (weight.abs().amax(1) / 127)
-    wq = (weight / scale[:, None]).round().clamp(-127, 127)
+    x = torch.randn(5, 32) * torch.tensor([[0.1], [1.0], [3.0], [10.0], [1.0]]) + torch.tensor([[0.0]] * 4 + [[2.0]])
+    kernel = Int8Kernel(weight, bias, weight_bits=bits)
+    wmax = 2 ** ((bits or (8 if cpu_features().vnni else 7)) - 1) - 1
+    assert kernel.name == ("onednn-int8-vnni" if wmax == 127 else "onednn-int8-w7a8")
+    scale = (weight.abs().amax(1) / wmax)
+    wq = (weight / scale[:, None]).round().clamp(-wmax, wmax)
     low, high = x.amin(1, keepdim=True).clamp(max=0), x.amax(1, keepdim=True).clamp(min=0)
     sx = (high - low) / 255
     zp = (-low / sx).round()
@@ -97,6 +106,36 @@ def test_int8_kernel_is_exact_integer_arithmetic():
     torch.testing.assert_close(kernel(x), want, rtol=1e-5, atol=1e-4)
     one_by_one = torch.cat([kernel(row[None]) for row in x])
     assert torch.equal(one_by_one, kernel(x)), "each row is quantized on its own"
+
+
+def test_int8_kernel_sums_that_saturate_int16_stay_exact():
+    """The case that broke without VNNI: every activation at 255 and weights at the extremes, so
+    each pair of u8·s8 products exceeds int16 unless the variant bounds it."""
+    wmax = 127 if cpu_features().vnni else 63
+    weight = torch.full((4, 64), -1.0)
+    weight[1] = 1.0
+    weight[2, ::2] = 0.5
+    x = torch.cat([torch.ones(1, 64), -torch.ones(1, 64)])  # xq = 255 everywhere; zero points 0 and 255
+    scale = weight.abs().amax(1) / wmax
+    dequantized = (weight / scale[:, None]).round() * scale[:, None]  # x itself survives quantization exactly
+    torch.testing.assert_close(Int8Kernel(weight, None)(x), x @ dequantized.T, rtol=1e-5, atol=1e-4)
+
+
+def test_int8_kernel_refuses_8_bit_weights_without_vnni():
+    if cpu_features().vnni:
+        pytest.skip(f"{cpu_features().describe()} has VNNI (SPECDEC_CPU_ISA=avx512 runs this check)")
+    with pytest.raises(ValueError, match="need VNNI"):
+        Int8Kernel(torch.randn(8, 8), None, weight_bits=8)
+
+
+def test_bf16_says_when_it_is_emulated(caplog):
+    """On a CPU without avx512_bf16/AMX, bf16 runs (its numbers track fp32: test_lossy_paths_track_fp32)
+    with a warning and a kernel name that say it is emulated; with native bf16, neither."""
+    with caplog.at_level(logging.WARNING, logger="specdec.compute"):
+        _, choice = build_runner(build_tiny_model("tiny:seed=0"), "bf16")
+    emulated = not cpu_features().native_bf16
+    assert (choice.kernel == "dense-emulated") == emulated
+    assert ("is emulated" in caplog.text) == emulated, caplog.text
 
 
 def test_kernels_pad_small_inputs_and_keep_leading_dims():

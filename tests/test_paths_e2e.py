@@ -10,6 +10,7 @@ from cli.client import generate, make_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cost_profile import batch_sizes
+from specdec.cpu import cpu_features
 from specdec.engine import BATCH_PROFILE
 
 from conftest import tiny_stack
@@ -49,3 +50,5 @@ def test_services_report_path_hardware_and_cost_profile(path_stack):
         assert list(info.forward_tokens[:verify]) == list(range(1, verify + 1))
         assert len(info.forward_ns) == len(info.forward_tokens) and all(ns > 0 for ns in info.forward_ns)
         assert info.row_invariant or path == "bf16", "fp32 (oneDNN) and int8 compute each row on its own"
+        assert info.kernel == {"fp32": "onednn", "int8": "onednn-int8-vnni" if cpu_features().vnni else "onednn-int8-w7a8",
+                               "bf16": "dense" if cpu_features().native_bf16 else "dense-emulated"}[path], info.kernel

@@ -1,0 +1,141 @@
+"""What this CPU offers, and a way to make every compute library act as if it offered less.
+
+Instruction-set levels, each including the ones before it:
+
+    sse41 < avx2 < avx512 < avx512_vnni < avx512_bf16 < amx
+
+`SPECDEC_CPU_ISA=<level>` caps this process (and the services it starts, which inherit the
+environment) at that level: `cpu_features()` reports the capped features, the kernels choose for
+them, and oneDNN, ATen's vectorized kernels and MKL are capped through their own environment
+variables (`ONEDNN_MAX_CPU_ISA`, `ATEN_CPU_CAPABILITY`, `MKL_ENABLE_INSTRUCTIONS`). Those libraries
+read them once, at their first call, so the cap must be in the environment before the first
+tensor op: importing this module sets them, and `isa_environment` gives them to a child process.
+That is how a machine with the fast instructions tests the kernels of one without them.
+Asking for a level this CPU lacks is an error, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ENV = "SPECDEC_CPU_ISA"
+LEVELS = ("sse41", "avx2", "avx512", "avx512_vnni", "avx512_bf16", "amx")
+_ONEDNN = {"sse41": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE", "avx512_vnni": "AVX512_CORE_VNNI",
+           "avx512_bf16": "AVX512_CORE_BF16", "amx": "AVX512_CORE_AMX"}
+_ATEN = {"sse41": "default", "avx2": "avx2"}  # every AVX-512 level: "avx512"
+_MKL = {"sse41": "SSE4_2", "avx2": "AVX2"}  # every AVX-512 level: "AVX512"
+
+
+class UnsupportedIsa(ValueError):
+    """A forced instruction-set level that is unknown or that this CPU does not have."""
+
+
+def isa_environment(level: str) -> dict[str, str]:
+    """The environment variables that cap this project and its libraries at `level`."""
+    if level not in LEVELS:
+        raise UnsupportedIsa(f"{ENV}={level!r} is not a level; choose one of {', '.join(LEVELS)}")
+    return {ENV: level, "ONEDNN_MAX_CPU_ISA": _ONEDNN[level], "ATEN_CPU_CAPABILITY": _ATEN.get(level, "avx512"),
+            "MKL_ENABLE_INSTRUCTIONS": _MKL.get(level, "AVX512")}
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """The instruction-set level the kernels may use (`level`), and the machine's own (`native`)."""
+
+    model_name: str
+    level: str | None  # None: not x86, or older than SSE4.1
+    native: str | None
+    avx_vnni: bool = False  # the 256-bit VNNI of AVX2-class CPUs, used only when not capped below native
+
+    def has(self, level: str) -> bool:
+        return self.level is not None and LEVELS.index(self.level) >= LEVELS.index(level)
+
+    @property
+    def forced(self) -> bool:
+        return self.level != self.native
+
+    @property
+    def avx512(self) -> bool:
+        return self.has("avx512")
+
+    @property
+    def vnni(self) -> bool:
+        """Exact u8·s8 dot products accumulating in int32 (without it, pairs saturate in int16)."""
+        return self.has("avx512_vnni") or (self.avx_vnni and not self.forced)
+
+    @property
+    def native_bf16(self) -> bool:
+        return self.has("avx512_bf16")
+
+    @property
+    def amx(self) -> bool:
+        return self.has("amx")
+
+    def describe(self) -> str:
+        extra = ["vnni"] if self.vnni and not self.has("avx512_vnni") else []
+        level = "+".join([self.level or "no sse4.1/avx", *extra])
+        return f"{self.model_name} [{level}" + (f", forced by {ENV}; native {self.native}]" if self.forced else "]")
+
+
+def _flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _model_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def native_level() -> str | None:
+    """The highest level this CPU has, as torch's CPU probes (and /proc/cpuinfo) see it."""
+    cpu, flags = torch.cpu, _flags()
+    checks = {"sse41": "sse4_1" in flags or cpu._is_avx2_supported(), "avx2": cpu._is_avx2_supported(),
+              "avx512": cpu._is_avx512_supported(), "avx512_vnni": cpu._is_vnni_supported(),
+              "avx512_bf16": cpu._is_avx512_bf16_supported(), "amx": cpu._is_amx_tile_supported()}
+    level = None
+    for name in LEVELS:
+        if not checks[name]:
+            break
+        level = name
+    return level
+
+
+@functools.cache
+def cpu_features() -> CpuFeatures:
+    """This CPU, capped at `$SPECDEC_CPU_ISA` when set (read once per process)."""
+    native = native_level()
+    level = native
+    forced = os.environ.get(ENV, "").strip()
+    if forced and forced != "native":
+        isa_environment(forced)  # validates the name
+        if native is None or LEVELS.index(forced) > LEVELS.index(native):
+            raise UnsupportedIsa(f"{ENV}={forced}: this CPU ({_model_name()}) tops out at {native or 'no SSE4.1'}")
+        level = forced
+    return CpuFeatures(_model_name(), level, native, avx_vnni="avx_vnni" in _flags())
+
+
+def _cap_libraries() -> None:
+    """Put the libraries' own caps in this process's environment (before their first call)."""
+    forced = os.environ.get(ENV, "").strip()
+    if forced in LEVELS:
+        for name, value in isa_environment(forced).items():
+            os.environ.setdefault(name, value)
+
+
+_cap_libraries()

@@ -1,0 +1,75 @@
+"""The compute-path tests once per CPU instruction-set level, each level in a process of its own.
+
+`SPECDEC_CPU_ISA` (`specdec.cpu`) caps our kernel choice and oneDNN, ATen and MKL at a level, so a
+machine with AVX-512 and VNNI also runs the kernels a Zen 3 or an older Xeon gets. A level this
+machine lacks is skipped, with the reason; the machine's own level is the in-process run of
+tests/test_compute_paths.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec.cpu import LEVELS, cpu_features, isa_environment
+
+ROOT = Path(__file__).resolve().parent.parent
+# What oneDNN's verbose mode prints as "isa:" for each level (a substring), to prove the cap took.
+ONEDNN_ISA = {"sse41": "SSE4.1", "avx2": "AVX2", "avx512": "AVX512BW", "avx512_vnni": "DL Boost",
+              "avx512_bf16": "bfloat16", "amx": "AMX"}
+PROBE = """
+import torch
+from specdec.cpu import cpu_features
+from specdec.kernels import make_kernel
+make_kernel("fp32", torch.randn(8, 8), None, "onednn")(torch.randn(2, 8))
+print("level", cpu_features().level, "aten", torch.backends.cpu.get_cpu_capability())
+"""
+
+
+def _capped(level: str) -> dict[str, str]:
+    return {**os.environ, **isa_environment(level)}
+
+
+def _skip_unless_runnable(level: str) -> None:
+    features = cpu_features()
+    if not features.has(level):
+        pytest.skip(f"{features.model_name} lacks {level}: it tops out at {features.level}")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_cap_reaches_every_library(level):
+    _skip_unless_runnable(level)
+    probe = subprocess.run([sys.executable, "-c", PROBE], env={**_capped(level), "ONEDNN_VERBOSE": "1"}, cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    isa = next(line for line in probe.stdout.splitlines() if ",isa:" in line)
+    assert ONEDNN_ISA[level] in isa, isa
+    ours = next(line for line in probe.stdout.splitlines() if line.startswith("level "))
+    aten = isa_environment(level)["ATEN_CPU_CAPABILITY"].upper()
+    assert ours == f"level {level} aten {aten}", ours
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_compute_paths_at_level(level):
+    _skip_unless_runnable(level)
+    if level == cpu_features().level:
+        pytest.skip(f"{level} is this machine's own level: tests/test_compute_paths.py runs it in-process")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "tests/test_compute_paths.py"], env=_capped(level), cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, f"at {level}:\n{run.stdout[-4000:]}\n{run.stderr[-2000:]}"
+
+
+def test_a_level_this_cpu_lacks_is_refused():
+    top = cpu_features().native
+    if top == LEVELS[-1]:
+        pytest.skip(f"this CPU has every level up to {top}")
+    above = LEVELS[LEVELS.index(top) + 1] if top else LEVELS[0]
+    probe = subprocess.run([sys.executable, "-c", "from specdec.cpu import cpu_features; cpu_features()"],
+                           env={**os.environ, "SPECDEC_CPU_ISA": above}, cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert probe.returncode != 0 and f"SPECDEC_CPU_ISA={above}: this CPU" in probe.stderr, probe.stderr[-2000:]
