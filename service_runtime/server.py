@@ -87,27 +87,37 @@ def start_server(register: Callable[[grpc.Server], None], service_names: list[st
 
 
 def announce_and_wait(running: RunningServer, what: str, on_stop: Callable[[], None] | None = None) -> None:
-    """Print the ready line a parent process waits for, then serve until SIGTERM/SIGINT."""
+    """Print the ready line a parent process waits for, then serve until SIGTERM/SIGINT.
+
+    Under a launcher (`PARENT_PID_ENV`), the service also stops once the launcher is gone, even
+    by SIGKILL, and then exits at once: nobody is left to drain for.
+    """
     stop = threading.Event()
+    orphaned = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     parent = os.environ.get(PARENT_PID_ENV)
     if parent:
-        threading.Thread(target=_stop_when_orphaned, args=(int(parent), stop), daemon=True).start()
+        threading.Thread(target=_stop_when_orphaned, args=(int(parent), stop, orphaned), daemon=True).start()
     log.info("%s serving on port %d", what, running.port)
     print(f"{READY_PREFIX}{running.port}", flush=True)
     stop.wait()
     log.info("%s shutting down", what)
-    running.stop()
+    running.stop(grace=0.0 if orphaned.is_set() else 2.0)
     if on_stop is not None:
         on_stop()
+    if orphaned.is_set():
+        logging.shutdown()
+        os._exit(0)  # skip interpreter teardown: worker threads and library atexit hooks can take seconds
 
 
-def _stop_when_orphaned(parent: int, stop: threading.Event, period_s: float = 1.0) -> None:
+def _stop_when_orphaned(parent: int, stop: threading.Event, orphaned: threading.Event,
+                        period_s: float = 0.2) -> None:
     """Set `stop` once the launching process has died, even by SIGKILL (no orphaned services)."""
     while not stop.wait(period_s):
         if os.getppid() != parent:
             log.warning("launcher %d is gone; shutting down", parent)
+            orphaned.set()
             stop.set()
 
 
@@ -143,6 +153,10 @@ def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
     add_compute_path_args(parser)
     parser.add_argument("--profile-tokens", type=int, default=9,
                         help="at start-up, time forwards of 1..N new tokens (the cost profile the γ controller plans with)")
+    parser.add_argument("--profile-cache", default=os.environ.get("SPECDEC_PROFILE_CACHE", "auto"),
+                        help="folder that keeps measured cost profiles per model, path and CPU, so a restart does "
+                             "not re-time them; auto = profiles/ in the weights cache, off = measure every start "
+                             "(default: $SPECDEC_PROFILE_CACHE or auto)")
     parser.add_argument("--max-sessions", type=int, default=64, help="live sessions before RESOURCE_EXHAUSTED")
     parser.add_argument("--max-gamma", type=int, default=16, help="largest γ accepted per round")
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")

@@ -160,9 +160,15 @@ def _descendants(pid: int) -> set[int]:
     return children.union(*(_descendants(c) for c in children)) if children else children
 
 
+STOP_BOUND_S = 30.0  # generous for a machine whose cores are busy; an orphan would live forever
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_stopping_serve_stops_every_child(sig):
-    """SIGTERM drains and stops every child within 10 s; even after SIGKILL no child outlives serve."""
+    """SIGTERM drains and stops every child; even after SIGKILL no child outlives serve.
+
+    Waits on the condition itself (every child gone), bounded by STOP_BOUND_S; on an idle
+    machine it takes about a second."""
     serve = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", "0", "--device", "cpu",
                               "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET, "--draft-replicas", "2"],
                              stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -172,11 +178,11 @@ def test_stopping_serve_stops_every_child(sig):
         children = _descendants(serve.pid)
         assert len(children) >= 3, children  # two drafts and a target
         serve.send_signal(sig)
-        serve.wait(timeout=10)
-        deadline = time.monotonic() + (2 if sig == signal.SIGTERM else 5)
+        serve.wait(timeout=STOP_BOUND_S)
+        deadline = time.monotonic() + STOP_BOUND_S
         while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [pid for pid in children if _alive(pid)], "orphaned children"
+        assert not [pid for pid in children if _alive(pid)], f"orphaned children after {STOP_BOUND_S:.0f} s"
     finally:
         if serve.poll() is None:
             os.killpg(serve.pid, signal.SIGKILL)
