@@ -49,27 +49,27 @@ def cmd_generate(args: argparse.Namespace) -> int:
                            top_k=args.top_k, top_p=args.top_p, seed=args.seed, gamma=args.gamma, stop=args.stop)
     on_text = None if args.json else (lambda text: print(text, end="", flush=True))
 
-    def run(endpoint: str):
-        return generate(endpoint, request, on_text=on_text)
+    def run(endpoint: str) -> None:
+        result = generate(endpoint, request, on_text=on_text)
+        if args.json:
+            print(json.dumps(result.to_json()), flush=True)
+        else:
+            s = result.stats
+            print(f"\n\n[{s['generated_tokens']} tokens, {s['tokens_per_second']:.2f} tok/s, {s['rounds']} rounds, "
+                  f"acceptance {s['acceptance_rate']:.2f}, mean accepted length {s['mean_accepted_length']:.2f}, "
+                  f"finish {s['finish_reason']}]", file=sys.stderr, flush=True)
 
     try:
         if args.endpoint:
-            result = run(args.endpoint)
+            run(args.endpoint)
         else:
             from launch.stack import EmbeddedStack
 
             with EmbeddedStack(stack_options(args)) as stack:
-                result = run(stack.endpoint)
+                run(stack.endpoint)  # the result is out before the services stop
     except grpc.RpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 2
-    if args.json:
-        print(json.dumps(result.to_json()))
-    else:
-        s = result.stats
-        print(f"\n\n[{s['generated_tokens']} tokens, {s['tokens_per_second']:.2f} tok/s, {s['rounds']} rounds, "
-              f"acceptance {s['acceptance_rate']:.2f}, mean accepted length {s['mean_accepted_length']:.2f}, "
-              f"finish {s['finish_reason']}]", file=sys.stderr)
     return 0
 
 

@@ -15,6 +15,7 @@ from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from service_runtime.security import security_flags
 from service_runtime.server import PARENT_PID_ENV, READY_PREFIX, RunningServer
+from specdec.models import import_model_code
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0  # a first start downloads and converts the packaged weights
@@ -81,12 +82,20 @@ class ServiceProcess:
         return f"{self.host}:{self.port}"
 
     def stop(self) -> None:
+        self.terminate()
+        self.wait_stopped()
+
+    def terminate(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+
+    def wait_stopped(self, timeout_s: float = 10.0) -> None:
+        """Wait for the exit that `terminate` asked for; past `timeout_s`, kill."""
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def model_service_argv(model: str, opts: StackOptions) -> list[str]:
@@ -142,6 +151,9 @@ class EmbeddedStack(ManagedStack):
         self.draft = self.drafts[0]
         self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts),
                                                         "--tp", str(opts.target_tp)], opts)
+        if not opts.orchestrator_process:  # its tokenizer code imports while the services load
+            warm = threading.Thread(target=import_model_code, daemon=True)
+            warm.start()
         self.draft_addresses = [d.wait_ready(START_TIMEOUT_S) for d in self.drafts]
         self.draft_address = self.draft_addresses[0]
         self.target_address = self.target.wait_ready(START_TIMEOUT_S)
@@ -201,6 +213,8 @@ class EmbeddedStack(ManagedStack):
         for proxy in (self.draft_proxy, self.target_proxy):
             if proxy is not None:
                 proxy.stop()
-        for proc in (self.orchestrator_child, *self.drafts, self.target):
-            if proc is not None:
-                proc.stop()
+        children = [proc for proc in (self.orchestrator_child, *self.drafts, self.target) if proc is not None]
+        for proc in children:  # all at once: each drains on its own
+            proc.terminate()
+        for proc in children:
+            proc.wait_stopped()

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import grpc
@@ -22,7 +23,8 @@ from service_runtime.security import Security, security_from_args
 from service_runtime.server import RunningServer, add_model_args, announce_and_wait, configure_logging, start_server
 from specdec.cost_profile import machine_lock
 from specdec.engine import Engine
-from specdec.models import load_model
+from specdec.models import import_model_code, load_model
+from specdec.profile_cache import ProfileCache
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +43,22 @@ class ModelServiceConfig:
     dtype: str = "auto"
     quantize: str = "none"
     profile_tokens: int = 9  # the start-up cost profile times forwards of 1..N tokens (γ_max + 1)
+    profile_cache: str = "auto"  # folder of measured profiles; auto: in the weights cache; off: none
     max_sessions: int = 64
     max_gamma: int = 16
     threads: int = 0  # torch intra-op threads (0 = torch's default)
     redis_url: str = ""  # register this replica in Redis (draft services)
     advertise: str = ""  # HOST:PORT peers reach it at (default: this host and port)
     heartbeat_ttl_s: float = 6.0
+
+    def cost_profile_cache(self) -> ProfileCache | None:
+        if self.profile_cache == "off":
+            return None
+        if self.profile_cache == "auto":
+            from weights.packaged import cache_root
+
+            return ProfileCache(cache_root() / "profiles")
+        return ProfileCache(Path(self.profile_cache))
 
     def advertised_address(self, port: int) -> str:
         if self.advertise:
@@ -76,6 +88,7 @@ def model_service_config(args: argparse.Namespace) -> ModelServiceConfig:
         model=args.model, host=args.host, port=args.port, health_port=args.health_port, log_level=args.log_level,
         otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file, security=security_from_args(args),
         device=args.device, dtype=args.dtype, quantize=args.quantize, profile_tokens=args.profile_tokens,
+        profile_cache=args.profile_cache,
         max_sessions=args.max_sessions, max_gamma=args.max_gamma, threads=args.threads,
         redis_url=getattr(args, "redis_url", ""), advertise=getattr(args, "advertise", ""),
         heartbeat_ttl_s=getattr(args, "heartbeat_ttl", 6.0))
@@ -113,9 +126,10 @@ def run_model_service(config: ModelServiceConfig, *, what: str, engine_cls: type
     """Load, serve and (with a Redis URL) register a replica until SIGTERM."""
     installed = setup_process(config, f"specdec-{what.removesuffix('_service')}")
     log.info("loading %s on %s", config.model, config.device)
+    import_model_code()
     with machine_lock():
         engine = load_engine(config, engine_cls)
-        engine.measure_costs(config.profile_tokens)
+        engine.measure_costs(config.profile_tokens, config.cost_profile_cache())
     running = serve_engine(engine, config, service_name, register)
     stops = [installed.shutdown]
     if config.redis_url:

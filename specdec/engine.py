@@ -12,6 +12,7 @@ model's `ModelRunner`, on the compute path it was loaded with.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -21,15 +22,18 @@ from typing import Iterator
 import torch
 
 from specdec.batcher import PassShape, StepBatcher
-from specdec.cost_profile import CostProfile, measure
+from specdec.cost_profile import CostProfile, batch_sizes, measure
 from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from specdec.kv import SequenceState
 from specdec.kvcache import KVCache
 from specdec.models import LoadedModel
+from specdec.profile_cache import ProfileCache, profile_key
 from specdec.rejection import Verdict, verify_greedy, verify_sampled
 from specdec.rounds import PassLoad
 from specdec.runner import Step
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
+
+log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
 # With other sessions live, a prompt goes in smaller chunks, each sharing a pass with their decode
@@ -97,13 +101,28 @@ class Engine:
         self._lock = threading.Lock()  # guards the session table; rounds hold their session's own lock
         self.batcher = StepBatcher(self.runner)
 
-    def measure_costs(self, max_tokens: int) -> CostProfile:
+    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None) -> CostProfile:
         """Time forwards of 1..max_tokens tokens, and shared passes up to BATCH_PROFILE× that
-        (`specdec.cost_profile`); kept as `cost_profile`.
+        (`specdec.cost_profile`); kept as `cost_profile`. With a `cache`, a profile measured before
+        for the same model, path, hardware and sizes is used instead (`specdec.profile_cache`).
 
         Run at start-up, before any session: the timings are of this model alone."""
-        self.cost_profile = measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size)
-        return self.cost_profile
+        key = self.profile_key(max_tokens)
+        profile = cache.load(key) if cache else None
+        if profile is not None:
+            log.info("cost profile from %s: forward of %s tokens = %s ms", cache.folder,
+                     ",".join(map(str, profile.tokens)), " ".join(f"{s * 1e3:.0f}" for s in profile.seconds))
+        else:
+            profile = measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size)
+            if cache:
+                cache.store(key, profile)
+        self.cost_profile = profile
+        return profile
+
+    def profile_key(self, max_tokens: int, world: int = 1) -> dict:
+        choice = self.loaded.choice
+        return profile_key(self.loaded.name, choice.path, choice.kernel, choice.device,
+                           batch_sizes(max_tokens, BATCH_PROFILE * max_tokens), world)
 
     # -- session lifecycle -------------------------------------------------
     def open(self, session_id: str, params: SamplingParams) -> None:

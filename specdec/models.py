@@ -56,6 +56,14 @@ def parse_tiny_spec(spec: str) -> dict:
     return options
 
 
+def import_model_code() -> None:
+    """Import transformers' model and tokenizer code: seconds of CPU on first use.
+
+    Services starting together call this before they take the machine lock (which serialises
+    loading and timing), so that they import in parallel instead of one after the other."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM  # noqa: F401
+
+
 def build_tiny_model(spec: str) -> torch.nn.Module:
     """A seeded, randomly initialised tiny Qwen2 causal LM; same spec -> same weights."""
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -24,7 +24,7 @@ from service_runtime.model_service import (ModelServiceConfig, load_engine, mode
 from service_runtime.server import announce_and_wait  # noqa: E402
 from specdec.cost_profile import machine_lock  # noqa: E402
 from specdec.engine import TargetEngine  # noqa: E402
-from specdec.models import resolve_device  # noqa: E402
+from specdec.models import import_model_code, resolve_device  # noqa: E402
 from specdec.tp import shard_model  # noqa: E402
 from target_service import tensor_parallel as tp  # noqa: E402
 from target_service.servicer import register  # noqa: E402
@@ -104,7 +104,7 @@ def run_tensor_parallel(config: ModelServiceConfig, parallel: TensorParallel, ar
         return
     front = tp.TensorParallelTarget(engine, group, world, followers)
     with machine_lock():  # rank 0 drives every rank's (collective) measurement
-        front.measure_costs(config.profile_tokens)
+        front.measure_costs(config.profile_tokens, config.cost_profile_cache())
     running = serve_engine(front, config, SERVICE, register)
 
     def not_serving(_reason: str) -> None:
@@ -129,9 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     installed = setup_process(config, "specdec-target", workers_per_node=parallel.size)
     try:
         if parallel.size == 1:
+            import_model_code()
             with machine_lock():
                 engine = load_rank(config, parallel)
-                engine.measure_costs(config.profile_tokens)
+                engine.measure_costs(config.profile_tokens, config.cost_profile_cache())
             announce_and_wait(serve_engine(engine, config, SERVICE, register), "target_service")
         else:
             run_tensor_parallel(config, parallel, argv)

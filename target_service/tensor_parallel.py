@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from specdec.engine import TargetEngine, Verification
 from specdec.errors import SpecDecError, Unavailable
+from specdec.profile_cache import ProfileCache
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 5.0  # an idle rank 0 pings the followers this often, well inside the collective timeout
@@ -75,7 +76,8 @@ class TensorParallelTarget:
         self._lock = threading.Lock()
         self._last_command = time.monotonic()
         self._closed = threading.Event()
-        for rank, proc in enumerate(followers, start=1):
+        self._followers = list(enumerate(followers, start=1))
+        for rank, proc in self._followers:
             threading.Thread(target=self._watch, args=(rank, proc), daemon=True).start()
         threading.Thread(target=self._heartbeat, daemon=True).start()
 
@@ -104,9 +106,18 @@ class TensorParallelTarget:
     def cost_profile(self):
         return self.engine.cost_profile
 
-    def measure_costs(self, max_tokens: int):
-        """Every rank times the same forwards: they are collective."""
-        return self._replicate(("measure", max_tokens), lambda: self.engine.measure_costs(max_tokens))
+    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None):
+        """Every rank times the same forwards: they are collective. Rank 0 alone keeps the result,
+        so a cached profile spares every rank the measurement."""
+        key = self.engine.profile_key(max_tokens, self.tensor_parallel_size)
+        cached = cache.load(key) if cache else None
+        if cached is not None:
+            self.engine.cost_profile = cached
+            return cached
+        profile = self._replicate(("measure", max_tokens), lambda: self.engine.measure_costs(max_tokens))
+        if cache:
+            cache.store(key, profile)
+        return profile
 
     def open(self, session_id: str, params) -> None:
         self._replicate(("open", session_id, params), lambda: self.engine.open(session_id, params))
@@ -142,7 +153,7 @@ class TensorParallelTarget:
             except SpecDecError:
                 raise  # raised alike on every rank: the ranks stay in step
             except Exception as exc:  # noqa: BLE001 - a collective failed: a rank is gone
-                self.fail(f"tensor-parallel collective failed: {exc}")
+                self.fail(f"tensor-parallel {self._lost_ranks()}; the collective failed: {exc}")
                 raise Unavailable(self.failure) from exc
 
     def fail(self, reason: str) -> None:
@@ -152,6 +163,23 @@ class TensorParallelTarget:
         log.error("%s", self.failure)
         for callback in self.on_failure:
             callback(self.failure)
+
+    def _lost_ranks(self, wait_s: float = 2.0) -> str:
+        """Which follower is gone, for the error a client sees (gloo's own message names none).
+
+        A rank killed mid-collective breaks the collective before its exit is reaped, so its
+        process gets up to `wait_s` to be seen exiting. Followers not started here (Ray) cannot be
+        polled: the error then names the ranks that may be at fault.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            gone = [(rank, proc.poll()) for rank, proc in self._followers if proc.poll() is not None]
+            if gone or not self._followers or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        if gone:
+            return ", ".join(f"rank {rank} exited with code {code}" for rank, code in gone)
+        return f"one of ranks 1..{self.tensor_parallel_size - 1} stopped answering"
 
     def _watch(self, rank: int, proc: subprocess.Popen) -> None:
         code = proc.wait()

@@ -27,3 +27,12 @@ def stack():
 def int8_stack():
     with tiny_stack("int8") as running:
         yield running
+
+
+def pytest_configure(config):
+    """Measured cost profiles go to a folder of this run's own (the services inherit it), never to
+    the user's weights cache: every run starts by measuring, as a fresh machine does."""
+    import os
+    import tempfile
+
+    os.environ["SPECDEC_PROFILE_CACHE"] = tempfile.mkdtemp(prefix="specdec-profiles-")

@@ -164,7 +164,7 @@ def test_killed_worker_rank_fails_the_stream_fast_and_marks_target_not_serving()
                     pass
             assert time.monotonic() - killed < 10
         assert failure.value.code() == grpc.StatusCode.UNAVAILABLE, failure.value.details()
-        assert "rank" in failure.value.details()
+        assert "rank 1 exited" in failure.value.details(), failure.value.details()
         with grpc.insecure_channel(stack.target_address) as channel:
             status = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service="specdec.v1.TargetService"), timeout=5).status

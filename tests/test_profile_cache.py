@@ -1,0 +1,79 @@
+"""The cost-profile cache: a one-shot command reuses what an earlier start measured, and any change
+to the model, path, hardware or sizes measures again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from service_runtime.model_service import ModelServiceConfig
+from specdec.cost_profile import CostProfile
+from specdec.profile_cache import ProfileCache, profile_key, weights_fingerprint
+
+from conftest import TINY_DRAFT, TINY_TARGET
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _key(**changes) -> dict:
+    fields = dict(spec="tiny:seed=0", path="fp32", kernel="onednn", device="cpu: X [avx2]", sizes=[1, 2, 3])
+    return profile_key(**{**fields, **changes})
+
+
+def test_a_stored_profile_comes_back_only_for_its_own_key(tmp_path):
+    cache = ProfileCache(tmp_path)
+    profile = CostProfile((0.01, 0.012, 0.02), (1, 2, 4))
+    assert cache.load(_key()) is None
+    cache.store(_key(), profile)
+    assert cache.load(_key()) == profile
+    for change in ({"spec": "tiny:seed=1"}, {"path": "int8"}, {"kernel": "dense"},
+                   {"device": "cpu: X [avx2, forced by SPECDEC_CPU_ISA; native avx512]"}, {"sizes": [1, 2]}):
+        assert cache.load(_key(**change)) is None, change
+
+
+def test_expired_or_damaged_entries_are_measured_again(tmp_path):
+    cache = ProfileCache(tmp_path, max_age_s=60)
+    cache.store(_key(), CostProfile((0.01,)))
+    (entry,) = tmp_path.glob("*.json")
+    data = json.loads(entry.read_text())
+    data["measured_at"] = time.time() - 61
+    entry.write_text(json.dumps(data))
+    assert cache.load(_key()) is None
+    entry.write_text("{not json")
+    assert cache.load(_key()) is None
+
+
+def test_weight_files_are_part_of_the_key(tmp_path):
+    (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
+    before = weights_fingerprint(str(tmp_path))
+    (tmp_path / "model.safetensors").write_bytes(b"y" * 11)
+    assert weights_fingerprint(str(tmp_path)) != before
+    assert weights_fingerprint("tiny:seed=0") == ["tiny:seed=0"]
+
+
+def _generate(cache: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli.main", "generate", "--device", "cpu", "--draft-model", TINY_DRAFT,
+                           "--target-model", TINY_TARGET, "--prompt", "hello", "--max-new-tokens", "4", *extra],
+                          env={**os.environ, "SPECDEC_PROFILE_CACHE": str(cache)}, cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_one_shot_generate_measures_once_and_reuses_the_profile(tmp_path):
+    first = _generate(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    stored = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")}
+    assert len(stored) == 2, "one profile each for the draft and the target"
+    second = _generate(tmp_path)
+    assert second.returncode == 0 and second.stdout == first.stdout
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")} == stored, "the second start measured again"
+
+
+def test_the_cache_can_be_turned_off_or_moved(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    assert ModelServiceConfig("tiny:seed=0", profile_cache="off").cost_profile_cache() is None
+    assert ModelServiceConfig("tiny:seed=0").cost_profile_cache().folder == tmp_path / "profiles"
+    assert ModelServiceConfig("tiny:seed=0", profile_cache="/x").cost_profile_cache().folder == Path("/x")
