@@ -69,23 +69,25 @@ def teacher_forced_agreement(args: argparse.Namespace, prompts: list[dict], path
     return agreement
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, hardware: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["target_only_tok_s", "adaptive_tok_s", "hf_assisted_tok_s"]
-    labels = ["target-only", "adaptive speculation", "HF assisted (same kernels)"]
+    series = [("target_only_tok_s", "target-only"), ("adaptive_tok_s", "adaptive speculation"),
+              ("hf_assisted_tok_s", "HF assisted (same kernels)")]
+    series = [(name, label) for name, label in series if any(row[name] for row in rows)]  # --no-hf: no HF bars
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    width = 0.8 / len(names)
-    for i, (name, label) in enumerate(zip(names, labels)):
+    width = 0.8 / len(series)
+    for i, (name, label) in enumerate(series):
         values = [row[name] or 0.0 for row in rows]
         ax.bar([x + i * width for x in range(len(rows))], values, width, label=label)
-    ax.set_xticks([x + width for x in range(len(rows))],
+    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(rows))],
                   [f"{r['path']}\n(agreement {r['agreement_with_fp32']:.2f})" for r in rows])
     ax.set_ylabel("tokens / s")
-    ax.set_title("Throughput per compute path (one run)")
+    ax.set_title(f"Throughput per compute path (one run)\n{hardware}" if hardware else
+                 "Throughput per compute path (one run)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -145,6 +147,6 @@ def run_path_sweep(args: argparse.Namespace) -> int:
     output = Path(args.output)
     output.write_text(json.dumps({"hardware": hardware, "prompts": len(prompts), "max_new_tokens": args.max_new_tokens,
                                   "rows": rows}, indent=2))
-    plot(rows, output.with_suffix(".png"))
+    plot(rows, output.with_suffix(".png"), hardware)
     print(f"wrote {output} and {output.with_suffix('.png')}")
     return 0
