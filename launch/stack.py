@@ -152,8 +152,7 @@ class EmbeddedStack(ManagedStack):
         self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts),
                                                         "--tp", str(opts.target_tp)], opts)
         if not opts.orchestrator_process:  # its tokenizer code imports while the services load
-            warm = threading.Thread(target=import_model_code, daemon=True)
-            warm.start()
+            threading.Thread(target=import_model_code, daemon=True).start()
         self.draft_addresses = [d.wait_ready(START_TIMEOUT_S) for d in self.drafts]
         self.draft_address = self.draft_addresses[0]
         self.target_address = self.target.wait_ready(START_TIMEOUT_S)

@@ -113,6 +113,18 @@ def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: st
     return engine_cls(loaded, max_sessions=config.max_sessions, max_gamma=config.max_gamma)
 
 
+def load_and_profile(config: ModelServiceConfig, load: Callable[[], Engine]) -> Engine:
+    """`load()` and its cost profile, one service at a time on this machine (`machine_lock`).
+
+    The model code is imported first, outside the lock, so services starting together import in
+    parallel; the profile comes from the cache when an earlier start measured it."""
+    import_model_code()
+    with machine_lock():
+        engine = load()
+        engine.measure_costs(config.profile_tokens, config.cost_profile_cache())
+    return engine
+
+
 def serve_engine(engine, config: ModelServiceConfig, service_name: str,
                  register: Callable[[grpc.Server, Engine], None]) -> RunningServer:
     """Start the gRPC server for `engine` (an Engine or a tensor-parallel front with its interface)."""
@@ -126,10 +138,7 @@ def run_model_service(config: ModelServiceConfig, *, what: str, engine_cls: type
     """Load, serve and (with a Redis URL) register a replica until SIGTERM."""
     installed = setup_process(config, f"specdec-{what.removesuffix('_service')}")
     log.info("loading %s on %s", config.model, config.device)
-    import_model_code()
-    with machine_lock():
-        engine = load_engine(config, engine_cls)
-        engine.measure_costs(config.profile_tokens, config.cost_profile_cache())
+    engine = load_and_profile(config, lambda: load_engine(config, engine_cls))
     running = serve_engine(engine, config, service_name, register)
     stops = [installed.shutdown]
     if config.redis_url:

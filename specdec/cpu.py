@@ -82,29 +82,20 @@ class CpuFeatures:
         return f"{self.model_name} [{level}" + (f", forced by {ENV}; native {self.native}]" if self.forced else "]")
 
 
-def _flags() -> set[str]:
+def _cpuinfo(field: str) -> str:
+    """The first `field` line's value in /proc/cpuinfo ("" where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def _model_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "unknown CPU"
+    return ""
 
 
-def native_level() -> str | None:
-    """The highest level this CPU has, as torch's CPU probes (and /proc/cpuinfo) see it."""
-    cpu, flags = torch.cpu, _flags()
+def native_level(flags: set[str]) -> str | None:
+    """The highest level this CPU has, as torch's CPU probes (and /proc/cpuinfo `flags`) see it."""
+    cpu = torch.cpu
     checks = {"sse41": "sse4_1" in flags or cpu._is_avx2_supported(), "avx2": cpu._is_avx2_supported(),
               "avx512": cpu._is_avx512_supported(), "avx512_vnni": cpu._is_vnni_supported(),
               "avx512_bf16": cpu._is_avx512_bf16_supported(), "amx": cpu._is_amx_tile_supported()}
@@ -119,15 +110,15 @@ def native_level() -> str | None:
 @functools.cache
 def cpu_features() -> CpuFeatures:
     """This CPU, capped at `$SPECDEC_CPU_ISA` when set (read once per process)."""
-    native = native_level()
-    level = native
+    flags, name = set(_cpuinfo("flags").split()), _cpuinfo("model name") or "unknown CPU"
+    native = level = native_level(flags)
     forced = os.environ.get(ENV, "").strip()
     if forced and forced != "native":
         isa_environment(forced)  # validates the name
         if native is None or LEVELS.index(forced) > LEVELS.index(native):
-            raise UnsupportedIsa(f"{ENV}={forced}: this CPU ({_model_name()}) tops out at {native or 'no SSE4.1'}")
+            raise UnsupportedIsa(f"{ENV}={forced}: this CPU ({name}) tops out at {native or 'no SSE4.1'}")
         level = forced
-    return CpuFeatures(_model_name(), level, native, avx_vnni="avx_vnni" in _flags())
+    return CpuFeatures(name, level, native, avx_vnni="avx_vnni" in flags)
 
 
 def _cap_libraries() -> None:

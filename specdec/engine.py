@@ -12,7 +12,6 @@ model's `ModelRunner`, on the compute path it was loaded with.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 import time
@@ -27,13 +26,11 @@ from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange,
 from specdec.kv import SequenceState
 from specdec.kvcache import KVCache
 from specdec.models import LoadedModel
-from specdec.profile_cache import ProfileCache, profile_key
+from specdec.profile_cache import ProfileCache, load_or_measure, profile_key
 from specdec.rejection import Verdict, verify_greedy, verify_sampled
 from specdec.rounds import PassLoad
 from specdec.runner import Step
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
-
-log = logging.getLogger(__name__)
 
 PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
 # With other sessions live, a prompt goes in smaller chunks, each sharing a pass with their decode
@@ -107,17 +104,10 @@ class Engine:
         for the same model, path, hardware and sizes is used instead (`specdec.profile_cache`).
 
         Run at start-up, before any session: the timings are of this model alone."""
-        key = self.profile_key(max_tokens)
-        profile = cache.load(key) if cache else None
-        if profile is not None:
-            log.info("cost profile from %s: forward of %s tokens = %s ms", cache.folder,
-                     ",".join(map(str, profile.tokens)), " ".join(f"{s * 1e3:.0f}" for s in profile.seconds))
-        else:
-            profile = measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size)
-            if cache:
-                cache.store(key, profile)
-        self.cost_profile = profile
-        return profile
+        self.cost_profile = load_or_measure(
+            cache, lambda: self.profile_key(max_tokens),
+            lambda: measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size))
+        return self.cost_profile
 
     def profile_key(self, max_tokens: int, world: int = 1) -> dict:
         choice = self.loaded.choice

@@ -17,6 +17,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -75,3 +76,19 @@ class ProfileCache:
             os.replace(tmp, self._file(key))
         except OSError as exc:
             log.warning("could not cache the cost profile in %s: %s", self.folder, exc)
+
+
+def load_or_measure(cache: ProfileCache | None, key: Callable[[], dict],
+                    measure: Callable[[], CostProfile]) -> CostProfile:
+    """The cached profile for `key()`, or `measure()` (stored for the next start). No cache: measure."""
+    if cache is None:
+        return measure()
+    entry = key()
+    profile = cache.load(entry)
+    if profile is None:
+        profile = measure()
+        cache.store(entry, profile)
+    else:
+        log.info("cost profile from %s: forward of %s tokens = %s ms", cache.folder,
+                 ",".join(map(str, profile.tokens)), " ".join(f"{s * 1e3:.0f}" for s in profile.seconds))
+    return profile

@@ -19,12 +19,12 @@ from dataclasses import dataclass  # noqa: E402
 import torch  # noqa: E402
 from grpc_health.v1 import health_pb2  # noqa: E402
 
-from service_runtime.model_service import (ModelServiceConfig, load_engine, model_service_config,  # noqa: E402
-                                          model_service_parser, serve_engine, setup_process)
+from service_runtime.model_service import (ModelServiceConfig, load_and_profile, load_engine,  # noqa: E402
+                                          model_service_config, model_service_parser, serve_engine, setup_process)
 from service_runtime.server import announce_and_wait  # noqa: E402
 from specdec.cost_profile import machine_lock  # noqa: E402
 from specdec.engine import TargetEngine  # noqa: E402
-from specdec.models import import_model_code, resolve_device  # noqa: E402
+from specdec.models import resolve_device  # noqa: E402
 from specdec.tp import shard_model  # noqa: E402
 from target_service import tensor_parallel as tp  # noqa: E402
 from target_service.servicer import register  # noqa: E402
@@ -129,10 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     installed = setup_process(config, "specdec-target", workers_per_node=parallel.size)
     try:
         if parallel.size == 1:
-            import_model_code()
-            with machine_lock():
-                engine = load_rank(config, parallel)
-                engine.measure_costs(config.profile_tokens, config.cost_profile_cache())
+            engine = load_and_profile(config, lambda: load_rank(config, parallel))
             announce_and_wait(serve_engine(engine, config, SERVICE, register), "target_service")
         else:
             run_tensor_parallel(config, parallel, argv)

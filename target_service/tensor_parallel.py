@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from specdec.engine import TargetEngine, Verification
 from specdec.errors import SpecDecError, Unavailable
-from specdec.profile_cache import ProfileCache
+from specdec.profile_cache import ProfileCache, load_or_measure
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 5.0  # an idle rank 0 pings the followers this often, well inside the collective timeout
@@ -109,15 +109,10 @@ class TensorParallelTarget:
     def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None):
         """Every rank times the same forwards: they are collective. Rank 0 alone keeps the result,
         so a cached profile spares every rank the measurement."""
-        key = self.engine.profile_key(max_tokens, self.tensor_parallel_size)
-        cached = cache.load(key) if cache else None
-        if cached is not None:
-            self.engine.cost_profile = cached
-            return cached
-        profile = self._replicate(("measure", max_tokens), lambda: self.engine.measure_costs(max_tokens))
-        if cache:
-            cache.store(key, profile)
-        return profile
+        self.engine.cost_profile = load_or_measure(
+            cache, lambda: self.engine.profile_key(max_tokens, self.tensor_parallel_size),
+            lambda: self._replicate(("measure", max_tokens), lambda: self.engine.measure_costs(max_tokens)))
+        return self.engine.cost_profile
 
     def open(self, session_id: str, params) -> None:
         self._replicate(("open", session_id, params), lambda: self.engine.open(session_id, params))
