@@ -7,6 +7,9 @@ Paths (`specdec.kernels` has the numerics):
 - "bf16" / "fp16": half-precision weights; bf16 is the default on CUDA. On a CPU without native
   bf16 (avx512_bf16 / AMX) it is emulated and scales badly with tokens per forward: a warning says so.
 - "int8": W8A8 with per-token activation scales, CPU only, lossy (one flag away: --quantize int8).
+- "gguf": the weights of a GGUF model kept in their block formats (Q4_K, Q6_K, ...) and expanded
+  in registers to their exact float32 values; float32 activations and sums (`specdec.blockquant`).
+  The default on CPU for a GGUF-sourced model: the float32 path's numbers at a fraction of the bytes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from specdec import blockquant
 from specdec.cpu import cpu_features
 from specdec.kernels import PATHS, fastest_fp32_kernel, make_kernel
 from specdec.runner import Collectives, ModelRunner
@@ -25,8 +29,9 @@ log = logging.getLogger(__name__)
 
 MKL_MARGIN = 0.9  # MKL must take under 90% of oneDNN's time to be chosen over it
 RACE_MIN_BYTES = 64 * 2**20  # smaller weights stay in cache and time nothing real: oneDNN without a race
-ALL_PATHS = (*PATHS, "fp16")
-WEIGHT_DTYPE = {"fp32": torch.float32, "int8": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ALL_PATHS = (*PATHS, "fp16", "gguf")
+WEIGHT_DTYPE = {"fp32": torch.float32, "int8": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+                "gguf": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,10 @@ class PathChoice:
     kernel_seconds: dict[str, float] = field(default_factory=dict)  # the fp32 kernel race, if run
 
 
-def resolve_path(dtype: str = "auto", quantize: str = "none", device: torch.device | str = "cpu") -> str:
-    """Flags -> path name: --quantize int8 wins; else the dtype (auto: fp32 on CPU, bf16 on CUDA)."""
+def resolve_path(dtype: str = "auto", quantize: str = "none", device: torch.device | str = "cpu",
+                 packed_source: bool = False) -> str:
+    """Flags -> path name: --quantize int8 wins; else the dtype. auto: bf16 on CUDA; on CPU gguf for a
+    model whose weights come in GGUF blocks (`packed_source`) where the kernel can run, else fp32."""
     device = torch.device(device)
     if quantize not in ("none", "", "int8"):
         raise ValueError(f"unknown --quantize {quantize!r}; choose none or int8")
@@ -49,10 +56,20 @@ def resolve_path(dtype: str = "auto", quantize: str = "none", device: torch.devi
         if device.type != "cpu":
             raise ValueError("--quantize int8 is a CPU path; on CUDA use --dtype bfloat16 (the default)")
         return "int8"
+    if dtype == "gguf":
+        if device.type != "cpu" or not packed_source:
+            raise ValueError("--dtype gguf runs a GGUF model's own weight blocks, on CPU")
+        if not blockquant.available():
+            raise ValueError("--dtype gguf needs its C kernel, which cannot be built here (no C compiler?)")
+        return "gguf"
+    if dtype == "auto" and device.type == "cpu" and packed_source:
+        if blockquant.available():
+            return "gguf"
+        log.warning("the gguf kernel cannot be built here (no C compiler?): this GGUF model runs on float32")
     names = {"auto": "bf16" if device.type == "cuda" else "fp32", "float32": "fp32", "fp32": "fp32",
              "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
     if dtype not in names:
-        raise ValueError(f"unknown --dtype {dtype!r}; choose auto, float32, bfloat16 or float16")
+        raise ValueError(f"unknown --dtype {dtype!r}; choose auto, float32, bfloat16, float16 or gguf")
     return names[dtype]
 
 
@@ -85,7 +102,7 @@ def choose_fp32_kernel(model: nn.Module, max_tokens: int) -> tuple[str, dict[str
 def build_runner(model: nn.Module, path: str, max_tokens: int = 9,
                  collectives: Collectives | None = None) -> tuple[ModelRunner, PathChoice]:
     """Rebuild `model`'s linear layers for `path` (measuring where there is a choice)."""
-    device = next(model.parameters()).device
+    device = torch.device("cpu") if path == "gguf" else next(model.parameters()).device
     described = describe_device(device)
     kernel, seconds = "dense", {}
     if device.type == "cpu":
@@ -98,17 +115,26 @@ def build_runner(model: nn.Module, path: str, max_tokens: int = 9,
         runner = ModelRunner(model, path, fp32_kernel=kernel, collectives=collectives)
         if path == "int8":
             kernel = runner.lm_head.name
+        elif path == "gguf":
+            kernel = runner_kernel_name(runner)
         elif path in ("bf16", "fp16") and not features.native_bf16:
             kernel = "dense-emulated"  # said in Info, so a user sees why this path is slow here
     else:
         runner = ModelRunner(model, path, collectives=collectives)
-    invariant = device.type == "cpu" and (path == "int8" or (path == "fp32" and kernel == "onednn")
+    invariant = device.type == "cpu" and (path in ("int8", "gguf") or (path == "fp32" and kernel == "onednn")
                                           or (path == "bf16" and cpu_features().native_bf16))
     choice = PathChoice(path, kernel, described, invariant, seconds)
     log.info("compute path %s, kernel %s, on %s%s", path, kernel, described,
              f" (fp32 kernels timed: {', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in seconds.items())})"
              if seconds else "")
     return runner, choice
+
+
+def runner_kernel_name(runner: ModelRunner) -> str:
+    """The gguf path's kernel with the block formats it reads, e.g. "gguf-Q4_K+Q6_K"."""
+    kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
+    formats = dict.fromkeys(f for k in [*kernels, runner.lm_head] for f in k.name.removeprefix("gguf-").split("+"))
+    return "gguf-" + "+".join(sorted(formats))
 
 
 def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Module:

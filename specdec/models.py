@@ -3,10 +3,13 @@
 A spec is one of:
 - a local Hugging Face folder (the packaged pair's "packaged:draft" / "packaged:target" become
   one through `weights.resolve`, outside the core);
-- a local .gguf file (dequantised on load);
+- a local .gguf file, or a folder holding one .gguf beside its config.json and tokenizer (the
+  packaged pair): a GGUF source, whose weights the "gguf" path keeps in their blocks
+  (`specdec.gguf_model`) and the float32 path dequantizes to the same values;
 - "tiny:key=value,...": a tiny randomly initialised Qwen2 model built in code (tests).
   Keys: seed, layers, hidden, heads, kv_heads, vocab, ctx, perturb (relative weight noise,
-  seeded by perturb_seed, used to make a draft that disagrees with its target now and then).
+  seeded by perturb_seed, used to make a draft that disagrees with its target now and then),
+  gguf (1: weights quantized as a Q4_K_M file would be, so that the model is a GGUF source).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from specdec.runner import Collectives, ModelRunner
 log = logging.getLogger(__name__)
 
 TINY_DEFAULTS = {"seed": 0, "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 260,
-                 "ctx": 512, "perturb": 0.0, "perturb_seed": 1}
+                 "ctx": 512, "perturb": 0.0, "perturb_seed": 1, "gguf": 0}
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,10 @@ def build_tiny_model(spec: str) -> torch.nn.Module:
             for param in model.parameters():
                 noise = torch.randn(param.shape, generator=gen) * param.std() * o["perturb"]
                 param.add_(noise)
+    if o["gguf"]:
+        from specdec.gguf_model import pack_tiny
+
+        pack_tiny(model)
     return model
 
 
@@ -118,21 +125,59 @@ def _resolve_path(spec: str) -> Path:
     return path
 
 
-def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = torch.float32) -> torch.nn.Module:
-    """The Hugging Face model for `spec`, in `weight_dtype` on `device`, in eval mode."""
+def gguf_file(spec: str) -> Path | None:
+    """The GGUF file behind `spec`, if its weights come in GGUF blocks (a .gguf file, or a folder with
+    one and no safetensors); None otherwise. Tiny specs with gguf=1 are GGUF sources without a file."""
+    if spec.startswith("tiny:"):
+        return None
+    path = _resolve_path(spec)
+    if path.suffix == ".gguf":
+        return path
+    files = list(path.glob("*.gguf")) if path.is_dir() else []
+    return files[0] if len(files) == 1 and not any(path.glob("*.safetensors")) else None
+
+
+def is_packed_source(spec: str) -> bool:
+    return parse_tiny_spec(spec)["gguf"] == 1 if spec.startswith("tiny:") else gguf_file(spec) is not None
+
+
+def _gguf_config(spec: str, file: Path):
+    from transformers import AutoConfig
+
+    path = Path(spec)
+    if path.is_dir() and (path / "config.json").exists():
+        return AutoConfig.from_pretrained(path, local_files_only=True)
+    return AutoConfig.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True)
+
+
+def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = torch.float32,
+                  packed: bool = False) -> torch.nn.Module:
+    """The Hugging Face model for `spec`, in `weight_dtype` on `device`, in eval mode.
+
+    packed: a GGUF source keeps its weights in their blocks (the "gguf" path) instead of float32."""
     from transformers import AutoModelForCausalLM
 
+    from specdec.gguf_model import UnsupportedGguf, load_gguf_model
+
     if spec.startswith("tiny:"):
-        model = build_tiny_model(spec).to(weight_dtype)
-    else:
-        path = _resolve_path(spec)
-        kwargs = {"dtype": weight_dtype, "local_files_only": True}
-        if path.suffix == ".gguf":
-            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **kwargs)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        if device.type == "cpu":
+        return build_tiny_model(spec).to(weight_dtype).to(device).eval()
+    path, file = _resolve_path(spec), gguf_file(spec)
+    kwargs = {"dtype": weight_dtype, "local_files_only": True}
+    if file is not None:
+        try:
+            model = load_gguf_model(file, _gguf_config(spec, file), packed)
+            if packed:  # CPU and float32 by definition; its meta-device placeholders cannot move
+                return model
+            model = model.to(weight_dtype)
+        except UnsupportedGguf:
+            if packed:
+                raise
+            model = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, **kwargs)
             _into_private_memory(model)
+        return model.to(device).eval()
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if device.type == "cpu":
+        _into_private_memory(model)
     return model.to(device).eval()
 
 
@@ -144,8 +189,11 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     max_tokens: the largest forward the fp32 kernel race weighs (γ_max + 1).
     """
     dev = resolve_device(device)
-    path = resolve_path(dtype, quantize, dev)
-    model = load_hf_model(spec, dev, WEIGHT_DTYPE[path])
+    path = resolve_path(dtype, quantize, dev, is_packed_source(spec))
+    if path == "gguf" and shard is not None:
+        log.info("tensor parallelism shards float32 weights: this GGUF model runs on the fp32 path")
+        path = "fp32"  # a Q4_K row splits only at 256-column blocks, which the MLP width need not have
+    model = load_hf_model(spec, dev, WEIGHT_DTYPE[path], packed=path == "gguf")
     config = model.config
     eos = () if spec.startswith("tiny:") else _eos_ids(model)
     collectives = shard(model) if shard is not None else None
@@ -183,15 +231,10 @@ def load_tokenizer(spec: str):
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
-def convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Dequantise a GGUF file and save it as an fp32 safetensors folder with its tokenizer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def save_gguf_metadata(gguf: Path, out_dir: Path) -> None:
+    """Save a GGUF file's config and tokenizer as a Hugging Face folder (seconds to read, instead of
+    the ~20 s that converting them from the GGUF's metadata takes on every start)."""
+    from transformers import AutoConfig, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
-                                                 local_files_only=True)
-    # transformers 5.x refuses to save a GGUF-loaded model while it carries its quantizer marker.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.save_pretrained(out_dir)
+    AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(out_dir)
     AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(out_dir)

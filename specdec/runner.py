@@ -18,12 +18,14 @@ originals are released. Supported: models laid out like Llama / Qwen2 / Mistral 
 from __future__ import annotations
 
 import inspect
+import itertools
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from specdec.attention import BLOCK, attend, visibility
+from specdec.blockquant import BlockEmbedding, BlockQuantKernel
 from specdec.kernels import Kernel, make_kernel
 from specdec.kvcache import KVCache
 
@@ -65,13 +67,16 @@ class _Layer:
 
 
 def _fused(path: str, linears: list[nn.Linear], fp32_kernel: str) -> Kernel:
-    weight = torch.cat([lin.weight.detach() for lin in linears])
+    """One kernel for linears that read the same input (q, k, v; gate, up): their outputs side by side."""
     biases = [lin.bias for lin in linears]
     bias = None
-    if any(b is not None for b in biases):
-        bias = torch.cat([b.detach() if b is not None else torch.zeros(lin.out_features, dtype=lin.weight.dtype,
-                                                                       device=lin.weight.device)
+    given = [b for b in biases if b is not None]
+    if given:
+        bias = torch.cat([b.detach() if b is not None else given[0].new_zeros(lin.out_features)
                           for b, lin in zip(biases, linears)])
+    if path == "gguf":
+        return BlockQuantKernel([lin.block_weight for lin in linears], bias)
+    weight = torch.cat([lin.weight.detach() for lin in linears])
     return make_kernel(path, weight, bias, fp32_kernel)
 
 
@@ -107,7 +112,8 @@ def check_supported(model: nn.Module) -> None:
 class ModelRunner:
     """Owns a model's compute path and runs ragged multi-session forward passes.
 
-    path: "fp32", "bf16" or "int8" (see `specdec.kernels`); fp32_kernel: "dense" or "onednn".
+    path: "fp32", "bf16", "int8" (see `specdec.kernels`) or "gguf" (`specdec.blockquant`: every linear
+    layer and the embedding carry a `block_weight`); fp32_kernel: "dense" or "onednn".
     `collectives` joins tensor-parallel shards (`specdec.tp`); the default is one worker.
     """
 
@@ -119,11 +125,14 @@ class ModelRunner:
         config = model.config
         self.path = path
         self.collectives = collectives or Collectives()
-        self.act_dtype = torch.bfloat16 if path == "bf16" else next(decoder.embed_tokens.parameters()).dtype
         if path == "bf16":
             model.to(torch.bfloat16)
-        self.device = decoder.embed_tokens.weight.device
-        self.embed = decoder.embed_tokens
+        if path == "gguf":  # weights in their GGUF blocks (`specdec.blockquant`); float32 activations
+            self.act_dtype, self.device = torch.float32, torch.device("cpu")
+            self.embed = BlockEmbedding(decoder.embed_tokens.block_weight)
+        else:
+            self.act_dtype, self.device = decoder.embed_tokens.weight.dtype, decoder.embed_tokens.weight.device
+            self.embed = decoder.embed_tokens
         self.norm = decoder.norm
         self.rotary = decoder.rotary_emb
         self.apply_rotary = inspect.getmodule(type(model)).apply_rotary_pos_emb
@@ -149,7 +158,7 @@ class ModelRunner:
                          mlp.down_proj)
             head = model.get_output_embeddings()
             self.lm_head = _fused(path, [head], fp32_kernel)
-            if head.weight.data_ptr() != self.embed.weight.data_ptr():
+            if head.weight is not getattr(self.embed, "weight", None):
                 _release(head)
 
     # -- caches --------------------------------------------------------------------------
@@ -159,7 +168,8 @@ class ModelRunner:
 
     def weight_bytes(self) -> int:
         kernels = [k for layer in self.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
-        small = sum(p.numel() * p.element_size() for m in (self.embed, self.norm) for p in m.parameters())
+        small = sum(t.numel() * t.element_size() for m in (self.embed, self.norm)
+                    for t in itertools.chain(m.parameters(), m.buffers()))
         norms = sum(p.numel() * p.element_size() for layer in self.layers
                     for m in (layer.input_norm, layer.post_norm) for p in m.parameters())
         return sum(k.weight_bytes() for k in kernels) + self.lm_head.weight_bytes() + small + norms

@@ -8,11 +8,21 @@ from launch.stack import EmbeddedStack, StackOptions
 
 TINY_TARGET = "tiny:seed=0"
 TINY_DRAFT = "tiny:seed=0,perturb=0.05"  # agrees with the target on about half the tokens
-PATH_OPTIONS = {"fp32": {}, "bf16": {"dtype": "bfloat16"}, "int8": {"quantize": "int8"}}
+# GGUF sources (weights quantized as a Q4_K_M file's are; 256 wide, so Q4_K and Q6_K blocks): on CPU
+# their default path is "gguf"; `dtype: float32` runs the same dequantized weights on fp32.
+GGUF_TARGET = "tiny:seed=0,hidden=256,gguf=1"
+GGUF_DRAFT = "tiny:seed=0,hidden=256,gguf=1,perturb=0.05"
+PATH_OPTIONS = {"fp32": {}, "bf16": {"dtype": "bfloat16"}, "int8": {"quantize": "int8"}, "gguf": {}}
+
+
+def tiny_models(path: str) -> tuple[str, str]:
+    """(draft, target) specs for a compute path's tests."""
+    return (GGUF_DRAFT, GGUF_TARGET) if path == "gguf" else (TINY_DRAFT, TINY_TARGET)
 
 
 def tiny_stack(path: str = "fp32") -> EmbeddedStack:
-    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+    draft, target = tiny_models(path)
+    opts = StackOptions(draft_model=draft, target_model=target, device="cpu", gamma_max=6,
                         max_new_tokens_limit=1024, log_level="warning", **PATH_OPTIONS[path])
     return EmbeddedStack(opts)
 
@@ -26,6 +36,12 @@ def stack():
 @pytest.fixture(scope="session")
 def int8_stack():
     with tiny_stack("int8") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def gguf_stack():
+    with tiny_stack("gguf") as running:
         yield running
 
 

@@ -53,12 +53,12 @@ def test_lossy_paths_track_fp32(path, kernel):
     assert torch.nn.functional.cosine_similarity(got, full, dim=-1).min() > 0.99
 
 
-@pytest.mark.parametrize("path,kernel", PATHS)
+@pytest.mark.parametrize("path,kernel", [*PATHS, ("gguf", "gguf")])
 def test_a_tokens_logits_do_not_depend_on_what_is_computed_with_it(path, kernel):
     """Decoded alone, verified in a block, batched with another session, or prefilled in chunks that
     cross an attention block: the same bits. This is what makes greedy speculative output equal
-    target-only output exactly on these paths."""
-    model = runner(path, kernel)
+    target-only output exactly on these paths (gguf: a model quantized as a Q4_K_M file is)."""
+    model = runner(path, kernel, "tiny:seed=0,hidden=256,gguf=1" if path == "gguf" else "tiny:seed=0")
     prefix, tail = TOKENS[:5], TOKENS[5:]
 
     cache = model.new_cache()

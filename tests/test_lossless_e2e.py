@@ -17,17 +17,17 @@ from specdec.models import load_model
 from specdec.runner import Step
 from specdec.sampling import SamplingParams, probs_from_logits
 
-from conftest import PATH_OPTIONS, TINY_TARGET
+from conftest import PATH_OPTIONS, tiny_models
 
 
-@pytest.mark.parametrize("path,concurrency", [("fp32", 8), ("int8", 1)])
+@pytest.mark.parametrize("path,concurrency", [("fp32", 8), ("int8", 1), ("gguf", 8)])
 def test_first_token_histogram_matches_target(request, path, concurrency):
     """The target distribution p comes from the target as served on that path (same kernels). On fp32
     the samples come from 8 sessions at a time, whose steps share forward passes."""
-    stack = request.getfixturevalue({"fp32": "stack", "int8": "int8_stack"}[path])
+    stack = request.getfixturevalue({"fp32": "stack", "int8": "int8_stack", "gguf": "gguf_stack"}[path])
     prompt = [40, 41, 42, 43]
     params = SamplingParams(temperature=1.0, top_k=8)
-    target = load_model(TINY_TARGET, "cpu", **PATH_OPTIONS[path]).runner
+    target = load_model(tiny_models(path)[1], "cpu", **PATH_OPTIONS[path]).runner
     logits = target.forward([Step(target.new_cache(), prompt)])[0]  # [1, V]
     p = probs_from_logits(logits, params)[0]  # [V]
     samples = 1200

