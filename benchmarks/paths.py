@@ -1,4 +1,4 @@
-"""`specdec bench --paths fp32,bf16,int8`: target-only, adaptive speculation and HF assisted generation
+"""`specdec bench --paths fp32,gguf,bf16,int8`: target-only, adaptive speculation and HF assisted generation
 on each compute path, side by side, with each lossy path's greedy agreement with fp32.
 
 Every path gets its own stack (both models on that path) and its own HF baseline with the same
@@ -22,7 +22,7 @@ from service_runtime.wire import cost_profile_from_pb
 import weights
 
 PATH_FLAGS = {"fp32": ("float32", "none"), "bf16": ("bfloat16", "none"), "fp16": ("float16", "none"),
-              "int8": ("auto", "int8")}
+              "int8": ("auto", "int8"), "gguf": ("gguf", "none")}
 
 
 def _greedy(runner, prompt_ids: list[int], n: int) -> list[int]:

@@ -71,7 +71,8 @@ def hf_baseline(spec: str, device, path: str, kernel: str):
     from specdec.compute import WEIGHT_DTYPE, swap_linears
     from specdec.models import load_hf_model
 
-    return swap_linears(load_hf_model(weights.resolve(spec), device, WEIGHT_DTYPE[path]), path, kernel)
+    return swap_linears(load_hf_model(weights.resolve(spec), device, WEIGHT_DTYPE[path], packed=path == "gguf"),
+                        path, kernel)
 
 
 class HFAssisted:

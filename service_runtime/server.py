@@ -140,7 +140,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
 def add_compute_path_args(parser: argparse.ArgumentParser) -> None:
     """Where and how a model computes (`specdec.compute`): a service's flags, and the stack's for both."""
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (fp32 on CPU, bf16 on CUDA), float32, bfloat16, float16")
+    parser.add_argument("--dtype", default="auto", help="auto (on CPU: gguf for a GGUF model, else fp32; bf16 on CUDA), float32, "
+                        "bfloat16, float16, gguf (a GGUF model's own weight blocks, exact float32 arithmetic)")
     parser.add_argument("--quantize", default="none", choices=["none", "int8"],
                         help="int8: the fast, lossy CPU path (int8 weights, per-token int8 activations; "
                              "see docs/PERFORMANCE.md)")

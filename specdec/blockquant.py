@@ -11,7 +11,9 @@ other type, dequantized once at load).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -20,6 +22,8 @@ from torch import nn
 from specdec import native
 from specdec.cpu import cpu_features
 from specdec.kernels import Kernel
+
+log = logging.getLogger(__name__)
 
 F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14  # GGML's type numbers
 NAMES = {F32: "F32", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
@@ -31,12 +35,14 @@ def library():
     return native.load(native.march_for(cpu_features().level))
 
 
+@lru_cache(maxsize=None)
 def available() -> bool:
     """Whether the gguf kernel can run here (an x86 CPU and a C compiler, or a prebuilt library)."""
     try:
         library()
         return True
-    except native.KernelUnavailable:
+    except native.KernelUnavailable as error:
+        log.warning("%s", error)
         return False
 
 
@@ -75,6 +81,13 @@ class BlockTensor:
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Float32 [len(rows), cols]: the exact weights the kernel computes with."""
         ids = torch.arange(self.rows) if rows is None else rows.to(torch.int64).contiguous()
+        if self.qtype == F32:
+            return self.data[ids].view(torch.float32).clone()
+        if not available():  # no kernel here (no compiler, not x86): gguf-py's numpy dequantizer, same values
+            import gguf
+
+            values = gguf.quants.dequantize(self.data[ids].numpy(), gguf.GGMLQuantizationType(self.qtype))
+            return torch.from_numpy(np.array(values, dtype=np.float32)).reshape(ids.numel(), self.cols)
         out = torch.empty(ids.numel(), self.cols, dtype=torch.float32)
         library().bq_dequantize_rows(self.qtype, self.data.data_ptr(), self.cols, ids.data_ptr(), ids.numel(),
                                      out.data_ptr())

@@ -146,7 +146,12 @@ def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Modu
     linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if isinstance(child, nn.Linear)]
     for parent, name, child in linears:
-        setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel))
+        if path == "gguf":  # a GGUF model loaded packed (`load_hf_model(..., packed=True)`)
+            setattr(parent, name, blockquant.BlockQuantKernel([child.block_weight], child.bias))
+        else:
+            setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel))
+    if path == "gguf":
+        model.model.embed_tokens = blockquant.BlockEmbedding(model.model.embed_tokens.block_weight)
     if path == "bf16":
         model.to(torch.bfloat16)
     return model

@@ -154,3 +154,39 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
     theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32)
     for (name, mine), (_, hf) in zip(sorted(floats.state_dict().items()), sorted(theirs.state_dict().items())):
         assert torch.equal(mine, hf), name
+
+
+def test_hf_baseline_gets_the_same_kernels():
+    """The benchmark's Hugging Face baseline runs on the gguf kernels too (a slow baseline is no win)."""
+    from specdec.compute import swap_linears
+    from specdec.models import load_hf_model
+
+    hf = swap_linears(load_hf_model(TINY_GGUF, torch.device("cpu"), packed=True), "gguf")
+    assert isinstance(hf.model.layers[0].mlp.down_proj, BlockQuantKernel)
+    ours = load_model(TINY_GGUF, "cpu").runner
+    tokens = [5, 17, 101, 3, 250, 42]
+    with torch.inference_mode():
+        theirs = hf(input_ids=torch.tensor([tokens])).logits[0]
+    mine = ours.forward([Step(ours.new_cache(), tokens, logits=len(tokens))])[0]
+    torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)
+
+
+def test_without_a_compiler_the_kernel_is_refused_clearly(tmp_path, monkeypatch):
+    from specdec import native
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", "")
+    with pytest.raises(native.KernelUnavailable, match="no C compiler"):
+        native.build("x86-64-v2")
+
+
+def test_without_the_kernel_a_gguf_model_runs_on_fp32_with_the_same_weights(monkeypatch):
+    with_kernel = load_model(TINY_GGUF, "cpu", dtype="float32").runner
+    monkeypatch.setattr(blockquant, "available", lambda: False)  # as on a machine with no compiler
+    loaded = load_model(TINY_GGUF, "cpu")
+    assert loaded.choice.path == "fp32"
+    with pytest.raises(ValueError, match="C kernel"):
+        resolve_path("gguf", "none", "cpu", packed_source=True)
+    tokens = [5, 17, 101, 3]
+    logits = [r.forward([Step(r.new_cache(), tokens, logits=4)])[0] for r in (with_kernel, loaded.runner)]
+    assert torch.equal(logits[0], logits[1]), "gguf-py's numpy dequantizer gives the kernel's values"

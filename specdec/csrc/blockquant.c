@@ -5,28 +5,47 @@
  * for Q5_0, d·q for Q8_0; those products are exact in float32, so a fused multiply-add rounds like
  * gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed in float32.
  *
- * Row invariance: each output y[s, n] is summed in one fixed order (16 lanes over the row's blocks in
- * storage order, then the lanes in index order) whatever S is and whichever rows share the pass, so
+ * Row invariance: each output y[s, n] is summed in one fixed order (V lanes over the row's blocks in
+ * storage order, then the lanes by a fixed tree) whatever S is and whichever rows share the pass, so
  * a token's result does not depend on what it is computed with. Threads split the output columns.
  *
- * Built once per x86 level (x86-64-v2, -v3, -v4) by specdec/blockquant.py; the same source serves
- * SSE4.1, AVX2+FMA and AVX-512 through GCC's generic vectors.
+ * Built once per x86 level by specdec/native.py: x86-64-v4 (AVX-512, V = 16 lanes), -v3 (AVX2 + FMA,
+ * V = 8) and -v2 (SSE4.1, V = 4); each uses its own register width, so values stay in registers.
  */
+#include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
-#include <immintrin.h>
-
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
 
 enum { F32 = 0, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
-/* Activation rows whose accumulators stay in registers during one pass over a weight row. */
+
+/* V lanes a vector; a pass feeds up to ROWS_PER_PASS activation rows, each with its accumulator in a
+ * register; widen(p) loads V bytes and zero- (or sign-) extends them to V int32 lanes. */
 #if defined(__AVX512F__)
+#define V 16
 #define ROWS_PER_PASS 12
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+static inline vi widen_u8(const uint8_t *p) { return (vi)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+static inline vi widen_s8(const uint8_t *p) { return (vi)_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
 #elif defined(__AVX2__)
-#define ROWS_PER_PASS 6
+#define V 8
+#define ROWS_PER_PASS 10
+typedef float vf __attribute__((vector_size(32)));
+typedef int32_t vi __attribute__((vector_size(32)));
+static inline vi widen_u8(const uint8_t *p) { return (vi)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+static inline vi widen_s8(const uint8_t *p) { return (vi)_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
 #else
-#define ROWS_PER_PASS 3
+#define V 4
+#define ROWS_PER_PASS 8
+typedef float vf __attribute__((vector_size(16)));
+typedef int32_t vi __attribute__((vector_size(16)));
+static inline __m128i load4(const uint8_t *p) {
+    int32_t word;
+    memcpy(&word, p, 4);
+    return _mm_cvtsi32_si128(word);
+}
+static inline vi widen_u8(const uint8_t *p) { return (vi)_mm_cvtepu8_epi32(load4(p)); }
+static inline vi widen_s8(const uint8_t *p) { return (vi)_mm_cvtepi8_epi32(load4(p)); }
 #endif
 
 static inline float half_to_float(const uint8_t *p) {
@@ -35,46 +54,21 @@ static inline float half_to_float(const uint8_t *p) {
     return (float)h;
 }
 
-/* 16 bytes widened to 16 int32 lanes (zero- or sign-extended). GCC's generic conversion would do
- * this a byte at a time, so each level gets its widening instructions. */
-#if defined(__AVX512F__)
-static inline v16i widen_u8(__m128i b) { return (v16i)_mm512_cvtepu8_epi32(b); }
-static inline v16i widen_s8(__m128i b) { return (v16i)_mm512_cvtepi8_epi32(b); }
-#else
-#if defined(__AVX2__)
-#define WIDEN(name, op)                                                  \
-    static inline v16i name(__m128i b) {                                 \
-        __m256i part[2] = {op(b), op(_mm_srli_si128(b, 8))};             \
-        v16i out;                                                        \
-        memcpy(&out, part, 64);                                          \
-        return out;                                                      \
-    }
-WIDEN(widen_u8, _mm256_cvtepu8_epi32)
-WIDEN(widen_s8, _mm256_cvtepi8_epi32)
-#else
-#define WIDEN(name, op)                                                                              \
-    static inline v16i name(__m128i b) {                                                             \
-        __m128i part[4] = {op(b), op(_mm_srli_si128(b, 4)), op(_mm_srli_si128(b, 8)), op(_mm_srli_si128(b, 12))}; \
-        v16i out;                                                                                    \
-        memcpy(&out, part, 64);                                                                      \
-        return out;                                                                                  \
-    }
-WIDEN(widen_u8, _mm_cvtepu8_epi32)
-WIDEN(widen_s8, _mm_cvtepi8_epi32)
-#endif
-#endif
-
-static inline v16i load_u8(const uint8_t *p) { return widen_u8(_mm_loadu_si128((const __m128i *)p)); }
-
-static inline v16f load_f32(const float *p) {
-    v16f v;
-    memcpy(&v, p, 64);
+static inline vf load_f32(const float *p) {
+    vf v;
+    memcpy(&v, p, sizeof v);
     return v;
 }
 
-static inline v16f splat(float f) { return (v16f){f, f, f, f, f, f, f, f, f, f, f, f, f, f, f, f}; }
+static inline vf splat(float f) { return (vf){0} + f; }
 
-static inline v16f to_float(v16i q) { return __builtin_convertvector(q, v16f); }
+static inline vf to_float(vi q) { return __builtin_convertvector(q, vf); }
+
+static inline vi lane_index(void) {
+    vi lane;
+    for (int i = 0; i < V; i++) lane[i] = i;
+    return lane;
+}
 
 /* Bytes one block occupies, and weights it holds. */
 int64_t bq_block_bytes(int type) {
@@ -110,16 +104,16 @@ static inline void q4_k_scale_min(const uint8_t *s, int j, float d, float dmin, 
     *m = dmin * (float)b;
 }
 
-/* Feed one weight vector w (16 consecutive weights at column k) to every activation row. */
+/* Feed one weight vector w (V consecutive weights at column k) to every activation row. */
 #define FEED(w, k)                                                                   \
     do {                                                                             \
-        const v16f w_ = (w);                                                         \
+        const vf w_ = (w);                                                           \
         for (int g = 0; g < G; g++) acc[g] += load_f32(x + g * ldx + (k)) * w_;      \
     } while (0)
 
-/* acc[g] (16 lanes) += x[g, :] · row, over the K weights of one row in `type`, in storage order. */
+/* acc[g] (V lanes) += x[g, :] · row, over the K weights of one row in `type`, in storage order. */
 static inline __attribute__((always_inline)) void dot_row(const int type, const uint8_t *row, int64_t K,
-                                                          const float *x, int64_t ldx, v16f *acc, const int G) {
+                                                          const float *x, int64_t ldx, vf *acc, const int G) {
     const int64_t blocks = K / bq_block_weights(type);
     const int64_t bytes = bq_block_bytes(type);
     for (int64_t i = 0; i < blocks; i++) {
@@ -131,10 +125,10 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
                 float s_lo, m_lo, s_hi, m_hi;
                 q4_k_scale_min(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
                 q4_k_scale_min(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
-                for (int h = 0; h < 2; h++) {
-                    const v16i q = load_u8(b + 16 + 32 * j + 16 * h);
-                    FEED(to_float(q & 15) * splat(s_lo) - splat(m_lo), k0 + 64 * j + 16 * h);
-                    FEED(to_float(q >> 4) * splat(s_hi) - splat(m_hi), k0 + 64 * j + 32 + 16 * h);
+                for (int l = 0; l < 32; l += V) {
+                    const vi q = widen_u8(b + 16 + 32 * j + l);
+                    FEED(to_float(q & 15) * splat(s_lo) - splat(m_lo), k0 + 64 * j + l);
+                    FEED(to_float(q >> 4) * splat(s_hi) - splat(m_hi), k0 + 64 * j + 32 + l);
                 }
             }
         } else if (type == Q6_K) { /* 128 weights from ql[64] (low 4 bits) and qh[32] (high 2 bits) */
@@ -142,46 +136,51 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
             const float d = half_to_float(b + 208);
             const int64_t k0 = i * 256;
             for (int c = 0; c < 2; c++) {
-                for (int h = 0; h < 2; h++) {
-                    const int l = 16 * h;
-                    const v16i a = load_u8(b + 64 * c + l), e = load_u8(b + 64 * c + 32 + l);
-                    const v16i hi = load_u8(b + 128 + 32 * c + l);
-                    const v16i q[4] = {(a & 15) | ((hi & 3) << 4), (e & 15) | (((hi >> 2) & 3) << 4),
-                                       (a >> 4) | (((hi >> 4) & 3) << 4), (e >> 4) | (((hi >> 6) & 3) << 4)};
+                for (int l = 0; l < 32; l += V) {
+                    const vi a = widen_u8(b + 64 * c + l), e = widen_u8(b + 64 * c + 32 + l);
+                    const vi hi = widen_u8(b + 128 + 32 * c + l);
+                    const vi q[4] = {(a & 15) | ((hi & 3) << 4), (e & 15) | (((hi >> 2) & 3) << 4),
+                                     (a >> 4) | (((hi >> 4) & 3) << 4), (e >> 4) | (((hi >> 6) & 3) << 4)};
                     for (int r = 0; r < 4; r++) {
-                        const float s = d * (float)sc[8 * c + 2 * r + h]; /* one scale per 16 weights */
+                        const float s = d * (float)sc[8 * c + 2 * r + l / 16]; /* one scale per 16 weights */
                         FEED(to_float(q[r]) * splat(s) - splat(32.0f * s), k0 + 128 * c + 32 * r + l); /* s·(q − 32) */
                     }
                 }
             }
         } else if (type == Q8_0) {
             const float d = half_to_float(b);
-            for (int h = 0; h < 2; h++) {
-                const v16i q = widen_s8(_mm_loadu_si128((const __m128i *)(b + 2 + 16 * h)));
-                FEED(to_float(q) * splat(d), i * 32 + 16 * h);
-            }
-        } else if (type == Q5_0) {
+            for (int l = 0; l < 32; l += V) FEED(to_float(widen_s8(b + 2 + l)) * splat(d), i * 32 + l);
+        } else if (type == Q5_0) { /* low nibbles weights 0-15, high nibbles 16-31; bit j of qh: weight j's 5th */
             const float d = half_to_float(b);
             uint32_t high;
             memcpy(&high, b + 2, 4);
-            const v16i q = load_u8(b + 6);
-            const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-            const v16i bits_lo = ((v16i){0} + (int32_t)(high & 0xFFFF)) >> lane;
-            const v16i bits_hi = ((v16i){0} + (int32_t)(high >> 16)) >> lane;
-            FEED(to_float((q & 15) | ((bits_lo & 1) << 4)) * splat(d) - splat(16.0f * d), i * 32);
-            FEED(to_float((q >> 4) | ((bits_hi & 1) << 4)) * splat(d) - splat(16.0f * d), i * 32 + 16);
+            for (int l = 0; l < 16; l += V) {
+                const vi q = widen_u8(b + 6 + l);
+                const vi bits_lo = ((vi){0} + (int32_t)(high >> l)) >> lane_index();
+                const vi bits_hi = ((vi){0} + (int32_t)(high >> (16 + l))) >> lane_index();
+                FEED(to_float((q & 15) | ((bits_lo & 1) << 4)) * splat(d) - splat(16.0f * d), i * 32 + l);
+                FEED(to_float((q >> 4) | ((bits_hi & 1) << 4)) * splat(d) - splat(16.0f * d), i * 32 + 16 + l);
+            }
         } else { /* F32 */
-            FEED(load_f32((const float *)b), i * 16);
+            for (int l = 0; l < 16; l += V) FEED(load_f32((const float *)b + l), i * 16 + l);
         }
     }
 }
 
-static inline float lanes_sum(v16f a) { /* a fixed tree: halves, then quarters, ... */
+static inline float lanes_sum(vf a) { /* a fixed tree: halves, then quarters, ... */
+#if V == 16
     typedef float v8f __attribute__((vector_size(32)));
-    typedef float v4f __attribute__((vector_size(16)));
     const v8f h = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
                   __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+#elif V == 8
+    const vf h = a;
+#endif
+#if V >= 8
+    typedef float v4f __attribute__((vector_size(16)));
     const v4f q = __builtin_shufflevector(h, h, 0, 1, 2, 3) + __builtin_shufflevector(h, h, 4, 5, 6, 7);
+#else
+    const vf q = a;
+#endif
     return (q[0] + q[2]) + (q[1] + q[3]);
 }
 
@@ -189,27 +188,26 @@ static inline float lanes_sum(v16f a) { /* a fixed tree: halves, then quarters, 
 static inline __attribute__((always_inline)) void row_pass(const int type, const uint8_t *row, int64_t K,
                                                            const float *x, int64_t ldx, float *y, int64_t ldy,
                                                            const int G) {
-    v16f acc[12]; /* ≥ ROWS_PER_PASS; only the first G are live */
+    vf acc[ROWS_PER_PASS];
     for (int g = 0; g < G; g++) acc[g] = splat(0.0f);
     dot_row(type, row, K, x, ldx, acc, G);
     for (int g = 0; g < G; g++) y[g * ldy] = lanes_sum(acc[g]);
 }
 
-#define PASS(T, G) row_pass(T, row, K, xs, K, ys, ldy, G)
-#define PASSES(T)                                                                    \
-    switch (G) {                                                                     \
-    case 1: PASS(T, 1); break;                                                       \
-    case 2: PASS(T, 2); break;                                                       \
-    case 3: PASS(T, 3); break;                                                       \
-    case 4: PASS(T, 4); break;                                                       \
-    case 5: PASS(T, 5); break;                                                       \
-    case 6: PASS(T, 6); break;                                                       \
-    case 7: PASS(T, 7); break;                                                       \
-    case 8: PASS(T, 8); break;                                                       \
-    case 9: PASS(T, 9); break;                                                       \
-    case 10: PASS(T, 10); break;                                                     \
-    case 11: PASS(T, 11); break;                                                     \
-    default: PASS(T, ROWS_PER_PASS); break;                                          \
+#define PASS(T, G)                                                                   \
+    case G:                                                                          \
+        row_pass(T, row, K, xs, K, ys, ldy, G);                                      \
+        break;
+#if ROWS_PER_PASS == 12
+#define PASS_ABOVE_8(T) PASS(T, 9) PASS(T, 10) PASS(T, 11) PASS(T, 12)
+#elif ROWS_PER_PASS == 10
+#define PASS_ABOVE_8(T) PASS(T, 9) PASS(T, 10)
+#else
+#define PASS_ABOVE_8(T)
+#endif
+#define PASSES(T)                                                                                            \
+    switch (G) {                                                                                             \
+        PASS(T, 1) PASS(T, 2) PASS(T, 3) PASS(T, 4) PASS(T, 5) PASS(T, 6) PASS(T, 7) PASS(T, 8) PASS_ABOVE_8(T) \
     }
 
 /* y[s * ldy + n] = Σ_k x[s * K + k] · W[n, k] for s < S, n < N. K must be a whole number of blocks;
@@ -237,14 +235,14 @@ int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, 
     return 0;
 }
 
-/* out[r, :] = the dequantized row ids[r] of W (the embedding lookup; also the reference in tests). */
+/* out[r, :] = the dequantized row ids[r] of W: the embedding lookup, and the kernel's weights for tests. */
 int bq_dequantize_rows(int type, const uint8_t *w, int64_t K, const int64_t *ids, int64_t R, float *out) {
     if (bq_block_weights(type) == 0 || K % bq_block_weights(type)) return -1;
     const int64_t row_bytes = K / bq_block_weights(type) * bq_block_bytes(type);
+    const int64_t per = bq_block_weights(type), bytes = bq_block_bytes(type);
     for (int64_t r = 0; r < R; r++) {
         const uint8_t *row = w + ids[r] * row_bytes;
         float *o = out + r * K;
-        const int64_t per = bq_block_weights(type), bytes = bq_block_bytes(type);
         for (int64_t i = 0; i < K / per; i++) {
             const uint8_t *b = row + i * bytes;
             float *ob = o + i * per;
