@@ -69,6 +69,13 @@ def teacher_forced_agreement(args: argparse.Namespace, prompts: list[dict], path
     return agreement
 
 
+def memory_mib(draft: "pb.ModelInfo", target: "pb.ModelInfo") -> dict[str, int]:
+    """Weights held and resident memory of each service (rank 0's, from `Info`), in MiB."""
+    return {"target_weights_mib": round(target.ranks[0].parameter_bytes / 2**20),
+            "target_rss_mib": round(target.ranks[0].resident_bytes / 2**20),
+            "draft_rss_mib": round(draft.ranks[0].resident_bytes / 2**20)}
+
+
 def plot(rows: list[dict], path: Path, hardware: str = "") -> None:
     import matplotlib
 
@@ -114,6 +121,7 @@ def run_path_sweep(args: argparse.Namespace) -> int:
                 peer(prompts[0]["prompt"], 8)  # page its weights in
             base, adaptive, *peer_result = run_configs(stack.endpoint, [("target-only", 0), ("adaptive", None)],
                                                        prompts, args.max_new_tokens, f"path {path}", peer)
+            memory = memory_mib(*service_infos(stack))  # after the runs: resident as served
             del peer
             gc.collect()
         hf = peer_result[0] if peer_result else None
@@ -133,6 +141,7 @@ def run_path_sweep(args: argparse.Namespace) -> int:
             "adaptive_identical_to_target_only": adaptive.outputs == base.outputs,
             "adaptive_alpha": None if adaptive.alpha() is None else round(adaptive.alpha(), 3),
             "adaptive_gammas": sorted({r.gamma for r in adaptive.rounds}),
+            **memory,
         })
     agreement = teacher_forced_agreement(args, prompts, paths, fp32_outputs)
     for row in rows:
@@ -140,7 +149,8 @@ def run_path_sweep(args: argparse.Namespace) -> int:
     print(f"machine: {hardware}")
     columns = ["path", "kernel", "target_step_ms", "target_s5_over_s1", "draft_step_ms", "target_only_tok_s",
                "adaptive_tok_s", "adaptive_over_target_only", "hf_assisted_tok_s", "adaptive_over_hf_assisted",
-               "agreement_with_fp32", "adaptive_identical_to_target_only"]
+               "agreement_with_fp32", "adaptive_identical_to_target_only", "target_weights_mib", "target_rss_mib",
+               "draft_rss_mib"]
     print(" | ".join(columns))
     for row in rows:
         print(" | ".join(str(row[c]) for c in columns))

@@ -44,9 +44,13 @@ def march_for(level: str | None) -> str:
     return MARCH.get(level, "x86-64-v4")
 
 
+def build_digest() -> str:
+    """What a build of the kernel depends on here: its source and compiler flags (16 hex digits)."""
+    return hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+
+
 def library_path(march: str) -> Path:
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    return cache_root() / "kernels" / f"blockquant-{digest}-{march}.so"
+    return cache_root() / "kernels" / f"blockquant-{build_digest()}-{march}.so"
 
 
 def build(march: str) -> Path:

@@ -21,6 +21,7 @@ from typing import Callable
 
 import torch
 
+from specdec import native
 from specdec.cost_profile import CONTEXT, CostProfile
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,10 @@ def weights_fingerprint(spec: str) -> list:
 
 
 def profile_key(spec: str, path: str, kernel: str, device: str, sizes: list[int], world: int = 1) -> dict:
+    """Everything a measured profile depends on; the gguf path adds its C kernel's build (source and flags)."""
     return {"format": FORMAT, "weights": weights_fingerprint(spec), "path": path, "kernel": kernel, "device": device,
             "torch": torch.__version__, "threads": torch.get_num_threads(), "world": world, "sizes": sizes,
-            "context": CONTEXT}
+            "context": CONTEXT, "kernel_build": native.build_digest() if path == "gguf" else ""}
 
 
 @dataclass(frozen=True)

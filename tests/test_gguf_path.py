@@ -190,3 +190,12 @@ def test_without_the_kernel_a_gguf_model_runs_on_fp32_with_the_same_weights(monk
     tokens = [5, 17, 101, 3]
     logits = [r.forward([Step(r.new_cache(), tokens, logits=4)])[0] for r in (with_kernel, loaded.runner)]
     assert torch.equal(logits[0], logits[1]), "gguf-py's numpy dequantizer gives the kernel's values"
+
+
+def test_tensor_parallel_shards_a_gguf_model_on_fp32():
+    """A Q4_K row splits only at 256-column blocks, which the MLP width need not give each rank: a
+    sharded GGUF model runs on fp32 weights (the same values) instead of failing."""
+    from specdec.runner import Collectives
+
+    loaded = load_model(TINY_GGUF, "cpu", shard=lambda model: Collectives())
+    assert loaded.choice.path == "fp32"

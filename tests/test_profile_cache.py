@@ -35,6 +35,16 @@ def test_a_stored_profile_comes_back_only_for_its_own_key(tmp_path):
         assert cache.load(_key(**change)) is None, change
 
 
+def test_a_changed_gguf_kernel_measures_again(tmp_path, monkeypatch):
+    from specdec import native
+
+    cache = ProfileCache(tmp_path)
+    cache.store(_key(path="gguf", kernel="gguf-Q4_K+Q6_K"), CostProfile((0.01,)))
+    assert cache.load(_key(path="gguf", kernel="gguf-Q4_K+Q6_K")) is not None
+    monkeypatch.setattr(native, "build_digest", lambda: "another-build")
+    assert cache.load(_key(path="gguf", kernel="gguf-Q4_K+Q6_K")) is None
+
+
 def test_expired_or_damaged_entries_are_measured_again(tmp_path):
     cache = ProfileCache(tmp_path, max_age_s=60)
     cache.store(_key(), CostProfile((0.01,)))

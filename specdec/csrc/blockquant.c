@@ -18,35 +18,39 @@
 
 enum { F32 = 0, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
 
-/* V lanes a vector; a pass feeds up to ROWS_PER_PASS activation rows, each with its accumulator in a
- * register; widen(p) loads V bytes and zero- (or sign-) extends them to V int32 lanes. */
+/* Per level: V lanes a vector, a pass feeding up to ROWS_PER_PASS activation rows (one accumulator
+ * register each), and how V bytes are loaded (LOAD_BYTES) and widened to V int32 lanes. */
 #if defined(__AVX512F__)
 #define V 16
 #define ROWS_PER_PASS 12
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
-static inline vi widen_u8(const uint8_t *p) { return (vi)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)); }
-static inline vi widen_s8(const uint8_t *p) { return (vi)_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)); }
+#define LOAD_BYTES(p) _mm_loadu_si128((const __m128i *)(p))
+#define WIDEN_U8 _mm512_cvtepu8_epi32
+#define WIDEN_S8 _mm512_cvtepi8_epi32
 #elif defined(__AVX2__)
 #define V 8
 #define ROWS_PER_PASS 10
-typedef float vf __attribute__((vector_size(32)));
-typedef int32_t vi __attribute__((vector_size(32)));
-static inline vi widen_u8(const uint8_t *p) { return (vi)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
-static inline vi widen_s8(const uint8_t *p) { return (vi)_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+#define LOAD_BYTES(p) _mm_loadl_epi64((const __m128i *)(p))
+#define WIDEN_U8 _mm256_cvtepu8_epi32
+#define WIDEN_S8 _mm256_cvtepi8_epi32
 #else
 #define V 4
 #define ROWS_PER_PASS 8
-typedef float vf __attribute__((vector_size(16)));
-typedef int32_t vi __attribute__((vector_size(16)));
+#define LOAD_BYTES(p) load4(p)
+#define WIDEN_U8 _mm_cvtepu8_epi32
+#define WIDEN_S8 _mm_cvtepi8_epi32
+#endif
+
+typedef float vf __attribute__((vector_size(4 * V)));
+typedef int32_t vi __attribute__((vector_size(4 * V)));
+
 static inline __m128i load4(const uint8_t *p) {
     int32_t word;
     memcpy(&word, p, 4);
     return _mm_cvtsi32_si128(word);
 }
-static inline vi widen_u8(const uint8_t *p) { return (vi)_mm_cvtepu8_epi32(load4(p)); }
-static inline vi widen_s8(const uint8_t *p) { return (vi)_mm_cvtepi8_epi32(load4(p)); }
-#endif
+
+static inline vi widen_u8(const uint8_t *p) { return (vi)WIDEN_U8(LOAD_BYTES(p)); } /* zero-extended */
+static inline vi widen_s8(const uint8_t *p) { return (vi)WIDEN_S8(LOAD_BYTES(p)); } /* sign-extended */
 
 static inline float half_to_float(const uint8_t *p) {
     _Float16 h;
