@@ -74,8 +74,8 @@ static inline vi lane_index(void) {
     return lane;
 }
 
-/* Bytes one block occupies, and weights it holds. */
-int64_t bq_block_bytes(int type) {
+/* Bytes one block occupies, and weights it holds (inlined in the loops; exported below for Python). */
+static inline int64_t block_bytes(int type) {
     switch (type) {
     case F32: return 64;
     case Q5_0: return 22;
@@ -86,7 +86,7 @@ int64_t bq_block_bytes(int type) {
     }
 }
 
-int64_t bq_block_weights(int type) {
+static inline int64_t block_weights(int type) {
     switch (type) {
     case F32: return 16;
     case Q5_0: case Q8_0: return 32;
@@ -94,6 +94,9 @@ int64_t bq_block_weights(int type) {
     default: return 0;
     }
 }
+
+int64_t bq_block_bytes(int type) { return block_bytes(type); }
+int64_t bq_block_weights(int type) { return block_weights(type); }
 
 static inline void q4_k_scale_min(const uint8_t *s, int j, float d, float dmin, float *sc, float *m) {
     uint8_t a, b;
@@ -118,8 +121,8 @@ static inline void q4_k_scale_min(const uint8_t *s, int j, float d, float dmin, 
 /* acc[g] (V lanes) += x[g, :] · row, over the K weights of one row in `type`, in storage order. */
 static inline __attribute__((always_inline)) void dot_row(const int type, const uint8_t *row, int64_t K,
                                                           const float *x, int64_t ldx, vf *acc, const int G) {
-    const int64_t blocks = K / bq_block_weights(type);
-    const int64_t bytes = bq_block_bytes(type);
+    const int64_t blocks = K / block_weights(type);
+    const int64_t bytes = block_bytes(type);
     for (int64_t i = 0; i < blocks; i++) {
         const uint8_t *b = row + i * bytes;
         if (type == Q4_K) { /* 64 weights per 32 bytes: low nibbles the first 32, high nibbles the next */
@@ -218,8 +221,8 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
  * threads split n. Returns 0, or -1 for an unknown type or a K that is not a multiple of the block. */
 int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t S, float *y, int64_t ldy,
               int threads) {
-    if (bq_block_weights(type) == 0 || K % bq_block_weights(type)) return -1;
-    const int64_t row_bytes = K / bq_block_weights(type) * bq_block_bytes(type);
+    if (block_weights(type) == 0 || K % block_weights(type)) return -1;
+    const int64_t row_bytes = K / block_weights(type) * block_bytes(type);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *row = w + n * row_bytes;
@@ -241,9 +244,9 @@ int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, 
 
 /* out[r, :] = the dequantized row ids[r] of W: the embedding lookup, and the kernel's weights for tests. */
 int bq_dequantize_rows(int type, const uint8_t *w, int64_t K, const int64_t *ids, int64_t R, float *out) {
-    if (bq_block_weights(type) == 0 || K % bq_block_weights(type)) return -1;
-    const int64_t row_bytes = K / bq_block_weights(type) * bq_block_bytes(type);
-    const int64_t per = bq_block_weights(type), bytes = bq_block_bytes(type);
+    if (block_weights(type) == 0 || K % block_weights(type)) return -1;
+    const int64_t row_bytes = K / block_weights(type) * block_bytes(type);
+    const int64_t per = block_weights(type), bytes = block_bytes(type);
     for (int64_t r = 0; r < R; r++) {
         const uint8_t *row = w + ids[r] * row_bytes;
         float *o = out + r * K;
