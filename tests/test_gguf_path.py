@@ -97,9 +97,9 @@ def test_tiny_gguf_model_on_both_paths():
     assert resolve_path("auto", "none", "cpu", packed_source=False) == "fp32"
     reference = build_tiny_model(TINY_GGUF)  # its float weights are the dequantized blocks
     x = torch.randn(5, 256)
-    for kernel, linears in ((gguf_model.runner.layers[0].qkv, ("q_proj", "k_proj", "v_proj")),
-                            (gguf_model.runner.layers[1].out, ("o_proj",))):
-        attn = reference.model.layers[int(kernel is gguf_model.runner.layers[1].out)].self_attn
+    layers = gguf_model.runner.layers
+    for index, kernel, linears in ((0, layers[0].qkv, ("q_proj", "k_proj", "v_proj")), (1, layers[1].out, ("o_proj",))):
+        attn = reference.model.layers[index].self_attn
         weight = torch.cat([getattr(attn, name).weight for name in linears]).detach()
         bias = torch.cat([getattr(attn, name).bias if getattr(attn, name).bias is not None
                           else torch.zeros(getattr(attn, name).out_features) for name in linears]).detach()
