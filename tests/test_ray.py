@@ -4,6 +4,8 @@ target run as Ray actors in placement groups, and greedy output matches target-o
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import grpc
 import pytest
@@ -12,23 +14,49 @@ from cli.client import generate, make_request
 from launch.stack import StackOptions
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from target_service.tensor_parallel import free_port
 
 from conftest import TINY_DRAFT, TINY_TARGET
+
+
+RAY = [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+def _start_local_ray(env: dict) -> str:
+    """A local Ray head started as a process of its own (as `ray start` is in a deployment); its address.
+
+    Not `ray.init()` here: that forks Ray's head processes from this test process, whose gRPC threads
+    (from earlier tests) make a forked child crash now and then. A start that misses Ray's fixed
+    start-up wait on a busy machine is retried from scratch."""
+    port = free_port()
+    for attempt in range(3):
+        run = subprocess.run([*RAY, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                              f"--object-store-memory={100 * 2**20}", "--disable-usage-stats"],
+                             env=env, capture_output=True, text=True, timeout=300)
+        if run.returncode == 0:
+            return f"127.0.0.1:{port}"
+        subprocess.run([*RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    raise RuntimeError(f"ray start failed 3 times:\n{run.stderr[-3000:]}")
 
 
 @pytest.fixture(scope="module")
 def ray_stack():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    env = {**os.environ, "RAY_worker_niceness": "0"}  # the services are the workload: normal priority
+    address = _start_local_ray(env)
     import ray
 
     from launch.ray_stack import RayStack
 
     opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
                         log_level="warning", target_tp=2)
-    init = dict(num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20, log_to_driver=False)
-    with RayStack(opts, draft_replicas=1, cpus_per_process=0.5, ray_init=init) as running:
-        yield running, ray
-    ray.shutdown()
+    try:
+        with RayStack(opts, address, draft_replicas=1, cpus_per_process=0.5,
+                      ray_init={"log_to_driver": False}) as running:
+            yield running, ray
+    finally:
+        ray.shutdown()
+        subprocess.run([*RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
 
 
 def test_ray_placed_services_generate_like_target_only(stack, ray_stack):
