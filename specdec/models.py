@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 
 from specdec.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path
+from specdec.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.runner import Collectives, ModelRunner
 
 log = logging.getLogger(__name__)
@@ -157,8 +158,6 @@ def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = t
     packed: a GGUF source keeps its weights in their blocks (the "gguf" path) instead of float32."""
     from transformers import AutoModelForCausalLM
 
-    from specdec.gguf_model import UnsupportedGguf, load_gguf_model
-
     if spec.startswith("tiny:"):
         return build_tiny_model(spec).to(weight_dtype).to(device).eval()
     path, file = _resolve_path(spec), gguf_file(spec)
@@ -193,7 +192,14 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     if path == "gguf" and shard is not None:
         log.info("tensor parallelism shards float32 weights: this GGUF model runs on the fp32 path")
         path = "fp32"  # a Q4_K row splits only at 256-column blocks, which the MLP width need not have
-    model = load_hf_model(spec, dev, WEIGHT_DTYPE[path], packed=path == "gguf")
+    try:
+        model = load_hf_model(spec, dev, WEIGHT_DTYPE[path], packed=path == "gguf")
+    except UnsupportedGguf as error:
+        if path != "gguf" or dtype == "gguf":
+            raise
+        log.warning("%s: this model runs on the fp32 path", error)
+        path = "fp32"
+        model = load_hf_model(spec, dev, WEIGHT_DTYPE[path])
     config = model.config
     eos = () if spec.startswith("tiny:") else _eos_ids(model)
     collectives = shard(model) if shard is not None else None

@@ -114,14 +114,10 @@ def test_tiny_gguf_model_on_both_paths():
     assert torch.equal(logits[0].argmax(-1), logits[1].argmax(-1))
 
 
-def test_a_gguf_file_loads_with_its_blocks(tmp_path):
-    """A GGUF file written here (qwen2 layout) loads on the gguf path with its tensors' own bytes, and
-    on the float32 path to the same values as transformers' own GGUF loader gives."""
-    from transformers import AutoModelForCausalLM
-
-    source = build_tiny_model(TINY_GGUF)
-    config = source.config
-    writer = gguf.GGUFWriter(tmp_path / "tiny.gguf", "qwen2")
+def write_gguf(model, path, arch: str = "qwen2") -> None:
+    """`model` (a tiny one, packed or not) as a GGUF file as llama.cpp's converter lays it out."""
+    config = model.config
+    writer = gguf.GGUFWriter(path, arch)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)
@@ -132,12 +128,12 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
     writer.add_rope_freq_base(config.rope_parameters["rope_theta"] if hasattr(config, "rope_parameters")
                               else config.rope_theta)
     writer.add_vocab_size(config.vocab_size)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, config.num_hidden_layers)
-    for name, param in source.named_parameters():
+    names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
+                                     config.num_hidden_layers)
+    for name, param in model.named_parameters():
         owner, _, kind = name.rpartition(".")
-        module = source.get_submodule(owner)
         target = f"{names.get_name(owner)}.{kind}"
-        block = getattr(module, "block_weight", None) if kind == "weight" else None
+        block = getattr(model.get_submodule(owner), "block_weight", None) if kind == "weight" else None
         if block is None:
             writer.add_tensor(target, param.detach().float().numpy())
         else:
@@ -147,13 +143,35 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    ours = load_gguf_model(tmp_path / "tiny.gguf", config, packed=True)
+
+
+def test_a_gguf_file_loads_with_its_blocks(tmp_path):
+    """A GGUF file written here (qwen2 layout) loads on the gguf path with its tensors' own bytes, and
+    on the float32 path to the same values as transformers' own GGUF loader gives."""
+    from transformers import AutoModelForCausalLM
+
+    source = build_tiny_model(TINY_GGUF)
+    write_gguf(source, tmp_path / "tiny.gguf")
+    ours = load_gguf_model(tmp_path / "tiny.gguf", source.config, packed=True)
     q_proj = ours.model.layers[1].self_attn.q_proj.block_weight
     assert q_proj.qtype == Q4_K and torch.equal(q_proj.data, source.model.layers[1].self_attn.q_proj.block_weight.data)
-    floats = load_gguf_model(tmp_path / "tiny.gguf", config, packed=False)
+    floats = load_gguf_model(tmp_path / "tiny.gguf", source.config, packed=False)
     theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32)
     for (name, mine), (_, hf) in zip(sorted(floats.state_dict().items()), sorted(theirs.state_dict().items())):
         assert torch.equal(mine, hf), name
+
+
+def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
+    """The gguf loader reads qwen2/qwen3 layouts; any other GGUF still loads (through transformers) on the
+    fp32 path by default, with a warning, and `--dtype gguf` refuses it clearly."""
+    from specdec.gguf_model import UnsupportedGguf
+
+    write_gguf(build_tiny_model(TINY_GGUF), tmp_path / "other.gguf", arch="llama")
+    with caplog.at_level("WARNING", logger="specdec.models"):
+        loaded = load_model(str(tmp_path / "other.gguf"), "cpu")
+    assert loaded.choice.path == "fp32" and "architecture 'llama'" in caplog.text
+    with pytest.raises(UnsupportedGguf, match="llama"):
+        load_model(str(tmp_path / "other.gguf"), "cpu", dtype="gguf")
 
 
 def test_hf_baseline_gets_the_same_kernels():
