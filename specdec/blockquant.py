@@ -75,9 +75,6 @@ class BlockTensor:
         w = weight.detach().float().contiguous()
         return cls(F32, w.view(torch.uint8).reshape(w.shape[0], -1).clone(), w.shape[1])
 
-    def select_rows(self, rows: torch.Tensor | slice) -> "BlockTensor":
-        return BlockTensor(self.qtype, self.data[rows].contiguous(), self.cols)
-
     def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Float32 [len(rows), cols]: the exact weights the kernel computes with."""
         ids = torch.arange(self.rows) if rows is None else rows.to(torch.int64).contiguous()
