@@ -19,6 +19,7 @@ class GenerateResult:
     token_ids: list[int] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     rounds: list[pb.RoundStats] = field(default_factory=list)
+    logprobs: list[pb.TokenLogprob] = field(default_factory=list)  # one per token, when asked for
 
     def to_json(self) -> dict:
         rounds = [MessageToDict(r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
@@ -35,9 +36,12 @@ def stats_to_dict(stats: pb.GenerationStats) -> dict:
 
 def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, max_new_tokens: int = 64,
                  temperature: float = 0.0, top_k: int = 0, top_p: float | None = None, seed: int = 0,
-                 gamma: int | None = None, stop: list[str] | None = None) -> pb.GenerateRequest:
+                 gamma: int | None = None, stop: list[str] | None = None,
+                 top_logprobs: int | None = None) -> pb.GenerateRequest:
+    """`top_logprobs`: None = no log-probabilities; k = each token's, with k alternatives."""
     request = pb.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_token_ids or [], max_new_tokens=max_new_tokens,
-                                 temperature=temperature, top_k=top_k, seed=seed, stop=stop or [])
+                                 temperature=temperature, top_k=top_k, seed=seed, stop=stop or [],
+                                 logprobs=top_logprobs is not None, top_logprobs=top_logprobs or 0)
     if top_p is not None:
         request.top_p = top_p
     if gamma is not None:
@@ -54,6 +58,7 @@ def generate(endpoint: str, request: pb.GenerateRequest, on_text: Callable[[str]
             result.token_ids.extend(response.token_ids)
             result.text += response.text
             result.rounds.append(response.round)
+            result.logprobs.extend(response.logprobs)
             if on_text and response.text:
                 on_text(response.text)
             if response.HasField("stats"):

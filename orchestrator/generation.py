@@ -23,7 +23,7 @@ from opentelemetry.trace import Span
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
-from orchestrator.sessions import NO_PROPOSAL, DraftSession, Proposal, TargetSession
+from orchestrator.sessions import NO_PROPOSAL, DraftSession, Proposal, TargetSession, Verdict
 from service_runtime import telemetry
 from service_runtime.wire import sampling_to_pb
 from specdec.controller import GammaController
@@ -48,6 +48,7 @@ class GenerationRequest:
     stop: tuple[str, ...] = ()
     resumed: tuple[int, ...] = ()  # tokens generated before a resume, from the session record
     resume_from: int = 0  # of those, how many the client already holds
+    top_logprobs: int | None = None  # None: no log-probabilities; k: each token's, with k alternatives
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Chunk:
     text: str
     round: RoundRecord
     stats: GenerationStats | None = None  # on the last chunk only
+    logprobs: list = field(default_factory=list)  # pb.TokenLogprob per token, when asked for
 
 
 @dataclass
@@ -109,11 +111,12 @@ class Generation:
                 if gamma > 0 and not self._draft_usable():
                     gamma = 0
                 with telemetry.span("round", context=self.trace_context) as span:
-                    record, new_tokens = self._round(gamma, committed, span)
-                new_tokens = new_tokens[:remaining]
+                    record, verdict = self._round(gamma, committed, span)
+                new_tokens = verdict.tokens[:remaining]
                 eos_at = next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), None)
                 if eos_at is not None:
                     new_tokens = new_tokens[:eos_at]
+                logprobs = verdict.logprobs[:len(new_tokens)]
                 committed.extend(new_tokens)
                 generated += len(new_tokens)
                 delta = text.push(new_tokens)
@@ -127,9 +130,9 @@ class Generation:
                 if finish:
                     stats.finish_reason, stats.total_s = finish, time.perf_counter() - began
                     stats.draft_replica = self._draft_replica
-                    yield Chunk(new_tokens, delta + text.finish(), record, stats)
+                    yield Chunk(new_tokens, delta + text.finish(), record, stats, logprobs)
                 else:
-                    yield Chunk(new_tokens, delta, record)
+                    yield Chunk(new_tokens, delta, record, logprobs=logprobs)
         finally:
             self._draft.close()
             self._target.close()
@@ -145,7 +148,7 @@ class Generation:
             return FinishReason.LENGTH
         return FinishReason.CONTEXT if length >= self.max_context else FinishReason.NONE
 
-    def _round(self, gamma: int, committed: list[int], span: Span) -> tuple[RoundRecord, list[int]]:
+    def _round(self, gamma: int, committed: list[int], span: Span) -> tuple[RoundRecord, Verdict]:
         """One round: the draft proposes up to γ tokens, the target verifies them in one pass."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
@@ -153,7 +156,8 @@ class Generation:
         self._last_drafted = len(proposal.tokens)
         prefill = not self._target.opened
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens))
-        verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s))
+        verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s),
+                                      self.request.top_logprobs)
         draft, target = proposal.hop, verdict.hop
         record = RoundRecord(gamma, len(proposal.tokens), verdict.accepted, len(verdict.tokens),
                              time.perf_counter() - began, draft.wall_s, draft.compute_s, target.wall_s,
@@ -163,7 +167,7 @@ class Generation:
         record = dataclasses.replace(record, alpha_estimate=self.controller.acceptance.alpha,
                                      cost_ratio_estimate=self.controller.cost_ratio())
         self._annotate(span, record)
-        return record, verdict.tokens
+        return record, verdict
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> Proposal:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""

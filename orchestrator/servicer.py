@@ -22,7 +22,7 @@ from service_runtime import telemetry
 from service_runtime.errors import grpc_errors
 from service_runtime.guards import credential_of
 from service_runtime.redis_state import PriorStore, SessionStore
-from service_runtime.wire import cost_profile_from_pb, round_to_pb, summary_to_pb
+from service_runtime.wire import cost_profile_from_pb, logprob_request_from_pb, round_to_pb, summary_to_pb
 from specdec.controller import SharedPrior
 from specdec.cost_profile import RoundTimeout
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
@@ -53,7 +53,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
     def __init__(self, drafts: DraftPool, target: ServiceClient, tokenizer, config: OrchestratorConfig,
                  redis=None):
         self.drafts, self.target, self.tokenizer, self.config = drafts, target, tokenizer, config
-        target_info = target.info()
+        self.target_info = target_info = target.info()
         self.sessions = SessionStore(redis, config.session_ttl_s) if redis is not None else None
         self.priors = PriorStore(redis, target_info.model) if redis is not None else None
         drafts.vocab_size = self.vocab_size = target_info.vocab_size  # replicas must share it
@@ -76,6 +76,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         config = self.config
         self.check_session_id(request.session_id)
         if request.resume:
+            if request.logprobs:
+                raise InvalidArgument("logprobs are not kept in session records: resume without them")
             if self.sessions is None:
                 raise FailedPrecondition("resume needs an orchestrator with --redis-url")
             if not request.session_id:
@@ -111,12 +113,23 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         gamma = request.gamma if request.HasField("gamma") else None
         if gamma is not None and not 0 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")
-        return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop))
+        top_logprobs = logprob_request_from_pb(request.logprobs, request.top_logprobs)
+        return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
+                                 top_logprobs=top_logprobs)
 
     def check_session_id(self, session_id: str) -> None:
         limit = self.config.max_session_id_chars
         if session_id and (len(session_id) > limit or not SESSION_ID.fullmatch(session_id)):
             raise InvalidArgument(f"session_id must be 1..{limit} characters of [A-Za-z0-9._:~-]")
+
+    def Info(self, request, context):
+        """The target's ModelInfo with this orchestrator's caps (`SpecDec.Info`)."""
+        with grpc_errors(context):
+            info = pb.ModelInfo()
+            info.CopyFrom(self.target_info)
+            info.max_gamma, info.max_sessions = self.gamma_max, self.config.max_concurrent
+            info.max_new_tokens = self.config.max_new_tokens_limit
+            return info
 
     def Generate(self, request, context):
         cancelled = threading.Event()
@@ -173,7 +186,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
 
 
 def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:
-    msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=round_to_pb(chunk.round))
+    msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=round_to_pb(chunk.round),
+                              logprobs=chunk.logprobs)
     if chunk.stats is not None:
         msg.stats.CopyFrom(summary_to_pb(chunk.stats.summary()))
     return msg

@@ -43,6 +43,7 @@ class Verdict:
     tokens: list[int]  # accepted drafts + one recovered or bonus token
     accepted: int
     hop: Hop
+    logprobs: list[pb.TokenLogprob] = ()  # one per token, when asked for
 
 
 @dataclass
@@ -111,7 +112,10 @@ class DraftSession(ServiceSession):
 
 
 class TargetSession(ServiceSession):
-    def verify(self, committed: list[int], proposal: Proposal, span: Span, timeout: float) -> Verdict:
-        request = pb.VerifyRequest(draft_tokens=proposal.tokens, draft_probs=proposal.probs)
+    def verify(self, committed: list[int], proposal: Proposal, span: Span, timeout: float,
+               top_logprobs: int | None = None) -> Verdict:
+        """`top_logprobs`: None, or ask for each token's log-probability with that many alternatives."""
+        request = pb.VerifyRequest(draft_tokens=proposal.tokens, draft_probs=proposal.probs,
+                                   logprobs=top_logprobs is not None, top_logprobs=top_logprobs or 0)
         reply, hop = self._call("target.verify", request, committed, span, timeout)
-        return Verdict(list(reply.tokens), reply.num_accepted, hop)
+        return Verdict(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs))

@@ -270,6 +270,11 @@ class SpecDecStub:
                 request_serializer=protos_dot_specdec__pb2.GenerateRequest.SerializeToString,
                 response_deserializer=protos_dot_specdec__pb2.GenerateResponse.FromString,
                 _registered_method=True)
+        self.Info = channel.unary_unary(
+                '/specdec.v1.SpecDec/Info',
+                request_serializer=protos_dot_specdec__pb2.ModelInfoRequest.SerializeToString,
+                response_deserializer=protos_dot_specdec__pb2.ModelInfo.FromString,
+                _registered_method=True)
 
 
 class SpecDecServicer:
@@ -281,6 +286,14 @@ class SpecDecServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Info(self, request, context):
+        """The target's ModelInfo, with this orchestrator's caps: max_gamma, max_sessions (generations in
+        flight) and max_new_tokens. For clients that need the model's name, context or vocabulary.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SpecDecServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -288,6 +301,11 @@ def add_SpecDecServicer_to_server(servicer, server):
                     servicer.Generate,
                     request_deserializer=protos_dot_specdec__pb2.GenerateRequest.FromString,
                     response_serializer=protos_dot_specdec__pb2.GenerateResponse.SerializeToString,
+            ),
+            'Info': grpc.unary_unary_rpc_method_handler(
+                    servicer.Info,
+                    request_deserializer=protos_dot_specdec__pb2.ModelInfoRequest.FromString,
+                    response_serializer=protos_dot_specdec__pb2.ModelInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -317,6 +335,33 @@ class SpecDec:
             '/specdec.v1.SpecDec/Generate',
             protos_dot_specdec__pb2.GenerateRequest.SerializeToString,
             protos_dot_specdec__pb2.GenerateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Info(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/specdec.v1.SpecDec/Info',
+            protos_dot_specdec__pb2.ModelInfoRequest.SerializeToString,
+            protos_dot_specdec__pb2.ModelInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,6 +8,7 @@ import torch
 from protos import specdec_pb2 as pb
 from specdec.cost_profile import CostProfile
 from specdec.errors import InvalidArgument
+from specdec.logprobs import TokenLogprob, check_top_logprobs
 from specdec.rounds import PassLoad, RoundRecord
 from specdec.stats import FinishReason, GenerationSummary
 from specdec.sampling import SamplingParams
@@ -57,6 +58,24 @@ def decode_probs(msg: pb.DraftProbs, gamma: int, vocab: int) -> torch.Tensor | N
             raise InvalidArgument(f"sparse draft row {i} is malformed")
         out[i, list(row.ids)] = torch.tensor(list(row.probs), dtype=torch.float32)
     return out
+
+
+def logprob_request_from_pb(logprobs: bool, top_logprobs: int) -> int | None:
+    """A request's (logprobs, top_logprobs) -> None (none asked for) or how many alternatives per token."""
+    if not logprobs:
+        if top_logprobs:
+            raise InvalidArgument("top_logprobs needs logprobs")
+        return None
+    return check_top_logprobs(top_logprobs)
+
+
+def logprobs_to_pb(logprobs: list[TokenLogprob] | None) -> list[pb.TokenLogprob]:
+    return [pb.TokenLogprob(logprob=lp.logprob, top_ids=[t for t, _ in lp.top], top_logprobs=[v for _, v in lp.top])
+            for lp in logprobs or ()]
+
+
+def logprobs_from_pb(messages) -> list[TokenLogprob]:
+    return [TokenLogprob(m.logprob, tuple(zip(m.top_ids, m.top_logprobs))) for m in messages]
 
 
 def model_info_to_pb(engine) -> pb.ModelInfo:

@@ -25,6 +25,7 @@ from specdec.cost_profile import CostProfile, batch_sizes, measure
 from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from specdec.kv import SequenceState
 from specdec.kvcache import KVCache
+from specdec.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
 from specdec.models import LoadedModel
 from specdec.profile_cache import ProfileCache, load_or_measure, profile_key
 from specdec.rejection import Verdict, verify_greedy, verify_sampled
@@ -72,6 +73,7 @@ class Verification:
     compute_s: float
     rollback: Rollback = Rollback()
     load: PassLoad = PassLoad()  # the verify's shared pass
+    logprobs: list[TokenLogprob] | None = None  # one per verdict token, when asked for
 
 
 def resident_bytes() -> int:
@@ -276,12 +278,16 @@ class DraftEngine(Engine):
 
 class TargetEngine(Engine):
     def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
-               draft_probs: torch.Tensor | None) -> Verification:
+               draft_probs: torch.Tensor | None, top_logprobs: int | None = None) -> Verification:
         """Score committed tail + drafts in one forward pass and run the rejection sampler.
 
         draft_probs: [γ, V] or None (greedy, or a deterministic proposer).
         With no draft tokens this is a plain target-only decoding step.
+        top_logprobs: None = no log-probabilities; k = each emitted token's, with its k most likely
+        alternatives (`specdec.logprobs`), from the rows just verified.
         """
+        if top_logprobs is not None:
+            check_top_logprobs(top_logprobs)
         self.check_draft_probs(draft_tokens, draft_probs)
         with self._round(session_id) as session:
             began = time.perf_counter()
@@ -295,7 +301,9 @@ class TargetEngine(Engine):
                 q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
                 gen = position_generator(params.seed, committed, "target", p.device)
                 verdict = verify_sampled(drafts, q, p, gen)
-            return Verification(verdict, time.perf_counter() - began, rollback, self._load(session))
+            logprobs = None if top_logprobs is None else \
+                token_logprobs(logits, verdict.tokens, params, top_logprobs)
+            return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs)
 
     def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:
         """The target trusts no draft: q must be a distribution per row that could have drawn each

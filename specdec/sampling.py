@@ -50,6 +50,12 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
 
     Not for greedy (temperature 0): callers take the argmax instead.
     """
+    return filtered_logits(logits, params).softmax(dim=-1)
+
+
+def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits: [N, V] -> float32 logits / temperature, with the tokens top-k and top-p drop at -inf:
+    the distribution a sampled token is drawn from, before its softmax. Not for greedy."""
     assert not params.greedy, "greedy decoding uses argmax, not probabilities"
     logits = logits.float() / params.temperature
     vocab = logits.shape[-1]
@@ -64,7 +70,7 @@ def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Ten
         drop_sorted = mass_before >= params.top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
-    return logits.softmax(dim=-1)
+    return logits
 
 
 def position_generator(seed: int, position: int, stream: str, device: torch.device | str = "cpu") -> torch.Generator:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.sessions import SessionServicer
-from service_runtime.wire import pass_load_to_pb, decode_probs
+from service_runtime.wire import decode_probs, logprob_request_from_pb, logprobs_to_pb, pass_load_to_pb
 from specdec.engine import TargetEngine
 
 
@@ -17,11 +17,12 @@ class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
         commit = request.commit
         drafts = list(request.draft_tokens)
         q = decode_probs(request.draft_probs, len(drafts), self.engine.loaded.vocab_size)
-        result = self.engine.verify(request.session_id, commit.start, list(commit.tokens), drafts, q)
+        top = logprob_request_from_pb(request.logprobs, request.top_logprobs)
+        result = self.engine.verify(request.session_id, commit.start, list(commit.tokens), drafts, q, top)
         return pb.VerifyResult(num_accepted=result.verdict.num_accepted, tokens=result.verdict.tokens,
                                compute_ns=int(result.compute_s * 1e9), rollback_ns=int(result.rollback.seconds * 1e9),
                                rolled_back_tokens=result.rollback.tokens,
-                               load=pass_load_to_pb(result.load))
+                               load=pass_load_to_pb(result.load), logprobs=logprobs_to_pb(result.logprobs))
 
 
 def register(server, engine: TargetEngine) -> None:

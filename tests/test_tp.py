@@ -113,6 +113,14 @@ def test_tp2_greedy_matches_tp1_and_target_only(stack, tp_stack, gamma):
         assert tp2 == reference, f"γ={gamma}, prompt {prompt!r}"
 
 
+def test_tp2_logprobs_do_not_change_under_speculation(tp_stack):
+    """Rank 0 computes them from the gathered logits: the same under γ = 0 and γ = 3."""
+    runs = [generate(tp_stack.endpoint, make_request(prompt=PROMPTS[0], max_new_tokens=24, gamma=gamma,
+                                                     top_logprobs=3)) for gamma in (0, 3)]
+    assert runs[0].token_ids == runs[1].token_ids and len(runs[0].logprobs) == 24
+    assert runs[0].logprobs == runs[1].logprobs
+
+
 def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
     info = _target_info(tp_stack)
     assert info.tensor_parallel_size == 2 and [r.rank for r in info.ranks] == [0, 1]

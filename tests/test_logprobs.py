@@ -1,0 +1,138 @@
+"""Log-probabilities: what they are (`specdec.logprobs`), and that speculation never changes them."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+import torch
+
+from cli.client import generate, make_request
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.server import CHANNEL_OPTIONS
+from specdec.logprobs import row_logprobs, token_logprobs
+from specdec.models import load_model
+from specdec.runner import Step
+from specdec.sampling import SamplingParams, probs_from_logits
+
+from conftest import PATH_OPTIONS, tiny_models
+
+PROMPTS = [[40, 41, 42, 43], [7, 99, 3, 3, 120, 64], list(range(60, 90))]
+
+
+def test_greedy_logprobs_are_the_raw_distribution():
+    logits = torch.randn(3, 50)
+    out = token_logprobs(logits, [4, 0, 9], SamplingParams(), top=5)
+    raw = logits.log_softmax(-1)
+    for i, (token, lp) in enumerate(zip([4, 0, 9], out)):
+        assert lp.logprob == float(raw[i, token])
+        values, ids = raw[i].topk(5)
+        assert lp.top == tuple(zip(ids.tolist(), values.tolist()))
+
+
+def test_sampled_logprobs_are_log_p_after_the_filters():
+    """log p of the p the rejection sampler uses; filtered tokens (-inf) are never listed."""
+    logits = torch.randn(2, 50)
+    params = SamplingParams(temperature=0.7, top_k=3, seed=1)
+    p = probs_from_logits(logits, params)  # [2, V]
+    tokens = [int(p[0].argmax()), int(p[1].argmin() if p[1].min() > 0 else p[1].argmax())]
+    out = token_logprobs(logits, tokens, params, top=6)
+    for i, lp in enumerate(out):
+        assert abs(lp.logprob - float(p[i, tokens[i]].log())) < 1e-5
+        assert len(lp.top) == 3, "top_k=3 keeps three tokens; the rest have probability 0"
+        assert {t for t, _ in lp.top} == set(p[i].nonzero().squeeze(-1).tolist())
+        assert [v for _, v in lp.top] == sorted((v for _, v in lp.top), reverse=True)
+
+
+def test_rows_do_not_depend_on_their_neighbours():
+    logits = torch.randn(5, 300)
+    params = SamplingParams(temperature=0.9, top_p=0.8)
+    alone = [row_logprobs(logits[i:i + 1], params) for i in range(5)]
+    together = token_logprobs(logits, [0, 1, 2, 3, 4], params, top=4)
+    assert [lp.logprob for lp in together] == [float(a[0, i]) for i, a in enumerate(alone)]
+
+
+def _run(endpoint: str, prompt: list[int], top: int, **kw):
+    result = generate(endpoint, make_request(prompt_token_ids=prompt, max_new_tokens=24, top_logprobs=top, **kw),
+                      timeout=120)
+    assert len(result.logprobs) == len(result.token_ids)
+    return result
+
+
+def _reference(path: str, prompt: list[int], tokens: list[int], params: SamplingParams, top: int):
+    """Each generated token's TokenLogprob from one prefill of prompt + tokens, on a locally loaded target."""
+    runner = load_model(tiny_models(path)[1], "cpu", **PATH_OPTIONS[path]).runner
+    logits = runner.forward([Step(runner.new_cache(), prompt + tokens, logits=len(tokens) + 1)])[0]  # [n+1, V]
+    return token_logprobs(logits, tokens, params, top)
+
+
+def _assert_close(got: list[pb.TokenLogprob], want, tol: float = 1e-5) -> None:
+    for g, w in zip(got, want, strict=True):
+        assert abs(g.logprob - w.logprob) <= tol
+        assert list(g.top_ids) == [t for t, _ in w.top]
+        assert max((abs(a - b) for a, (_, b) in zip(g.top_logprobs, w.top)), default=0.0) <= tol
+
+
+@pytest.mark.parametrize("path", ["fp32", "gguf"])
+def test_greedy_logprobs_equal_target_only_under_any_gamma_and_batch(request, path):
+    """Bit-identical (protobuf float32 equality) to γ = 0, for fixed and adaptive γ and for 4 sessions
+    sharing passes; and equal to a local prefill's within 1e-5."""
+    stack = request.getfixturevalue({"fp32": "stack", "gguf": "gguf_stack"}[path])
+    baseline = [_run(stack.endpoint, prompt, 5, gamma=0) for prompt in PROMPTS]
+    for gamma in (3, None):
+        accepted = 0
+        for prompt, want in zip(PROMPTS, baseline):
+            got = _run(stack.endpoint, prompt, 5, gamma=gamma)
+            assert got.token_ids == want.token_ids
+            assert got.logprobs == want.logprobs, f"logprobs changed under γ={gamma}"
+            accepted += sum(r.accepted for r in got.rounds)
+        assert gamma is None or accepted > 0, "nothing was accepted: speculation was not exercised"
+    with ThreadPoolExecutor(4) as pool:
+        batched = list(pool.map(lambda prompt: _run(stack.endpoint, prompt, 5), PROMPTS * 2))
+    assert [r.logprobs for r in batched] == [r.logprobs for r in baseline * 2], "logprobs changed under batching"
+    for prompt, want in zip(PROMPTS, baseline):
+        _assert_close(want.logprobs, _reference(path, prompt, want.token_ids, SamplingParams(), 5))
+
+
+def test_sampled_logprobs_are_the_targets_processed_distribution(stack):
+    """Accepted, recovered and bonus tokens all carry log p under the filtered target distribution."""
+    params = SamplingParams(temperature=0.8, top_k=20, top_p=0.9, seed=11)
+    for prompt in PROMPTS:
+        got = _run(stack.endpoint, prompt, 20, gamma=3, temperature=0.8, top_k=20, top_p=0.9, seed=11)
+        rounds = got.rounds
+        assert any(r.accepted < r.drafted for r in rounds) and any(r.accepted for r in rounds)
+        want = _reference("fp32", prompt, got.token_ids, params, 20)
+        _assert_close(got.logprobs, want)
+        assert all(len(lp.top_ids) <= 20 for lp in got.logprobs)
+
+
+def test_no_logprobs_unless_asked(stack):
+    result = generate(stack.endpoint, make_request(prompt_token_ids=PROMPTS[0], max_new_tokens=8), timeout=60)
+    assert result.logprobs == []
+    only = _run(stack.endpoint, PROMPTS[0], 0)
+    assert all(not lp.top_ids for lp in only.logprobs)
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(logprobs=True, top_logprobs=21), "top_logprobs must be in [0, 20]"),
+    (dict(top_logprobs=3), "top_logprobs needs logprobs"),
+    (dict(logprobs=True, resume=True, session_id="x"), "not kept in session records"),
+])
+def test_bad_logprob_requests_are_refused(stack, fields, message):
+    request = pb.GenerateRequest(prompt_token_ids=PROMPTS[0], max_new_tokens=4, **fields)
+    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            list(pb_grpc.SpecDecStub(channel).Generate(request, timeout=30))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in caught.value.details()
+
+
+def test_info_reports_the_target_and_the_orchestrators_caps(stack):
+    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
+        info = pb_grpc.SpecDecStub(channel).Info(pb.ModelInfoRequest(), timeout=10)
+    assert info.model == tiny_models("fp32")[1]
+    assert (info.max_new_tokens, info.max_gamma) == (1024, 6)
+    assert info.vocab_size > 0 and info.max_context > 0
+
