@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from cli.options import add_stack_args, gamma_arg, stack_options
+from http_api.flags import add_http_args, http_config
 from service_runtime import security, telemetry
 from service_runtime.security import security_from_args
 from service_runtime.server import configure_logging
@@ -35,8 +36,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     with stack_cm as stack:
         print(f"specdec serving on {stack.endpoint}", flush=True)
+        print(f"services: draft {','.join(stack.draft_addresses)}, target {stack.target_address}", flush=True)
+        http = None
+        if args.http_port >= 0:
+            from http_api.server import start_http
+
+            http = start_http(http_config(args, stack.endpoint), args.http_host or opts.host, args.http_port,
+                              args.log_level.lower())
+            print(f"specdec OpenAI-compatible API on {http.url}/v1", flush=True)
         stop.wait()
         log.info("stopping: draining the orchestrator and stopping every service")
+        if http is not None:
+            http.stop()
     return 0
 
 
@@ -105,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ray-cpus-per-process", type=float, default=1.0, help="CPUs reserved per service process")
     serve.add_argument("--ray-gpus-per-process", type=float, default=0.0,
                        help="GPUs reserved per service process (1 on GPU clusters: one per draft, one per rank)")
+    add_http_args(serve)
     serve.set_defaults(func=cmd_serve)
 
     gen = sub.add_parser("generate", help="run one generation")
@@ -167,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         args.trace_file = str(Path(args.output).with_suffix(".spans.jsonl"))  # kept for a second look
     # The embedded orchestrator runs in this process: its spans and metrics are configured here.
     installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port,
-                                    "127.0.0.1")
+                                    "127.0.0.1", prometheus=getattr(args, "http_port", -1) >= 0)
     try:
         return args.func(args)
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from http_api.flags import add_http_args, http_config
 from orchestrator.flags import add_orchestrator_args, orchestrator_config
 from orchestrator.server import start_orchestrator
 from service_runtime import security, telemetry
@@ -18,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--target", required=True, help="target service address HOST:PORT")
     parser.add_argument("--tokenizer", default="packaged:target", help="model spec whose tokenizer to use")
     add_orchestrator_args(parser)
+    add_http_args(parser)
     return parser
 
 
@@ -28,11 +30,24 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("give --draft addresses, or --redis-url to find the registered draft replicas")
     configure_logging(args.log_level)
     security.use(security.security_from_args(args))
+    serve_http = args.http_port >= 0
     installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port,
-                                    args.host)
+                                    args.host, prometheus=serve_http)
     running = start_orchestrator(args.draft, args.target, args.tokenizer, args.host, args.port,
                                  orchestrator_config(args), args.redis_url, args.health_port)
-    announce_and_wait(running, "orchestrator", on_stop=installed.shutdown)
+    http = None
+    if serve_http:  # the OpenAI API beside it, a client of its gRPC port over loopback
+        from http_api.server import start_http
+
+        http = start_http(http_config(args, f"127.0.0.1:{running.port}", args.tokenizer),
+                          args.http_host or args.host, args.http_port, args.log_level.lower())
+
+    def stop() -> None:
+        if http is not None:
+            http.stop()
+        installed.shutdown()
+
+    announce_and_wait(running, "orchestrator", on_stop=stop)
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
     def __init__(self, drafts: DraftPool, target: ServiceClient, tokenizer, config: OrchestratorConfig,
                  redis=None):
         self.drafts, self.target, self.tokenizer, self.config = drafts, target, tokenizer, config
-        self.target_info = target_info = target.info()
+        target_info = target.info()
         self.sessions = SessionStore(redis, config.session_ttl_s) if redis is not None else None
         self.priors = PriorStore(redis, target_info.model) if redis is not None else None
         drafts.vocab_size = self.vocab_size = target_info.vocab_size  # replicas must share it
@@ -125,8 +125,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
     def Info(self, request, context):
         """The target's ModelInfo with this orchestrator's caps (`SpecDec.Info`)."""
         with grpc_errors(context):
-            info = pb.ModelInfo()
-            info.CopyFrom(self.target_info)
+            info = self.target.info()  # live: its sessions and batching counters
             info.max_gamma, info.max_sessions = self.gamma_max, self.config.max_concurrent
             info.max_new_tokens = self.config.max_new_tokens_limit
             return info

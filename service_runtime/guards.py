@@ -12,12 +12,12 @@ server keeps spare worker threads for them (`start_server`).
 from __future__ import annotations
 
 import hashlib
-import hmac
 import threading
 from typing import Callable, Iterator
 
 import grpc
 
+from service_runtime.security import Security
 from specdec.errors import InvalidArgument
 
 EXEMPT_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
@@ -81,13 +81,10 @@ class Guard(grpc.ServerInterceptor):
 
     def __init__(self, max_concurrent: int, tokens: tuple[str, ...] = ()):
         self.slots = _Slots(max_concurrent)
-        self.accepted = [f"Bearer {token}".encode() for token in tokens]
+        self.security = Security(tokens)
 
     def _authorized(self, metadata) -> bool:
-        if not self.accepted:
-            return True
-        presented = str(dict(metadata or ()).get("authorization", "")).encode()
-        return any([hmac.compare_digest(presented, accepted) for accepted in self.accepted])
+        return self.security.authorized(str(dict(metadata or ()).get("authorization", "")))
 
     def intercept_service(self, continuation, details: grpc.HandlerCallDetails):
         handler = continuation(details)

@@ -10,6 +10,7 @@ Off by default (loopback); one flag away everywhere else:
 from __future__ import annotations
 
 import argparse
+import hmac
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,19 +57,39 @@ class Security:
         return grpc.ssl_server_credentials([(self.key, self.cert)], root_certificates=self.ca or None,
                                            require_client_auth=bool(self.ca))
 
+    def authorized(self, authorization: str) -> bool:
+        """Whether an `authorization` header value carries an accepted token (always, without tokens)."""
+        if not self.tokens:
+            return True
+        presented = authorization.encode()
+        return any([hmac.compare_digest(presented, f"Bearer {token}".encode()) for token in self.tokens])
+
+    def _credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(root_certificates=self.ca or None, private_key=self.key or None,
+                                            certificate_chain=self.cert or None)
+
+    def _options(self, options: list | None) -> list:
+        names = [("grpc.ssl_target_name_override", self.server_name)] if self.tls and self.server_name else []
+        return [*(options or []), *names]
+
     def channel(self, address: str, options: list | None = None) -> grpc.Channel:
         """A channel to a peer service or server, with TLS and the bearer token as configured."""
         if self.tls:
-            credentials = grpc.ssl_channel_credentials(root_certificates=self.ca or None,
-                                                       private_key=self.key or None,
-                                                       certificate_chain=self.cert or None)
-            names = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
-            channel = grpc.secure_channel(address, credentials, options=[*(options or []), *names])
+            channel = grpc.secure_channel(address, self._credentials(), options=self._options(options))
         else:
             channel = grpc.insecure_channel(address, options=options)
         if self.token:
             channel = grpc.intercept_channel(channel, _BearerToken(self.token))
         return channel
+
+    def aio_channel(self, address: str, options: list | None = None) -> grpc.aio.Channel:
+        """An asyncio channel with the same TLS; calls pass `call_metadata()` for the token."""
+        if self.tls:
+            return grpc.aio.secure_channel(address, self._credentials(), options=self._options(options))
+        return grpc.aio.insecure_channel(address, options=options)
+
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 
 
 class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,

@@ -52,9 +52,12 @@ def _grpc_endpoint(endpoint: str) -> str:
 
 
 def configure(default_service_name: str, otlp_endpoint: str = "", trace_file: str = "",
-              metrics_port: int = 0, metrics_host: str = "127.0.0.1") -> Telemetry:
-    """Install the SDK for what is configured; leaves the no-op API in place otherwise."""
-    if not (otlp_endpoint or trace_file or metrics_port):
+              metrics_port: int = 0, metrics_host: str = "127.0.0.1", prometheus: bool = False) -> Telemetry:
+    """Install the SDK for what is configured; leaves the no-op API in place otherwise.
+
+    `prometheus`: keep metrics in prometheus_client's registry for a server of this process to
+    expose (the HTTP API's /metrics), as `metrics_port` does on a port of its own."""
+    if not (otlp_endpoint or trace_file or metrics_port or prometheus):
         return Telemetry()
     from opentelemetry.sdk.resources import Resource
 
@@ -72,14 +75,14 @@ def configure(default_service_name: str, otlp_endpoint: str = "", trace_file: st
         if trace_file:
             tracer_provider.add_span_processor(BatchSpanProcessor(OtlpJsonFileExporter(trace_file)))
         install_tracer_provider(tracer_provider)
-    if otlp_endpoint or metrics_port:
-        meter_provider = _meter_provider(resource, otlp_endpoint, metrics_port, metrics_host)
+    if otlp_endpoint or metrics_port or prometheus:
+        meter_provider = _meter_provider(resource, otlp_endpoint, metrics_port, metrics_host, prometheus)
     log.info("telemetry: traces %s, metrics %s", otlp_endpoint or trace_file or "off",
              ", ".join(filter(None, [otlp_endpoint, metrics_port and f"prometheus :{metrics_port}"])) or "off")
     return Telemetry(tracer_provider, meter_provider)
 
 
-def _meter_provider(resource, otlp_endpoint: str, metrics_port: int, metrics_host: str):
+def _meter_provider(resource, otlp_endpoint: str, metrics_port: int, metrics_host: str, prometheus: bool):
     from opentelemetry import metrics
     from opentelemetry.sdk.metrics import MeterProvider
 
@@ -89,11 +92,12 @@ def _meter_provider(resource, otlp_endpoint: str, metrics_port: int, metrics_hos
         from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
         readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(_grpc_endpoint(otlp_endpoint))))
-    if metrics_port:
+    if metrics_port or prometheus:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import start_http_server
 
-        start_http_server(metrics_port, addr=metrics_host)  # the service's own host, not every interface
+        if metrics_port:
+            start_http_server(metrics_port, addr=metrics_host)  # the service's own host, not every interface
         readers.append(PrometheusMetricReader())
     provider = MeterProvider(resource=resource, metric_readers=readers)
     metrics.set_meter_provider(provider)

@@ -95,20 +95,26 @@ def build_tiny_model(spec: str) -> torch.nn.Module:
 
 
 def build_byte_tokenizer():
-    """A byte-level tokenizer built in code: ids 0-255 are bytes, 256 is <|endoftext|>."""
+    """A byte-level tokenizer built in code: ids 0-255 are bytes, 256 is <|endoftext|>; a ChatML
+    chat template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {char: byte for byte, char in _gpt2_byte_chars().items()}
+    vocab = {char: byte for byte, char in gpt2_byte_chars().items()}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok)
     fast.add_special_tokens({"eos_token": "<|endoftext|>", "pad_token": "<|pad|>"})
+    fast.chat_template = CHATML  # written out in bytes, like everything else
     return fast
 
 
-def _gpt2_byte_chars() -> dict[int, str]:
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def gpt2_byte_chars() -> dict[int, str]:
     """GPT-2's byte -> printable character map, which byte-level BPE vocabularies are written in."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     chars = {b: chr(b) for b in printable}

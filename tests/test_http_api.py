@@ -1,0 +1,336 @@
+"""The OpenAI-compatible HTTP API through the official `openai` client, against a real
+`specdec serve --http-port` (and a standalone `python -m http_api`) on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import httpx2 as httpx
+import openai
+import pytest
+
+from cli.client import generate, make_request
+from orchestrator.clients import draft_client, target_client
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from service_runtime.server import CHANNEL_OPTIONS, READY_PREFIX
+from specdec.models import build_byte_tokenizer
+
+from conftest import TINY_DRAFT, TINY_TARGET
+
+MODEL = TINY_TARGET
+PROMPT = "def fib(n):"
+MESSAGES = [{"role": "system", "content": "You write code."}, {"role": "user", "content": "fib in Python"}]
+TOKEN = "http-test-token"
+
+
+class Serve:
+    """`specdec serve --http-port 0` as a child process; its endpoints read from its stdout."""
+
+    def __init__(self, *flags: str):
+        cmd = [sys.executable, "-m", "cli.main", "serve", "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET,
+               "--device", "cpu", "--port", "0", "--gamma-max", "6", "--max-new-tokens-limit", "1024",
+               "--http-port", "0", *flags]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        lines = {}
+        for line in self.proc.stdout:  # until all three lines are in, or the process ended
+            for key, pattern in (("grpc", r"specdec serving on (\S+)"), ("services", r"services: draft (\S+), target (\S+)"),
+                                 ("http", r"OpenAI-compatible API on (\S+)")):
+                if (match := re.search(pattern, line)):
+                    lines[key] = match.groups()
+            if len(lines) == 3:
+                break
+        assert len(lines) == 3, f"specdec serve did not start (exit {self.proc.poll()})"
+        self.grpc, = lines["grpc"]
+        self.draft, self.target = lines["services"]
+        self.base_url, = lines["http"]
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=kw.pop("api_key", "none"), max_retries=0, **kw)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def serve():
+    running = Serve("--max-concurrent", "2")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(serve, tmp_path_factory):
+    """A standalone `python -m http_api` in front of the same orchestrator: with a bearer token, a
+    0.1 s deadline, and a tokenizer without a chat template."""
+    folder = tmp_path_factory.mktemp("gateway")
+    tokenizer = build_byte_tokenizer()
+    tokenizer.chat_template = None
+    tokenizer.save_pretrained(folder / "tokenizer")
+    (folder / "token").write_text(TOKEN + "\n")
+    proc = subprocess.Popen([sys.executable, "-m", "http_api", "--endpoint", serve.grpc, "--http-host", "127.0.0.1",
+                             "--http-port", "0", "--auth-token-file", str(folder / "token"), "--http-timeout", "0.1",
+                             "--tokenizer", str(folder / "tokenizer"), "--log-level", "warning"],
+                            stdout=subprocess.PIPE, text=True)
+    port = next(int(line[len(READY_PREFIX):]) for line in proc.stdout if line.startswith(READY_PREFIX))
+    yield f"http://127.0.0.1:{port}/v1"
+    proc.terminate()
+    proc.wait(30)
+
+
+def grpc_text(serve: Serve, **kw) -> tuple[str, list[int], list[pb.TokenLogprob]]:
+    result = generate(serve.grpc, make_request(**kw), timeout=60)
+    return result.text, result.token_ids, result.logprobs
+
+
+def test_models(serve):
+    client = serve.client()
+    assert [m.id for m in client.models.list()] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-4o")
+
+
+def test_completions_plain_and_streamed_equal_the_grpc_text(serve):
+    client = serve.client()
+    want, _, _ = grpc_text(serve, prompt=PROMPT, max_new_tokens=40)
+    reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0)
+    assert reply.choices[0].text == want and reply.choices[0].finish_reason == "length"
+    assert (reply.usage.completion_tokens, reply.usage.prompt_tokens) == (40, len(PROMPT))
+    speculation = reply.usage.model_extra["speculation"]
+    assert speculation["accepted"] <= speculation["drafted"] and speculation["rounds"] >= 1
+    chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 40
+    by_ids = client.completions.create(model=MODEL, prompt=list(PROMPT.encode()), max_tokens=40, temperature=0)
+    assert by_ids.choices[0].text == want
+
+
+def test_sampling_fields_and_stop_reach_the_generation(serve):
+    client = serve.client()
+    want, _, _ = grpc_text(serve, prompt=PROMPT, max_new_tokens=30, temperature=0.8, top_k=20, top_p=0.9, seed=5)
+    reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0.8, top_p=0.9, seed=5,
+                                      extra_body={"top_k": 20})
+    assert reply.choices[0].text == want
+    stop = want[5:8]
+    stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0.8, top_p=0.9, seed=5,
+                                        stop=[stop], extra_body={"top_k": 20})
+    assert want.startswith(stopped.choices[0].text) and stop not in stopped.choices[0].text
+    assert stopped.choices[0].finish_reason == "stop"
+
+
+def test_chat_plain_and_streamed(serve):
+    client = serve.client()
+    prompt_ids = build_byte_tokenizer().apply_chat_template(MESSAGES, add_generation_prompt=True, return_dict=False)
+    want, _, _ = grpc_text(serve, prompt_token_ids=list(prompt_ids), max_new_tokens=32)
+    reply = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_completion_tokens=32, temperature=0)
+    assert reply.choices[0].message.role == "assistant" and reply.choices[0].message.content == want
+    assert reply.usage.prompt_tokens == len(prompt_ids)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=32, temperature=0,
+                                                 stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_logprobs_equal_with_speculation_on_and_off(serve):
+    """Greedy: the same numbers (float32, exactly) under γ = 0, γ = 4 and adaptive, streamed or not, and
+    the numbers gRPC returns."""
+    client = serve.client()
+
+    def chat_logprobs(**kw):
+        reply = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0,
+                                               logprobs=True, top_logprobs=5, **kw)
+        return [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+                for t in reply.choices[0].logprobs.content]
+
+    off = chat_logprobs(extra_body={"gamma": 0})
+    assert len(off) == 24 and all(len(alternatives) == 5 for _, _, alternatives in off)
+    assert chat_logprobs(extra_body={"gamma": 4}) == off
+    assert chat_logprobs() == off
+    stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0,
+                                            logprobs=True, top_logprobs=5, stream=True, extra_body={"gamma": 4})
+    streamed = [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs])
+                for c in stream if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert streamed == off
+    _, _, via_grpc = grpc_text(serve, prompt=PROMPT, max_new_tokens=16, top_logprobs=3, gamma=4)
+    reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0, logprobs=3,
+                                      extra_body={"gamma": 0})
+    assert reply.choices[0].logprobs.token_logprobs == [lp.logprob for lp in via_grpc]
+    tokenizer = build_byte_tokenizer()
+    for got, want in zip(reply.choices[0].logprobs.top_logprobs, via_grpc, strict=True):
+        expected = {}
+        for token, value in zip(want.top_ids, want.top_logprobs):  # texts may collide: the likeliest stays
+            expected.setdefault(tokenizer.decode([token]), value)
+        assert got == expected
+
+
+@pytest.mark.parametrize("path,body,status,message", [
+    ("/completions", {"prompt": "x", "n": 2}, 400, "n must be 1"),
+    ("/completions", {"prompt": "x", "echo": True}, 400, "echo"),
+    ("/completions", {"prompt": ["a", "b"]}, 400, "one string or one list of token ids"),
+    ("/completions", {"prompt": "x", "temperature": -1}, 400, "temperature"),
+    ("/completions", {"prompt": "x", "max_tokens": 5000}, 400, "max_new_tokens must be in [1, 1024]"),
+    ("/completions", {"prompt": "x", "logprobs": 21}, 400, "logprobs"),
+    ("/completions", {"prompt": [-3, 5]}, 400, "outside the vocabulary"),
+    ("/completions", {"prompt": "x" * 600}, 400, "context"),
+    ("/completions", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop"),
+    ("/completions", {"prompt": "x", "seed": -1}, 400, "seed"),
+    ("/completions", {"max_tokens": 3}, 400, "prompt"),
+    ("/chat/completions", {"messages": []}, 400, "messages"),
+    ("/chat/completions", {"messages": MESSAGES, "top_logprobs": 2}, 400, "top_logprobs needs logprobs"),
+    ("/chat/completions", {"messages": MESSAGES, "tools": [{"type": "function"}]}, 400, "tools"),
+    ("/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "text content"),
+    ("/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
+    ("/completions", {"prompt": "x", "model": "gpt-4o"}, 404, "does not exist"),
+    ("/nowhere", {}, 404, "Not Found"),
+])
+def test_bad_requests_get_their_4xx_in_openais_shape(serve, path, body, status, message):
+    reply = httpx.post(serve.base_url + path, json={"model": MODEL, **body}, timeout=30)
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert message in error["message"] and error["type"]
+
+
+def test_malformed_and_oversized_bodies(serve):
+    reply = httpx.post(serve.base_url + "/completions", content=b"{not json", timeout=30)
+    assert reply.status_code == 400 and reply.json()["error"]["type"] == "invalid_request_error"
+    huge = json.dumps({"model": MODEL, "prompt": "x" * (5 << 20)}).encode()
+    reply = httpx.post(serve.base_url + "/completions", content=huge, timeout=30)
+    assert reply.status_code == 413 and "over the limit" in reply.json()["error"]["message"]
+
+    def chunked():  # no Content-Length: the limit is counted as the body arrives
+        for _ in range(6):
+            yield b"x" * (1 << 20)
+    reply = httpx.post(serve.base_url + "/completions", content=chunked(), timeout=30)
+    assert reply.status_code == 413
+
+
+def test_a_refused_stream_gets_its_status_before_any_event(serve):
+    with pytest.raises(openai.BadRequestError):
+        list(serve.client().completions.create(model=MODEL, prompt="x", max_tokens=5000, stream=True))
+
+
+def _live(serve) -> tuple[int, int]:
+    target, draft = target_client(serve.target), draft_client(serve.draft)
+    try:
+        return target.info().live_sessions, draft.info().live_sessions
+    finally:
+        target.close(), draft.close()
+
+
+def _wait_idle(serve, timeout_s: float = 15.0) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout_s
+    while (live := _live(serve)) != (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return live
+
+
+def test_a_disconnect_mid_stream_frees_the_sessions_everywhere(serve):
+    assert _wait_idle(serve) == (0, 0)
+    with httpx.stream("POST", serve.base_url + "/completions", timeout=30,
+                      json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "gamma": 3,
+                            "stream": True}) as reply:
+        lines = reply.iter_lines()
+        assert next(lines).startswith("data: ")
+        assert _live(serve) == (1, 1), "the generation should be running on both services"
+    # the client went away after one event, ~500 tokens before the end
+    assert _wait_idle(serve) == (0, 0)
+
+
+def test_at_capacity_a_request_gets_429(serve):
+    """The orchestrator admits 2 generations (--max-concurrent 2); a third is refused at once. Two
+    ~500-token generations hold the slots; the third is sent as soon as both have begun (tried again
+    should both have ended first, which would take a machine hundreds of times faster)."""
+    def hold(ready: threading.Event, release: threading.Event):
+        with httpx.stream("POST", serve.base_url + "/completions", timeout=60,
+                          json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0,
+                                "stream": True}) as reply:
+            lines = reply.iter_lines()  # held: dropping the iterator would close the response
+            next(lines)
+            ready.set()
+            release.wait(30)
+
+    def attempt() -> bool:
+        release, ready = threading.Event(), [threading.Event(), threading.Event()]
+        with ThreadPoolExecutor(2) as pool:
+            held = [pool.submit(hold, r, release) for r in ready]
+            try:
+                assert all(r.wait(30) for r in ready)
+                serve.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
+                return False
+            except openai.RateLimitError as exc:
+                assert "capacity" in exc.message
+                return True
+            finally:
+                release.set()
+                for future in held:
+                    future.result()
+
+    assert any(attempt() for _ in range(3))
+
+
+def test_health_and_metrics(serve):
+    assert httpx.get(serve.base_url.removesuffix("/v1") + "/health", timeout=5).status_code == 200
+    serve.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, extra_body={"gamma": 3})
+    text = httpx.get(serve.base_url.removesuffix("/v1") + "/metrics", timeout=5).text
+    assert re.search(r'http_requests_total\{[^}]*route="/v1/completions",status="200"\} [1-9]', text)
+    assert "spec_decode_num_draft_tokens_total" in text
+
+
+def test_standalone_gateway_auth_deadline_and_missing_template(gateway):
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=gateway, api_key="wrong", max_retries=0).models.list()
+    assert httpx.post(gateway + "/completions", json={"model": MODEL, "prompt": "x"}, timeout=5).status_code == 401
+    client = openai.OpenAI(base_url=gateway, api_key=TOKEN, max_retries=0)
+    assert [m.id for m in client.models.list()] == [MODEL]
+    with pytest.raises(openai.APIStatusError) as caught:  # 500 tokens cannot finish within the 0.1 s deadline
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1000, temperature=0)
+    assert caught.value.status_code == 504
+    with pytest.raises(openai.BadRequestError, match="no chat template"):
+        client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert httpx.get(gateway.removesuffix("/v1") + "/health", timeout=5).status_code == 200
+
+
+def _children(pid: int, module: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+                cmdline = open(f"/proc/{entry}/cmdline").read()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and module in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def test_zz_health_is_503_once_the_target_is_gone(serve):
+    """Last in this module: it kills the target. The orchestrator's health follows its target, and
+    /health follows the orchestrator's, answering within a second."""
+    base = serve.base_url.removesuffix("/v1")
+    assert httpx.get(base + "/health", timeout=5).status_code == 200
+    (target,) = _children(serve.proc.pid, "target_service")
+    os.kill(target, 9)
+    deadline = time.monotonic() + 20
+    while (status := httpx.get(base + "/health", timeout=5).status_code) == 200 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert status == 503
+    began = time.monotonic()
+    assert httpx.get(base + "/health", timeout=5).status_code == 503 and time.monotonic() - began < 1.5
+    with pytest.raises(openai.APIStatusError) as caught:
+        serve.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
+    assert caught.value.status_code in (503, 504)
