@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import tempfile
 import threading
 from dataclasses import dataclass
 
@@ -52,10 +54,8 @@ def uvicorn_config(config: HttpConfig, host: str, port: int, log_level: str) -> 
 
 
 def _pem_file(pem: bytes) -> str:
-    """uvicorn reads certificates from files: write this process's PEM to a private temporary one."""
-    import os
-    import tempfile
-
+    """uvicorn reads certificates from files: this process's PEM goes to a private temporary one,
+    removed once the server has loaded it."""
     fd, path = tempfile.mkstemp(suffix=".pem")
     with os.fdopen(fd, "wb") as out:
         out.write(pem)
@@ -80,6 +80,9 @@ def start_http(config: HttpConfig, host: str, port: int, log_level: str = "warni
         if server.started or failed or not thread.is_alive():
             break
         deadline.wait(0.05)
+    for pem in (server.config.ssl_certfile, server.config.ssl_keyfile):  # loaded by now (or never will be)
+        if pem:
+            os.unlink(pem)
     if not server.started:
         server.should_exit = True
         raise RuntimeError(f"the HTTP API did not start on {host}:{port}: {failed[0] if failed else 'timed out'}")

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from draft_service.__main__ import build_parser as draft_parser
+from http_api.__main__ import build_parser as http_parser
 from orchestrator.__main__ import build_parser as orchestrator_parser
 from target_service.__main__ import build_parser as target_parser
 
@@ -23,7 +24,7 @@ COMPOSE = [ROOT / "docker-compose.yml", ROOT / "docker-compose.gpu.yml", ROOT / 
 K8S = ROOT / "deploy" / "k8s"
 RAY_CLUSTER = ROOT / "deploy" / "ray" / "raycluster.yaml"
 PARSERS = {"draft_service": draft_parser, "target_service": target_parser, "orchestrator": orchestrator_parser,
-           "service_runtime.healthcheck": None}
+           "http_api": http_parser, "service_runtime.healthcheck": None}
 # Env vars read by libraries rather than by our code: the OpenTelemetry SDK's standard settings.
 STANDARD_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
                 "COLLECTOR_OTLP_ENABLED", "POD_IP", "RAY_ADDRESS"}
@@ -161,7 +162,25 @@ def test_kubernetes_layout():
             if container.get("image") == "specdec":
                 assert "resources" in container and "limits" in container["resources"], (path, container["name"])
                 if doc["kind"] != "RayCluster":
-                    assert "grpc" in container["readinessProbe"] and "grpc" in container["livenessProbe"]
+                    assert "grpc" in container["livenessProbe"]
+                    assert "grpc" in container["readinessProbe"] or container["name"] == "orchestrator"
+
+
+def test_the_openai_api_is_exposed_and_probed_everywhere():
+    """Compose, the k8s base and its secure overlay serve the HTTP API on :8000, probed on /health."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]["orchestrator"]
+    assert compose["command"][compose["command"].index("--http-port") + 1] == "8000" and "8000:8000" in compose["ports"]
+    docs = {(d["kind"], d["metadata"]["name"]): d for _, d in k8s_documents() if "metadata" in d}
+    (container,) = containers_of(docs[("Deployment", "orchestrator")])
+    assert container["args"][container["args"].index("--http-port") + 1] == "8000"
+    assert {"name": "http", "containerPort": 8000} in container["ports"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert {"name": "http", "port": 8000, "targetPort": "http"} in docs[("Service", "orchestrator")]["spec"]["ports"]
+    patch = yaml.safe_load((K8S / "overlays" / "secure" / "orchestrator-secure.yaml").read_text())
+    merged = strategic_merge(copy.deepcopy(docs[("Deployment", "orchestrator")]), patch)
+    (secure,) = containers_of(merged)
+    assert secure["readinessProbe"] == {"httpGet": {"path": "/health", "port": "http", "scheme": "HTTPS"},
+                                        "periodSeconds": 5}
 
 
 def commands() -> list[tuple[str, list[str]]]:
@@ -216,7 +235,7 @@ def test_every_env_var_named_is_read_by_the_code():
         for name, default in re.findall(r"\$\{(\w+)(:-[^}]*)?\}", path.read_text()):
             assert default, f"{path.name}: ${{{name}}} has no default"
     source = "\n".join(p.read_text() for pkg in ("specdec", "service_runtime", "orchestrator", "draft_service",
-                                                 "target_service") for p in (ROOT / pkg).rglob("*.py"))
+                                                 "target_service", "http_api") for p in (ROOT / pkg).rglob("*.py"))
     source += (ROOT / "deploy" / "Dockerfile").read_text()
     unknown = {n for n in names - STANDARD_ENV if n not in source}
     assert not unknown, f"env vars named in deployment files but read nowhere: {sorted(unknown)}"

@@ -117,3 +117,32 @@ def test_a_plaintext_health_port_beside_a_tls_server(tmp_path):
         assert _health(settings.channel(f"127.0.0.1:{running.port}")) == health_pb2.HealthCheckResponse.SERVING
     finally:
         running.stop(0)
+
+
+def test_the_http_api_serves_https_and_wants_the_token(secured, tmp_path):
+    """The OpenAI API beside a token + mutual-TLS stack: HTTPS with the stack's certificate, the bearer
+    token from HTTP clients, and the stack's own credentials towards the orchestrator."""
+    import ssl
+
+    import httpx2 as httpx
+
+    from http_api.flags import HttpConfig
+    from http_api.server import start_http
+
+    stack, _ = secured(token=True, tls=True)
+    running = start_http(HttpConfig(endpoint=stack.endpoint), "127.0.0.1", 0)
+    try:
+        assert running.url.startswith("https://")
+        trust = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))  # written by `secured`
+        with httpx.Client(verify=trust, timeout=30) as client:
+            assert client.get(running.url + "/health").status_code == 200  # probes need no token
+            assert client.get(running.url + "/v1/models").status_code == 401
+            body = {"model": "tiny:seed=0", "prompt": "secure", "max_tokens": 4, "temperature": 0}
+            reply = client.post(running.url + "/v1/completions", json=body,
+                                headers={"Authorization": "Bearer client-token"})
+            assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] == 4
+        with pytest.raises(httpx.TransportError):  # plaintext HTTP is not served
+            httpx.get(running.url.replace("https://", "http://") + "/health", timeout=5)
+    finally:
+        running.stop()
+
