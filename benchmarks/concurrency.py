@@ -66,11 +66,12 @@ def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level,
             level.first_token_s.append(first)
 
 
-def run_level(endpoint: str, prompts: list[str], n: int, gamma: int | None, target=None) -> Level:
-    """Every prompt streamed at once; with `target` (a client), also its sessions per forward pass."""
+def run_level(endpoint: str, prompts: list[str], n: int, gamma: int | None, target=None, stream=_stream) -> Level:
+    """Every prompt streamed at once; with `target` (a client), also its sessions per forward pass.
+    `stream(endpoint, prompt, n, gamma, level, lock)` runs one user's generation (gRPC by default)."""
     level, lock = Level(), threading.Lock()
     before = target.info() if target is not None else None
-    threads = [threading.Thread(target=_stream, args=(endpoint, p, n, gamma, level, lock)) for p in prompts]
+    threads = [threading.Thread(target=stream, args=(endpoint, p, n, gamma, level, lock)) for p in prompts]
     began = time.perf_counter()
     for thread in threads:
         thread.start()

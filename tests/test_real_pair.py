@@ -25,6 +25,20 @@ def test_real_pair_greedy_equals_target_only(real_stack, prompt):
         assert result.stats["accepted_tokens"] > 0
 
 
+def test_real_pair_greedy_logprobs_do_not_change_under_speculation(real_stack):
+    """Within 1e-5 of γ = 0 (they are the same bits on a row-invariant path), for fixed and adaptive γ."""
+    prompt = "def quicksort(items):\n"
+    baseline = generate(real_stack.endpoint, make_request(prompt=prompt, max_new_tokens=32, gamma=0, top_logprobs=5))
+    assert len(baseline.logprobs) == 32
+    for gamma in (3, None):
+        result = generate(real_stack.endpoint, make_request(prompt=prompt, max_new_tokens=32, gamma=gamma,
+                                                            top_logprobs=5))
+        assert result.token_ids == baseline.token_ids and result.stats["accepted_tokens"] > 0
+        for got, want in zip(result.logprobs, baseline.logprobs, strict=True):
+            assert abs(got.logprob - want.logprob) <= 1e-5 and list(got.top_ids) == list(want.top_ids)
+            assert max(abs(a - b) for a, b in zip(got.top_logprobs, want.top_logprobs)) <= 1e-5
+
+
 def test_real_target_gguf_path_tracks_fp32_on_the_same_weights():
     """The packaged target on its default gguf path against the fp32 path on the dequantized weights:
     logits within float32 summation noise, the same greedy choice at every position."""

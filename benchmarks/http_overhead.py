@@ -1,0 +1,108 @@
+"""`specdec bench --http 1,8`: what the OpenAI HTTP layer costs against gRPC, on the same stack.
+
+One embedded stack, the HTTP API in this process in front of it (as `specdec serve --http-port`
+runs it). For each level N, N users stream the same greedy, adaptive-γ generations through gRPC
+and through HTTP (SSE, read with the standard library), alternating which goes first, `repeats`
+times. It prints aggregate tokens/s per transport and their ratio, per level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from benchmarks.concurrency import Level, run_level
+from benchmarks.speed import load_prompts, service_infos, warm_up
+
+
+def http_stream(model: str):
+    """A `run_level` stream: one user through POST /v1/completions with stream: true, its tokens
+    counted from the usage chunk."""
+    def stream(base_url: str, prompt: str, n: int, gamma: int | None, level: Level, lock: threading.Lock) -> None:
+        url = urlsplit(base_url)
+        body = {"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}, **({} if gamma is None else {"gamma": gamma})}
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
+        began = time.perf_counter()
+        first, tokens = None, 0
+        try:
+            conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            assert response.status == 200, response.read()
+            for raw in response:
+                line = raw.strip()
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("usage"):
+                    tokens = chunk["usage"]["completion_tokens"]
+                elif first is None and chunk["choices"][0]["text"]:
+                    first = time.perf_counter() - began
+        finally:
+            conn.close()
+        with lock:
+            level.tokens += tokens
+            if first is not None:
+                level.first_token_s.append(first)
+    return stream
+
+
+def run_http_overhead(args: argparse.Namespace) -> int:
+    from cli.options import stack_options
+    from http_api.flags import HttpConfig
+    from http_api.server import start_http
+    from launch.stack import EmbeddedStack
+
+    levels = [int(x) for x in args.http.split(",") if x]
+    base = [p["prompt"] for p in load_prompts(args.prompts, args.limit_prompts)]
+    repeats = 3
+    results: dict[tuple[str, int], list[float]] = {}
+    with EmbeddedStack(stack_options(args, max_sessions=max(64, 2 * max(levels)))) as stack:
+        _, target_info = service_infos(stack)
+        api = start_http(HttpConfig(endpoint=stack.endpoint), "127.0.0.1", 0)
+        model = json.loads(http_get(api.url + "/v1/models"))["data"][0]["id"]
+        warm_up(stack.endpoint, base[0], args.gamma_max)
+        try:
+            for repeat in range(repeats):
+                for users in levels:
+                    prompts = [base[i % len(base)] for i in range(users)]
+                    order = [("grpc", stack.endpoint, {}), ("http", api.url, {"stream": http_stream(model)})]
+                    for name, endpoint, how in order if repeat % 2 == 0 else order[::-1]:
+                        level = run_level(endpoint, prompts, args.max_new_tokens, None, **how)
+                        results.setdefault((name, users), []).append(level.tokens / level.seconds)
+                        print(f"{name}@{users} (run {repeat + 1}): {level.tokens / level.seconds:.2f} tok/s",
+                              flush=True)
+        finally:
+            api.stop()
+    rows = []
+    for users in levels:
+        grpc_tps, http_tps = (statistics.mean(results[(name, users)]) for name in ("grpc", "http"))
+        rows.append({"users": users, "grpc_tokens_per_s": round(grpc_tps, 3), "http_tokens_per_s": round(http_tps, 3),
+                     "http_over_grpc": round(http_tps / grpc_tps, 4),
+                     "runs": {name: [round(x, 3) for x in results[(name, users)]] for name in ("grpc", "http")}})
+    print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel}); "
+          f"{args.max_new_tokens} tokens per user, greedy, adaptive γ, {repeats} runs each, order alternated")
+    print("users | gRPC tok/s | HTTP tok/s | HTTP / gRPC")
+    for r in rows:
+        print(f"{r['users']} | {r['grpc_tokens_per_s']} | {r['http_tokens_per_s']} | {r['http_over_grpc']}")
+    output = Path(args.output)
+    output.write_text(json.dumps({"hardware": target_info.hardware, "path": target_info.compute_path,
+                                  "max_new_tokens": args.max_new_tokens, "rows": rows}, indent=2))
+    print(f"wrote {output}")
+    return 0
+
+
+def http_get(url: str) -> bytes:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    try:
+        conn.request("GET", parts.path)
+        return conn.getresponse().read()
+    finally:
+        conn.close()
