@@ -24,7 +24,12 @@ class GenerateResult:
     def to_json(self) -> dict:
         rounds = [MessageToDict(r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
                   for r in self.rounds]
-        return {"text": self.text, "token_ids": self.token_ids, "stats": self.stats, "rounds": rounds}
+        out = {"text": self.text, "token_ids": self.token_ids, "stats": self.stats, "rounds": rounds}
+        if self.logprobs:
+            out["logprobs"] = [{"token_id": token, "logprob": lp.logprob,
+                                "top": [[t, v] for t, v in zip(lp.top_ids, lp.top_logprobs)]}
+                               for token, lp in zip(self.token_ids, self.logprobs)]
+        return out
 
 
 def stats_to_dict(stats: pb.GenerationStats) -> dict:

@@ -57,7 +57,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from cli.client import generate, make_request
 
     request = make_request(prompt=args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-                           top_k=args.top_k, top_p=args.top_p, seed=args.seed, gamma=args.gamma, stop=args.stop)
+                           top_k=args.top_k, top_p=args.top_p, seed=args.seed, gamma=args.gamma, stop=args.stop,
+                           top_logprobs=args.logprobs)
     on_text = None if args.json else (lambda text: print(text, end="", flush=True))
 
     def run(endpoint: str) -> None:
@@ -135,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--endpoint", default="", help="HOST:PORT of a running orchestrator; default: start one")
     gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids, stats")
+    gen.add_argument("--logprobs", type=int, default=None, metavar="K",
+                     help="with --json: each token's log-probability and its K (0-20) likeliest alternatives")
     gen.set_defaults(func=cmd_generate)
 
     bench = sub.add_parser("bench", help="target-only vs speculative vs Hugging Face assisted generation")

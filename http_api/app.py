@@ -3,7 +3,7 @@
 It adds no logic of its own to a round: each request becomes one `Generate` call, whose messages
 become the reply (or its server-sent events). A client that disconnects cancels that call, which
 frees the session on every service. Errors take OpenAI's JSON shape with the status a client
-library maps correctly (`STATUS_OF`); a client's mistake is never a 500.
+library maps correctly (`http_api.errors`); a client's mistake is never a 500.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from typing import AsyncIterator
 
 import grpc
@@ -24,7 +23,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from http_api.errors import error_body, rpc_error
 from http_api.flags import HttpConfig
+from http_api.guard import Guard
 from http_api.responses import Reply, TokenText
 from http_api.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
 from protos import specdec_pb2 as pb
@@ -34,29 +35,7 @@ from service_runtime.server import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
 
-# gRPC status -> (HTTP status, OpenAI error type)
-STATUS_OF = {
-    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
-    grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_request_error"),
-    grpc.StatusCode.FAILED_PRECONDITION: (400, "invalid_request_error"),
-    grpc.StatusCode.UNAUTHENTICATED: (401, "authentication_error"),
-    grpc.StatusCode.PERMISSION_DENIED: (403, "permission_error"),
-    grpc.StatusCode.NOT_FOUND: (404, "not_found_error"),
-    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
-    grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable"),
-    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "timeout"),
-    grpc.StatusCode.CANCELLED: (499, "cancelled"),
-}
 HEALTH_TIMEOUT_S = 1.0
-
-
-def error_body(status: int, kind: str, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
-
-
-def rpc_error(exc: grpc.RpcError) -> tuple[int, str, str]:
-    status, kind = STATUS_OF.get(exc.code(), (500, "internal_error"))
-    return status, kind, exc.details() or exc.code().name
 
 
 def sse(data: dict | str) -> bytes:
@@ -274,81 +253,6 @@ async def prometheus(request: Request) -> Response:
     return Response(await asyncio.to_thread(generate_latest, REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
 
-# -- the app ---------------------------------------------------------------------
-OPEN_PATHS = ("/health", "/metrics")  # probes and scrapers, like gRPC health, need no token
-
-
-class Guard:
-    """ASGI middleware run before any route: the bearer token (401), then the body's size (413),
-    read whole and bounded before anything parses it; failures in a route become OpenAI errors."""
-
-    def __init__(self, app, gateway: Gateway):
-        self.app, self.gateway = app, gateway
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        began = time.perf_counter()
-        response = self._refusal(scope)
-        if response is None and scope["method"] == "POST":
-            response, receive = await self._bounded_body(scope, receive)
-        status = [response.status_code if response is not None else 500]
-
-        async def send_watching(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            if response is not None:
-                await response(scope, receive, send_watching)
-            else:
-                await self.app(scope, receive, send_watching)
-        finally:
-            route = scope["path"] if scope["path"] in ROUTES else "model" if scope["path"].startswith("/v1/models/") \
-                else "other"
-            self.gateway.requests.add(1, {"route": route, "status": status[0]})
-            self.gateway.latency.record(time.perf_counter() - began, {"route": route})
-
-    def _refusal(self, scope) -> Response | None:
-        if scope["path"] in OPEN_PATHS:
-            return None
-        headers = dict(scope["headers"])
-        if not self.gateway.security.authorized(headers.get(b"authorization", b"").decode("latin-1")):
-            return error_body(401, "authentication_error", "missing or wrong bearer token")
-        length = headers.get(b"content-length", b"")
-        if length.isdigit() and int(length) > self.gateway.config.max_body_bytes:
-            return self._too_large()
-        return None
-
-    def _too_large(self) -> Response:
-        return error_body(413, "invalid_request_error",
-                          f"request body over the limit of {self.gateway.config.max_body_bytes} bytes")
-
-    async def _bounded_body(self, scope, receive):
-        """Read the body (at most the limit); a route then reads it from memory."""
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return Response(status_code=499), receive
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            more = message.get("more_body", False)
-            if size > self.gateway.config.max_body_bytes:
-                return self._too_large(), receive
-        body, replayed = b"".join(chunks), False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return None, replay
-
-
 def with_errors(route):
     """Route exceptions -> OpenAI error responses."""
     async def handle(request: Request) -> Response:
@@ -386,5 +290,5 @@ def create_app(config: HttpConfig) -> Starlette:
     app = Starlette(routes=[Route(path, with_errors(fn), methods=methods) for path, (fn, methods) in ROUTES.items()],
                     lifespan=lifespan, exception_handlers={HTTPException: no_route})
     app.state.gateway = gateway
-    app.add_middleware(Guard, gateway=gateway)
+    app.add_middleware(Guard, gateway=gateway, routes=frozenset(ROUTES))
     return app

@@ -77,11 +77,13 @@ def test_health_and_reflection_on_every_server(stack):
 def test_cli_generate_json_matches_server():
     cmd = [sys.executable, "-m", "cli.main", "generate", "--prompt", "def fibonacci(n):",
            "--max-new-tokens", "16", "--gamma", "3", "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET,
-           "--device", "cpu", "--json"]
+           "--device", "cpu", "--json", "--logprobs", "2"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(payload) == {"text", "token_ids", "stats", "rounds"} and len(payload["token_ids"]) == 16
+    assert set(payload) == {"text", "token_ids", "stats", "rounds", "logprobs"} and len(payload["token_ids"]) == 16
+    assert [lp["token_id"] for lp in payload["logprobs"]] == payload["token_ids"]
+    assert all(len(lp["top"]) == 2 and lp["logprob"] == lp["top"][0][1] for lp in payload["logprobs"])  # greedy
     for key in ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "mean_accepted_length",
                 "tokens_per_second", "gamma_per_round", "finish_reason"):
         assert key in payload["stats"]

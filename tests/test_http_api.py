@@ -12,7 +12,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import grpc
 import httpx2 as httpx
 import openai
 import pytest
@@ -20,8 +19,7 @@ import pytest
 from cli.client import generate, make_request
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2 as pb
-from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.server import CHANNEL_OPTIONS, READY_PREFIX
+from service_runtime.server import READY_PREFIX
 from specdec.models import build_byte_tokenizer
 
 from conftest import TINY_DRAFT, TINY_TARGET
@@ -120,13 +118,15 @@ def test_completions_plain_and_streamed_equal_the_grpc_text(serve):
 
 def test_sampling_fields_and_stop_reach_the_generation(serve):
     client = serve.client()
-    want, _, _ = grpc_text(serve, prompt=PROMPT, max_new_tokens=30, temperature=0.8, top_k=20, top_p=0.9, seed=5)
+    # A seeded sample is reproducible for a given γ sequence: fixed here (adaptive γ learns across requests).
+    want, _, _ = grpc_text(serve, prompt=PROMPT, max_new_tokens=30, temperature=0.8, top_k=20, top_p=0.9, seed=5,
+                           gamma=3)
     reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0.8, top_p=0.9, seed=5,
-                                      extra_body={"top_k": 20})
+                                      extra_body={"top_k": 20, "gamma": 3})
     assert reply.choices[0].text == want
-    stop = want[5:8]
+    stop = next(c for c in want[3:] if c.isascii() and c.isprintable() and not c.isspace())  # random bytes
     stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0.8, top_p=0.9, seed=5,
-                                        stop=[stop], extra_body={"top_k": 20})
+                                        stop=[stop], extra_body={"top_k": 20, "gamma": 3})
     assert want.startswith(stopped.choices[0].text) and stop not in stopped.choices[0].text
     assert stopped.choices[0].finish_reason == "stop"
 
@@ -248,6 +248,25 @@ def test_a_disconnect_mid_stream_frees_the_sessions_everywhere(serve):
         assert _live(serve) == (1, 1), "the generation should be running on both services"
     # the client went away after one event, ~500 tokens before the end
     assert _wait_idle(serve) == (0, 0)
+
+
+def test_a_disconnect_before_a_plain_reply_cancels_it(serve):
+    """Not streamed: the client gives up after 0.3 s of a ~500-token generation; the gateway notices
+    (answering 499 to nobody, counted in its metrics) and the sessions are freed."""
+    def cancelled() -> float:
+        text = httpx.get(serve.base_url.removesuffix("/v1") + "/metrics", timeout=5).text
+        found = re.search(r'http_requests_total\{[^}]*route="/v1/completions",status="499"\} ([0-9.]+)', text)
+        return float(found.group(1)) if found else 0.0
+
+    before = cancelled()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(serve.base_url + "/completions", timeout=httpx.Timeout(30, read=0.3),
+                   json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "gamma": 3})
+    assert _wait_idle(serve) == (0, 0)
+    deadline = time.monotonic() + 10
+    while cancelled() == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cancelled() == before + 1
 
 
 def test_at_capacity_a_request_gets_429(serve):

@@ -27,3 +27,13 @@ def test_generated_code_is_reproducible(tmp_path):
     for name in ("specdec_pb2.py", "specdec_pb2.pyi", "specdec_pb2_grpc.py"):
         assert (tmp_path / "protos" / name).read_text() == (ROOT / "protos" / name).read_text(), \
             f"protos/{name} differs from generated code: run python -m protos.generate"
+
+
+def test_the_http_api_is_a_client_of_the_contract_only():
+    """http_api talks to the orchestrator through SpecDec alone: none of the orchestrator's or the
+    services' modules are imported by it."""
+    code = ("import sys, http_api.app, http_api.server, http_api.__main__\n"
+            "print(sorted(n for n in sys.modules if n.split('.')[0] in "
+            "('orchestrator', 'draft_service', 'target_service', 'launch', 'cli')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,29 @@
+"""Errors in OpenAI's JSON shape, with the HTTP status each gRPC status maps to."""
+
+from __future__ import annotations
+
+import grpc
+from starlette.responses import JSONResponse
+
+# gRPC status -> (HTTP status, OpenAI error type)
+STATUS_OF = {
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
+    grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_request_error"),
+    grpc.StatusCode.FAILED_PRECONDITION: (400, "invalid_request_error"),
+    grpc.StatusCode.UNAUTHENTICATED: (401, "authentication_error"),
+    grpc.StatusCode.PERMISSION_DENIED: (403, "permission_error"),
+    grpc.StatusCode.NOT_FOUND: (404, "not_found_error"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
+    grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "timeout"),
+    grpc.StatusCode.CANCELLED: (499, "cancelled"),
+}
+
+
+def error_body(status: int, kind: str, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
+
+
+def rpc_error(exc: grpc.RpcError) -> tuple[int, str, str]:
+    status, kind = STATUS_OF.get(exc.code(), (500, "internal_error"))
+    return status, kind, exc.details() or exc.code().name
