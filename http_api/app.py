@@ -266,6 +266,9 @@ def with_errors(route):
             return error_body(*rpc_error(exc))
         except ClientGone:
             return Response(status_code=499)
+        except Exception as exc:  # noqa: BLE001 - a bug: the client gets a 500 in OpenAI's shape, we get the trace
+            log.exception("internal error on %s", request.url.path)
+            return error_body(500, "internal_error", f"internal error: {exc!r}")
     return handle
 
 

@@ -21,6 +21,7 @@ from specdec.logprobs import MAX_TOP_LOGPROBS
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP = 4  # OpenAI's limit on stop sequences
+INT32_MAX, UINT32_MAX = 2**31 - 1, 2**32 - 1  # the wire's integer widths: anything wider is refused here
 
 
 class BadRequest(Exception):
@@ -41,7 +42,7 @@ class _Common(BaseModel):
     model: str
     temperature: float | None = Field(None, ge=0.0, le=2.0)  # OpenAI's default: 1
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)  # extension (0 or -1: off)
+    top_k: int | None = Field(None, ge=0, le=INT32_MAX)  # extension (0: off)
     seed: int | None = Field(None, ge=0, lt=2**63)  # unset: a fresh random seed per request
     stop: str | list[str] | None = None
     stream: bool = False
@@ -50,7 +51,7 @@ class _Common(BaseModel):
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
-    gamma: int | None = Field(None, ge=0)  # extension: unset = adaptive, 0 = target-only, N = fixed
+    gamma: int | None = Field(None, ge=0, le=INT32_MAX)  # extension: unset = adaptive, 0 = target-only, N = fixed
 
     def refuse_unsupported(self) -> None:
         if self.n != 1:
@@ -87,7 +88,7 @@ class _Common(BaseModel):
 
 class CompletionRequest(_Common):
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(COMPLETIONS_DEFAULT_MAX_TOKENS, ge=1)
+    max_tokens: int | None = Field(COMPLETIONS_DEFAULT_MAX_TOKENS, ge=1, le=UINT32_MAX)
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
@@ -110,6 +111,8 @@ class CompletionRequest(_Common):
         if isinstance(prompt, str):
             return {"prompt": prompt}
         if prompt and all(isinstance(t, int) for t in prompt):
+            if any(not -INT32_MAX - 1 <= t <= INT32_MAX for t in prompt):
+                raise BadRequest("prompt token ids must be 32-bit integers", "prompt")
             return {"prompt_token_ids": prompt}
         raise BadRequest("prompt must be one string or one list of token ids (batches are not supported)", "prompt")
 
@@ -142,8 +145,8 @@ class ResponseFormat(BaseModel):
 
 class ChatCompletionRequest(_Common):
     messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=UINT32_MAX)
+    max_completion_tokens: int | None = Field(None, ge=1, le=UINT32_MAX)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list | None = None
