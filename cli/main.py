@@ -36,7 +36,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     with stack_cm as stack:
         print(f"specdec serving on {stack.endpoint}", flush=True)
-        print(f"services: draft {','.join(stack.draft_addresses)}, target {stack.target_address}", flush=True)
+        print(f"services: draft {','.join(stack.draft_addresses) or 'none'}, target {stack.target_address}",
+              flush=True)
         http = None
         if args.http_port >= 0:
             from http_api.server import start_http
@@ -114,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="start the embedded local stack and print its endpoint")
     add_stack_args(serve)
     serve.add_argument("--port", type=int, default=50051, help="orchestrator port (0 = any free port)")
-    serve.add_argument("--draft-replicas", type=int, default=1, help="draft service replicas")
+    serve.add_argument("--draft-replicas", type=int, default=1,
+                       help="draft service replicas (0 with --proposer ngram: no draft model at all)")
     serve.add_argument("--ray", action="store_true", help="place the draft replicas and the target's tensor-parallel "
                        "ranks as Ray actors with placement groups")
     serve.add_argument("--ray-address", default="", help="Ray cluster to join (default: RAY_ADDRESS, else a local one)")

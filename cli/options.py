@@ -47,5 +47,5 @@ def stack_options(args: argparse.Namespace, **overrides) -> StackOptions:
                   max_new_tokens_limit=args.max_new_tokens_limit, max_sessions=args.max_concurrent,
                   log_level=args.log_level, target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint,
                   trace_file=args.trace_file, redis_url=args.redis_url, round_timeout_s=args.round_timeout,
-                  security_flags=tuple(security_flags(args)))
+                  security_flags=tuple(security_flags(args)), proposer=args.proposer)
     return StackOptions(**{**fields, **overrides})

@@ -45,10 +45,12 @@ class StackOptions:
     delay_proxies: bool = False  # route both hops through loopback delay proxies (network emulation)
     round_timeout_s: float = 300.0  # ceiling on one hop of one round (OrchestratorConfig.round_timeout_s)
     security_flags: tuple[str, ...] = ()  # --auth-token-file/--tls-* for every child (`service_runtime.security`)
+    proposer: str = "model"  # the orchestrator's default proposer; "ngram" may run with draft_replicas = 0
 
     def orchestrator_config(self) -> OrchestratorConfig:
         return OrchestratorConfig(gamma_max=self.gamma_max, max_new_tokens_limit=self.max_new_tokens_limit,
-                                  max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s)
+                                  max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s,
+                                  proposer=self.proposer)
 
 
 class ServiceProcess:
@@ -146,21 +148,23 @@ class EmbeddedStack(ManagedStack):
     def start(self) -> None:
         opts = self.opts
         # Each child fetches and converts its own packaged weights on first use (a file lock keeps them apart).
+        if opts.draft_replicas < 1 and opts.proposer != "ngram":
+            raise ValueError("a stack without draft replicas drafts by lookup only: set proposer ngram")
         self.drafts = [ServiceProcess("draft_service", draft_service_argv(opts), opts)
                        for _ in range(opts.draft_replicas)]
-        self.draft = self.drafts[0]
+        self.draft = self.drafts[0] if self.drafts else None
         self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts),
                                                         "--tp", str(opts.target_tp)], opts)
         if not opts.orchestrator_process:  # its tokenizer code imports while the services load
             threading.Thread(target=import_model_code, daemon=True).start()
         self.draft_addresses = [d.wait_ready(START_TIMEOUT_S) for d in self.drafts]
-        self.draft_address = self.draft_addresses[0]
+        self.draft_address = self.draft_addresses[0] if self.draft_addresses else ""
         self.target_address = self.target.wait_ready(START_TIMEOUT_S)
         # With Redis the orchestrator finds the replicas in the registry; without, it is given them.
         draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
         target_route = self.target_address
         if opts.delay_proxies:
-            if opts.redis_url or opts.draft_replicas > 1:
+            if opts.redis_url or opts.draft_replicas != 1:
                 raise ValueError("delay proxies support one draft replica given by address")
             self.draft_proxy = DelayProxy(self.draft.host, self.draft.port).start()
             self.target_proxy = DelayProxy(self.target.host, self.target.port).start()
@@ -170,7 +174,8 @@ class EmbeddedStack(ManagedStack):
                 "--draft", draft_route, "--target", target_route, "--tokenizer", opts.target_model,
                 "--gamma-max", str(opts.gamma_max), "--max-new-tokens-limit", str(opts.max_new_tokens_limit),
                 "--max-concurrent", str(opts.max_sessions), "--round-timeout", str(opts.round_timeout_s),
-                "--metrics-port", str(opts.metrics_port), *(["--redis-url", opts.redis_url] if opts.redis_url else [])],
+                "--metrics-port", str(opts.metrics_port), "--proposer", opts.proposer,
+                *(["--redis-url", opts.redis_url] if opts.redis_url else [])],
                 opts, port=opts.port)
             self.orchestrator_child.wait_ready(START_TIMEOUT_S)
         else:

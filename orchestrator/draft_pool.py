@@ -26,8 +26,7 @@ log = logging.getLogger(__name__)
 class DraftPool:
     def __init__(self, addresses: list[str] = (), registry=None, vocab_size: int | None = None,
                  cooldown_s: float = 2.0):
-        if not addresses and registry is None:
-            raise ValueError("a draft pool needs addresses or a Redis registry")
+        """No addresses and no registry: an empty pool (no replica: model drafting decodes target-only)."""
         self.addresses, self.registry = list(addresses), registry
         self.vocab_size, self.cooldown_s = vocab_size, cooldown_s
         self._clients: dict[str, ServiceClient] = {}

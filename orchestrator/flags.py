@@ -25,10 +25,13 @@ def add_orchestrator_args(parser: argparse.ArgumentParser) -> None:
                         help="Redis for draft discovery (when --draft is empty), resumable session records and "
                              "the shared γ prior (default: $SPECDEC_REDIS_URL; empty = none)")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0 = off)")
+    parser.add_argument("--proposer", choices=("model", "ngram"), default="model",
+                        help="who drafts when a request does not say: the draft model, or prompt lookup (n-gram) in "
+                             "the orchestrator, which needs no draft model")
 
 
 def orchestrator_config(args: argparse.Namespace) -> OrchestratorConfig:
     """The CLI flags of `add_orchestrator_args` as configuration."""
     return OrchestratorConfig(gamma_max=args.gamma_max, max_new_tokens_limit=args.max_new_tokens_limit,
                               max_concurrent=args.max_concurrent, round_timeout_s=args.round_timeout,
-                              session_ttl_s=args.session_ttl)
+                              session_ttl_s=args.session_ttl, proposer=args.proposer)

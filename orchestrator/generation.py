@@ -27,6 +27,7 @@ from orchestrator.sessions import NO_PROPOSAL, DraftSession, Proposal, TargetSes
 from service_runtime import telemetry
 from service_runtime.wire import sampling_to_pb
 from specdec.controller import GammaController
+from specdec.ngram import NgramIndex
 from specdec.cost_profile import RoundTimeout
 from specdec.rounds import RoundRecord
 from specdec.sampling import SamplingParams
@@ -34,6 +35,7 @@ from specdec.stats import FinishReason, GenerationStats
 from specdec.text import TextStream, printable
 
 log = logging.getLogger(__name__)
+LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM's prompt_lookup_min/max)
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
@@ -49,6 +51,7 @@ class GenerationRequest:
     resumed: tuple[int, ...] = ()  # tokens generated before a resume, from the session record
     resume_from: int = 0  # of those, how many the client already holds
     top_logprobs: int | None = None  # None: no log-probabilities; k: each token's, with k alternatives
+    proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.ngram`)
 
 
 @dataclass
@@ -86,11 +89,13 @@ class Generation:
         self._last_drafted = 0
         self._draft_failed_at: float | None = None
         self._draft_replica = ""
+        self._lookup = NgramIndex(LOOKUP_MIN_N, LOOKUP_MAX_N) if self.request.proposer == "ngram" else None
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
         committed = [*req.prompt_ids, *req.resumed]
-        self.use_draft(self.drafts.acquire())
+        if self._lookup is None:
+            self.use_draft(self.drafts.acquire())
         text = TextStream(self.tokenizer, req.stop)
         text.push(list(req.resumed[:req.resume_from]))  # shown to the client before the resume
         stats = GenerationStats(prompt_tokens=len(req.prompt_ids), session_id=self.session_id)
@@ -108,7 +113,7 @@ class Generation:
                 remaining = req.max_new_tokens - generated
                 useful = min(remaining - 1, self.max_context - len(committed))
                 gamma = self.controller.choose(useful) if req.gamma is None else max(0, min(req.gamma, useful))
-                if gamma > 0 and not self._draft_usable():
+                if gamma > 0 and self._lookup is None and not self._draft_usable():
                     gamma = 0
                 with telemetry.span("round", context=self.trace_context) as span:
                     record, verdict = self._round(gamma, committed, span)
@@ -152,7 +157,12 @@ class Generation:
         """One round: the draft proposes up to γ tokens, the target verifies them in one pass."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
-        proposal = self._propose(gamma, committed, span) if gamma > 0 else NO_PROPOSAL
+        if gamma == 0:
+            proposal = NO_PROPOSAL
+        elif self._lookup is not None:
+            proposal = self._look_up(gamma, committed)
+        else:
+            proposal = self._propose(gamma, committed, span)
         self._last_drafted = len(proposal.tokens)
         prefill = not self._target.opened
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens))
@@ -168,6 +178,11 @@ class Generation:
                                      cost_ratio_estimate=self.controller.cost_ratio())
         self._annotate(span, record)
         return record, verdict
+
+    def _look_up(self, gamma: int, committed: list[int]) -> Proposal:
+        """Prompt lookup over the committed tokens: a point-mass proposal (no q), at no hop's cost."""
+        self._lookup.sync(committed)
+        return Proposal(self._lookup.propose(gamma).tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> Proposal:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""

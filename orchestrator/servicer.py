@@ -24,14 +24,16 @@ from service_runtime.guards import credential_of
 from service_runtime.redis_state import PriorStore, SessionStore
 from service_runtime.wire import cost_profile_from_pb, logprob_request_from_pb, round_to_pb, summary_to_pb
 from specdec.controller import SharedPrior
-from specdec.cost_profile import RoundTimeout
+from specdec.cost_profile import CostProfile, RoundTimeout
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
+FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
 
 
 SESSION_ID = re.compile(r"[A-Za-z0-9._:~-]+")
+PROPOSERS = {pb.PROPOSER_MODEL: "model", pb.PROPOSER_NGRAM: "ngram"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class OrchestratorConfig:
     max_concurrent: int = 64  # generations in flight; more get RESOURCE_EXHAUSTED
     round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.cost_profile.RoundTimeout`)
     session_ttl_s: float = 3600.0  # resumable records in Redis
+    proposer: str = "model"  # a request's proposer when it names none: "model" or "ngram"
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):
@@ -63,7 +66,9 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         self.target_profile = cost_profile_from_pb(target_info)
         if self.target_profile is None:
             raise FailedPrecondition(f"target {target.address} reports no cost profile (--profile-tokens)")
-        self.prior = SharedPrior(self.gamma_max)  # this orchestrator serves one model pair
+        # What sessions learn, per proposer: the model pair's prior is shared through Redis too.
+        self.priors_by_proposer = {"model": SharedPrior(self.gamma_max), "ngram": SharedPrior(self.gamma_max)}
+        self.prior = self.priors_by_proposer["model"]
         self.round_timeout = RoundTimeout.capped(config.round_timeout_s)
         self.metrics = SpecDecodeMetrics(self.gamma_max)
 
@@ -114,8 +119,11 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if gamma is not None and not 0 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")
         top_logprobs = logprob_request_from_pb(request.logprobs, request.top_logprobs)
+        proposer = config.proposer if request.proposer == pb.PROPOSER_UNSPECIFIED else PROPOSERS.get(request.proposer)
+        if proposer is None:
+            raise InvalidArgument(f"unknown proposer {request.proposer}: use PROPOSER_MODEL or PROPOSER_NGRAM")
         return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
-                                 top_logprobs=top_logprobs)
+                                 top_logprobs=top_logprobs, proposer=proposer)
 
     def check_session_id(self, session_id: str) -> None:
         limit = self.config.max_session_id_chars
@@ -138,8 +146,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         emitted, finish = 0, "aborted"
         try:
             with grpc_errors(context):
-                controller = self._new_controller()
                 parsed = self.parse(request, credential_of(context))
+                controller = self._new_controller(parsed.proposer)
                 session_id = request.session_id or uuid.uuid4().hex
                 if span.is_recording():
                     span.set_attributes({"specdec.prompt_tokens": len(parsed.prompt_ids),
@@ -159,13 +167,16 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                             finish = chunk.stats.finish_reason.value
                         yield chunk_to_pb(chunk)
                 finally:
-                    self._absorb(controller)
+                    self._absorb(controller, parsed.proposer)
         finally:
             span.set_attributes({"specdec.generated_tokens": emitted, "specdec.finish_reason": finish})
             span.end()
 
-    def _new_controller(self):
-        """A γ controller seeded from the shared prior (refreshed from Redis when there is one)."""
+    def _new_controller(self, proposer: str):
+        """A γ controller seeded from the proposer's shared prior (the model's refreshed from Redis when
+        there is one). An n-gram lookup costs no draft time: its draft profile is free."""
+        if proposer == "ngram":
+            return self.priors_by_proposer["ngram"].new_controller(self.target_profile, FREE_DRAFT)
         if self.priors is not None:
             try:
                 snapshot = self.priors.load()
@@ -175,9 +186,9 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                 log.warning("shared γ prior not read: %s", exc)
         return self.prior.new_controller(self.target_profile)
 
-    def _absorb(self, controller) -> None:
-        self.prior.absorb(controller)
-        if self.priors is not None:
+    def _absorb(self, controller, proposer: str) -> None:
+        self.priors_by_proposer[proposer].absorb(controller)
+        if proposer == "model" and self.priors is not None:
             try:
                 self.priors.save(self.prior.snapshot())
             except Exception as exc:  # noqa: BLE001

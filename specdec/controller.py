@@ -168,8 +168,8 @@ class GammaController:
             self.acceptance.observe(record.drafted, record.accepted)
             self.draft_sessions.update(max(draft.sessions, 1))
             self.draft_fill.update(batch_fill(draft.rows, draft.sessions))
-            if self.draft is not None and record.draft_steady:
-                step = self.draft.forward_s(draft.tokens or 1)
+            step = self.draft.forward_s(draft.tokens or 1) if self.draft is not None else 0.0
+            if record.draft_steady and step > 0:  # a free proposer (a lookup) has no scale to learn
                 self.draft_scale.update(record.draft_compute_s / (record.drafted * step))
             self.rtt_draft.update(record.rtt_draft_s)
             self._rounds_without_draft = 0

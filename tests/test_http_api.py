@@ -114,6 +114,9 @@ def test_completions_plain_and_streamed_equal_the_grpc_text(serve):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 40
     by_ids = client.completions.create(model=MODEL, prompt=list(PROMPT.encode()), max_tokens=40, temperature=0)
     assert by_ids.choices[0].text == want
+    lookup = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0,
+                                       extra_body={"proposer": "ngram", "gamma": 3})
+    assert lookup.choices[0].text == want
 
 
 def test_sampling_fields_and_stop_reach_the_generation(serve):
@@ -190,6 +193,7 @@ def test_logprobs_equal_with_speculation_on_and_off(serve):
     ("/completions", {"prompt": "x", "top_k": 2**40}, 400, "top_k"),
     ("/completions", {"prompt": "x", "gamma": 2**40}, 400, "gamma"),
     ("/completions", {"prompt": "x", "gamma": 99}, 400, "gamma must be in [0, 6]"),
+    ("/completions", {"prompt": "x", "proposer": "oracle"}, 400, "proposer"),
     ("/completions", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop"),
     ("/completions", {"prompt": "x", "seed": -1}, 400, "seed"),
     ("/completions", {"max_tokens": 3}, 400, "prompt"),

@@ -11,6 +11,7 @@ import torch
 
 from cli.client import make_request
 from orchestrator.clients import target_client
+from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.server import CHANNEL_OPTIONS
 from specdec.models import load_model
@@ -60,3 +61,41 @@ def test_first_token_histogram_matches_target(request, path, concurrency):
     assert tv < bound, f"TV {tv:.3f} >= {bound:.3f}"
     assert counts[p == 0].sum() == 0, "a token outside the target's top-k was emitted"
     assert 0 < accepted < samples, "the draft should be accepted sometimes, not always"
+
+
+def test_ngram_point_mass_first_token_matches_target(stack):
+    """Prompt lookup proposes a point mass (no q): the first emitted token still follows p at T = 0.8.
+    The prompt repeats itself so that the lookup proposes, and the proposed token is the likeliest
+    under p, so that acceptances and rejections both happen often."""
+    params = SamplingParams(temperature=0.8, top_k=8)
+    target = load_model(tiny_models("fp32")[1], "cpu").runner
+
+    def p_after(prompt: list[int]) -> torch.Tensor:  # [V]
+        return probs_from_logits(target.forward([Step(target.new_cache(), prompt)])[0], params)[0]
+
+    stem = [40, 41, 42]
+    proposal = max(range(256), key=lambda t: float(p_after([*stem, t, *stem])[t]))
+    prompt = [*stem, proposal, *stem]  # the lookup matches the suffix [40, 41, 42] and proposes `proposal`
+    p = p_after(prompt)
+    samples = 1200
+    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
+        stub = pb_grpc.SpecDecStub(channel)
+
+        def first(seed: int):
+            request = make_request(prompt_token_ids=prompt, max_new_tokens=2, temperature=0.8, top_k=8, seed=seed,
+                                   gamma=1)
+            request.proposer = pb.PROPOSER_NGRAM
+            reply = next(iter(stub.Generate(request, timeout=60)))
+            return reply.token_ids[0], reply.round.drafted, reply.round.accepted
+
+        with ThreadPoolExecutor(8) as pool:
+            drawn = list(pool.map(first, range(samples)))
+    assert all(drafted == 1 for _, drafted, _ in drawn), "the lookup did not propose"
+    accepted = sum(a for _, _, a in drawn)
+    assert 0.2 * samples < accepted < samples, f"{accepted} of {samples} accepted: both outcomes must occur"
+    counts = torch.zeros_like(p)
+    for token, _, _ in drawn:
+        counts[token] += 1
+    tv = 0.5 * (counts / samples - p).abs().sum().item()
+    bound = 0.5 * math.sqrt(8 / samples) + math.sqrt(math.log(1e4) / (2 * samples))
+    assert tv < bound, f"TV {tv:.3f} >= {bound:.3f}"

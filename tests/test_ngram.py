@@ -1,0 +1,110 @@
+"""The model-free proposer (`specdec.ngram`): against a brute-force search, and through the services."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from cli.client import generate, make_request
+from launch.stack import EmbeddedStack
+from orchestrator.server import start_orchestrator
+from orchestrator.servicer import OrchestratorConfig
+from protos import specdec_pb2 as pb
+from specdec.ngram import NgramIndex
+
+from conftest import tiny_stack
+
+
+def brute_force(tokens: list[int], gamma: int, min_n: int, max_n: int) -> tuple[list[int], int]:
+    """The longest suffix (max_n down to min_n) with an earlier occurrence; the last such occurrence's continuation."""
+    for n in range(min(max_n, len(tokens)), min_n - 1, -1):
+        suffix = tokens[len(tokens) - n:]
+        for start in range(len(tokens) - n - 1, -1, -1):  # occurrences that end before the sequence does
+            if tokens[start:start + n] == suffix:
+                return tokens[start + n:start + n + gamma], n
+    return [], 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lookup_equals_brute_force_as_the_sequence_grows(seed):
+    rng = random.Random(seed)
+    tokens = [rng.randrange(6) for _ in range(300)]  # a small alphabet: many repeats
+    index = NgramIndex(min_n=1, max_n=4)
+    for end in range(1, len(tokens) + 1, 7):
+        index.sync(tokens[:end])
+        lookup = index.propose(5)
+        assert (lookup.tokens, lookup.match) == brute_force(tokens[:end], 5, 1, 4)
+
+
+def test_an_edit_copies_the_prompt():
+    prompt = "def area(r):\n    return 3.14 * r * r\n\n# the same, renamed\ndef"
+    tokens = [ord(c) for c in prompt]
+    index = NgramIndex(min_n=2, max_n=4)
+    index.sync(tokens + [ord(" "), ord("a")])  # the output so far: " a"
+    lookup = index.propose(6)
+    assert lookup.match == 4 and bytes(lookup.tokens).decode() == "rea(r)"
+
+
+def test_no_match_proposes_nothing():
+    index = NgramIndex(min_n=2, max_n=3)
+    index.sync([1, 2, 3, 4, 5])
+    assert index.propose(4).tokens == [] and index.propose(4).match == 0
+    with pytest.raises(ValueError):
+        NgramIndex(min_n=0)
+
+
+# -- through the services ----------------------------------------------------------------------
+REPEATING = "def area(r):\n    return 3.14 * r * r\n\n" * 3 + "def area(r):\n"
+
+
+def _ngram_request(gamma, prompt: str = REPEATING, n: int = 48):
+    request = make_request(prompt=prompt, max_new_tokens=n, gamma=gamma)
+    request.proposer = pb.PROPOSER_NGRAM
+    return request
+
+
+def test_ngram_greedy_output_equals_target_only_per_request(stack):
+    """The same server answers a model request and a lookup request; both equal target-only."""
+    baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
+    model = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=3))
+    assert model.token_ids == baseline.token_ids
+    for gamma in (3, None):
+        lookup = generate(stack.endpoint, _ngram_request(gamma))
+        assert lookup.token_ids == baseline.token_ids, f"ngram γ={gamma} diverged from target-only"
+        assert lookup.stats["draft_replica"] == "", "a lookup round used the draft service"
+    fixed = generate(stack.endpoint, _ngram_request(3))
+    assert fixed.stats["draft_tokens"] > 0, "the lookup never proposed on a prompt that repeats itself"
+
+
+def test_an_orchestrator_with_no_draft_service_drafts_by_lookup(stack):
+    """`--proposer ngram` and no draft replica: lookups still speculate; a model request decodes
+    target-only. Both give target-only's output."""
+    config = OrchestratorConfig(gamma_max=6, max_new_tokens_limit=1024, proposer="ngram")
+    running = start_orchestrator("", stack.target_address, "tiny:seed=0", "127.0.0.1", 0, config)
+    try:
+        endpoint = f"127.0.0.1:{running.port}"
+        baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
+        by_default = generate(endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=3))
+        assert by_default.token_ids == baseline.token_ids and by_default.stats["draft_tokens"] > 0
+        model = make_request(prompt=REPEATING, max_new_tokens=48, gamma=3)
+        model.proposer = pb.PROPOSER_MODEL  # with no replica to ask
+        without = generate(endpoint, model)
+        assert without.token_ids == baseline.token_ids and without.stats["draft_tokens"] == 0
+    finally:
+        running.stop(0)
+
+
+def test_a_stack_with_no_draft_model_at_all():
+    """`specdec serve --proposer ngram --draft-replicas 0`: no draft service is started; greedy output
+    still equals target-only, and the lookup speculates."""
+    opts = dataclasses.replace(tiny_stack().opts, draft_replicas=0, proposer="ngram")
+    with pytest.raises(ValueError, match="lookup only"):
+        EmbeddedStack(dataclasses.replace(opts, proposer="model")).start()
+    with EmbeddedStack(opts) as stack:
+        assert stack.drafts == [] and stack.draft is None
+        baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
+        lookup = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48))
+        assert lookup.token_ids == baseline.token_ids
+
