@@ -95,6 +95,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from benchmarks.tp import run_tp_sweep
 
         return run_tp_sweep(args)
+    if args.workloads:
+        from benchmarks.workloads import run_workloads
+
+        return run_workloads(args)
     if args.http:
         from benchmarks.http_overhead import run_http_overhead
 
@@ -157,6 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "compare memory per worker, step and verify time, tokens/s")
     bench.add_argument("--concurrency", default="", help="e.g. 1,4,8,16: that many users at once; aggregate tok/s, "
                        "TTFT and p50/p95 inter-token latency for target-only, adaptive and batched HF generate")
+    bench.add_argument("--workloads", default="", help="e.g. editing,code,prose: target-only, model, ngram, hybrid "
+                       "and HF prompt lookup per workload (chat prompts), with α, accepted length and lookup share")
     bench.add_argument("--http", default="", help="e.g. 1,8: that many users through gRPC and through the OpenAI "
                        "HTTP API on one stack; tok/s per transport and the HTTP layer's cost")
     bench.add_argument("--output", default="bench_results.json")

@@ -4,7 +4,7 @@ Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`
 `max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
 `logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
 `stream_options.include_usage`, `n` = 1, and the extensions `gamma` (unset = adaptive, 0 =
-target-only) and `proposer` ("model" or "ngram"; unset = the server's default).
+target-only) and `proposer` ("model", "ngram" or "hybrid"; unset = the server's default).
 Refused with a 400 when set to anything but their neutral value: `n` > 1, `best_of` > 1, `echo`,
 `suffix`, penalties, `logit_bias`, tools and functions, a response format other than text, and
 non-text message parts. Unknown fields are ignored, as OpenAI's own server does.
@@ -53,7 +53,7 @@ class _Common(BaseModel):
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
     gamma: int | None = Field(None, ge=0, le=INT32_MAX)  # extension: unset = adaptive, 0 = target-only, N = fixed
-    proposer: Literal["model", "ngram"] | None = None  # extension: unset = the server's default
+    proposer: Literal["model", "ngram", "hybrid"] | None = None  # extension: unset = the server's default
 
     def refuse_unsupported(self) -> None:
         if self.n != 1:
@@ -86,7 +86,8 @@ class _Common(BaseModel):
         if self.gamma is not None:
             request.gamma = self.gamma
         if self.proposer is not None:
-            request.proposer = {"model": pb.PROPOSER_MODEL, "ngram": pb.PROPOSER_NGRAM}[self.proposer]
+            request.proposer = {"model": pb.PROPOSER_MODEL, "ngram": pb.PROPOSER_NGRAM,
+                                "hybrid": pb.PROPOSER_HYBRID}[self.proposer]
         return request
 
 

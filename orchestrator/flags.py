@@ -25,9 +25,9 @@ def add_orchestrator_args(parser: argparse.ArgumentParser) -> None:
                         help="Redis for draft discovery (when --draft is empty), resumable session records and "
                              "the shared γ prior (default: $SPECDEC_REDIS_URL; empty = none)")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0 = off)")
-    parser.add_argument("--proposer", choices=("model", "ngram"), default="model",
-                        help="who drafts when a request does not say: the draft model, or prompt lookup (n-gram) in "
-                             "the orchestrator, which needs no draft model")
+    parser.add_argument("--proposer", choices=("model", "ngram", "hybrid"), default="model",
+                        help="who drafts when a request does not say: the draft model; prompt lookup (n-gram) in the "
+                             "orchestrator, which needs no draft model; or hybrid, each round the one that pays more")
 
 
 def orchestrator_config(args: argparse.Namespace) -> OrchestratorConfig:

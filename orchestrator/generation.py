@@ -26,8 +26,8 @@ from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.sessions import NO_PROPOSAL, DraftSession, Proposal, TargetSession, Verdict
 from service_runtime import telemetry
 from service_runtime.wire import sampling_to_pb
-from specdec.controller import GammaController
-from specdec.ngram import NgramIndex
+from specdec.controller import AcceptanceEstimate, GammaController
+from specdec.ngram import Lookup, NgramIndex
 from specdec.cost_profile import RoundTimeout
 from specdec.rounds import RoundRecord
 from specdec.sampling import SamplingParams
@@ -36,6 +36,7 @@ from specdec.text import TextStream, printable
 
 log = logging.getLogger(__name__)
 LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM's prompt_lookup_min/max)
+LOOKUP_PRIOR_ALPHA = 0.5  # a lookup's acceptance before any is measured (4 pseudo-tokens' weight)
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
@@ -51,7 +52,8 @@ class GenerationRequest:
     resumed: tuple[int, ...] = ()  # tokens generated before a resume, from the session record
     resume_from: int = 0  # of those, how many the client already holds
     top_logprobs: int | None = None  # None: no log-probabilities; k: each token's, with k alternatives
-    proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.ngram`)
+    proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.ngram`);
+    # "hybrid": each round, whichever of the two promises more tokens per second
 
 
 @dataclass
@@ -89,12 +91,17 @@ class Generation:
         self._last_drafted = 0
         self._draft_failed_at: float | None = None
         self._draft_replica = ""
-        self._lookup = NgramIndex(LOOKUP_MIN_N, LOOKUP_MAX_N) if self.request.proposer == "ngram" else None
+        proposer = self.request.proposer
+        self._lookup = NgramIndex(LOOKUP_MIN_N, LOOKUP_MAX_N) if proposer in ("ngram", "hybrid") else None
+        self._uses_model = proposer in ("model", "hybrid")
+        # Hybrid: α of lookup proposals, learned per matched suffix length (the model's is the controller's).
+        self.lookup_acceptance = {n: AcceptanceEstimate(prior_alpha=LOOKUP_PRIOR_ALPHA)
+                                  for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)}
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
         committed = [*req.prompt_ids, *req.resumed]
-        if self._lookup is None:
+        if self._uses_model:
             self.use_draft(self.drafts.acquire())
         text = TextStream(self.tokenizer, req.stop)
         text.push(list(req.resumed[:req.resume_from]))  # shown to the client before the resume
@@ -112,11 +119,10 @@ class Generation:
                     break
                 remaining = req.max_new_tokens - generated
                 useful = min(remaining - 1, self.max_context - len(committed))
-                gamma = self.controller.choose(useful) if req.gamma is None else max(0, min(req.gamma, useful))
-                if gamma > 0 and self._lookup is None and not self._draft_usable():
-                    gamma = 0
+                cap = useful if req.gamma is None else max(0, min(req.gamma, useful))
+                gamma = self.controller.choose(useful) if req.gamma is None else cap
                 with telemetry.span("round", context=self.trace_context) as span:
-                    record, verdict = self._round(gamma, committed, span)
+                    record, verdict = self._round(gamma, cap, committed, span)
                 new_tokens = verdict.tokens[:remaining]
                 eos_at = next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), None)
                 if eos_at is not None:
@@ -153,17 +159,19 @@ class Generation:
             return FinishReason.LENGTH
         return FinishReason.CONTEXT if length >= self.max_context else FinishReason.NONE
 
-    def _round(self, gamma: int, committed: list[int], span: Span) -> tuple[RoundRecord, Verdict]:
-        """One round: the draft proposes up to γ tokens, the target verifies them in one pass."""
+    def _round(self, gamma: int, cap: int, committed: list[int], span: Span) -> tuple[RoundRecord, Verdict]:
+        """One round: up to γ tokens proposed (by the draft model, or by a lookup of at most `cap`),
+        verified by the target in one pass. γ = 0 with a fixed γ of 0 (cap 0) is target-only."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
-        if gamma == 0:
-            proposal = NO_PROPOSAL
-        elif self._lookup is not None:
-            proposal = self._look_up(gamma, committed)
-        else:
+        lookup = self._look_up(gamma, cap, committed)
+        if lookup is not None:
+            proposal = Proposal(lookup.tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
+        elif gamma > 0 and self._uses_model and self._draft_usable():
             proposal = self._propose(gamma, committed, span)
-        self._last_drafted = len(proposal.tokens)
+        else:
+            proposal = NO_PROPOSAL
+        self._last_drafted = 0 if lookup is not None else len(proposal.tokens)
         prefill = not self._target.opened
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens))
         verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s),
@@ -172,17 +180,38 @@ class Generation:
         record = RoundRecord(gamma, len(proposal.tokens), verdict.accepted, len(verdict.tokens),
                              time.perf_counter() - began, draft.wall_s, draft.compute_s, target.wall_s,
                              target.compute_s, draft_steady, draft.load, target.load)
+        if lookup is not None:
+            self.lookup_acceptance[lookup.match].observe(record.drafted, record.accepted)
         if not prefill:  # a prefill says nothing about steady-state cost
-            self.controller.observe(record)
+            self.controller.observe(record, by_model=lookup is None or not self._uses_model)
+        proposer = "" if not proposal.tokens else "ngram" if lookup is not None else "model"
         record = dataclasses.replace(record, alpha_estimate=self.controller.acceptance.alpha,
-                                     cost_ratio_estimate=self.controller.cost_ratio())
+                                     cost_ratio_estimate=self.controller.cost_ratio(), proposer=proposer)
         self._annotate(span, record)
         return record, verdict
 
-    def _look_up(self, gamma: int, committed: list[int]) -> Proposal:
-        """Prompt lookup over the committed tokens: a point-mass proposal (no q), at no hop's cost."""
+    def _look_up(self, gamma: int, cap: int, committed: list[int]) -> Lookup | None:
+        """This round's lookup proposal (a point mass, no q, no hop), or None to leave the round to the
+        draft model or to target-only decoding.
+
+        ngram: up to γ looked-up tokens. hybrid: the lookup is taken when E(α_n, γ')/T(γ') of its
+        best γ' ≤ min(cap, its length), with α_n learned for its match length n and no draft cost,
+        beats the draft model's rate at the γ the controller chose (γ = 0: target-only's).
+        """
+        if self._lookup is None or cap == 0:
+            return None
         self._lookup.sync(committed)
-        return Proposal(self._lookup.propose(gamma).tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
+        if not self._uses_model:
+            found = self._lookup.propose(gamma)
+            return found if found.tokens else None
+        found = self._lookup.propose(cap)
+        if not found.tokens:
+            return None
+        model_gamma = gamma if self._draft_usable() else 0
+        best, rate = self.controller.best_free(self.lookup_acceptance[found.match].alpha, len(found.tokens))
+        if best == 0 or rate <= self.controller.rate(model_gamma):
+            return None
+        return Lookup(found.tokens[:best], found.match)
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> Proposal:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""

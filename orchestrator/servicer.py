@@ -33,7 +33,7 @@ FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
 
 
 SESSION_ID = re.compile(r"[A-Za-z0-9._:~-]+")
-PROPOSERS = {pb.PROPOSER_MODEL: "model", pb.PROPOSER_NGRAM: "ngram"}
+PROPOSERS = {pb.PROPOSER_MODEL: "model", pb.PROPOSER_NGRAM: "ngram", pb.PROPOSER_HYBRID: "hybrid"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class OrchestratorConfig:
     max_concurrent: int = 64  # generations in flight; more get RESOURCE_EXHAUSTED
     round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.cost_profile.RoundTimeout`)
     session_ttl_s: float = 3600.0  # resumable records in Redis
-    proposer: str = "model"  # a request's proposer when it names none: "model" or "ngram"
+    proposer: str = "model"  # a request's proposer when it names none: "model", "ngram" or "hybrid"
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):
@@ -66,9 +66,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         self.target_profile = cost_profile_from_pb(target_info)
         if self.target_profile is None:
             raise FailedPrecondition(f"target {target.address} reports no cost profile (--profile-tokens)")
-        # What sessions learn, per proposer: the model pair's prior is shared through Redis too.
-        self.priors_by_proposer = {"model": SharedPrior(self.gamma_max), "ngram": SharedPrior(self.gamma_max)}
-        self.prior = self.priors_by_proposer["model"]
+        # What sessions learn: the model pair's prior (shared through Redis too), and the lookups' apart.
+        self.prior, self.ngram_prior = SharedPrior(self.gamma_max), SharedPrior(self.gamma_max)
         self.round_timeout = RoundTimeout.capped(config.round_timeout_s)
         self.metrics = SpecDecodeMetrics(self.gamma_max)
 
@@ -121,7 +120,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         top_logprobs = logprob_request_from_pb(request.logprobs, request.top_logprobs)
         proposer = config.proposer if request.proposer == pb.PROPOSER_UNSPECIFIED else PROPOSERS.get(request.proposer)
         if proposer is None:
-            raise InvalidArgument(f"unknown proposer {request.proposer}: use PROPOSER_MODEL or PROPOSER_NGRAM")
+            raise InvalidArgument(f"unknown proposer {request.proposer}: use PROPOSER_MODEL, _NGRAM or _HYBRID")
         return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
                                  top_logprobs=top_logprobs, proposer=proposer)
 
@@ -176,7 +175,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         """A γ controller seeded from the proposer's shared prior (the model's refreshed from Redis when
         there is one). An n-gram lookup costs no draft time: its draft profile is free."""
         if proposer == "ngram":
-            return self.priors_by_proposer["ngram"].new_controller(self.target_profile, FREE_DRAFT)
+            return self.ngram_prior.new_controller(self.target_profile, FREE_DRAFT)
         if self.priors is not None:
             try:
                 snapshot = self.priors.load()
@@ -187,8 +186,13 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         return self.prior.new_controller(self.target_profile)
 
     def _absorb(self, controller, proposer: str) -> None:
-        self.priors_by_proposer[proposer].absorb(controller)
-        if proposer == "model" and self.priors is not None:
+        """Fold a finished session's estimates into its prior: a hybrid session's controller holds
+        the draft model's α (its lookups' are kept apart), so it feeds the model's prior."""
+        if proposer == "ngram":
+            self.ngram_prior.absorb(controller)
+            return
+        self.prior.absorb(controller)
+        if self.priors is not None:
             try:
                 self.priors.save(self.prior.snapshot())
             except Exception as exc:  # noqa: BLE001

@@ -121,7 +121,7 @@ def round_to_pb(r: RoundRecord) -> pb.RoundStats:
     return pb.RoundStats(gamma=r.gamma, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, wall_s=r.wall_s,
                          draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s,
                          alpha_estimate=r.alpha_estimate, cost_ratio_estimate=r.cost_ratio_estimate,
-                         rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s)
+                         rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s, proposer=r.proposer)
 
 
 def summary_to_pb(s: GenerationSummary) -> pb.GenerationStats:

@@ -155,8 +155,10 @@ class GammaController:
         self._probe_interval = probe_every
 
     # -- learning ----------------------------------------------------------------------------
-    def observe(self, record: RoundRecord) -> None:
-        """Learn from one round (`specdec.rounds`): α, each service's scale, network time and load."""
+    def observe(self, record: RoundRecord, by_model: bool = True) -> None:
+        """Learn from one round (`specdec.rounds`): α, each service's scale, network time and load.
+        `by_model` False: the drafts came from elsewhere (a lookup), which teaches nothing of the draft
+        model's α or cost; the target's side is learned all the same."""
         target, draft = record.target_load, record.draft_load
         self.rtt_target.update(record.rtt_target_s)
         pass_tokens = target.tokens or record.drafted + 1
@@ -164,7 +166,7 @@ class GammaController:
         self.target_sessions.update(max(target.sessions, 1))
         fill = self.target_fill_drafting if record.drafted > 0 else self.target_fill_plain
         fill.update(batch_fill(target.rows, target.sessions))
-        if record.drafted > 0:
+        if record.drafted > 0 and by_model:
             self.acceptance.observe(record.drafted, record.accepted)
             self.draft_sessions.update(max(draft.sessions, 1))
             self.draft_fill.update(batch_fill(draft.rows, draft.sessions))
@@ -209,6 +211,18 @@ class GammaController:
         """Expected tokens per second for γ = 0..cap."""
         alpha = self.acceptance.alpha
         return {g: expected_tokens(alpha, g) / self.round_time(g) for g in range(cap + 1)}
+
+    def rate(self, gamma: int) -> float:
+        """Expected tokens per second of a round that drafts γ tokens with the draft model."""
+        return expected_tokens(self.acceptance.alpha, gamma) / self.round_time(gamma)
+
+    def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
+        """The best γ ≤ cap for a proposer that costs no draft time and no hop (a lookup) whose tokens
+        are accepted at rate α, and its expected tokens per second."""
+        rtt = self.rtt_target.value or 0.0
+        rates = {g: expected_tokens(alpha, g) / (rtt + self.verify_time(g)) for g in range(max(cap, 0) + 1)}
+        best = max(rates, key=rates.get)
+        return best, rates[best]
 
     def cost_ratio(self) -> float:
         """c = t_draft_step / t_target_step."""

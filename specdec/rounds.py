@@ -40,6 +40,7 @@ class RoundRecord:
     target_load: PassLoad = PassLoad()
     alpha_estimate: float = 0.0  # the controller's α after this round
     cost_ratio_estimate: float = 0.0  # the controller's c = t_draft_step / t_target_step after this round
+    proposer: str = ""  # who drafted: "model" or "ngram" ("" when nothing was proposed)
 
     @property
     def rtt_draft_s(self) -> float:

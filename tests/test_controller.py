@@ -244,3 +244,24 @@ def test_speculation_that_scatters_the_batch_pays_for_it():
 
     assert settle(rows_when_drafting=4.0) > 0
     assert settle(rows_when_drafting=1.3) == 0
+
+
+def test_a_free_proposer_pays_where_the_draft_model_does_not():
+    """Hybrid's comparison: a lookup costs no draft step and no hop. A lookup accepted at α = 0.9 beats
+    the draft model (α = 0.6, c = 0.5) at its best γ; one accepted at α ≈ 0 is never worth a token."""
+    ctl = controller(alpha=0.6, draft_step=0.05, rtt=0.01)
+    model_best = ctl.choose()
+    gamma, rate = ctl.best_free(0.9, 8)
+    assert gamma > 0 and rate > ctl.rate(model_best) > 0
+    assert ctl.best_free(0.01, 8)[0] == 0  # never worth a token: target-only's rate
+    assert ctl.best_free(0.9, 2)[0] <= 2  # a short match caps γ
+    assert ctl.best_free(0.9, 0) == (0, pytest.approx(ctl.rate(0)))
+
+
+def test_rounds_drafted_elsewhere_teach_nothing_of_the_draft_model():
+    ctl = controller(alpha=0.7, draft_step=0.05)
+    ctl.acceptance.prior_weight = 4.0
+    before = ctl.acceptance.alpha
+    for _ in range(10):
+        ctl.observe(timing(4, 0, 0.0, 0.0, STEP, STEP), by_model=False)
+    assert ctl.acceptance.alpha == before and ctl.draft_scale.provisional

@@ -63,8 +63,10 @@ def test_first_token_histogram_matches_target(request, path, concurrency):
     assert 0 < accepted < samples, "the draft should be accepted sometimes, not always"
 
 
-def test_ngram_point_mass_first_token_matches_target(stack):
-    """Prompt lookup proposes a point mass (no q): the first emitted token still follows p at T = 0.8.
+@pytest.mark.parametrize("proposer", [pb.PROPOSER_NGRAM, pb.PROPOSER_HYBRID], ids=["ngram", "hybrid"])
+def test_lookup_and_hybrid_first_token_matches_target(stack, proposer):
+    """Prompt lookup proposes a point mass (no q): the first emitted token still follows p at T = 0.8,
+    and so it does when hybrid picks, round by round, the lookup or the draft model (with its q).
     The prompt repeats itself so that the lookup proposes, and the proposed token is the likeliest
     under p, so that acceptances and rejections both happen often."""
     params = SamplingParams(temperature=0.8, top_k=8)
@@ -84,13 +86,13 @@ def test_ngram_point_mass_first_token_matches_target(stack):
         def first(seed: int):
             request = make_request(prompt_token_ids=prompt, max_new_tokens=2, temperature=0.8, top_k=8, seed=seed,
                                    gamma=1)
-            request.proposer = pb.PROPOSER_NGRAM
+            request.proposer = proposer
             reply = next(iter(stub.Generate(request, timeout=60)))
             return reply.token_ids[0], reply.round.drafted, reply.round.accepted
 
         with ThreadPoolExecutor(8) as pool:
             drawn = list(pool.map(first, range(samples)))
-    assert all(drafted == 1 for _, drafted, _ in drawn), "the lookup did not propose"
+    assert all(drafted == 1 for _, drafted, _ in drawn), "no proposal was verified"
     accepted = sum(a for _, _, a in drawn)
     assert 0.2 * samples < accepted < samples, f"{accepted} of {samples} accepted: both outcomes must occur"
     counts = torch.zeros_like(p)

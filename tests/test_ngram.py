@@ -74,8 +74,13 @@ def test_ngram_greedy_output_equals_target_only_per_request(stack):
         lookup = generate(stack.endpoint, _ngram_request(gamma))
         assert lookup.token_ids == baseline.token_ids, f"ngram γ={gamma} diverged from target-only"
         assert lookup.stats["draft_replica"] == "", "a lookup round used the draft service"
+        hybrid = _ngram_request(gamma)
+        hybrid.proposer = pb.PROPOSER_HYBRID
+        assert generate(stack.endpoint, hybrid).token_ids == baseline.token_ids, f"hybrid γ={gamma} diverged"
     fixed = generate(stack.endpoint, _ngram_request(3))
     assert fixed.stats["draft_tokens"] > 0, "the lookup never proposed on a prompt that repeats itself"
+    assert {r.proposer for r in fixed.rounds if r.drafted} == {"ngram"}
+    assert {r.proposer for r in model.rounds if r.drafted} == {"model"}
 
 
 def test_an_orchestrator_with_no_draft_service_drafts_by_lookup(stack):
