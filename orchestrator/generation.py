@@ -26,7 +26,7 @@ from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.sessions import NO_PROPOSAL, DraftSession, Proposal, TargetSession, Verdict
 from service_runtime import telemetry
 from service_runtime.wire import sampling_to_pb
-from specdec.controller import AcceptanceEstimate, GammaController
+from specdec.controller import GammaController, LookupPrior
 from specdec.ngram import Lookup, NgramIndex
 from specdec.cost_profile import RoundTimeout
 from specdec.rounds import RoundRecord
@@ -36,7 +36,8 @@ from specdec.text import TextStream, printable
 
 log = logging.getLogger(__name__)
 LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM's prompt_lookup_min/max)
-LOOKUP_PRIOR_ALPHA = 0.5  # a lookup's acceptance before any is measured (4 pseudo-tokens' weight)
+LOOKUP_LENGTHS = range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)
+CATCH_UP_ROUNDS = 8  # hybrid prices a draft's catch-up as spread over this many rounds
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
@@ -81,6 +82,7 @@ class Generation:
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     round_timeout: RoundTimeout = RoundTimeout()
     draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
+    lookup_prior: LookupPrior | None = None  # hybrid's lookup α, shared with other generations
 
     def __post_init__(self):
         # Service-side session ids are fresh per run, so a resumed generation never meets its old sessions.
@@ -95,8 +97,7 @@ class Generation:
         self._lookup = NgramIndex(LOOKUP_MIN_N, LOOKUP_MAX_N) if proposer in ("ngram", "hybrid") else None
         self._uses_model = proposer in ("model", "hybrid")
         # Hybrid: α of lookup proposals, learned per matched suffix length (the model's is the controller's).
-        self.lookup_acceptance = {n: AcceptanceEstimate(prior_alpha=LOOKUP_PRIOR_ALPHA)
-                                  for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)}
+        self.lookup_acceptance = (self.lookup_prior or LookupPrior(LOOKUP_LENGTHS)).estimates()
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
@@ -145,6 +146,8 @@ class Generation:
                 else:
                     yield Chunk(new_tokens, delta, record, logprobs=logprobs)
         finally:
+            if self.lookup_prior is not None and self.request.proposer == "hybrid":
+                self.lookup_prior.absorb(self.lookup_acceptance)
             self._draft.close()
             self._target.close()
             self.drafts.release(self._draft.client)
@@ -164,11 +167,11 @@ class Generation:
         verified by the target in one pass. γ = 0 with a fixed γ of 0 (cap 0) is target-only."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
-        lookup = self._look_up(gamma, cap, committed)
+        lookup, model_gamma = self._sources(gamma, cap, committed)
         if lookup is not None:
             proposal = Proposal(lookup.tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
-        elif gamma > 0 and self._uses_model and self._draft_usable():
-            proposal = self._propose(gamma, committed, span)
+        elif model_gamma > 0 and self._draft_usable():
+            proposal = self._propose(model_gamma, committed, span)
         else:
             proposal = NO_PROPOSAL
         self._last_drafted = 0 if lookup is not None else len(proposal.tokens)
@@ -190,28 +193,40 @@ class Generation:
         self._annotate(span, record)
         return record, verdict
 
-    def _look_up(self, gamma: int, cap: int, committed: list[int]) -> Lookup | None:
-        """This round's lookup proposal (a point mass, no q, no hop), or None to leave the round to the
-        draft model or to target-only decoding.
+    def _sources(self, gamma: int, cap: int, committed: list[int]) -> tuple[Lookup | None, int]:
+        """Who proposes this round: a lookup (a point mass, no q, no hop) or None, and otherwise the γ
+        for the draft model (0: a target-only step).
 
-        ngram: up to γ looked-up tokens. hybrid: the lookup is taken when E(α_n, γ')/T(γ') of its
-        best γ' ≤ min(cap, its length), with α_n learned for its match length n and no draft cost,
-        beats the draft model's rate at the γ the controller chose (γ = 0: target-only's).
+        model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
+        rates. A lookup's is E(α_n, γ')/T(γ') at its best γ' ≤ min(cap, its length), with α_n learned
+        for its match length n and no draft cost. The draft model's is its rate at the controller's γ,
+        plus the time its draft needs to catch up on tokens it has not seen (its prompt, or what
+        lookups committed), spread over the `CATCH_UP_ROUNDS` rounds it then serves. Target-only's is
+        one step's, an option only under adaptive γ (a fixed γ asks for speculation).
         """
-        if self._lookup is None or cap == 0:
-            return None
+        if self._lookup is None:
+            return None, gamma
+        if cap == 0:
+            return None, 0
         self._lookup.sync(committed)
         if not self._uses_model:
             found = self._lookup.propose(gamma)
-            return found if found.tokens else None
+            return (found if found.tokens else None), 0
         found = self._lookup.propose(cap)
-        if not found.tokens:
-            return None
-        model_gamma = gamma if self._draft_usable() else 0
-        best, rate = self.controller.best_free(self.lookup_acceptance[found.match].alpha, len(found.tokens))
-        if best == 0 or rate <= self.controller.rate(model_gamma):
-            return None
-        return Lookup(found.tokens[:best], found.match)
+        adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
+        options = [(self.controller.rate(0), None, 0)] if adaptive else []
+        if gamma > 0 and self._draft_usable():
+            unseen = self._draft.unsynced(committed) + 1
+            catch_up = max(self.controller.draft_time(unseen, gamma) - self.controller.draft_time(1, gamma), 0.0)
+            options.append((self.controller.rate(gamma, catch_up / CATCH_UP_ROUNDS), None, gamma))
+        if found.tokens:
+            best, rate = self.controller.best_free(self.lookup_acceptance[found.match].alpha, len(found.tokens))
+            if best > 0:
+                options.append((rate, Lookup(found.tokens[:best], found.match), 0))
+        if not options:
+            return None, 0
+        _, lookup, model_gamma = max(options, key=lambda option: option[0])
+        return lookup, model_gamma
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> Proposal:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""

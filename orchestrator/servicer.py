@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind
 
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
-from orchestrator.generation import Chunk, Generation, GenerationRequest
+from orchestrator.generation import LOOKUP_LENGTHS, Chunk, Generation, GenerationRequest
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.records import RecordWriter, resume_request
 from protos import specdec_pb2 as pb
@@ -23,7 +23,7 @@ from service_runtime.errors import grpc_errors
 from service_runtime.guards import credential_of
 from service_runtime.redis_state import PriorStore, SessionStore
 from service_runtime.wire import cost_profile_from_pb, logprob_request_from_pb, round_to_pb, summary_to_pb
-from specdec.controller import SharedPrior
+from specdec.controller import LookupPrior, SharedPrior
 from specdec.cost_profile import CostProfile, RoundTimeout
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.sampling import SamplingParams
@@ -68,6 +68,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             raise FailedPrecondition(f"target {target.address} reports no cost profile (--profile-tokens)")
         # What sessions learn: the model pair's prior (shared through Redis too), and the lookups' apart.
         self.prior, self.ngram_prior = SharedPrior(self.gamma_max), SharedPrior(self.gamma_max)
+        self.lookup_prior = LookupPrior(LOOKUP_LENGTHS)  # hybrid's lookup α per match length
         self.round_timeout = RoundTimeout.capped(config.round_timeout_s)
         self.metrics = SpecDecodeMetrics(self.gamma_max)
 
@@ -156,7 +157,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                                         self.max_context, controller, is_cancelled=cancelled.is_set,
                                         metrics=self.metrics, trace_context=trace.set_span_in_context(span),
                                         session_id=session_id,
-                                        round_timeout=self.round_timeout,
+                                        round_timeout=self.round_timeout, lookup_prior=self.lookup_prior,
                                         on_round=RecordWriter(self.sessions, session_id, parsed, credential_of(context))
                                         if self.sessions else None)
                 try:

@@ -212,9 +212,10 @@ class GammaController:
         alpha = self.acceptance.alpha
         return {g: expected_tokens(alpha, g) / self.round_time(g) for g in range(cap + 1)}
 
-    def rate(self, gamma: int) -> float:
-        """Expected tokens per second of a round that drafts γ tokens with the draft model."""
-        return expected_tokens(self.acceptance.alpha, gamma) / self.round_time(gamma)
+    def rate(self, gamma: int, extra_s: float = 0.0) -> float:
+        """Expected tokens per second of a round that drafts γ tokens with the draft model, costing
+        `extra_s` more than a steady round (a draft catching up on tokens it has not seen)."""
+        return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma) + extra_s)
 
     def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
         """The best γ ≤ cap for a proposer that costs no draft time and no hop (a lookup) whose tokens
@@ -313,3 +314,25 @@ class SharedPrior:
                     self._learned[name].value = float(value)
             if snapshot.get("alpha") is not None:
                 self._alpha.value = float(snapshot["alpha"])
+
+
+class LookupPrior:
+    """α of lookup proposals (`specdec.ngram`) per matched suffix length, handed from finished
+    sessions to new ones, as `SharedPrior` does for the draft model's. Thread-safe."""
+
+    def __init__(self, lengths: range, prior_alpha: float = 0.5, prior_weight: float = 8.0, weight: float = 0.3):
+        self.prior_alpha, self.prior_weight = prior_alpha, prior_weight
+        self._alpha = {n: Ewma(weight) for n in lengths}
+        self._lock = threading.Lock()
+
+    def estimates(self) -> dict[int, AcceptanceEstimate]:
+        """A new session's estimates: the shared α where one was learned, else the prior's (weakly held)."""
+        with self._lock:
+            return {n: AcceptanceEstimate(self.prior_alpha) if e.value is None
+                    else AcceptanceEstimate(e.value, self.prior_weight) for n, e in self._alpha.items()}
+
+    def absorb(self, estimates: dict[int, AcceptanceEstimate]) -> None:
+        with self._lock:
+            for n, estimate in estimates.items():
+                if n in self._alpha and estimate.observed >= 4:
+                    self._alpha[n].update(estimate.alpha)

@@ -265,3 +265,18 @@ def test_rounds_drafted_elsewhere_teach_nothing_of_the_draft_model():
     for _ in range(10):
         ctl.observe(timing(4, 0, 0.0, 0.0, STEP, STEP), by_model=False)
     assert ctl.acceptance.alpha == before and ctl.draft_scale.provisional
+
+
+def test_lookup_prior_hands_alpha_per_match_length_to_new_sessions():
+    from specdec.controller import LookupPrior
+
+    prior = LookupPrior(range(2, 5))
+    first = prior.estimates()
+    assert {n: e.alpha for n, e in first.items()} == {2: 0.5, 3: 0.5, 4: 0.5}
+    for _ in range(20):
+        first[4].observe(6, 6)  # long matches: always accepted
+        first[2].observe(6, 0)  # short ones: never
+    first[3].observe(6, 1)  # too little to teach anything
+    prior.absorb(first)
+    second = prior.estimates()
+    assert second[4].alpha > 0.9 and second[2].alpha < 0.1 and second[3].alpha == 0.5
