@@ -10,14 +10,13 @@ latency against N.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.speed import hf_baseline, load_prompts, service_infos, warm_up
+from benchmarks.speed import hf_baseline, load_prompts, save_rows, service_infos, warm_up
 from cli.client import make_request
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.security import open_channel
@@ -153,9 +152,5 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['config']} | {r['users']} | {r['tokens_per_s']} | {r['ttft_s']} | {r['itl_p50_ms']} | "
               f"{r['itl_p95_ms']} | {r['mean_gamma']} | {r['target_rows_per_pass']}")
-    output = Path(args.output)
-    output.write_text(json.dumps({"hardware": target_info.hardware, "path": target_info.compute_path,
-                                  "max_new_tokens": args.max_new_tokens, "rows": rows}, indent=2))
-    plot(rows, output.with_suffix(".png"))
-    print(f"wrote {output} and {output.with_suffix('.png')}")
+    save_rows(args.output, target_info, args.max_new_tokens, rows, plot)
     return 0

@@ -16,11 +16,10 @@ import os
 import statistics
 import threading
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from benchmarks.concurrency import Level, run_level
-from benchmarks.speed import load_prompts, service_infos, warm_up
+from benchmarks.speed import load_prompts, save_rows, service_infos, warm_up
 
 
 def http_stream(model: str):
@@ -104,10 +103,7 @@ def run_http_overhead(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['users']} | {r['grpc_tokens_per_s']} | {r['http_tokens_per_s']} | {r['http_over_grpc']} | "
               f"{r['http_cpu_ms_per_token']} | {r['http_cpu_share']:.2%}")
-    output = Path(args.output)
-    output.write_text(json.dumps({"hardware": target_info.hardware, "path": target_info.compute_path,
-                                  "max_new_tokens": args.max_new_tokens, "rows": rows}, indent=2))
-    print(f"wrote {output}")
+    save_rows(args.output, target_info, args.max_new_tokens, rows)
     return 0
 
 

@@ -56,6 +56,17 @@ class ConfigResult:
         spec = self.spec_rounds()
         return sum(r.draft_compute_s for r in spec) / sum(r.drafted for r in spec) if spec else None
 
+    def add(self, run) -> None:
+        """Time one generation, `run()` -> a GenerateResult, or a list of token ids (an in-process peer)."""
+        began = time.perf_counter()
+        out = run()
+        self.seconds += time.perf_counter() - began
+        tokens = out if isinstance(out, list) else out.token_ids
+        self.tokens += len(tokens)
+        self.outputs.append(tokens)
+        if not isinstance(out, list):
+            self.rounds.extend(out.rounds)
+
     def overhead_ms(self) -> float:
         return 1e3 * sum(r.wall_s - r.draft_compute_s - r.target_compute_s for r in self.rounds) / len(self.rounds)
 
@@ -135,19 +146,20 @@ def run_configs(endpoint: str, configs: list[tuple[str, int | None]], prompts: l
     peer_result = ConfigResult(peer.name, None) if peer is not None else None
     for p in tqdm(prompts, desc=desc):
         for res in results:
-            began = time.perf_counter()
-            out = generate(endpoint, make_request(prompt=p["prompt"], max_new_tokens=n, gamma=res.gamma))
-            res.seconds += time.perf_counter() - began
-            res.tokens += len(out.token_ids)
-            res.rounds.extend(out.rounds)
-            res.outputs.append(out.token_ids)
+            res.add(lambda: generate(endpoint, make_request(prompt=p["prompt"], max_new_tokens=n, gamma=res.gamma)))
         if peer is not None:
-            began = time.perf_counter()
-            tokens = peer(p["prompt"], n)
-            peer_result.seconds += time.perf_counter() - began
-            peer_result.tokens += len(tokens)
-            peer_result.outputs.append(tokens)
+            peer_result.add(lambda: peer(p["prompt"], n))
     return results + ([peer_result] if peer_result is not None else [])
+
+
+def save_rows(path: str, info: pb.ModelInfo, max_new_tokens: int, rows: list[dict], plot=None) -> None:
+    """A sweep's rows as JSON with the machine and path they were measured on; `plot(rows, png)` beside it."""
+    output = Path(path)
+    output.write_text(json.dumps({"hardware": info.hardware, "path": info.compute_path,
+                                  "max_new_tokens": max_new_tokens, "rows": rows}, indent=2))
+    if plot is not None:
+        plot(rows, output.with_suffix(".png"))
+    print(f"wrote {output}" + (f" and {output.with_suffix('.png')}" if plot is not None else ""))
 
 
 def warm_up(endpoint: str, prompt: str, gamma_max: int, max_runs: int = 15, tolerance: float = 0.03) -> float:

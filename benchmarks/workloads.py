@@ -12,13 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from importlib import resources
 from pathlib import Path
 
 from tqdm import tqdm
 
-from benchmarks.speed import ConfigResult, hf_baseline, service_infos, warm_up
+from benchmarks.speed import ConfigResult, hf_baseline, save_rows, service_infos, warm_up
 from cli.client import generate, make_request
 from protos import specdec_pb2 as pb
 import weights
@@ -90,18 +89,9 @@ def run_workloads(args: argparse.Namespace) -> int:
                 for (_, gamma, proposer), result in zip(CONFIGS, results):
                     request = make_request(prompt_token_ids=ids, max_new_tokens=args.max_new_tokens, gamma=gamma)
                     request.proposer = proposer
-                    began = time.perf_counter()
-                    out = generate(stack.endpoint, request)
-                    result.seconds += time.perf_counter() - began
-                    result.tokens += len(out.token_ids)
-                    result.rounds.extend(out.rounds)
-                    result.outputs.append(out.token_ids)
+                    result.add(lambda: generate(stack.endpoint, request))
                 if peer is not None:
-                    began = time.perf_counter()
-                    tokens = peer(ids, args.max_new_tokens, tokenizer.eos_token_id)
-                    peer_result.seconds += time.perf_counter() - began
-                    peer_result.tokens += len(tokens)
-                    peer_result.outputs.append(tokens)
+                    peer_result.add(lambda: peer(ids, args.max_new_tokens, tokenizer.eos_token_id))
             baseline = results[0]
             for result in results + ([peer_result] if peer is not None else []):
                 rows.append(summary(result, workload, baseline.tokens_per_s))
@@ -113,11 +103,7 @@ def run_workloads(args: argparse.Namespace) -> int:
     for r in rows:
         print(" | ".join(str(r[k]) for k in ("workload", "config", "tokens_per_s", "speedup", "alpha",
                                              "mean_accepted_length", "c", "lookup_share", "same_as_target_only")))
-    output = Path(args.output)
-    output.write_text(json.dumps({"hardware": target_info.hardware, "path": target_info.compute_path,
-                                  "max_new_tokens": args.max_new_tokens, "rows": rows}, indent=2))
-    plot(rows, output.with_suffix(".png"))
-    print(f"wrote {output} and {output.with_suffix('.png')}")
+    save_rows(args.output, target_info, args.max_new_tokens, rows, plot)
     return 0
 
 

@@ -21,6 +21,37 @@ from specdec.sampling import SamplingParams, probs_from_logits
 from conftest import PATH_OPTIONS, tiny_models
 
 
+SAMPLES = 1200
+
+
+def first_tokens(endpoint: str, prompt: list[int], seeds, concurrency: int, proposer: int = pb.PROPOSER_UNSPECIFIED,
+                 **sampling) -> list[tuple[int, pb.RoundStats]]:
+    """(first emitted token, its round) of a γ = 1 generation per seed, `concurrency` sessions at a time."""
+    with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
+        stub = pb_grpc.SpecDecStub(channel)
+
+        def first(seed: int):
+            request = make_request(prompt_token_ids=prompt, max_new_tokens=2, seed=seed, gamma=1, **sampling)
+            request.proposer = proposer
+            reply = next(iter(stub.Generate(request, timeout=60)))
+            return reply.token_ids[0], reply.round
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            return list(pool.map(first, seeds))
+
+
+def assert_follows(drawn: list[tuple[int, pb.RoundStats]], p: torch.Tensor, support: int = 8) -> None:
+    """The histogram of the first tokens is within the TV bound of p (support: tokens p keeps), and no
+    token p excludes was emitted."""
+    counts = torch.zeros_like(p)
+    for token, _ in drawn:
+        counts[token] += 1
+    tv = 0.5 * (counts / len(drawn) - p).abs().sum().item()
+    bound = 0.5 * math.sqrt(support / len(drawn)) + math.sqrt(math.log(1e4) / (2 * len(drawn)))
+    assert tv < bound, f"TV {tv:.3f} >= {bound:.3f}"
+    assert counts[p == 0].sum() == 0, "a token outside the target's top-k was emitted"
+
+
 @pytest.mark.parametrize("path,concurrency", [("fp32", 8), ("int8", 1), ("gguf", 8)])
 def test_first_token_histogram_matches_target(request, path, concurrency):
     """The target distribution p comes from the target as served on that path (same kernels). On fp32
@@ -31,36 +62,18 @@ def test_first_token_histogram_matches_target(request, path, concurrency):
     target = load_model(tiny_models(path)[1], "cpu", **PATH_OPTIONS[path]).runner
     logits = target.forward([Step(target.new_cache(), prompt)])[0]  # [1, V]
     p = probs_from_logits(logits, params)[0]  # [V]
-    samples = 1200
-
-    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
-        stub = pb_grpc.SpecDecStub(channel)
-
-        def first(seed: int):
-            request = make_request(prompt_token_ids=prompt, max_new_tokens=2, temperature=1.0, top_k=8, seed=seed,
-                                   gamma=1)
-            reply = next(iter(stub.Generate(request, timeout=60)))
-            return reply.token_ids[0], reply.round.accepted
-
-        target_service = target_client(stack.target_address)
-        before = target_service.info()
-        with ThreadPoolExecutor(concurrency) as pool:
-            drawn = list(pool.map(first, range(samples)))
-        after = target_service.info()
-        if concurrency > 1:
-            passes, steps = (after.forward_passes - before.forward_passes, after.forward_steps - before.forward_steps)
-            assert steps > 1.5 * passes, f"sessions barely shared passes: {steps} steps in {passes} passes"
-            assert [first(seed) for seed in range(40)] == drawn[:40], "a seeded sample changed under batching"
-    counts = torch.zeros_like(p)
-    for token, _ in drawn:
-        counts[token] += 1
-    accepted = sum(a for _, a in drawn)
-    hist = counts / samples
-    tv = 0.5 * (hist - p).abs().sum().item()
-    bound = 0.5 * math.sqrt(8 / samples) + math.sqrt(math.log(1e4) / (2 * samples))
-    assert tv < bound, f"TV {tv:.3f} >= {bound:.3f}"
-    assert counts[p == 0].sum() == 0, "a token outside the target's top-k was emitted"
-    assert 0 < accepted < samples, "the draft should be accepted sometimes, not always"
+    target_service = target_client(stack.target_address)
+    before = target_service.info()
+    drawn = first_tokens(stack.endpoint, prompt, range(SAMPLES), concurrency, temperature=1.0, top_k=8)
+    after = target_service.info()
+    if concurrency > 1:
+        passes, steps = (after.forward_passes - before.forward_passes, after.forward_steps - before.forward_steps)
+        assert steps > 1.5 * passes, f"sessions barely shared passes: {steps} steps in {passes} passes"
+        alone = first_tokens(stack.endpoint, prompt, range(40), 1, temperature=1.0, top_k=8)
+        assert [t for t, _ in alone] == [t for t, _ in drawn[:40]], "a seeded sample changed under batching"
+    assert_follows(drawn, p)
+    accepted = sum(r.accepted for _, r in drawn)
+    assert 0 < accepted < SAMPLES, "the draft should be accepted sometimes, not always"
 
 
 @pytest.mark.parametrize("proposer", [pb.PROPOSER_NGRAM, pb.PROPOSER_HYBRID], ids=["ngram", "hybrid"])
@@ -78,26 +91,8 @@ def test_lookup_and_hybrid_first_token_matches_target(stack, proposer):
     stem = [40, 41, 42]
     proposal = max(range(256), key=lambda t: float(p_after([*stem, t, *stem])[t]))
     prompt = [*stem, proposal, *stem]  # the lookup matches the suffix [40, 41, 42] and proposes `proposal`
-    p = p_after(prompt)
-    samples = 1200
-    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
-        stub = pb_grpc.SpecDecStub(channel)
-
-        def first(seed: int):
-            request = make_request(prompt_token_ids=prompt, max_new_tokens=2, temperature=0.8, top_k=8, seed=seed,
-                                   gamma=1)
-            request.proposer = proposer
-            reply = next(iter(stub.Generate(request, timeout=60)))
-            return reply.token_ids[0], reply.round.drafted, reply.round.accepted
-
-        with ThreadPoolExecutor(8) as pool:
-            drawn = list(pool.map(first, range(samples)))
-    assert all(drafted == 1 for _, drafted, _ in drawn), "no proposal was verified"
-    accepted = sum(a for _, _, a in drawn)
-    assert 0.2 * samples < accepted < samples, f"{accepted} of {samples} accepted: both outcomes must occur"
-    counts = torch.zeros_like(p)
-    for token, _, _ in drawn:
-        counts[token] += 1
-    tv = 0.5 * (counts / samples - p).abs().sum().item()
-    bound = 0.5 * math.sqrt(8 / samples) + math.sqrt(math.log(1e4) / (2 * samples))
-    assert tv < bound, f"TV {tv:.3f} >= {bound:.3f}"
+    drawn = first_tokens(stack.endpoint, prompt, range(SAMPLES), 8, proposer, temperature=0.8, top_k=8)
+    assert all(r.drafted == 1 for _, r in drawn), "no proposal was verified"
+    accepted = sum(r.accepted for _, r in drawn)
+    assert 0.2 * SAMPLES < accepted < SAMPLES, f"{accepted} of {SAMPLES} accepted: both outcomes must occur"
+    assert_follows(drawn, p_after(prompt))
