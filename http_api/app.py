@@ -108,14 +108,17 @@ class ModelNotFound(Exception):
 def served_name(spec: str) -> str:
     """The id a model spec is served under: the packaged model's name, or a path's file or folder name."""
     from weights import PACKAGED_PREFIX
-    from weights.packaged import PACKAGED
+    from weights.packaged import BUNDLE_DIR, PACKAGED
 
     if spec.startswith(PACKAGED_PREFIX):
         packaged = PACKAGED.get(spec.removeprefix(PACKAGED_PREFIX))
         return packaged.name if packaged else spec
     if spec.startswith("tiny:"):
         return spec
-    return spec.rstrip("/").rsplit("/", 1)[-1].removesuffix(".gguf")
+    parts = spec.rstrip("/").rsplit("/", 2)
+    if len(parts) == 3 and parts[-1] == BUNDLE_DIR:  # a packaged model's folder: <cache>/<name>/bundle
+        return parts[-2]
+    return parts[-1].removesuffix(".gguf")
 
 
 # -- routes --------------------------------------------------------------------------

@@ -91,6 +91,15 @@ def grpc_text(serve: Serve, **kw) -> tuple[str, list[int], list[pb.TokenLogprob]
     return result.text, result.token_ids, result.logprobs
 
 
+def test_served_names():
+    from http_api.app import served_name
+
+    assert served_name("packaged:target") == "qwen2.5-coder-1.5b-instruct"
+    assert served_name("/home/u/.cache/specdec/qwen2.5-coder-1.5b-instruct/bundle") == "qwen2.5-coder-1.5b-instruct"
+    assert served_name("/models/Qwen2.5-7B-Instruct-Q4_K_M.gguf") == "Qwen2.5-7B-Instruct-Q4_K_M"
+    assert served_name("/models/llama/") == "llama" and served_name("tiny:seed=0") == "tiny:seed=0"
+
+
 def test_models(serve):
     client = serve.client()
     assert [m.id for m in client.models.list()] == [MODEL]

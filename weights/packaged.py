@@ -27,6 +27,9 @@ from specdec.native import cache_root  # noqa: E402  (one cache for weights, pro
 log = logging.getLogger(__name__)
 
 
+BUNDLE_DIR = "bundle"  # <cache>/<model name>/bundle: the GGUF beside its config and tokenizer
+
+
 @dataclass(frozen=True)
 class PackagedModel:
     name: str
@@ -129,7 +132,7 @@ def ensure_packaged(role: str) -> Path:
     return the folder at once.
     """
     model = PACKAGED[role]
-    bundle = cache_root() / model.name / "bundle"
+    bundle = cache_root() / model.name / BUNDLE_DIR
     if (bundle / "config.json").exists():
         return bundle
     with _cache_lock(model):
