@@ -11,6 +11,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.security import open_channel
 from service_runtime.server import CHANNEL_OPTIONS
+from service_runtime.wire import logprob_request_to_pb
 
 
 @dataclass
@@ -46,7 +47,7 @@ def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, ma
     """`top_logprobs`: None = no log-probabilities; k = each token's, with k alternatives."""
     request = pb.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_token_ids or [], max_new_tokens=max_new_tokens,
                                  temperature=temperature, top_k=top_k, seed=seed, stop=stop or [],
-                                 logprobs=top_logprobs is not None, top_logprobs=top_logprobs or 0)
+                                 **logprob_request_to_pb(top_logprobs))
     if top_p is not None:
         request.top_p = top_p
     if gamma is not None:

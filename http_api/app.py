@@ -137,12 +137,7 @@ async def completions(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     body = parse(CompletionRequest, await request.body())
     gateway.check_model(body.model)
-    generate = body.generate_request(body.max_tokens, body.logprobs)
-    for field, value in body.prompt_fields().items():
-        if field == "prompt":
-            generate.prompt = value
-        else:
-            generate.prompt_token_ids.extend(value)
+    generate = body.generate_request(body.max_tokens, body.logprobs, **body.prompt_fields())
     return await run(request, gateway, body, generate, Reply("completion", gateway.model, gateway.tokens,
                                                              body.logprobs))
 
@@ -154,8 +149,7 @@ async def chat_completions(request: Request) -> Response:
     prompt = gateway.chat_prompt(body)
     room = max(gateway.info.max_context - len(prompt), 1)
     max_tokens = body.max_new_tokens() or min(gateway.info.max_new_tokens or room, room)
-    generate = body.generate_request(max_tokens, body.top())
-    generate.prompt_token_ids.extend(prompt)
+    generate = body.generate_request(max_tokens, body.top(), prompt_token_ids=prompt)
     return await run(request, gateway, body, generate, Reply("chat", gateway.model, gateway.tokens, body.top()))
 
 
@@ -178,31 +172,35 @@ async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateReq
     return JSONResponse(reply.whole(text, reply.merge_logprobs(logprobs)))
 
 
-async def gather(call, message, reply: Reply) -> tuple[str, list]:
-    text, logprobs = [], []
+async def messages(call, first, reply: Reply) -> AsyncIterator[pb.GenerateResponse]:
+    """The call's messages from `first` on; the final stats go to `reply` as they pass."""
+    message = first
     while message is not grpc.aio.EOF:
-        text.append(message.text)
-        logprobs.append(reply.logprobs(message))
         if message.HasField("stats"):
             reply.stats = message.stats
+        yield message
         message = await call.read()
+
+
+async def gather(call, first, reply: Reply) -> tuple[str, list]:
+    text, logprobs = [], []
+    async for message in messages(call, first, reply):
+        text.append(message.text)
+        logprobs.append(reply.logprobs(message))
     return "".join(text), logprobs
 
 
-async def stream(call, message, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
+async def stream(call, first, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
     """Server-sent events: a chunk per round, the finish reason, usage if asked for, then [DONE].
     An error after the first message arrives as an OpenAI error event. Closing the stream (the
     client went away) cancels the call."""
-    first = True
+    opening = True  # the chat stream's first chunk names the role
     try:
-        while message is not grpc.aio.EOF:
-            if message.HasField("stats"):
-                reply.stats = message.stats
+        async for message in messages(call, first, reply):
             logprobs = reply.logprobs(message)
-            if message.text or logprobs or first:
-                yield sse(reply.chunk(message.text, logprobs, first=first))
-                first = False
-            message = await call.read()
+            if message.text or logprobs or opening:
+                yield sse(reply.chunk(message.text, logprobs, first=opening))
+                opening = False
         yield sse(reply.chunk("", None, reply.finish_reason()))
         if include_usage:
             yield sse(reply.usage_chunk())

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from protos import specdec_pb2 as pb
+from service_runtime.wire import logprob_request_to_pb
 from specdec.logprobs import MAX_TOP_LOGPROBS
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -74,20 +75,18 @@ class _Common(BaseModel):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
-    def generate_request(self, max_tokens: int, top_logprobs: int | None) -> pb.GenerateRequest:
-        """The sampling, stop and speculation fields as a GenerateRequest (the prompt comes after)."""
+    def generate_request(self, max_tokens: int, top_logprobs: int | None, **prompt) -> pb.GenerateRequest:
+        """The GenerateRequest this body asks for; `prompt`: its prompt or prompt_token_ids field."""
         temperature = 1.0 if self.temperature is None else self.temperature
         seed = secrets.randbits(63) if self.seed is None else self.seed
         request = pb.GenerateRequest(max_new_tokens=max_tokens, temperature=temperature, top_k=max(self.top_k or 0, 0),
-                                     seed=seed, stop=self.stops(), logprobs=top_logprobs is not None,
-                                     top_logprobs=top_logprobs or 0)
+                                     seed=seed, stop=self.stops(), **logprob_request_to_pb(top_logprobs), **prompt)
         if self.top_p is not None:
             request.top_p = self.top_p
         if self.gamma is not None:
             request.gamma = self.gamma
         if self.proposer is not None:
-            request.proposer = {"model": pb.PROPOSER_MODEL, "ngram": pb.PROPOSER_NGRAM,
-                                "hybrid": pb.PROPOSER_HYBRID}[self.proposer]
+            request.proposer = pb.Proposer.Value(f"PROPOSER_{self.proposer.upper()}")
         return request
 
 

@@ -8,6 +8,7 @@ import logging
 import os
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 
 import uvicorn
@@ -44,7 +45,7 @@ class RunningHttp:
 
 def uvicorn_config(config: HttpConfig, host: str, port: int, log_level: str) -> uvicorn.Config:
     """TLS with this process's certificate (clients authenticate with the bearer token, not a
-    client certificate); concurrency well past the orchestrator's cap, which answers 429 itself."""
+    client certificate). No concurrency cap of uvicorn's: the orchestrator's answers 429 itself."""
     sec = security.current()
     tls = {}
     if sec.cert:
@@ -75,11 +76,10 @@ def start_http(config: HttpConfig, host: str, port: int, log_level: str = "warni
 
     thread = threading.Thread(target=serve, daemon=True, name="http-api")
     thread.start()
-    deadline = threading.Event()
     for _ in range(int(START_TIMEOUT_S / 0.05)):
         if server.started or failed or not thread.is_alive():
             break
-        deadline.wait(0.05)
+        time.sleep(0.05)
     for pem in (server.config.ssl_certfile, server.config.ssl_keyfile):  # loaded by now (or never will be)
         if pem:
             os.unlink(pem)

@@ -96,8 +96,10 @@ class Generation:
         proposer = self.request.proposer
         self._lookup = NgramIndex(LOOKUP_MIN_N, LOOKUP_MAX_N) if proposer in ("ngram", "hybrid") else None
         self._uses_model = proposer in ("model", "hybrid")
-        # Hybrid: α of lookup proposals, learned per matched suffix length (the model's is the controller's).
-        self.lookup_acceptance = (self.lookup_prior or LookupPrior(LOOKUP_LENGTHS)).estimates()
+        # α of lookup proposals, learned per matched suffix length (the model's is the controller's);
+        # hybrid plans with it, and hands it back to `lookup_prior`.
+        self.lookup_acceptance = {} if self._lookup is None else \
+            (self.lookup_prior or LookupPrior(LOOKUP_LENGTHS)).estimates()
 
     def run(self) -> Iterator[Chunk]:
         req = self.request

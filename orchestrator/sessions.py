@@ -15,7 +15,7 @@ from opentelemetry.trace import Span, SpanKind
 from orchestrator.clients import ServiceClient, SessionStream
 from protos import specdec_pb2 as pb
 from service_runtime import telemetry
-from service_runtime.wire import pass_load_from_pb
+from service_runtime.wire import logprob_request_to_pb, pass_load_from_pb
 from specdec.rounds import PassLoad, network_s
 
 
@@ -116,6 +116,6 @@ class TargetSession(ServiceSession):
                top_logprobs: int | None = None) -> Verdict:
         """`top_logprobs`: None, or ask for each token's log-probability with that many alternatives."""
         request = pb.VerifyRequest(draft_tokens=proposal.tokens, draft_probs=proposal.probs,
-                                   logprobs=top_logprobs is not None, top_logprobs=top_logprobs or 0)
+                                   **logprob_request_to_pb(top_logprobs))
         reply, hop = self._call("target.verify", request, committed, span, timeout)
         return Verdict(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs))

@@ -69,13 +69,14 @@ def logprob_request_from_pb(logprobs: bool, top_logprobs: int) -> int | None:
     return check_top_logprobs(top_logprobs)
 
 
+def logprob_request_to_pb(top_logprobs: int | None) -> dict:
+    """The inverse: a request's (logprobs, top_logprobs) fields for None or k alternatives per token."""
+    return {"logprobs": top_logprobs is not None, "top_logprobs": top_logprobs or 0}
+
+
 def logprobs_to_pb(logprobs: list[TokenLogprob] | None) -> list[pb.TokenLogprob]:
     return [pb.TokenLogprob(logprob=lp.logprob, top_ids=[t for t, _ in lp.top], top_logprobs=[v for _, v in lp.top])
             for lp in logprobs or ()]
-
-
-def logprobs_from_pb(messages) -> list[TokenLogprob]:
-    return [TokenLogprob(m.logprob, tuple(zip(m.top_ids, m.top_logprobs))) for m in messages]
 
 
 def model_info_to_pb(engine) -> pb.ModelInfo:

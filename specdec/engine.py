@@ -286,9 +286,7 @@ class TargetEngine(Engine):
         top_logprobs: None = no log-probabilities; k = each emitted token's, with its k most likely
         alternatives (`specdec.logprobs`), from the rows just verified.
         """
-        if top_logprobs is not None:
-            check_top_logprobs(top_logprobs)
-        self.check_draft_probs(draft_tokens, draft_probs)
+        self.check_request(draft_tokens, draft_probs, top_logprobs)
         with self._round(session_id) as session:
             began = time.perf_counter()
             committed, logits, rollback = self._score(session, start, tokens, draft_tokens)
@@ -304,6 +302,14 @@ class TargetEngine(Engine):
             logprobs = None if top_logprobs is None else \
                 token_logprobs(logits, verdict.tokens, params, top_logprobs)
             return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs)
+
+    def check_request(self, draft_tokens: list[int], draft_probs: torch.Tensor | None,
+                      top_logprobs: int | None) -> None:
+        """Everything about a verify request that can be refused before any forward pass (and, with
+        tensor parallelism, before any rank is told to run it)."""
+        if top_logprobs is not None:
+            check_top_logprobs(top_logprobs)
+        self.check_draft_probs(draft_tokens, draft_probs)
 
     def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:
         """The target trusts no draft: q must be a distribution per row that could have drawn each

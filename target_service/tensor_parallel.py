@@ -26,7 +26,6 @@ import torch.distributed as dist
 
 from specdec.engine import TargetEngine, Verification
 from specdec.errors import SpecDecError, Unavailable
-from specdec.logprobs import check_top_logprobs
 from specdec.profile_cache import ProfileCache, load_or_measure
 
 log = logging.getLogger(__name__)
@@ -126,9 +125,7 @@ class TensorParallelTarget:
     def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
                draft_probs: torch.Tensor | None, top_logprobs: int | None = None) -> Verification:
         """Followers score; rank 0 also samples and, when asked, computes the log-probabilities."""
-        self.engine.check_draft_probs(draft_tokens, draft_probs)  # q stays on rank 0: check it first
-        if top_logprobs is not None:
-            check_top_logprobs(top_logprobs)
+        self.engine.check_request(draft_tokens, draft_probs, top_logprobs)  # q stays on rank 0: check it first
         return self._replicate(("score", session_id, start, tokens, draft_tokens),
                                lambda: self.engine.verify(session_id, start, tokens, draft_tokens, draft_probs,
                                                           top_logprobs))
