@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import torch
 
@@ -50,6 +51,21 @@ def test_concurrent_steps_share_passes_and_keep_their_bits():
         (batcher.forwards, batcher.steps)
 
 
+class HoldFirstPass:
+    """A runner whose first forward waits (up to 60 s) until `pending` more steps wait in `batcher`."""
+
+    def __init__(self, runner, batcher: StepBatcher, pending: int):
+        self.runner, self.batcher, self.pending, self.held = runner, batcher, pending, False
+
+    def forward(self, steps):
+        if not self.held:
+            self.held = True
+            deadline = time.monotonic() + 60
+            while len(self.batcher._pending) < self.pending and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return self.runner.forward(steps)
+
+
 def test_concurrent_engine_rounds_match_sequential_rounds():
     """Greedy draft and verify rounds of 4 sessions at once give what each gives alone."""
     draft, target = DraftEngine(load_model(TINY_DRAFT, device="cpu")), TargetEngine(load_model(TINY_TARGET, device="cpu"))
@@ -71,6 +87,9 @@ def test_concurrent_engine_rounds_match_sequential_rounds():
     alone: dict = {}
     for sid, prompt in prompts.items():
         run("-alone", sid, prompt, alone)
+    # The first shared target pass waits until two more sessions' steps are pending, so that passes are
+    # shared however the threads are scheduled (a busy machine can otherwise run them one after another).
+    target.batcher.runner = HoldFirstPass(target.runner, target.batcher, pending=2)
     together: dict = {}
     threads = [threading.Thread(target=run, args=("-together", sid, p, together)) for sid, p in prompts.items()]
     for thread in threads:
