@@ -16,7 +16,7 @@ class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
     def _round(self, request: pb.DraftRequest) -> pb.DraftProposal:
         commit = request.commit
         proposal = self.engine.propose(request.session_id, commit.start, list(commit.tokens), request.gamma,
-                                       request.min_confidence)
+                                       request.min_confidence, request.guess_first)
         return pb.DraftProposal(tokens=proposal.tokens, probs=encode_probs(proposal.probs),
                                 compute_ns=int(proposal.compute_s * 1e9),
                                 rollback_ns=int(proposal.rollback.seconds * 1e9),

@@ -44,30 +44,49 @@ class SessionStream:
     def _read(self) -> None:
         try:
             for reply in self._responses:
-                self._replies.put(reply)
-            self._replies.put(StreamError(grpc.StatusCode.UNAVAILABLE, f"{self.address} ended the stream"))
+                self._replies.put((reply, time.perf_counter()))
+            self._replies.put((StreamError(grpc.StatusCode.UNAVAILABLE, f"{self.address} ended the stream"), 0.0))
         except grpc.RpcError as exc:
-            self._replies.put(exc)
+            self._replies.put((exc, 0.0))
 
     def call(self, request, timeout: float | None = None):
         """Returns (reply, wall seconds). Raises grpc.RpcError with the service's status, or
         DEADLINE_EXCEEDED after `timeout` seconds (the stream is then cancelled: unusable)."""
-        began = time.perf_counter()
+        return self.send(request).result(timeout)
+
+    def send(self, request) -> "PendingCall":
+        """Send `request` without waiting; its reply is the next one after those of earlier calls."""
+        sent_at = time.perf_counter()
         self._requests.put(request)
+        return PendingCall(self, sent_at)
+
+    def _receive(self, sent_at: float, timeout: float | None):
         try:
-            reply = self._replies.get(timeout=timeout)
+            reply, arrived = self._replies.get(timeout=timeout)
         except queue.Empty:
             self.close()
             raise StreamError(grpc.StatusCode.DEADLINE_EXCEEDED,
                               f"{self.address} did not answer within {timeout:.1f} s") from None
         if isinstance(reply, grpc.RpcError):
             raise reply
-        return reply, time.perf_counter() - began
+        return reply, arrived - sent_at
 
     def close(self) -> None:
         """Half-close and cancel: the service releases the stream's sessions either way."""
         self._requests.put(_END)
         self._responses.cancel()
+
+
+class PendingCall:
+    """A request in flight on a `SessionStream`; `result` waits for its reply (in send order)."""
+
+    def __init__(self, stream: SessionStream, sent_at: float):
+        self.stream, self.sent_at = stream, sent_at
+
+    def result(self, timeout: float | None = None):
+        """(reply, wall seconds from send to the reply's arrival), or the call's grpc.RpcError.
+        `timeout` counts from now."""
+        return self.stream._receive(self.sent_at, timeout)
 
 
 class ServiceClient:

@@ -25,13 +25,19 @@ def add_orchestrator_args(parser: argparse.ArgumentParser) -> None:
                         help="Redis for draft discovery (when --draft is empty), resumable session records and "
                              "the shared γ prior (default: $SPECDEC_REDIS_URL; empty = none)")
     parser.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on this port (0 = off)")
-    parser.add_argument("--proposer", choices=("model", "ngram", "hybrid"), default="model",
+    parser.add_argument("--proposer", choices=("model", "ngram", "hybrid"), default=OrchestratorConfig.proposer,
                         help="who drafts when a request does not say: the draft model; prompt lookup (n-gram) in the "
                              "orchestrator, which needs no draft model; or hybrid, each round the one that pays more")
+    parser.add_argument("--overlap", choices=("auto", "on", "off"), default=OrchestratorConfig.overlap,
+                        help="draft the next round while the target verifies this one, when a request does not say: "
+                             "auto = where the cost model says it pays (separate machines or cores), on, off")
+    parser.add_argument("--lookup-memory", type=int, default=OrchestratorConfig.lookup_memory_tokens,
+                        help="tokens of finished generations kept for n-gram lookups across sessions (0 = none)")
 
 
 def orchestrator_config(args: argparse.Namespace) -> OrchestratorConfig:
     """The CLI flags of `add_orchestrator_args` as configuration."""
     return OrchestratorConfig(gamma_max=args.gamma_max, max_new_tokens_limit=args.max_new_tokens_limit,
                               max_concurrent=args.max_concurrent, round_timeout_s=args.round_timeout,
-                              session_ttl_s=args.session_ttl, proposer=args.proposer)
+                              session_ttl_s=args.session_ttl, proposer=args.proposer,
+                              overlap=args.overlap, lookup_memory_tokens=args.lookup_memory)

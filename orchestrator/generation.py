@@ -23,11 +23,11 @@ from opentelemetry.trace import Span
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
-from orchestrator.sessions import NO_PROPOSAL, DraftSession, Proposal, TargetSession, Verdict
+from orchestrator.sessions import NO_PROPOSAL, Branch, DraftSession, Proposal, TargetSession, Verdict
 from service_runtime import telemetry
 from service_runtime.wire import sampling_to_pb
 from specdec.controller import GammaController, LookupPrior
-from specdec.ngram import Lookup, NgramIndex
+from specdec.ngram import Lookup, LookupProposer, RecentSequences
 from specdec.cost_profile import RoundTimeout
 from specdec.rounds import RoundRecord
 from specdec.sampling import SamplingParams
@@ -36,7 +36,8 @@ from specdec.text import TextStream, printable
 
 log = logging.getLogger(__name__)
 LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM's prompt_lookup_min/max)
-LOOKUP_LENGTHS = range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)
+# What a lookup's α is learned under: where it matched (this sequence, or an earlier session's) and how long.
+LOOKUP_KINDS = [(source, n) for source in ("self", "shared") for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)]
 CATCH_UP_ROUNDS = 8  # hybrid prices a draft's catch-up as spread over this many rounds
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
@@ -55,6 +56,7 @@ class GenerationRequest:
     top_logprobs: int | None = None  # None: no log-probabilities; k: each token's, with k alternatives
     proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.ngram`);
     # "hybrid": each round, whichever of the two promises more tokens per second
+    overlap: str = "off"  # draft the next round during the verify: "on", "off", or "auto" (where it pays)
 
 
 @dataclass
@@ -83,6 +85,7 @@ class Generation:
     round_timeout: RoundTimeout = RoundTimeout()
     draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
     lookup_prior: LookupPrior | None = None  # hybrid's lookup α, shared with other generations
+    recent: RecentSequences | None = None  # finished sessions' sequences, for lookups across sessions
 
     def __post_init__(self):
         # Service-side session ids are fresh per run, so a resumed generation never meets its old sessions.
@@ -91,15 +94,18 @@ class Generation:
         self._draft = DraftSession(None, service_session, sampling)
         self._target = TargetSession(self.target, service_session, sampling)
         self._last_drafted = 0
+        self._branch: Branch | None = None  # the next round, drafting while this one verifies
+        self._branch_steady = False
         self._draft_failed_at: float | None = None
         self._draft_replica = ""
         proposer = self.request.proposer
-        self._lookup = NgramIndex(LOOKUP_MIN_N, LOOKUP_MAX_N) if proposer in ("ngram", "hybrid") else None
+        self._lookup = LookupProposer(LOOKUP_MIN_N, LOOKUP_MAX_N, self.recent) if proposer in ("ngram", "hybrid") \
+            else None
         self._uses_model = proposer in ("model", "hybrid")
-        # α of lookup proposals, learned per matched suffix length (the model's is the controller's);
+        # α of lookup proposals, learned per kind (`Lookup.kind`; the model's is the controller's);
         # hybrid plans with it, and hands it back to `lookup_prior`.
         self.lookup_acceptance = {} if self._lookup is None else \
-            (self.lookup_prior or LookupPrior(LOOKUP_LENGTHS)).estimates()
+            (self.lookup_prior or LookupPrior(LOOKUP_KINDS)).estimates()
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
@@ -122,10 +128,11 @@ class Generation:
                     break
                 remaining = req.max_new_tokens - generated
                 useful = min(remaining - 1, self.max_context - len(committed))
-                cap = useful if req.gamma is None else max(0, min(req.gamma, useful))
+                cap = min(useful, self.controller.gamma_max) if req.gamma is None else max(0, min(req.gamma, useful))
+                self.controller.overlapping = self._overlaps(useful)
                 gamma = self.controller.choose(useful) if req.gamma is None else cap
                 with telemetry.span("round", context=self.trace_context) as span:
-                    record, verdict = self._round(gamma, cap, committed, span)
+                    record, verdict = self._round(gamma, cap, useful, committed, span)
                 new_tokens = verdict.tokens[:remaining]
                 eos_at = next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), None)
                 if eos_at is not None:
@@ -150,6 +157,10 @@ class Generation:
         finally:
             if self.lookup_prior is not None and self.request.proposer == "hybrid":
                 self.lookup_prior.absorb(self.lookup_acceptance)
+            if self.recent is not None and finish:  # a finished sequence, for later sessions' lookups
+                self.recent.add(committed)
+            if self._branch is not None:  # drafted for a round that never came
+                self._branch.span.end()
             self._draft.close()
             self._target.close()
             self.drafts.release(self._draft.client)
@@ -164,19 +175,29 @@ class Generation:
             return FinishReason.LENGTH
         return FinishReason.CONTEXT if length >= self.max_context else FinishReason.NONE
 
-    def _round(self, gamma: int, cap: int, committed: list[int], span: Span) -> tuple[RoundRecord, Verdict]:
-        """One round: up to γ tokens proposed (by the draft model, or by a lookup of at most `cap`),
-        verified by the target in one pass. γ = 0 with a fixed γ of 0 (cap 0) is target-only."""
+    def _round(self, gamma: int, cap: int, useful: int, committed: list[int],
+               span: Span) -> tuple[RoundRecord, Verdict]:
+        """One round: up to γ tokens proposed (drafted during the last verify, or by the draft model,
+        or by a lookup of at most `cap`), verified by the target in one pass, while the draft drafts
+        the next round when overlapping. γ = 0 with a fixed γ of 0 (cap 0) is target-only. `useful`:
+        how many tokens past the committed ones can still be used."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
-        lookup, model_gamma = self._sources(gamma, cap, committed)
-        if lookup is not None:
-            proposal = Proposal(lookup.tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
-        elif model_gamma > 0 and self._draft_usable():
-            proposal = self._propose(model_gamma, committed, span)
+        hit, lookup = self._prefetched(committed), None
+        if hit is not None:
+            proposal, gamma = hit, len(hit.tokens)
         else:
-            proposal = NO_PROPOSAL
+            lookup, model_gamma = self._sources(gamma, cap, committed)
+            if lookup is not None:
+                proposal = Proposal(lookup.tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
+            elif model_gamma > 0 and self._draft_usable():
+                proposal = self._propose(model_gamma, committed, span)
+            else:
+                proposal = NO_PROPOSAL
         self._last_drafted = 0 if lookup is not None else len(proposal.tokens)
+        if self.controller.overlapping and proposal.tokens:
+            self._prefetch(committed, proposal.tokens, lookup is None, min(gamma, useful - len(proposal.tokens) - 1),
+                           span)
         prefill = not self._target.opened
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens))
         verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s),
@@ -184,9 +205,10 @@ class Generation:
         draft, target = proposal.hop, verdict.hop
         record = RoundRecord(gamma, len(proposal.tokens), verdict.accepted, len(verdict.tokens),
                              time.perf_counter() - began, draft.wall_s, draft.compute_s, target.wall_s,
-                             target.compute_s, draft_steady, draft.load, target.load)
+                             target.compute_s, draft_steady, draft.load, target.load,
+                             overlapped=self._branch is not None, prefetched=hit is not None)
         if lookup is not None:
-            self.lookup_acceptance[lookup.match].observe(record.drafted, record.accepted)
+            self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
         if not prefill:  # a prefill says nothing about steady-state cost
             self.controller.observe(record, by_model=lookup is None or not self._uses_model)
         proposer = "" if not proposal.tokens else "ngram" if lookup is not None else "model"
@@ -222,13 +244,56 @@ class Generation:
             catch_up = max(self.controller.draft_time(unseen, gamma) - self.controller.draft_time(1, gamma), 0.0)
             options.append((self.controller.rate(gamma, catch_up / CATCH_UP_ROUNDS), None, gamma))
         if found.tokens:
-            best, rate = self.controller.best_free(self.lookup_acceptance[found.match].alpha, len(found.tokens))
+            best, rate = self.controller.best_free(self.lookup_acceptance[found.kind].alpha, len(found.tokens))
             if best > 0:
-                options.append((rate, Lookup(found.tokens[:best], found.match), 0))
+                options.append((rate, dataclasses.replace(found, tokens=found.tokens[:best]), 0))
         if not options:
             return None, 0
         _, lookup, model_gamma = max(options, key=lambda option: option[0])
         return lookup, model_gamma
+
+    def _overlaps(self, useful: int) -> bool:
+        """Whether this round drafts the next one during its verify: the request's (or the server's)
+        choice, "auto" asking the controller's cost model. Only a draft model drafts ahead."""
+        mode = self.request.overlap
+        if mode == "off" or not self._uses_model or useful < 2:
+            return False
+        return mode == "on" or self.controller.overlap_pays(useful)
+
+    def _prefetch(self, committed: list[int], proposal: list[int], steady: bool, gamma: int, span: Span) -> None:
+        """Send the next round's branch: the draft's guess of the bonus token, then γ drafts after it
+        (this round's γ, within what the next round can still use). `steady`: the draft proposed
+        `proposal` itself, so the branch feeds it no catch-up."""
+        if gamma < 1 or not self._draft_usable():
+            return
+        gamma = min(gamma, self.drafts.max_gamma(self._draft.client) - 1)
+        if gamma < 1:
+            return
+        min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
+        timeout = self.round_timeout.of(self.controller.draft_time(len(proposal) + 1, gamma + 1))
+        self._branch = self._draft.prefetch(committed, proposal, gamma, min_confidence, span, timeout)
+        self._branch_steady = steady
+
+    def _prefetched(self, committed: list[int]) -> Proposal | None:
+        """The proposal the last round's branch drafted, if the committed tokens are what it assumed;
+        None otherwise (no branch, a miss, or a failed draft: the round drafts as usual). A branch is
+        always collected, hit or miss: its reply comes before any later call's on the stream."""
+        branch, self._branch = self._branch, None
+        if branch is None:
+            return None
+        try:
+            proposal, guess = self._draft.collect(branch)
+        except grpc.RpcError as exc:
+            self.draft_failed(exc)
+            return None
+        end = branch.base + len(branch.proposal)
+        all_accepted = len(committed) > end and committed[branch.base:end] == list(branch.proposal)
+        self.controller.observe_branch(len(proposal.tokens) + 1 if self._branch_steady else 0,
+                                       proposal.hop.compute_s, committed[end] == guess if all_accepted else None)
+        if not proposal.tokens or not branch.matches(committed, guess):
+            return None
+        self._draft_replica = self._draft.client.address
+        return proposal
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> Proposal:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""
@@ -286,4 +351,5 @@ class Generation:
             self.drafts.failed(client)
         self.drafts.release(client)
         self._draft.reset()
+        self._branch = None  # its stream is gone
         self.use_draft(None)  # the next round asks the pool again, which may pick another replica

@@ -13,7 +13,7 @@ from opentelemetry.trace import SpanKind
 
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
-from orchestrator.generation import LOOKUP_LENGTHS, Chunk, Generation, GenerationRequest
+from orchestrator.generation import LOOKUP_KINDS, LOOKUP_MAX_N, LOOKUP_MIN_N, Chunk, Generation, GenerationRequest
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.records import RecordWriter, resume_request
 from protos import specdec_pb2 as pb
@@ -26,6 +26,7 @@ from service_runtime.wire import cost_profile_from_pb, logprob_request_from_pb, 
 from specdec.controller import LookupPrior, SharedPrior
 from specdec.cost_profile import CostProfile, RoundTimeout
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
+from specdec.ngram import RecentSequences
 from specdec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
 
 SESSION_ID = re.compile(r"[A-Za-z0-9._:~-]+")
 PROPOSERS = {pb.PROPOSER_MODEL: "model", pb.PROPOSER_NGRAM: "ngram", pb.PROPOSER_HYBRID: "hybrid"}
+OVERLAPS = {pb.OVERLAP_AUTO: "auto", pb.OVERLAP_ON: "on", pb.OVERLAP_OFF: "off"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ class OrchestratorConfig:
     max_concurrent: int = 64  # generations in flight; more get RESOURCE_EXHAUSTED
     round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.cost_profile.RoundTimeout`)
     session_ttl_s: float = 3600.0  # resumable records in Redis
-    proposer: str = "model"  # a request's proposer when it names none: "model", "ngram" or "hybrid"
+    proposer: str = "hybrid"  # a request's proposer when it names none: "model", "ngram" or "hybrid"
+    overlap: str = "auto"  # a request's overlap when it names none: "auto", "on" or "off"
+    lookup_memory_tokens: int = 100_000  # finished sequences kept for lookups across sessions (0: none)
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):
@@ -68,7 +72,9 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             raise FailedPrecondition(f"target {target.address} reports no cost profile (--profile-tokens)")
         # What sessions learn: the model pair's prior (shared through Redis too), and the lookups' apart.
         self.prior, self.ngram_prior = SharedPrior(self.gamma_max), SharedPrior(self.gamma_max)
-        self.lookup_prior = LookupPrior(LOOKUP_LENGTHS)  # hybrid's lookup α per match length
+        self.lookup_prior = LookupPrior(LOOKUP_KINDS)  # hybrid's lookup α per kind of match
+        self.recent = RecentSequences(config.lookup_memory_tokens, LOOKUP_MIN_N, LOOKUP_MAX_N) \
+            if config.lookup_memory_tokens else None
         self.round_timeout = RoundTimeout.capped(config.round_timeout_s)
         self.metrics = SpecDecodeMetrics(self.gamma_max)
 
@@ -122,8 +128,11 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         proposer = config.proposer if request.proposer == pb.PROPOSER_UNSPECIFIED else PROPOSERS.get(request.proposer)
         if proposer is None:
             raise InvalidArgument(f"unknown proposer {request.proposer}: use PROPOSER_MODEL, _NGRAM or _HYBRID")
+        overlap = config.overlap if request.overlap == pb.OVERLAP_UNSPECIFIED else OVERLAPS.get(request.overlap)
+        if overlap is None:
+            raise InvalidArgument(f"unknown overlap {request.overlap}: use OVERLAP_AUTO, _ON or _OFF")
         return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
-                                 top_logprobs=top_logprobs, proposer=proposer)
+                                 top_logprobs=top_logprobs, proposer=proposer, overlap=overlap)
 
     def check_session_id(self, session_id: str) -> None:
         limit = self.config.max_session_id_chars
@@ -158,6 +167,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                                         metrics=self.metrics, trace_context=trace.set_span_in_context(span),
                                         session_id=session_id,
                                         round_timeout=self.round_timeout, lookup_prior=self.lookup_prior,
+                                        recent=self.recent,
                                         on_round=RecordWriter(self.sessions, session_id, parsed, credential_of(context))
                                         if self.sessions else None)
                 try:

@@ -8,14 +8,16 @@ fresh session under a new id, which is sent everything committed.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
 
-from orchestrator.clients import ServiceClient, SessionStream
+from orchestrator.clients import PendingCall, ServiceClient, SessionStream
 from protos import specdec_pb2 as pb
 from service_runtime import telemetry
-from service_runtime.wire import logprob_request_to_pb, pass_load_from_pb
+from service_runtime.wire import logprob_request_to_pb, pass_load_from_pb, probs_rows
 from specdec.rounds import PassLoad, network_s
 
 
@@ -26,6 +28,10 @@ class Hop:
     wall_s: float = 0.0
     compute_s: float = 0.0
     load: PassLoad = PassLoad()
+
+
+def _hop(reply, wall_s: float) -> Hop:
+    return Hop(wall_s, reply.compute_ns / 1e9, pass_load_from_pb(reply.load))
 
 
 @dataclass(frozen=True)
@@ -64,15 +70,19 @@ class ServiceSession:
         """Committed tokens the service has not seen yet."""
         return len(committed) - self.synced
 
-    def _call(self, name: str, request, committed: list[int], span: Span, timeout: float):
-        """Send `request` (with the commit and, on a first call, the session's opening) and wait
-        for its reply, inside a client span that the service's compute span continues."""
+    def _prepare(self, request, sent: list[int]) -> None:
+        """Fill in the session, its opening on a first call, and the commit of `sent` past `synced`."""
         request.session_id, request.open = self.session_id, not self.opened
         if request.open:
             request.sampling.CopyFrom(self.sampling)
-        request.commit.CopyFrom(pb.Commit(start=self.synced, tokens=committed[self.synced:]))
+        request.commit.CopyFrom(pb.Commit(start=self.synced, tokens=sent[self.synced:]))
         if self.stream is None:
             self.stream = self.client.open_stream()
+
+    def _call(self, name: str, request, committed: list[int], span: Span, timeout: float):
+        """Send `request` (with the commit and, on a first call, the session's opening) and wait
+        for its reply, inside a client span that the service's compute span continues."""
+        self._prepare(request, committed)
         if not telemetry.tracing_enabled():
             reply, wall = self.stream.call(request, timeout)
         else:
@@ -89,7 +99,7 @@ class ServiceSession:
                     span.set_attributes({f"specdec.{service}.bytes_sent": sent,
                                          f"specdec.{service}.bytes_received": received})
         self.synced = len(committed)
-        return reply, Hop(wall, reply.compute_ns / 1e9, pass_load_from_pb(reply.load))
+        return reply, _hop(reply, wall)
 
     def reset(self) -> None:
         """Drop the stream; the next call opens a fresh session that is sent everything committed."""
@@ -103,12 +113,56 @@ class ServiceSession:
             self.stream.close()
 
 
+@dataclass(frozen=True)
+class Branch:
+    """The next round, drafted while the target verifies this one (`DraftSession.prefetch`). It
+    assumes a verdict that accepts every proposed token and whose bonus token is the draft's own
+    guess, the branch's first token."""
+
+    base: int  # committed length when it was sent
+    proposal: tuple[int, ...]
+    pending: PendingCall
+    deadline: float  # time.monotonic() by which its reply is due
+    span: Span = trace.INVALID_SPAN  # "draft.prefetch", from the send to the reply (when tracing)
+
+    def matches(self, committed: list[int], guess: int) -> bool:
+        """The committed tokens are exactly what the branch assumed."""
+        return committed[self.base:] == [*self.proposal, guess]
+
+
 class DraftSession(ServiceSession):
     def propose(self, committed: list[int], gamma: int, min_confidence: float, span: Span,
                 timeout: float) -> Proposal:
         reply, hop = self._call("draft.propose", pb.DraftRequest(gamma=gamma, min_confidence=min_confidence),
                                 committed, span, timeout)
         return Proposal(list(reply.tokens), reply.probs, hop)
+
+    def prefetch(self, committed: list[int], proposal: list[int], gamma: int, min_confidence: float,
+                 span: Span, timeout: float) -> Branch:
+        """Ask, without waiting, for γ+1 tokens after `committed + proposal`: a guess of the bonus
+        token (the draft's most likely one), then the next round's γ drafts. The service holds
+        `proposal` as committed until the next call's commit replaces what the verdict did not keep
+        (`specdec.kv`)."""
+        request = pb.DraftRequest(gamma=gamma + 1, min_confidence=min_confidence, guess_first=True)
+        self._prepare(request, [*committed, *proposal])
+        hop_span = trace.INVALID_SPAN
+        if span.is_recording():  # a client span of the round's, ended when the reply is collected
+            hop_span = telemetry.tracer().start_span("draft.prefetch", kind=SpanKind.CLIENT)
+            telemetry.inject(request.trace_context, hop_span)
+        self.synced = len(committed)
+        return Branch(len(committed), tuple(proposal), self.stream.send(request), time.monotonic() + timeout,
+                      hop_span)
+
+    def collect(self, branch: Branch) -> tuple[Proposal, int]:
+        """The branch's reply, waited for up to its deadline: (the next round's proposal, the guessed
+        bonus token), the proposal empty when the draft stopped after its guess. Raises grpc.RpcError."""
+        try:
+            reply, wall = branch.pending.result(max(branch.deadline - time.monotonic(), 0.0))
+        finally:
+            branch.span.end()
+        drafted = len(reply.tokens)
+        proposal = Proposal(list(reply.tokens[1:]), probs_rows(reply.probs, drafted, 1, drafted), _hop(reply, wall))
+        return proposal, reply.tokens[0]
 
 
 class TargetSession(ServiceSession):

@@ -14,6 +14,13 @@ class Proposer(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROPOSER_NGRAM: _ClassVar[Proposer]
     PROPOSER_HYBRID: _ClassVar[Proposer]
 
+class Overlap(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERLAP_UNSPECIFIED: _ClassVar[Overlap]
+    OVERLAP_AUTO: _ClassVar[Overlap]
+    OVERLAP_ON: _ClassVar[Overlap]
+    OVERLAP_OFF: _ClassVar[Overlap]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -25,6 +32,10 @@ PROPOSER_UNSPECIFIED: Proposer
 PROPOSER_MODEL: Proposer
 PROPOSER_NGRAM: Proposer
 PROPOSER_HYBRID: Proposer
+OVERLAP_UNSPECIFIED: Overlap
+OVERLAP_AUTO: Overlap
+OVERLAP_ON: Overlap
+OVERLAP_OFF: Overlap
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -158,7 +169,7 @@ class RankReport(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., pid: _Optional[int] = ..., resident_bytes: _Optional[int] = ..., parameter_bytes: _Optional[int] = ..., live_sessions: _Optional[int] = ..., cached_tokens: _Optional[int] = ...) -> None: ...
 
 class DraftRequest(_message.Message):
-    __slots__ = ("session_id", "open", "sampling", "commit", "gamma", "min_confidence", "trace_context")
+    __slots__ = ("session_id", "open", "sampling", "commit", "gamma", "min_confidence", "trace_context", "guess_first")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +184,7 @@ class DraftRequest(_message.Message):
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     MIN_CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    GUESS_FIRST_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     open: bool
     sampling: SamplingParams
@@ -180,7 +192,8 @@ class DraftRequest(_message.Message):
     gamma: int
     min_confidence: float
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., gamma: _Optional[int] = ..., min_confidence: _Optional[float] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    guess_first: bool
+    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., gamma: _Optional[int] = ..., min_confidence: _Optional[float] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., guess_first: _Optional[bool] = ...) -> None: ...
 
 class DraftProposal(_message.Message):
     __slots__ = ("tokens", "probs", "compute_ns", "rollback_ns", "rolled_back_tokens", "load")
@@ -246,7 +259,7 @@ class VerifyResult(_message.Message):
     def __init__(self, num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ..., load: _Optional[_Union[PassLoad, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop", "session_id", "resume", "resume_from", "logprobs", "top_logprobs", "proposer")
+    __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop", "session_id", "resume", "resume_from", "logprobs", "top_logprobs", "proposer", "overlap")
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +275,7 @@ class GenerateRequest(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROPOSER_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
     prompt: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     max_new_tokens: int
@@ -277,10 +291,11 @@ class GenerateRequest(_message.Message):
     logprobs: bool
     top_logprobs: int
     proposer: Proposer
-    def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., resume: _Optional[bool] = ..., resume_from: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., proposer: _Optional[_Union[Proposer, str]] = ...) -> None: ...
+    overlap: Overlap
+    def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., resume: _Optional[bool] = ..., resume_from: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., proposer: _Optional[_Union[Proposer, str]] = ..., overlap: _Optional[_Union[Overlap, str]] = ...) -> None: ...
 
 class RoundStats(_message.Message):
-    __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s", "proposer")
+    __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s", "proposer", "overlapped", "prefetched")
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -293,6 +308,8 @@ class RoundStats(_message.Message):
     RTT_DRAFT_S_FIELD_NUMBER: _ClassVar[int]
     RTT_TARGET_S_FIELD_NUMBER: _ClassVar[int]
     PROPOSER_FIELD_NUMBER: _ClassVar[int]
+    OVERLAPPED_FIELD_NUMBER: _ClassVar[int]
+    PREFETCHED_FIELD_NUMBER: _ClassVar[int]
     gamma: int
     drafted: int
     accepted: int
@@ -305,10 +322,12 @@ class RoundStats(_message.Message):
     rtt_draft_s: float
     rtt_target_s: float
     proposer: str
-    def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ..., proposer: _Optional[str] = ...) -> None: ...
+    overlapped: bool
+    prefetched: bool
+    def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ..., proposer: _Optional[str] = ..., overlapped: _Optional[bool] = ..., prefetched: _Optional[bool] = ...) -> None: ...
 
 class GenerationStats(_message.Message):
-    __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s", "draft_replica", "session_id")
+    __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s", "draft_replica", "session_id", "overlap_branches", "overlap_hits")
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -326,6 +345,8 @@ class GenerationStats(_message.Message):
     OVERHEAD_PER_ROUND_S_FIELD_NUMBER: _ClassVar[int]
     DRAFT_REPLICA_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_HITS_FIELD_NUMBER: _ClassVar[int]
     rounds: int
     draft_tokens: int
     accepted_tokens: int
@@ -343,7 +364,9 @@ class GenerationStats(_message.Message):
     overhead_per_round_s: float
     draft_replica: str
     session_id: str
-    def __init__(self, rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., alpha: _Optional[float] = ..., mean_accepted_length: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., gamma_per_round: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., generated_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., total_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., overhead_per_round_s: _Optional[float] = ..., draft_replica: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+    overlap_branches: int
+    overlap_hits: int
+    def __init__(self, rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., alpha: _Optional[float] = ..., mean_accepted_length: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., gamma_per_round: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., generated_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., total_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., overhead_per_round_s: _Optional[float] = ..., draft_replica: _Optional[str] = ..., session_id: _Optional[str] = ..., overlap_branches: _Optional[int] = ..., overlap_hits: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("token_ids", "text", "round", "stats", "logprobs")

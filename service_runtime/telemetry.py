@@ -130,9 +130,10 @@ def span(name: str, **kwargs):
     return _TRACER.start_as_current_span(name, **kwargs)
 
 
-def inject(carrier) -> None:
-    """Write the current span's W3C context into a protobuf map field (no-op when untraced)."""
-    propagate.inject(carrier)
+def inject(carrier, span: Span | None = None) -> None:
+    """Write the W3C context of `span` (default: the current span) into a protobuf map field (no-op
+    when untraced)."""
+    propagate.inject(carrier, context=None if span is None else trace.set_span_in_context(span))
 
 
 def extract(carrier):

@@ -38,6 +38,17 @@ def encode_probs(probs: torch.Tensor | None) -> pb.DraftProbs:
     return pb.DraftProbs(dense_f32=probs.numpy().astype("<f4").tobytes())
 
 
+def probs_rows(msg: pb.DraftProbs, gamma: int, begin: int, end: int) -> pb.DraftProbs:
+    """Rows [begin, end) of an encoded [γ, V] q, still encoded (a proposal's slice keeps its exact q)."""
+    kind = msg.WhichOneof("encoding")
+    if kind == "dense_f32":
+        row = len(msg.dense_f32) // gamma
+        return pb.DraftProbs(dense_f32=msg.dense_f32[begin * row:end * row])
+    if kind == "sparse":
+        return pb.DraftProbs(sparse=pb.SparseDraftProbs(rows=msg.sparse.rows[begin:end]))
+    return pb.DraftProbs(none=True)
+
+
 def decode_probs(msg: pb.DraftProbs, gamma: int, vocab: int) -> torch.Tensor | None:
     """Inverse of `encode_probs`: [γ, V] float32 or None. Raises InvalidArgument on a bad shape."""
     kind = msg.WhichOneof("encoding")
@@ -122,7 +133,8 @@ def round_to_pb(r: RoundRecord) -> pb.RoundStats:
     return pb.RoundStats(gamma=r.gamma, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, wall_s=r.wall_s,
                          draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s,
                          alpha_estimate=r.alpha_estimate, cost_ratio_estimate=r.cost_ratio_estimate,
-                         rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s, proposer=r.proposer)
+                         rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s, proposer=r.proposer,
+                         overlapped=r.overlapped, prefetched=r.prefetched)
 
 
 def summary_to_pb(s: GenerationSummary) -> pb.GenerationStats:
@@ -133,4 +145,5 @@ def summary_to_pb(s: GenerationSummary) -> pb.GenerationStats:
         finish_reason=FINISH_TO_PB.get(s.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
         generated_tokens=s.generated_tokens, prompt_tokens=s.prompt_tokens, total_s=s.total_s,
         draft_compute_s=s.draft_compute_s, target_compute_s=s.target_compute_s,
-        overhead_per_round_s=s.overhead_per_round_s, draft_replica=s.draft_replica, session_id=s.session_id)
+        overhead_per_round_s=s.overhead_per_round_s, draft_replica=s.draft_replica, session_id=s.session_id,
+        overlap_branches=s.overlap_branches, overlap_hits=s.overlap_hits)

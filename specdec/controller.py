@@ -25,6 +25,16 @@ separate machines this undercounts speculation at high load, never at n = 1.
 A switch of γ needs a gain of `hysteresis`, so γ does not flap on noise in the load. A probe
 (below) pulls its session out of the shared passes, so probes come n times less often.
 
+Overlap (drafting during verification): while the target verifies γ drafts, the draft drafts γ+1
+more, a guess of the bonus token and the next round's drafts. The next round finds them ready when
+every draft was accepted and the guess was right, probability h(γ) = α^γ·β (β learned); otherwise it
+drafts as usual. A round then costs
+    T_o(γ) = max(rtt_draft + κ_d·(γ+1)·t_d, rtt_target + κ_t·t_v(γ)) + (1 − h(γ))·(rtt_draft + γ·t_d)
+instead of T(γ), where κ_d, κ_t ≥ 1 are the slowdowns each service shows while the other runs
+(1 on separate machines; more where they share cores), measured in overlapped rounds only. The
+controller overlaps where max over γ of E/T_o beats max of E/T, and probes now and then while it
+does not, as it probes γ > 0 (below), so a slowdown that went away is noticed.
+
 γ = 0 is a candidate like any other. While it wins, the controller probes the best γ > 0 now
 and then to refresh α, and doubles the interval after every probe that changes nothing, so a
 workload where speculation never pays settles at target-only decoding and probes rarely.
@@ -131,7 +141,7 @@ class GammaController:
     """Chooses γ each round from the cost profiles, the online α estimate and the measured scales."""
 
     LEARNED = ("target_scale", "draft_scale", "rtt_draft", "rtt_target", "target_sessions", "draft_sessions",
-               "target_fill_drafting", "target_fill_plain", "draft_fill")
+               "target_fill_drafting", "target_fill_plain", "draft_fill", "contention_target", "contention_draft")
 
     def __init__(self, gamma_max: int, target: CostProfile, draft: CostProfile | None = None,
                  prior_alpha: float = 0.7, probe_every: int = 16, max_probe_every: int = 256,
@@ -153,6 +163,14 @@ class GammaController:
         self._last_gamma: int | None = None
         self._rounds_without_draft = 0
         self._probe_interval = probe_every
+        # Overlap: κ, each service's slowdown while the other computes, and β, how often the draft's
+        # guess of the bonus token is right once every draft was accepted.
+        self.contention_target = Ewma(0.3, 1.0, provisional=True)
+        self.contention_draft = Ewma(0.3, 1.0, provisional=True)
+        self.guesses = AcceptanceEstimate(prior_alpha=prior_alpha)
+        self.overlapping = False  # price rounds as overlapped (`overlap_round_time`)
+        self._rounds_without_overlap = 0
+        self._overlap_probe_interval = probe_every
 
     # -- learning ----------------------------------------------------------------------------
     def observe(self, record: RoundRecord, by_model: bool = True) -> None:
@@ -162,7 +180,11 @@ class GammaController:
         target, draft = record.target_load, record.draft_load
         self.rtt_target.update(record.rtt_target_s)
         pass_tokens = target.tokens or record.drafted + 1
-        self.target_scale.update(record.target_compute_s / self.target.forward_s(pass_tokens))
+        target_s = record.target_compute_s / self.target.forward_s(pass_tokens)
+        if record.overlapped:  # a verify beside the draft's next branch: its slowdown, not drift
+            self.contention_target.update(max(target_s / self.target_scale.value, 1.0))
+        else:
+            self.target_scale.update(target_s)
         self.target_sessions.update(max(target.sessions, 1))
         fill = self.target_fill_drafting if record.drafted > 0 else self.target_fill_plain
         fill.update(batch_fill(target.rows, target.sessions))
@@ -171,12 +193,23 @@ class GammaController:
             self.draft_sessions.update(max(draft.sessions, 1))
             self.draft_fill.update(batch_fill(draft.rows, draft.sessions))
             step = self.draft.forward_s(draft.tokens or 1) if self.draft is not None else 0.0
-            if record.draft_steady and step > 0:  # a free proposer (a lookup) has no scale to learn
+            # A prefetched proposal's compute is its branch's, learned in `observe_branch`; a free
+            # proposer (a lookup) has no scale to learn.
+            if record.draft_steady and not record.prefetched and step > 0:
                 self.draft_scale.update(record.draft_compute_s / (record.drafted * step))
             self.rtt_draft.update(record.rtt_draft_s)
             self._rounds_without_draft = 0
         else:
             self._rounds_without_draft += 1
+
+    def observe_branch(self, drafted: int, compute_s: float, guessed: bool | None) -> None:
+        """Learn from a branch drafted beside a verify: the draft's slowdown there (κ_d), and, when
+        the verdict accepted every draft, whether the branch's guess of the bonus token was right."""
+        step = self.draft_step()
+        if drafted > 0 and step > 0:
+            self.contention_draft.update(max(compute_s / (drafted * step), 1.0))
+        if guessed is not None:
+            self.guesses.observe(1, int(guessed))
 
     # -- the cost model ------------------------------------------------------------------------
     def verify_time(self, gamma: int) -> float:
@@ -202,15 +235,50 @@ class GammaController:
         return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
 
     def round_time(self, gamma: int) -> float:
+        """T(γ), or T_o(γ) while `overlapping`."""
+        if self.overlapping and gamma > 0:
+            return self.overlap_round_time(gamma)
         time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
         if gamma > 0:
             time += (self.rtt_draft.value or 0.0) + gamma * self.draft_step()
         return time
 
+    def hit_probability(self, gamma: int) -> float:
+        """h(γ): every draft accepted and the bonus token guessed, so the next proposal is ready."""
+        return self.acceptance.alpha ** gamma * self.guesses.alpha
+
+    def overlap_round_time(self, gamma: int) -> float:
+        """T_o(γ): a round of γ drafts whose verify runs beside the drafting of the next round's branch."""
+        rtt_draft, step = self.rtt_draft.value or 0.0, self.draft_step()
+        branch = rtt_draft + self.contention_draft.value * (gamma + 1) * step
+        verify = (self.rtt_target.value or 0.0) + self.contention_target.value * self.verify_time(gamma)
+        return max(branch, verify) + (1.0 - self.hit_probability(gamma)) * (rtt_draft + gamma * step)
+
     def rates(self, cap: int) -> dict[int, float]:
         """Expected tokens per second for γ = 0..cap."""
         alpha = self.acceptance.alpha
         return {g: expected_tokens(alpha, g) / self.round_time(g) for g in range(cap + 1)}
+
+    def overlap_pays(self, max_useful: int | None = None) -> bool:
+        """Overlap the next round: its best rate under T_o beats the best under T, or it is time to
+        probe (doubling the wait after every probe that changes nothing, as `choose` does)."""
+        cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
+        if self.draft is None or cap == 0:
+            return False
+        overlapping, self.overlapping = self.overlapping, False
+        plain = max(self.rates(cap).values())
+        self.overlapping = True
+        overlapped = max(self.rates(cap).values())
+        self.overlapping = overlapping
+        if overlapped > plain:
+            self._rounds_without_overlap, self._overlap_probe_interval = 0, self.probe_every
+            return True
+        self._rounds_without_overlap += 1
+        if self._rounds_without_overlap < self._overlap_probe_interval * round(self.target_sessions.value):
+            return False
+        self._overlap_probe_interval = min(2 * self._overlap_probe_interval, self.max_probe_every)
+        self._rounds_without_overlap = 0
+        return True
 
     def rate(self, gamma: int, extra_s: float = 0.0) -> float:
         """Expected tokens per second of a round that drafts γ tokens with the draft model, costing
@@ -317,21 +385,21 @@ class SharedPrior:
 
 
 class LookupPrior:
-    """α of lookup proposals (`specdec.ngram`) per matched suffix length, handed from finished
-    sessions to new ones, as `SharedPrior` does for the draft model's. Thread-safe."""
+    """α of lookup proposals (`specdec.ngram`) per kind (where they matched and how long a suffix),
+    handed from finished sessions to new ones, as `SharedPrior` does for the draft model's. Thread-safe."""
 
-    def __init__(self, lengths: range, prior_alpha: float = 0.5, prior_weight: float = 8.0, weight: float = 0.3):
+    def __init__(self, kinds, prior_alpha: float = 0.5, prior_weight: float = 8.0, weight: float = 0.3):
         self.prior_alpha, self.prior_weight = prior_alpha, prior_weight
-        self._alpha = {n: Ewma(weight) for n in lengths}
+        self._alpha = {kind: Ewma(weight) for kind in kinds}
         self._lock = threading.Lock()
 
-    def estimates(self) -> dict[int, AcceptanceEstimate]:
+    def estimates(self) -> dict:
         """A new session's estimates: the shared α where one was learned, else the prior's (weakly held)."""
         with self._lock:
             return {n: AcceptanceEstimate(self.prior_alpha) if e.value is None
                     else AcceptanceEstimate(e.value, self.prior_weight) for n, e in self._alpha.items()}
 
-    def absorb(self, estimates: dict[int, AcceptanceEstimate]) -> None:
+    def absorb(self, estimates: dict) -> None:
         with self._lock:
             for n, estimate in estimates.items():
                 if n in self._alpha and estimate.observed >= 4:

@@ -236,12 +236,14 @@ class Engine:
 
 class DraftEngine(Engine):
     def propose(self, session_id: str, start: int, tokens: list[int], gamma: int,
-                min_confidence: float = 0.0) -> Proposal:
+                min_confidence: float = 0.0, guess_first: bool = False) -> Proposal:
         """Sync to the committed prefix, then draft up to `gamma` tokens autoregressively.
 
         Early stop: drafting ends once the product of the draft's top probabilities along the
         proposal falls below `min_confidence` (at least one token is always proposed). The
         output stays lossless: each proposed token still carries its exact q.
+        `guess_first`: the first token is the draft's most likely one (a guess of the target's bonus
+        token, never verified as a draft); the rest are drawn as usual, at their own positions.
         """
         if not 1 <= gamma <= self.max_gamma:
             raise InvalidArgument(f"gamma must be in [1, {self.max_gamma}] for a draft round, got {gamma}")
@@ -263,7 +265,7 @@ class DraftEngine(Engine):
                 else:
                     q = probs_from_logits(logits, params)[0]  # [V]
                     gen = position_generator(params.seed, state.committed + i, "draft", q.device)
-                    token = sample(q, gen)
+                    token = int(q.argmax()) if guess_first and i == 0 else sample(q, gen)
                     probs.append(q)
                     confidence *= float(q.max())
                 drafted.append(token)

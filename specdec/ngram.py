@@ -7,21 +7,38 @@ of the same sequence (prompt and output alike); the tokens that followed its las
 proposal. A lookup is a dictionary probe per n, and the index grows by `max_n - min_n + 1` entries per
 committed token.
 
+Beyond one sequence (SuffixDecoding, arXiv 2411.04975): `RecentSequences` keeps the sequences of
+finished sessions, bounded, so a session also finds what earlier sessions wrote (a retried request,
+an agent's loop, an answer pasted back into the next prompt). `LookupProposer` asks both and keeps
+the longer match; each proposal says where it came from, how long its match is and how often that
+context was seen, so the γ controller can price it.
+
 A proposal is deterministic: its q is a point mass, q(x) = 1, so the rejection sampler stays exact
 at any temperature (`specdec.rejection`: no q sent means a point mass).
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Lookup:
-    """A proposal and the length of the suffix it matched (0: no match, no tokens)."""
+    """A proposal, the length of the suffix it matched (0: no match, no tokens), where it was found
+    ("self": this sequence, "shared": an earlier session's) and how many times that suffix was seen."""
 
     tokens: list[int]
     match: int = 0
+    source: str = "self"
+    frequency: int = 1
+
+    @property
+    def kind(self) -> tuple[str, int]:
+        """What its acceptance is learned under: source and match length."""
+        return self.source, self.match
 
 
 class NgramIndex:
@@ -34,14 +51,35 @@ class NgramIndex:
         self.min_n, self.max_n = min_n, max_n
         self.tokens: list[int] = []
         self._after: dict[tuple[int, ...], int] = {}
+        self._undo: list[list[tuple[tuple[int, ...], int | None]]] = []  # per token: the entries it replaced
 
     def sync(self, committed: list[int]) -> None:
-        """Take in the committed tokens not seen yet (the committed sequence only grows)."""
+        """Take in the committed tokens not seen yet; a committed sequence that no longer starts with
+        the indexed one (a service's rollback) first truncates the index to their common prefix."""
+        common = len(self.tokens)
+        if len(committed) < common or committed[:common] != self.tokens:
+            common = next((i for i, (a, b) in enumerate(zip(self.tokens, committed)) if a != b),
+                          min(common, len(committed)))
+            self.truncate(common)
         for token in committed[len(self.tokens):]:
             end = len(self.tokens)  # the n-grams ending just before `token` now have a continuation
+            replaced = []
             for n in range(self.min_n, min(self.max_n, end) + 1):
-                self._after[tuple(self.tokens[end - n:end])] = end
+                key = tuple(self.tokens[end - n:end])
+                replaced.append((key, self._after.get(key)))
+                self._after[key] = end
+            self._undo.append(replaced)
             self.tokens.append(token)
+
+    def truncate(self, length: int) -> None:
+        """Forget every token from `length` on, as if they had never been synced."""
+        while len(self.tokens) > length:
+            self.tokens.pop()
+            for key, previous in reversed(self._undo.pop()):
+                if previous is None:
+                    del self._after[key]
+                else:
+                    self._after[key] = previous
 
     def propose(self, gamma: int) -> Lookup:
         """Up to `gamma` tokens that followed the longest matching suffix's last earlier occurrence."""
@@ -51,3 +89,77 @@ class NgramIndex:
             if start is not None:
                 return Lookup(self.tokens[start:start + gamma], n)
         return Lookup([])
+
+
+class RecentSequences:
+    """The sequences of finished sessions, at most `capacity` tokens in all (the oldest dropped first),
+    indexed by n-gram: for each, where it last occurred with a token after it, and how often. Thread-safe."""
+
+    def __init__(self, capacity: int = 100_000, min_n: int = 2, max_n: int = 4):
+        self.capacity, self.min_n, self.max_n = capacity, min_n, max_n
+        self._sequences: OrderedDict[int, list[int]] = OrderedDict()
+        self._after: dict[tuple[int, ...], tuple[int, int]] = {}  # n-gram -> (sequence, position after it)
+        self._seen: dict[tuple[int, ...], int] = {}  # n-gram -> occurrences with a continuation
+        self._size = 0
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def _ngrams(self, tokens: list[int]):
+        """(n-gram, position after it) for every n-gram followed by a token."""
+        for end in range(1, len(tokens)):
+            for n in range(self.min_n, min(self.max_n, end) + 1):
+                yield tuple(tokens[end - n:end]), end
+
+    def add(self, tokens: list[int]) -> None:
+        """Keep a finished session's sequence (longer than `capacity`: its last `capacity` tokens)."""
+        tokens = list(tokens[-self.capacity:])
+        with self._lock:
+            while self._sequences and self._size + len(tokens) > self.capacity:
+                self._evict()
+            sequence = next(self._ids)
+            self._sequences[sequence] = tokens
+            self._size += len(tokens)
+            for key, end in self._ngrams(tokens):
+                self._after[key] = (sequence, end)
+                self._seen[key] = self._seen.get(key, 0) + 1
+
+    def _evict(self) -> None:
+        sequence, tokens = self._sequences.popitem(last=False)
+        self._size -= len(tokens)
+        for key, _ in self._ngrams(tokens):
+            if self._after.get(key, (None,))[0] == sequence:
+                del self._after[key]
+            self._seen[key] -= 1
+            if not self._seen[key]:
+                del self._seen[key]
+
+    def propose(self, suffix: list[int], gamma: int, longer_than: int = 0) -> Lookup:
+        """Up to `gamma` tokens that followed the longest n-gram ending `suffix` (n > `longer_than`)
+        at its last occurrence in a kept sequence."""
+        with self._lock:
+            for n in range(min(self.max_n, len(suffix)), max(self.min_n, longer_than + 1) - 1, -1):
+                key = tuple(suffix[len(suffix) - n:])
+                found = self._after.get(key)
+                if found is not None:
+                    sequence, start = found
+                    return Lookup(self._sequences[sequence][start:start + gamma], n, "shared", self._seen[key])
+        return Lookup([])
+
+
+class LookupProposer:
+    """One session's lookups: its own sequence first, then, for a longer match, the recent sequences
+    of other sessions (`shared`, or None; the caller adds each finished sequence to it)."""
+
+    def __init__(self, min_n: int, max_n: int, shared: RecentSequences | None = None):
+        self.index = NgramIndex(min_n, max_n)
+        self.shared = shared
+
+    def sync(self, committed: list[int]) -> None:
+        self.index.sync(committed)
+
+    def propose(self, gamma: int) -> Lookup:
+        own = self.index.propose(gamma)
+        if self.shared is None or own.match >= self.index.max_n:
+            return own
+        found = self.shared.propose(self.index.tokens, gamma, longer_than=own.match)
+        return found if found.tokens else own

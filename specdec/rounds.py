@@ -14,6 +14,12 @@ def network_s(wall_s: float, compute_s: float) -> float:
     return max(wall_s - compute_s, 0.0)
 
 
+def overhead_s(r) -> float:
+    """A round's wall time outside the compute on its critical path: a prefetched proposal was drafted
+    beside the last round's verify. `r`: a RoundRecord or a RoundStats message (same field names)."""
+    return r.wall_s - r.target_compute_s - (0.0 if r.prefetched else r.draft_compute_s)
+
+
 @dataclass(frozen=True)
 class PassLoad:
     """The load one round met on a service: live sessions there, and the shared forward passes
@@ -41,6 +47,8 @@ class RoundRecord:
     alpha_estimate: float = 0.0  # the controller's α after this round
     cost_ratio_estimate: float = 0.0  # the controller's c = t_draft_step / t_target_step after this round
     proposer: str = ""  # who drafted: "model" or "ngram" ("" when nothing was proposed)
+    overlapped: bool = False  # the draft drafted the next round's branch while the target verified this one
+    prefetched: bool = False  # this round's proposal is the branch drafted during the last verify (a hit)
 
     @property
     def rtt_draft_s(self) -> float:

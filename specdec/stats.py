@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from specdec.controller import AcceptanceEstimate
-from specdec.rounds import RoundRecord
+from specdec.rounds import RoundRecord, overhead_s
 
 
 class FinishReason(str, Enum):
@@ -39,6 +39,12 @@ class GenerationSummary:
     overhead_per_round_s: float  # wall time of a round outside both services' compute
     draft_replica: str
     session_id: str
+    overlap_branches: int = 0  # branches drafted during a verify and resolved by the next round …
+    overlap_hits: int = 0  # … of which the verdict matched: their round paid no draft time
+
+    @property
+    def overlap_hit_rate(self) -> float:
+        return self.overlap_hits / self.overlap_branches if self.overlap_branches else 0.0
 
 
 @dataclass
@@ -57,7 +63,7 @@ class GenerationStats:
         emitted = sum(r.emitted for r in self.rounds)
         estimate = AcceptanceEstimate.from_rounds(spec)
         n = len(self.rounds)
-        overhead = sum(r.wall_s - r.draft_compute_s - r.target_compute_s for r in self.rounds)
+        overhead = sum(overhead_s(r) for r in self.rounds)
         return GenerationSummary(
             rounds=n, draft_tokens=drafted, accepted_tokens=accepted,
             acceptance_rate=accepted / drafted if drafted else 0.0,
@@ -69,4 +75,5 @@ class GenerationStats:
             draft_compute_s=sum(r.draft_compute_s for r in self.rounds),
             target_compute_s=sum(r.target_compute_s for r in self.rounds),
             overhead_per_round_s=overhead / n if n else 0.0, draft_replica=self.draft_replica,
-            session_id=self.session_id)
+            session_id=self.session_id, overlap_branches=sum(r.overlapped for r in self.rounds[:-1]),
+            overlap_hits=sum(r.prefetched for r in self.rounds))

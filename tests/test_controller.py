@@ -1,5 +1,7 @@
 """γ controller and cost model on synthetic cost profiles."""
 
+import dataclasses
+
 import pytest
 
 from specdec.controller import GammaController, SharedPrior, expected_tokens, profile_speedup, theorem_speedup
@@ -280,3 +282,43 @@ def test_lookup_prior_hands_alpha_per_match_length_to_new_sessions():
     prior.absorb(first)
     second = prior.estimates()
     assert second[4].alpha > 0.9 and second[2].alpha < 0.1 and second[3].alpha == 0.5
+
+
+def test_overlap_round_time_hides_the_shorter_of_draft_and_verify():
+    """T_o(γ) = max(branch, verify) + (1 − h)·draft: with every branch a hit, a round costs the slower
+    of the two; with none, the branch's wait plus a whole draft; in between, the mix h(γ) = α^γ·β."""
+    ctl = controller(alpha=0.8, draft_step=0.04, rtt=0.01)
+    ctl.guesses.prior_alpha, ctl.guesses.prior_weight = 0.9, 1e6  # β: the bonus guess is right 90% of the time
+    gamma = 3
+    branch = 0.01 + (gamma + 1) * ctl.draft_step()
+    verify = 0.01 + ctl.verify_time(gamma)
+    h = 0.8 ** gamma * 0.9
+    assert ctl.hit_probability(gamma) == pytest.approx(h)
+    assert ctl.overlap_round_time(gamma) == pytest.approx(max(branch, verify) + (1 - h) * (0.01 + gamma * 0.04))
+    plain = ctl.round_time(gamma)
+    ctl.overlapping = True
+    assert ctl.round_time(gamma) == ctl.overlap_round_time(gamma) < plain
+    assert ctl.round_time(0) == pytest.approx(0.01 + ctl.verify_time(0))  # a target-only step overlaps nothing
+
+
+def test_overlap_pays_on_separate_machines_not_where_services_share_cores():
+    """Auto: overlap while its best rate beats plain speculation's. Measured slowdowns (κ) of 2, as two
+    services on the same two cores show, make it lose; then it is only probed, ever more rarely."""
+    ctl = controller(alpha=0.85, draft_step=0.05, rtt=0.02)
+    assert ctl.overlap_pays()
+    ctl.observe_branch(drafted=4, compute_s=4 * 2 * ctl.draft_step(), guessed=True)
+    for _ in range(5):
+        ctl.observe(dataclasses.replace(timing(3, 3, 0.2, 0.2, 2 * STEP, 2 * STEP), overlapped=True))
+    assert ctl.contention_draft.value == pytest.approx(2.0) and ctl.contention_target.value > 1.8
+    assert ctl.target_scale.provisional, "an overlapped verify taught the target's plain scale"
+    probes = [i for i in range(200) if ctl.overlap_pays()]
+    assert 0 < len(probes) < 10 and probes[1] - probes[0] > probes[0]
+
+
+def test_branches_teach_the_bonus_guess_rate():
+    ctl = controller(alpha=0.9, draft_step=0.05)
+    for hit in [True] * 9 + [False]:
+        ctl.observe_branch(drafted=0, compute_s=0.0, guessed=hit)
+    ctl.observe_branch(drafted=0, compute_s=0.0, guessed=None)  # a rejection: says nothing of the guess
+    assert ctl.guesses.observed == 10 and 0.8 < ctl.guesses.alpha < 0.9
+    assert ctl.contention_draft.provisional  # no drafted tokens: no slowdown measured

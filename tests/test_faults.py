@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from cli.client import generate, make_request
 from orchestrator.clients import target_client
 from launch.stack import EmbeddedStack
+from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 
 from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack
@@ -77,7 +78,6 @@ def test_over_capacity_is_refused_at_once_and_health_still_answers(small_stack):
 
 def test_the_session_cap_is_reachable(small_stack):
     from test_errors import stream_error
-    from protos import specdec_pb2 as pb
 
     target = target_client(small_stack.target_address)
     wait_for_no_sessions(target)  # streams cancelled by earlier tests are released asynchronously
@@ -97,12 +97,16 @@ def _reference(stack, prompt: str) -> list[int]:
     return generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=60, gamma=0)).token_ids
 
 
+@pytest.mark.parametrize("overlap", [pb.OVERLAP_OFF, pb.OVERLAP_ON], ids=["plain", "overlap"])
 @pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL])
-def test_a_hung_or_dead_draft_degrades_to_target_only(small_stack, sig):
+def test_a_hung_or_dead_draft_degrades_to_target_only(small_stack, sig, overlap):
+    """With overlap the fault usually strikes while a branch is drafting beside a verify."""
     prompt = f"draft fault {sig.name}"
     reference = _reference(small_stack, prompt)
+    request = make_request(prompt=prompt, max_new_tokens=60, gamma=3)
+    request.proposer, request.overlap = pb.PROPOSER_MODEL, overlap
     with grpc.insecure_channel(small_stack.endpoint) as channel:
-        call = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt=prompt, max_new_tokens=60, gamma=3))
+        call = pb_grpc.SpecDecStub(channel).Generate(request)
         tokens = list(next(call).token_ids)
         os.kill(small_stack.draft.proc.pid, sig)
         began = time.monotonic()

@@ -12,7 +12,7 @@ from launch.stack import EmbeddedStack
 from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from protos import specdec_pb2 as pb
-from specdec.ngram import NgramIndex
+from specdec.ngram import LookupProposer, NgramIndex, RecentSequences
 
 from conftest import tiny_stack
 
@@ -36,6 +36,53 @@ def test_lookup_equals_brute_force_as_the_sequence_grows(seed):
         index.sync(tokens[:end])
         lookup = index.propose(5)
         assert (lookup.tokens, lookup.match) == brute_force(tokens[:end], 5, 1, 4)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_rollback_leaves_the_index_a_fresh_one_would_build(seed):
+    """A service's commit may replace a tail it holds (a rejected branch): the index then forgets it."""
+    rng = random.Random(seed)
+    tokens = [rng.randrange(5) for _ in range(200)]
+    index = NgramIndex(min_n=1, max_n=4)
+    for end in range(10, len(tokens), 13):
+        index.sync(tokens[:end] + [rng.randrange(5) for _ in range(rng.randrange(1, 6))])  # a speculative tail
+        index.sync(tokens[:end])  # the commit that replaced it
+        fresh = NgramIndex(min_n=1, max_n=4)
+        fresh.sync(tokens[:end])
+        assert index.tokens == fresh.tokens and index._after == fresh._after
+        assert index.propose(5) == fresh.propose(5)
+
+
+def test_recent_sequences_serve_later_sessions_within_their_capacity():
+    shared = RecentSequences(capacity=40, min_n=2, max_n=4)
+    first = LookupProposer(2, 4, shared)
+    answer = [10, 11, 12, 13, 14, 15, 16, 17]
+    first.sync([1, 2, 3] + answer)
+    shared.add(first.index.tokens)  # the session finished
+    second = LookupProposer(2, 4, shared)
+    second.sync([7, 8, 1, 2, 3])  # a new prompt that ends like the first session's
+    found = second.propose(4)
+    assert (found.tokens, found.match, found.source, found.frequency) == ([10, 11, 12, 13], 3, "shared", 1)
+    second.sync([7, 8, 1, 2, 3, 10, 11])
+    assert second.propose(2).tokens == [12, 13]
+    for filler in range(3):  # 3 × 15 tokens: the first session's sequence is evicted
+        shared.add([100 + filler] * 15)
+    assert LookupProposer(2, 4, shared).propose(4).tokens == []
+    fresh = LookupProposer(2, 4, shared)
+    fresh.sync([5, 1, 2, 3])
+    assert fresh.propose(4).tokens == [] and shared._size <= 40
+    assert all(count > 0 for count in shared._seen.values())
+
+
+def test_the_longer_match_wins_between_own_and_shared():
+    shared = RecentSequences(capacity=100, min_n=2, max_n=4)
+    shared.add([1, 2, 3, 4, 50, 51])
+    own = LookupProposer(2, 4, shared)
+    own.sync([3, 4, 60, 61, 9, 2, 3, 4])  # its own sequence matches (3, 4) only; the shared one (2, 3, 4)
+    found = own.propose(2)
+    assert (found.tokens, found.match, found.source) == ([50, 51], 3, "shared")
+    own.sync([3, 4, 60, 61, 9, 2, 3, 4, 50, 9, 2, 3, 4])  # now its own holds (9, 2, 3, 4)
+    assert own.propose(2) == dataclasses.replace(own.index.propose(2)) and own.propose(2).source == "self"
 
 
 def test_an_edit_copies_the_prompt():
@@ -68,7 +115,7 @@ def _ngram_request(gamma, prompt: str = REPEATING, n: int = 48):
 def test_ngram_greedy_output_equals_target_only_per_request(stack):
     """The same server answers a model request and a lookup request; both equal target-only."""
     baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
-    model = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=3))
+    model = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=3, proposer="model"))
     assert model.token_ids == baseline.token_ids
     for gamma in (3, None):
         lookup = generate(stack.endpoint, _ngram_request(gamma))
@@ -81,6 +128,22 @@ def test_ngram_greedy_output_equals_target_only_per_request(stack):
     assert fixed.stats["draft_tokens"] > 0, "the lookup never proposed on a prompt that repeats itself"
     assert {r.proposer for r in fixed.rounds if r.drafted} == {"ngram"}
     assert {r.proposer for r in model.rounds if r.drafted} == {"model"}
+
+
+def test_the_default_is_hybrid_with_overlap_where_it_pays(stack):
+    """An orchestrator on its defaults (the test stack's pins the draft model) drafts by lookup where
+    the prompt repeats and by the model elsewhere, and its output is target-only's."""
+    assert (OrchestratorConfig.proposer, OrchestratorConfig.overlap) == ("hybrid", "auto")
+    running = start_orchestrator(stack.draft_address, stack.target_address, "tiny:seed=0", "127.0.0.1", 0,
+                                 OrchestratorConfig(gamma_max=6))
+    try:
+        endpoint = f"127.0.0.1:{running.port}"
+        baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
+        by_default = generate(endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=3))
+    finally:
+        running.stop(0)
+    assert by_default.token_ids == baseline.token_ids
+    assert "ngram" in {r.proposer for r in by_default.rounds}
 
 
 def test_an_orchestrator_with_no_draft_service_drafts_by_lookup(stack):
@@ -99,6 +162,26 @@ def test_an_orchestrator_with_no_draft_service_drafts_by_lookup(stack):
         assert without.token_ids == baseline.token_ids and without.stats["draft_tokens"] == 0
     finally:
         running.stop(0)
+
+
+def test_a_repeated_request_is_looked_up_in_the_first_ones_output(stack):
+    """Lookups across sessions: every finished generation's sequence stays in the orchestrator's
+    recent sequences, so the second time a prompt is asked, lookups propose whole runs of its answer.
+    An orchestrator that keeps none looks up in the request's own tokens only."""
+    prompt = "a prompt asked twice, whose answer is not in it"
+    request = make_request(prompt=prompt, max_new_tokens=48, gamma=6, proposer="ngram")
+    forgetful = start_orchestrator("", stack.target_address, "tiny:seed=0", "127.0.0.1", 0,
+                                   OrchestratorConfig(gamma_max=6, proposer="ngram", lookup_memory_tokens=0))
+    try:
+        baseline = generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=0))
+        again = generate(stack.endpoint, request)
+        alone = generate(f"127.0.0.1:{forgetful.port}", request)
+    finally:
+        forgetful.stop(0)
+    assert again.token_ids == alone.token_ids == baseline.token_ids
+    shared = [r for r in again.rounds if r.proposer == "ngram"]
+    assert again.stats["rounds"] <= len(baseline.token_ids) / 5 and sum(r.accepted for r in shared) >= 36
+    assert alone.stats["rounds"] > again.stats["rounds"]
 
 
 def test_a_stack_with_no_draft_model_at_all():
