@@ -25,6 +25,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.wire import cost_profile_from_pb
 from specdec.controller import AcceptanceEstimate, profile_speedup, theorem_speedup
+from specdec.rounds import overhead_s
 import weights
 
 
@@ -36,6 +37,8 @@ class ConfigResult:
     seconds: float = 0.0
     rounds: list = field(default_factory=list)  # pb.RoundStats of every run
     outputs: list[list[int]] = field(default_factory=list)
+    branches: int = 0  # next rounds drafted during a verify (overlap), and of those …
+    hits: int = 0  # … the ones the verdict matched
 
     @property
     def tokens_per_s(self) -> float:
@@ -66,9 +69,14 @@ class ConfigResult:
         self.outputs.append(tokens)
         if not isinstance(out, list):
             self.rounds.extend(out.rounds)
+            self.branches += out.stats.get("overlap_branches", 0)
+            self.hits += out.stats.get("overlap_hits", 0)
+
+    def hit_rate(self) -> float | None:
+        return self.hits / self.branches if self.branches else None
 
     def overhead_ms(self) -> float:
-        return 1e3 * sum(r.wall_s - r.draft_compute_s - r.target_compute_s for r in self.rounds) / len(self.rounds)
+        return 1e3 * sum(overhead_s(r) for r in self.rounds) / len(self.rounds)
 
 
 def load_prompts(path: str, limit: int) -> list[dict]:
@@ -136,17 +144,20 @@ def print_setup(draft: pb.ModelInfo, target: pb.ModelInfo) -> None:
         print(f"{size:2d} | " + " | ".join(f"{p.forward_s(size) * 1e3:8.1f} ({p.ratio(size):4.2f}x)" for p in profiles))
 
 
-def run_configs(endpoint: str, configs: list[tuple[str, int | None]], prompts: list[dict], n: int,
+def run_configs(endpoint: str, configs: list[tuple], prompts: list[dict], n: int,
                 desc: str = "prompts", peer: HFAssisted | None = None) -> list[ConfigResult]:
     """Every config on every prompt, round-robin per prompt so slow drift hits all configs alike.
 
-    `peer` (an in-process baseline) takes its turn in the same round-robin; its result comes last.
+    A config: (name, γ), or (name, γ, {"proposer": …, "overlap": …}) for `make_request`. `peer` (an
+    in-process baseline) takes its turn in the same round-robin; its result comes last.
     """
-    results = [ConfigResult(name, gamma) for name, gamma in configs]
+    results = [ConfigResult(name, gamma) for name, gamma, *_ in configs]
+    choices = [config[2] if len(config) > 2 else {} for config in configs]
     peer_result = ConfigResult(peer.name, None) if peer is not None else None
     for p in tqdm(prompts, desc=desc):
-        for res in results:
-            res.add(lambda: generate(endpoint, make_request(prompt=p["prompt"], max_new_tokens=n, gamma=res.gamma)))
+        for res, chosen in zip(results, choices):
+            res.add(lambda: generate(endpoint, make_request(prompt=p["prompt"], max_new_tokens=n, gamma=res.gamma,
+                                                            **chosen)))
         if peer is not None:
             peer_result.add(lambda: peer(p["prompt"], n))
     return results + ([peer_result] if peer_result is not None else [])

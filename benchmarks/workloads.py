@@ -2,9 +2,11 @@
 
 Editing (the prompt holds code, the answer rewrites it with a small change), fresh code and prose,
 as chat requests through the model's template, greedy. Per prompt, in turn: target-only, the draft
-model, prompt lookup, hybrid, and Hugging Face's prompt-lookup decoding (`prompt_lookup_num_tokens`)
+model, prompt lookup, hybrid, hybrid with drafting during verification (overlap on), and Hugging
+Face's prompt-lookup decoding (`prompt_lookup_num_tokens`)
 in this process on the same kernels, the n-gram peer. It prints tok/s, α, mean accepted length, the
-draft model's c and the share of speculative rounds each proposer drafted, per workload, and a PNG.
+draft model's c, the share of speculative rounds each proposer drafted and the overlap hit rate, per
+workload, and a PNG.
 """
 
 from __future__ import annotations
@@ -19,11 +21,10 @@ from tqdm import tqdm
 
 from benchmarks.speed import ConfigResult, hf_baseline, save_rows, service_infos, warm_up
 from cli.client import generate, make_request
-from protos import specdec_pb2 as pb
 import weights
 
-CONFIGS = (("target-only", 0, pb.PROPOSER_MODEL), ("model", None, pb.PROPOSER_MODEL),
-           ("ngram", None, pb.PROPOSER_NGRAM), ("hybrid", None, pb.PROPOSER_HYBRID))
+CONFIGS = (("target-only", 0, "model", "off"), ("model", None, "model", "off"), ("ngram", None, "ngram", "off"),
+           ("hybrid", None, "hybrid", "off"), ("hybrid+overlap", None, "hybrid", "on"))
 HF_LOOKUP_TOKENS = 10  # Hugging Face's documented example value
 
 
@@ -66,7 +67,8 @@ def summary(result: ConfigResult, workload: str, baseline_tps: float) -> dict:
             "mean_accepted_length": None if result.mean_accepted_length() is None
             else round(result.mean_accepted_length(), 3),
             "c": round(statistics.mean(c), 3) if c else None,
-            "lookup_share": round(by["ngram"] / len(drafted), 3) if drafted else None}
+            "lookup_share": round(by["ngram"] / len(drafted), 3) if drafted else None,
+            "overlap_hit_rate": None if result.hit_rate() is None else round(result.hit_rate(), 3)}
 
 
 def run_workloads(args: argparse.Namespace) -> int:
@@ -82,13 +84,13 @@ def run_workloads(args: argparse.Namespace) -> int:
         peer = None if args.no_hf else HFPromptLookup(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, "def fib(n):", args.gamma_max)
         for workload, conversations in workloads.items():
-            results = [ConfigResult(name, gamma) for name, gamma, _ in CONFIGS]
+            results = [ConfigResult(name, gamma) for name, gamma, *_ in CONFIGS]
             peer_result = ConfigResult(HFPromptLookup.name, None)
             for messages in tqdm(conversations, desc=workload):
                 ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
-                for (_, gamma, proposer), result in zip(CONFIGS, results):
-                    request = make_request(prompt_token_ids=ids, max_new_tokens=args.max_new_tokens, gamma=gamma)
-                    request.proposer = proposer
+                for (_, gamma, proposer, overlap), result in zip(CONFIGS, results):
+                    request = make_request(prompt_token_ids=ids, max_new_tokens=args.max_new_tokens, gamma=gamma,
+                                           proposer=proposer, overlap=overlap)
                     result.add(lambda: generate(stack.endpoint, request))
                 if peer is not None:
                     peer_result.add(lambda: peer(ids, args.max_new_tokens, tokenizer.eos_token_id))
@@ -99,10 +101,12 @@ def run_workloads(args: argparse.Namespace) -> int:
                                                       zip(result.outputs, baseline.outputs))
     print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel}); "
           f"{args.max_new_tokens} tokens per prompt, greedy, configs interleaved per prompt")
-    print("workload | config | tok/s | × target-only | α | accepted length | c | lookup share | = target-only")
+    print("workload | config | tok/s | × target-only | α | accepted length | c | lookup share | overlap hits "
+          "| = target-only")
     for r in rows:
         print(" | ".join(str(r[k]) for k in ("workload", "config", "tokens_per_s", "speedup", "alpha",
-                                             "mean_accepted_length", "c", "lookup_share", "same_as_target_only")))
+                                             "mean_accepted_length", "c", "lookup_share", "overlap_hit_rate",
+                                             "same_as_target_only")))
     save_rows(args.output, target_info, args.max_new_tokens, rows, plot)
     return 0
 

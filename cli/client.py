@@ -43,8 +43,9 @@ def stats_to_dict(stats: pb.GenerationStats) -> dict:
 def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, max_new_tokens: int = 64,
                  temperature: float = 0.0, top_k: int = 0, top_p: float | None = None, seed: int = 0,
                  gamma: int | None = None, stop: list[str] | None = None,
-                 top_logprobs: int | None = None) -> pb.GenerateRequest:
-    """`top_logprobs`: None = no log-probabilities; k = each token's, with k alternatives."""
+                 top_logprobs: int | None = None, proposer: str = "", overlap: str = "") -> pb.GenerateRequest:
+    """`top_logprobs`: None = no log-probabilities; k = each token's, with k alternatives.
+    `proposer` ("model", "ngram", "hybrid") and `overlap` ("auto", "on", "off"): "" = the server's default."""
     request = pb.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_token_ids or [], max_new_tokens=max_new_tokens,
                                  temperature=temperature, top_k=top_k, seed=seed, stop=stop or [],
                                  **logprob_request_to_pb(top_logprobs))
@@ -52,6 +53,10 @@ def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, ma
         request.top_p = top_p
     if gamma is not None:
         request.gamma = gamma
+    if proposer:
+        request.proposer = pb.Proposer.Value(f"PROPOSER_{proposer.upper()}")
+    if overlap:
+        request.overlap = pb.Overlap.Value(f"OVERLAP_{overlap.upper()}")
     return request
 
 

@@ -103,6 +103,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from benchmarks.http_overhead import run_http_overhead
 
         return run_http_overhead(args)
+    if args.overlap_rtt:
+        from benchmarks.overlap import run_overlap_sweep
+
+        return run_overlap_sweep(args)
     if args.rtt_ms:
         from benchmarks.network import run_rtt_sweep
 
@@ -120,7 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_stack_args(serve)
     serve.add_argument("--port", type=int, default=50051, help="orchestrator port (0 = any free port)")
     serve.add_argument("--draft-replicas", type=int, default=1,
-                       help="draft service replicas (0 with --proposer ngram: no draft model at all)")
+                       help="draft service replicas (0: no draft model at all; lookups draft, with --proposer "
+                            "ngram or hybrid)")
     serve.add_argument("--ray", action="store_true", help="place the draft replicas and the target's tensor-parallel "
                        "ranks as Ray actors with placement groups")
     serve.add_argument("--ray-address", default="", help="Ray cluster to join (default: RAY_ADDRESS, else a local one)")
@@ -165,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "and HF prompt lookup per workload (chat prompts), with α, accepted length and lookup share")
     bench.add_argument("--http", default="", help="e.g. 1,8: that many users through gRPC and through the OpenAI "
                        "HTTP API on one stack; tok/s per transport and the HTTP layer's cost")
+    bench.add_argument("--overlap-rtt", default="", help="e.g. 0,5,20,50: hybrid with and without drafting during "
+                       "verification, through delay proxies; pin the services with --draft-cpus/--target-cpus")
     bench.add_argument("--output", default="bench_results.json")
     bench.set_defaults(func=cmd_bench)
     prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "

@@ -25,6 +25,9 @@ def add_stack_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-tp", type=int, default=1,
                         help="tensor-parallel workers for the target (gloo on CPU, nccl on CUDA)")
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--draft-cpus", default="", help="pin the draft services to these CPUs (taskset list, e.g. 0), "
+                        "one torch thread per CPU; with --target-cpus it stands in for separate machines")
+    parser.add_argument("--target-cpus", default="", help="pin the target service to these CPUs (e.g. 1)")
     add_orchestrator_args(parser)
     add_telemetry_args(parser)
     add_security_args(parser)
@@ -47,5 +50,6 @@ def stack_options(args: argparse.Namespace, **overrides) -> StackOptions:
                   max_new_tokens_limit=args.max_new_tokens_limit, max_sessions=args.max_concurrent,
                   log_level=args.log_level, target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint,
                   trace_file=args.trace_file, redis_url=args.redis_url, round_timeout_s=args.round_timeout,
-                  security_flags=tuple(security_flags(args)), proposer=args.proposer)
+                  security_flags=tuple(security_flags(args)), proposer=args.proposer,
+                  overlap=args.overlap, draft_cpus=args.draft_cpus, target_cpus=args.target_cpus)
     return StackOptions(**{**fields, **overrides})

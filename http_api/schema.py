@@ -4,7 +4,8 @@ Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`
 `max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
 `logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
 `stream_options.include_usage`, `n` = 1, and the extensions `gamma` (unset = adaptive, 0 =
-target-only) and `proposer` ("model", "ngram" or "hybrid"; unset = the server's default).
+target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting
+during verification); unset = the server's default.
 Refused with a 400 when set to anything but their neutral value: `n` > 1, `best_of` > 1, `echo`,
 `suffix`, penalties, `logit_bias`, tools and functions, a response format other than text, and
 non-text message parts. Unknown fields are ignored, as OpenAI's own server does.
@@ -55,6 +56,7 @@ class _Common(BaseModel):
     logit_bias: dict[str, float] | None = None
     gamma: int | None = Field(None, ge=0, le=INT32_MAX)  # extension: unset = adaptive, 0 = target-only, N = fixed
     proposer: Literal["model", "ngram", "hybrid"] | None = None  # extension: unset = the server's default
+    overlap: Literal["auto", "on", "off"] | None = None  # extension: unset = the server's default
 
     def refuse_unsupported(self) -> None:
         if self.n != 1:
@@ -87,6 +89,8 @@ class _Common(BaseModel):
             request.gamma = self.gamma
         if self.proposer is not None:
             request.proposer = pb.Proposer.Value(f"PROPOSER_{self.proposer.upper()}")
+        if self.overlap is not None:
+            request.overlap = pb.Overlap.Value(f"OVERLAP_{self.overlap.upper()}")
         return request
 
 

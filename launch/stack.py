@@ -45,24 +45,31 @@ class StackOptions:
     delay_proxies: bool = False  # route both hops through loopback delay proxies (network emulation)
     round_timeout_s: float = 300.0  # ceiling on one hop of one round (OrchestratorConfig.round_timeout_s)
     security_flags: tuple[str, ...] = ()  # --auth-token-file/--tls-* for every child (`service_runtime.security`)
-    proposer: str = "model"  # the orchestrator's default proposer; "ngram" may run with draft_replicas = 0
+    proposer: str = OrchestratorConfig.proposer  # the default proposer; only "model" needs a draft replica
+    overlap: str = OrchestratorConfig.overlap  # the default of drafting during verification
+    # CPUs each service is pinned to, as taskset writes them ("1", "0,2-3"; empty: not pinned), with one
+    # torch thread per CPU: on one machine, what stands in for separate machines.
+    draft_cpus: str = ""
+    target_cpus: str = ""
 
     def orchestrator_config(self) -> OrchestratorConfig:
         return OrchestratorConfig(gamma_max=self.gamma_max, max_new_tokens_limit=self.max_new_tokens_limit,
                                   max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s,
-                                  proposer=self.proposer)
+                                  proposer=self.proposer, overlap=self.overlap)
 
 
 class ServiceProcess:
     """A service child process; `port` is read from the ready line it prints."""
 
-    def __init__(self, module: str, argv: list[str], opts: StackOptions, port: int = 0):
+    def __init__(self, module: str, argv: list[str], opts: StackOptions, port: int = 0, cpus: str = ""):
         cmd = [sys.executable, "-m", module, "--host", opts.host, "--port", str(port), "--log-level", opts.log_level,
                *(["--otlp-endpoint", opts.otlp_endpoint] if opts.otlp_endpoint else []),
                *(["--trace-file", opts.trace_file] if opts.trace_file else []), *opts.security_flags, *argv]
-        self.module, self.argv = module, argv
+        self.module, self.argv, self.cpus = module, argv, cpus
         self.host = "127.0.0.1" if opts.host in ("0.0.0.0", "::", "[::]") else opts.host
         env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}  # the child ends with us
+        if cpus:  # util-linux's taskset: the process is pinned before its first instruction
+            cmd = ["taskset", "-c", cpus, *cmd]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         self.port: int | None = None
         self._ready = threading.Event()
@@ -100,15 +107,26 @@ class ServiceProcess:
             self.proc.wait()
 
 
-def model_service_argv(model: str, opts: StackOptions) -> list[str]:
+def cpu_list(spec: str) -> set[int]:
+    """taskset's CPU list: "0,2-3" -> {0, 2, 3}."""
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def model_service_argv(model: str, opts: StackOptions, cpus: str = "") -> list[str]:
+    """A model service's flags; pinned to `cpus`, it runs one torch thread per CPU."""
     return ["--model", model, "--device", opts.device, "--dtype", opts.dtype, "--quantize", opts.quantize,
-            "--max-sessions", str(opts.max_sessions), "--profile-tokens", str(opts.gamma_max + 1)]
+            "--max-sessions", str(opts.max_sessions), "--profile-tokens", str(opts.gamma_max + 1),
+            *(["--threads", str(len(cpu_list(cpus)))] if cpus else [])]
 
 
 def draft_service_argv(opts: StackOptions) -> list[str]:
     """A draft replica's flags; with Redis it registers itself there."""
     registry = ["--redis-url", opts.redis_url, "--heartbeat-ttl", str(opts.heartbeat_ttl_s)] if opts.redis_url else []
-    return [*model_service_argv(opts.draft_model, opts), *registry]
+    return [*model_service_argv(opts.draft_model, opts, opts.draft_cpus), *registry]
 
 
 class ManagedStack:
@@ -148,13 +166,13 @@ class EmbeddedStack(ManagedStack):
     def start(self) -> None:
         opts = self.opts
         # Each child fetches and converts its own packaged weights on first use (a file lock keeps them apart).
-        if opts.draft_replicas < 1 and opts.proposer != "ngram":
-            raise ValueError("a stack without draft replicas drafts by lookup only: set proposer ngram")
-        self.drafts = [ServiceProcess("draft_service", draft_service_argv(opts), opts)
+        if opts.draft_replicas < 1 and opts.proposer == "model":
+            raise ValueError("a stack without draft replicas drafts by lookup only: set proposer ngram or hybrid")
+        self.drafts = [ServiceProcess("draft_service", draft_service_argv(opts), opts, cpus=opts.draft_cpus)
                        for _ in range(opts.draft_replicas)]
         self.draft = self.drafts[0] if self.drafts else None
-        self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts),
-                                                        "--tp", str(opts.target_tp)], opts)
+        self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts, opts.target_cpus),
+                                                        "--tp", str(opts.target_tp)], opts, cpus=opts.target_cpus)
         if not opts.orchestrator_process:  # its tokenizer code imports while the services load
             threading.Thread(target=import_model_code, daemon=True).start()
         self.draft_addresses = [d.wait_ready(START_TIMEOUT_S) for d in self.drafts]
@@ -175,6 +193,7 @@ class EmbeddedStack(ManagedStack):
                 "--gamma-max", str(opts.gamma_max), "--max-new-tokens-limit", str(opts.max_new_tokens_limit),
                 "--max-concurrent", str(opts.max_sessions), "--round-timeout", str(opts.round_timeout_s),
                 "--metrics-port", str(opts.metrics_port), "--proposer", opts.proposer,
+                "--overlap", opts.overlap,
                 *(["--redis-url", opts.redis_url] if opts.redis_url else [])],
                 opts, port=opts.port)
             self.orchestrator_child.wait_ready(START_TIMEOUT_S)
@@ -208,7 +227,8 @@ class EmbeddedStack(ManagedStack):
 
     def restart_draft(self) -> None:
         """Start a new draft process on the old port, so the orchestrator's channel reaches it again."""
-        self.draft = self.drafts[0] = ServiceProcess("draft_service", self.draft.argv, self.opts, port=self.draft.port)
+        self.draft = self.drafts[0] = ServiceProcess("draft_service", self.draft.argv, self.opts, port=self.draft.port,
+                                                     cpus=self.draft.cpus)
         self.draft.wait_ready(START_TIMEOUT_S)
 
     def stop(self) -> None:

@@ -26,9 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.draft and not args.redis_url and args.proposer != "ngram":
+    if not args.draft and not args.redis_url and args.proposer == "model":
         parser.error("give --draft addresses, or --redis-url to find the registered draft replicas, "
-                     "or --proposer ngram to draft without a draft model")
+                     "or --proposer ngram or hybrid to draft without a draft model")
     configure_logging(args.log_level)
     security.use(security.security_from_args(args))
     serve_http = args.http_port >= 0

@@ -51,8 +51,9 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
     """`draft_addresses`: comma-separated replicas; empty with `redis_url` = the replicas registered there."""
     client = connect(redis_url) if redis_url else None
     addresses = [a for a in draft_addresses.split(",") if a]
-    if not addresses and client is None and config.proposer != "ngram":
-        raise ValueError("give draft replica addresses or a Redis registry, or draft by lookup (proposer ngram)")
+    if not addresses and client is None and config.proposer == "model":
+        raise ValueError("give draft replica addresses or a Redis registry, "
+                         "or draft by lookup (proposer ngram or hybrid)")
     drafts = DraftPool(addresses, registry=None if addresses else client)
     for address in addresses:
         probe = draft_client(address)

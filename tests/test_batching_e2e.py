@@ -19,16 +19,17 @@ from test_errors import wait_for_no_sessions
 LONG_PROMPT = [(7 * i) % 250 + 3 for i in range(300)]  # 300 tokens: a chunked prefill beside other sessions' decoding
 
 # Different γ (fixed and adaptive), lengths, prompts and sampling parameters. Sampled sessions use a
-# fixed γ: with a seed, their output is then a function of the request alone.
+# fixed γ and the draft model: with a seed, their output is then a function of the request alone
+# (lookups depend on what earlier requests left in the server's memory).
 REQUESTS = {
     "greedy target-only": make_request(prompt_token_ids=[40, 41, 42], max_new_tokens=40, gamma=0),
     "greedy γ=3": make_request(prompt_token_ids=[7, 8, 9, 10], max_new_tokens=64, gamma=3),
     "greedy adaptive": make_request(prompt_token_ids=[100, 5], max_new_tokens=50),
     "greedy long prompt": make_request(prompt_token_ids=LONG_PROMPT, max_new_tokens=24, gamma=2),
     "sampled top-k γ=2": make_request(prompt_token_ids=[40, 41, 42], max_new_tokens=48, temperature=1.0,
-                                      top_k=8, seed=7, gamma=2),
+                                      top_k=8, seed=7, gamma=2, proposer="model"),
     "sampled top-p γ=4": make_request(prompt_token_ids=[11, 12], max_new_tokens=30, temperature=0.7,
-                                      top_p=0.9, seed=3, gamma=4),
+                                      top_p=0.9, seed=3, gamma=4, proposer="model"),
 }
 
 

@@ -35,9 +35,9 @@ def test_greedy_speculative_equals_target_only(stack, prompt):
 
 
 def test_seeded_sampling_reproduces(stack):
-    def run(seed, gamma=3):
+    def run(seed, gamma=3):  # the draft model's proposals: lookups depend on the server's memory
         return generate(stack.endpoint, make_request(prompt="hello", max_new_tokens=32, temperature=1.0,
-                                                     top_k=50, seed=seed, gamma=gamma)).token_ids
+                                                     top_k=50, seed=seed, gamma=gamma, proposer="model")).token_ids
 
     assert run(1) == run(1)
     assert run(1) != run(2)

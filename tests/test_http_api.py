@@ -130,15 +130,16 @@ def test_completions_plain_and_streamed_equal_the_grpc_text(serve):
 
 def test_sampling_fields_and_stop_reach_the_generation(serve):
     client = serve.client()
-    # A seeded sample is reproducible for a given γ sequence: fixed here (adaptive γ learns across requests).
+    # A seeded sample is reproducible for a given sequence of proposals: the draft model's at a fixed γ
+    # (lookups depend on what earlier requests left in the server's memory).
     want, _, _ = grpc_text(serve, prompt=PROMPT, max_new_tokens=30, temperature=0.8, top_k=20, top_p=0.9, seed=5,
-                           gamma=3)
+                           gamma=3, proposer="model")
     reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0.8, top_p=0.9, seed=5,
-                                      extra_body={"top_k": 20, "gamma": 3})
+                                      extra_body={"top_k": 20, "gamma": 3, "proposer": "model"})
     assert reply.choices[0].text == want
     stop = next(c for c in want[3:] if c.isascii() and c.isprintable() and not c.isspace())  # random bytes
     stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0.8, top_p=0.9, seed=5,
-                                        stop=[stop], extra_body={"top_k": 20, "gamma": 3})
+                                        stop=[stop], extra_body={"top_k": 20, "gamma": 3, "proposer": "model"})
     assert want.startswith(stopped.choices[0].text) and stop not in stopped.choices[0].text
     assert stopped.choices[0].finish_reason == "stop"
 
@@ -259,7 +260,7 @@ def test_a_disconnect_mid_stream_frees_the_sessions_everywhere(serve):
     assert _wait_idle(serve) == (0, 0)
     with httpx.stream("POST", serve.base_url + "/completions", timeout=30,
                       json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "gamma": 3,
-                            "stream": True}) as reply:
+                            "proposer": "model", "stream": True}) as reply:
         lines = reply.iter_lines()
         assert next(lines).startswith("data: ")
         assert _live(serve) == (1, 1), "the generation should be running on both services"

@@ -12,7 +12,7 @@ from cli.client import generate, make_request
 from launch.delay_proxy import DelayProxy
 from launch.stack import EmbeddedStack, StackOptions
 
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
 
 
 def echo_server() -> tuple[socket.socket, int]:
@@ -58,7 +58,7 @@ def test_delay_proxy_refuses_non_loopback():
 
 @pytest.fixture(scope="module")
 def proxied_stack():
-    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
                         log_level="warning", delay_proxies=True)
     with EmbeddedStack(opts) as running:
         yield running

@@ -16,7 +16,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from target_service.tensor_parallel import free_port
 
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
 
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
@@ -48,7 +48,7 @@ def ray_stack():
 
     from launch.ray_stack import RayStack
 
-    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
                         log_level="warning", target_tp=2)
     try:
         with RayStack(opts, address, draft_replicas=1, cpus_per_process=0.5,

@@ -21,7 +21,7 @@ from specdec.rounds import RoundRecord
 from specdec.cost_profile import CostProfile
 from target_service.tensor_parallel import free_port
 
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
 
 TTL_S = 1.5
 
@@ -84,7 +84,7 @@ def test_shared_prior_survives_the_trip_through_redis(client):
 
 @pytest.fixture(scope="module")
 def cluster(redis_url):
-    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
                         log_level="warning", redis_url=redis_url, draft_replicas=2, heartbeat_ttl_s=TTL_S)
     with EmbeddedStack(opts) as stack:
         yield stack

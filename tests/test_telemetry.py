@@ -23,7 +23,7 @@ from profiling.spans import (COMPONENTS, SpanRecord, parse_otlp_request, read_ot
 from launch.stack import EmbeddedStack, StackOptions
 from target_service.tensor_parallel import free_port
 
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
 
 ROTEL = Path(__import__("rotel").__file__).parent / "rotel-agent"
 
@@ -61,7 +61,7 @@ def traced(tmp_path_factory):
     receiver = OtlpReceiver()
     patch = pytest.MonkeyPatch()
     patch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # export batches every 100 ms
-    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
                         log_level="warning", otlp_endpoint=f"127.0.0.1:{receiver.port}",
                         orchestrator_process=True, metrics_port=free_port())
     with EmbeddedStack(opts) as stack:
@@ -72,7 +72,8 @@ def traced(tmp_path_factory):
 
 def test_one_generation_is_one_trace_across_all_three_services(traced):
     stack, receiver = traced
-    result = generate(stack.endpoint, make_request(prompt="trace me", max_new_tokens=24, gamma=3))
+    result = generate(stack.endpoint, make_request(prompt="trace me", max_new_tokens=24, gamma=3, proposer="model",
+                                                   overlap="off"))
     n_rounds = len(result.rounds)
 
     def complete(spans):
@@ -113,6 +114,23 @@ def test_one_generation_is_one_trace_across_all_three_services(traced):
             assert call.start_ns <= span.start_ns and span.end_ns <= call.end_ns + 2_000_000  # clock jitter
 
 
+def test_a_branch_drafted_during_a_verify_is_traced_from_send_to_reply(traced):
+    """Overlap: each branch is a "draft.prefetch" client span of the round that sent it, lasting until
+    the next round collected its reply; the draft's compute span lies inside it."""
+    stack, receiver = traced
+    result = generate(stack.endpoint, make_request(prompt="trace my branches", max_new_tokens=24, gamma=3,
+                                                   proposer="model", overlap="on"))
+    branches = sum(r.overlapped for r in result.rounds)
+    spans = receiver.wait_for(lambda spans: sum(s.name == "draft.prefetch" for s in spans) >= branches)
+    by_id = {s.span_id: s for s in spans}
+    prefetches = [s for s in spans if s.name == "draft.prefetch"]
+    assert branches > 0 and len(prefetches) >= branches
+    assert all(by_id[s.parent_id].name == "round" for s in prefetches)
+    computes = [s for s in spans if s.name == "draft.compute" and by_id.get(s.parent_id) in prefetches]
+    assert computes and all(by_id[s.parent_id].start_ns <= s.start_ns and s.end_ns <= by_id[s.parent_id].end_ns
+                            + 2_000_000 for s in computes)
+
+
 def test_prometheus_endpoint_counts_drafts_and_accepted_tokens(traced):
     stack, _ = traced
     result = generate(stack.endpoint, make_request(prompt="count me", max_new_tokens=32, gamma=2))
@@ -145,7 +163,8 @@ def test_spans_reach_a_real_otlp_collector():
     seen: list[str] = []
     threading.Thread(target=lambda: seen.extend(collector.stdout), daemon=True).start()
     try:
-        opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", log_level="warning",
+        opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu",
+                            log_level="warning",
                             otlp_endpoint=f"http://127.0.0.1:{grpc_port}", orchestrator_process=True)
         with EmbeddedStack(opts) as stack:
             generate(stack.endpoint, make_request(prompt="collector", max_new_tokens=12, gamma=2))

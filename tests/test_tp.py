@@ -22,7 +22,7 @@ from specdec.runner import ModelRunner, Step
 from specdec.tp import check_shardable, shard_model
 from target_service.tensor_parallel import StartupError, free_port, rendezvous
 
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
 
 PROMPTS = ["def fib(n):", "The quick brown fox", "tensor parallel"]
 STEPS = [[5, 17, 101, 3, 250, 42], [7], [9, 11, 13]]  # prefill, decode, a verify-sized chunk
@@ -89,7 +89,7 @@ def test_rendezvous_fails_clearly_when_workers_do_not_arrive():
 
 
 def _tp_stack(**overrides) -> EmbeddedStack:
-    opts = StackOptions(draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
+    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
                         log_level="warning", target_tp=2, **overrides)
     return EmbeddedStack(opts)
 
