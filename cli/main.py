@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--overlap-rtt", default="", help="e.g. 0,5,20,50: hybrid with and without drafting during "
                        "verification, through delay proxies; pin the services with --draft-cpus/--target-cpus")
     bench.add_argument("--output", default="bench_results.json")
+    # Every config meets each prompt fresh: with a memory, a config would look up the outputs of the
+    # configs that ran the prompt before it.
+    bench.set_defaults(lookup_memory=0)
     bench.set_defaults(func=cmd_bench)
     prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "
                                           "an OTLP JSON span file)")

@@ -51,5 +51,6 @@ def stack_options(args: argparse.Namespace, **overrides) -> StackOptions:
                   log_level=args.log_level, target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint,
                   trace_file=args.trace_file, redis_url=args.redis_url, round_timeout_s=args.round_timeout,
                   security_flags=tuple(security_flags(args)), proposer=args.proposer,
-                  overlap=args.overlap, draft_cpus=args.draft_cpus, target_cpus=args.target_cpus)
+                  overlap=args.overlap, lookup_memory_tokens=args.lookup_memory, draft_cpus=args.draft_cpus,
+                  target_cpus=args.target_cpus)
     return StackOptions(**{**fields, **overrides})

@@ -1,4 +1,5 @@
-"""python -m draft_service: host the draft model behind specdec.v1.DraftService."""
+"""python -m draft_service: host the draft model behind specdec.v1.DraftService (`--model lookup`: no
+model, n-gram lookups; `specdec.lookup_engine`)."""
 
 import os
 
@@ -10,17 +11,28 @@ import argparse  # noqa: E402
 from draft_service.servicer import register  # noqa: E402
 from service_runtime.model_service import (add_registry_args, model_service_config,  # noqa: E402
                                           model_service_parser, run_model_service)
+from service_runtime.model_service import ModelServiceConfig, load_engine  # noqa: E402
 from specdec.engine import DraftEngine  # noqa: E402
+from specdec.lookup_engine import LOOKUP_MODEL, LookupEngine  # noqa: E402
+from specdec.ngram import LOOKUP_MEMORY_TOKENS  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = model_service_parser("draft_service", "packaged:draft")
     add_registry_args(parser)
+    parser.add_argument("--lookup-memory", type=int, default=LOOKUP_MEMORY_TOKENS,
+                        help="with --model lookup: tokens of ended sessions kept for lookups across sessions")
     return parser
 
 
+def build_engine(config: ModelServiceConfig) -> DraftEngine | LookupEngine:
+    if config.model == LOOKUP_MODEL:
+        return LookupEngine(config.max_sessions, config.max_gamma, config.lookup_memory_tokens)
+    return load_engine(config, DraftEngine)
+
+
 def main(argv: list[str] | None = None) -> None:
-    run_model_service(model_service_config(build_parser().parse_args(argv)), what="draft_service", engine_cls=DraftEngine,
+    run_model_service(model_service_config(build_parser().parse_args(argv)), what="draft_service", build=build_engine,
                       service_name="specdec.v1.DraftService", register=register)
 
 

@@ -47,6 +47,7 @@ class StackOptions:
     security_flags: tuple[str, ...] = ()  # --auth-token-file/--tls-* for every child (`service_runtime.security`)
     proposer: str = OrchestratorConfig.proposer  # the default proposer; only "model" needs a draft replica
     overlap: str = OrchestratorConfig.overlap  # the default of drafting during verification
+    lookup_memory_tokens: int = OrchestratorConfig.lookup_memory_tokens  # finished sequences kept for lookups
     # CPUs each service is pinned to, as taskset writes them ("1", "0,2-3"; empty: not pinned), with one
     # torch thread per CPU: on one machine, what stands in for separate machines.
     draft_cpus: str = ""
@@ -55,7 +56,8 @@ class StackOptions:
     def orchestrator_config(self) -> OrchestratorConfig:
         return OrchestratorConfig(gamma_max=self.gamma_max, max_new_tokens_limit=self.max_new_tokens_limit,
                                   max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s,
-                                  proposer=self.proposer, overlap=self.overlap)
+                                  proposer=self.proposer, overlap=self.overlap,
+                                  lookup_memory_tokens=self.lookup_memory_tokens)
 
 
 class ServiceProcess:
@@ -126,7 +128,8 @@ def model_service_argv(model: str, opts: StackOptions, cpus: str = "") -> list[s
 def draft_service_argv(opts: StackOptions) -> list[str]:
     """A draft replica's flags; with Redis it registers itself there."""
     registry = ["--redis-url", opts.redis_url, "--heartbeat-ttl", str(opts.heartbeat_ttl_s)] if opts.redis_url else []
-    return [*model_service_argv(opts.draft_model, opts, opts.draft_cpus), *registry]
+    return [*model_service_argv(opts.draft_model, opts, opts.draft_cpus), *registry,
+            "--lookup-memory", str(opts.lookup_memory_tokens)]
 
 
 class ManagedStack:
@@ -193,7 +196,7 @@ class EmbeddedStack(ManagedStack):
                 "--gamma-max", str(opts.gamma_max), "--max-new-tokens-limit", str(opts.max_new_tokens_limit),
                 "--max-concurrent", str(opts.max_sessions), "--round-timeout", str(opts.round_timeout_s),
                 "--metrics-port", str(opts.metrics_port), "--proposer", opts.proposer,
-                "--overlap", opts.overlap,
+                "--overlap", opts.overlap, "--lookup-memory", str(opts.lookup_memory_tokens),
                 *(["--redis-url", opts.redis_url] if opts.redis_url else [])],
                 opts, port=opts.port)
             self.orchestrator_child.wait_ready(START_TIMEOUT_S)

@@ -84,7 +84,7 @@ class DraftPool:
             with self._lock:
                 self._failed_at[address] = time.monotonic()
             return None
-        if self.vocab_size is not None and info.vocab_size != self.vocab_size:
+        if self.vocab_size is not None and info.vocab_size not in (0, self.vocab_size):  # 0: any (a lookup)
             log.error("draft replica %s has vocabulary %d, the target %d: never used", address, info.vocab_size,
                       self.vocab_size)
             client.close()

@@ -183,8 +183,11 @@ class Generation:
         how many tokens past the committed ones can still be used."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
-        hit, lookup = self._prefetched(committed), None
-        if hit is not None:
+        hit = self._prefetched(committed)
+        lookup = None if hit is None else self._lookup_over(hit, cap, committed)
+        if lookup is not None:
+            hit, proposal = None, Proposal(lookup.tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
+        elif hit is not None:
             proposal, gamma = hit, len(hit.tokens)
         else:
             lookup, model_gamma = self._sources(gamma, cap, committed)
@@ -294,6 +297,20 @@ class Generation:
             return None
         self._draft_replica = self._draft.client.address
         return proposal
+
+    def _lookup_over(self, hit: Proposal, cap: int, committed: list[int]) -> Lookup | None:
+        """Hybrid, with the model's proposal already drafted: a lookup of at most `cap` tokens that
+        promises more tokens per second than it, or None. Neither costs draft time now, so each is
+        priced as a free proposer at its own α."""
+        if self.request.proposer != "hybrid":
+            return None
+        self._lookup.sync(committed)
+        found = self._lookup.propose(cap)
+        if not found.tokens:
+            return None
+        _, drafted_rate = self.controller.best_free(self.controller.acceptance.alpha, len(hit.tokens))
+        best, rate = self.controller.best_free(self.lookup_acceptance[found.kind].alpha, len(found.tokens))
+        return dataclasses.replace(found, tokens=found.tokens[:best]) if best > 0 and rate > drafted_rate else None
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> Proposal:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""

@@ -26,7 +26,7 @@ from service_runtime.wire import cost_profile_from_pb, logprob_request_from_pb, 
 from specdec.controller import LookupPrior, SharedPrior
 from specdec.cost_profile import CostProfile, RoundTimeout
 from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
-from specdec.ngram import RecentSequences
+from specdec.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences
 from specdec.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class OrchestratorConfig:
     session_ttl_s: float = 3600.0  # resumable records in Redis
     proposer: str = "hybrid"  # a request's proposer when it names none: "model", "ngram" or "hybrid"
     overlap: str = "auto"  # a request's overlap when it names none: "auto", "on" or "off"
-    lookup_memory_tokens: int = 100_000  # finished sequences kept for lookups across sessions (0: none)
+    lookup_memory_tokens: int = LOOKUP_MEMORY_TOKENS  # finished sequences kept for lookups across sessions (0: none)
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):

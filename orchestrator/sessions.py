@@ -125,7 +125,7 @@ class Branch:
     deadline: float  # time.monotonic() by which its reply is due
     span: Span = trace.INVALID_SPAN  # "draft.prefetch", from the send to the reply (when tracing)
 
-    def matches(self, committed: list[int], guess: int) -> bool:
+    def matches(self, committed: list[int], guess: int | None) -> bool:
         """The committed tokens are exactly what the branch assumed."""
         return committed[self.base:] == [*self.proposal, guess]
 
@@ -153,16 +153,17 @@ class DraftSession(ServiceSession):
         return Branch(len(committed), tuple(proposal), self.stream.send(request), time.monotonic() + timeout,
                       hop_span)
 
-    def collect(self, branch: Branch) -> tuple[Proposal, int]:
+    def collect(self, branch: Branch) -> tuple[Proposal, int | None]:
         """The branch's reply, waited for up to its deadline: (the next round's proposal, the guessed
-        bonus token), the proposal empty when the draft stopped after its guess. Raises grpc.RpcError."""
+        bonus token; None when the draft proposed nothing, as a lookup may), the proposal empty when
+        the draft stopped after its guess. Raises grpc.RpcError."""
         try:
             reply, wall = branch.pending.result(max(branch.deadline - time.monotonic(), 0.0))
         finally:
             branch.span.end()
         drafted = len(reply.tokens)
         proposal = Proposal(list(reply.tokens[1:]), probs_rows(reply.probs, drafted, 1, drafted), _hop(reply, wall))
-        return proposal, reply.tokens[0]
+        return proposal, reply.tokens[0] if drafted else None
 
 
 class TargetSession(ServiceSession):

@@ -24,6 +24,7 @@ from service_runtime.server import RunningServer, add_model_args, announce_and_w
 from specdec.cost_profile import machine_lock
 from specdec.engine import Engine
 from specdec.models import import_model_code, load_model
+from specdec.ngram import LOOKUP_MEMORY_TOKENS
 from specdec.profile_cache import ProfileCache
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,7 @@ class ModelServiceConfig:
     redis_url: str = ""  # register this replica in Redis (draft services)
     advertise: str = ""  # HOST:PORT peers reach it at (default: this host and port)
     heartbeat_ttl_s: float = 6.0
+    lookup_memory_tokens: int = LOOKUP_MEMORY_TOKENS  # a lookup draft service's memory across sessions
 
     def cost_profile_cache(self) -> ProfileCache | None:
         if self.profile_cache == "off":
@@ -91,7 +93,8 @@ def model_service_config(args: argparse.Namespace) -> ModelServiceConfig:
         profile_cache=args.profile_cache,
         max_sessions=args.max_sessions, max_gamma=args.max_gamma, threads=args.threads,
         redis_url=getattr(args, "redis_url", ""), advertise=getattr(args, "advertise", ""),
-        heartbeat_ttl_s=getattr(args, "heartbeat_ttl", 6.0))
+        heartbeat_ttl_s=getattr(args, "heartbeat_ttl", 6.0),
+        lookup_memory_tokens=getattr(args, "lookup_memory", LOOKUP_MEMORY_TOKENS))
 
 
 def setup_process(config: ModelServiceConfig, service_name: str, workers_per_node: int = 1) -> telemetry.Telemetry:
@@ -133,12 +136,13 @@ def serve_engine(engine, config: ModelServiceConfig, service_name: str,
                         max_concurrent=config.max_sessions + 4, health_port=config.health_port)
 
 
-def run_model_service(config: ModelServiceConfig, *, what: str, engine_cls: type[Engine], service_name: str,
-                      register: Callable[[grpc.Server, Engine], None]) -> None:
-    """Load, serve and (with a Redis URL) register a replica until SIGTERM."""
+def run_model_service(config: ModelServiceConfig, *, what: str, build: Callable[[ModelServiceConfig], Engine],
+                      service_name: str, register: Callable[[grpc.Server, Engine], None]) -> None:
+    """Build (`build(config)`: load a model, usually), serve and (with a Redis URL) register a replica
+    until SIGTERM."""
     installed = setup_process(config, f"specdec-{what.removesuffix('_service')}")
     log.info("loading %s on %s", config.model, config.device)
-    engine = load_and_profile(config, lambda: load_engine(config, engine_cls))
+    engine = load_and_profile(config, lambda: build(config))
     running = serve_engine(engine, config, service_name, register)
     stops = [installed.shutdown]
     if config.redis_url:

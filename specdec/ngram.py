@@ -25,6 +25,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 
+LOOKUP_MEMORY_TOKENS = 100_000  # finished sequences a server keeps for lookups across sessions
+
+
 @dataclass(frozen=True)
 class Lookup:
     """A proposal, the length of the suffix it matched (0: no match, no tokens), where it was found
@@ -95,7 +98,7 @@ class RecentSequences:
     """The sequences of finished sessions, at most `capacity` tokens in all (the oldest dropped first),
     indexed by n-gram: for each, where it last occurred with a token after it, and how often. Thread-safe."""
 
-    def __init__(self, capacity: int = 100_000, min_n: int = 2, max_n: int = 4):
+    def __init__(self, capacity: int = LOOKUP_MEMORY_TOKENS, min_n: int = 2, max_n: int = 4):
         self.capacity, self.min_n, self.max_n = capacity, min_n, max_n
         self._sequences: OrderedDict[int, list[int]] = OrderedDict()
         self._after: dict[tuple[int, ...], tuple[int, int]] = {}  # n-gram -> (sequence, position after it)

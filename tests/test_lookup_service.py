@@ -1,0 +1,58 @@
+"""A draft service started without a model (`--model lookup`): n-gram lookups behind DraftService."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cli.client import generate, make_request
+from conftest import tiny_stack
+from launch.stack import EmbeddedStack
+from orchestrator.clients import draft_client
+from specdec.lookup_engine import LOOKUP_MODEL
+
+REPEATING = "def area(r):\n    return 3.14 * r * r\n\n" * 3 + "def area(r):\n"
+
+
+@pytest.fixture(scope="module")
+def lookup_stack():
+    with EmbeddedStack(dataclasses.replace(tiny_stack().opts, draft_model=LOOKUP_MODEL)) as running:
+        yield running
+
+
+def test_it_describes_itself_as_a_model_of_any_vocabulary(lookup_stack):
+    info = draft_client(lookup_stack.draft_address).info()
+    assert (info.model, info.vocab_size, info.compute_path, info.kernel) == (LOOKUP_MODEL, 0, "lookup", "ngram")
+    assert len(info.forward_ns) == 7 and max(info.forward_ns) < 1e6  # its "forward" is a lookup: < 1 ms
+
+
+@pytest.mark.parametrize("gamma", [3, None])
+def test_greedy_output_equals_target_only_and_the_lookups_speculate(lookup_stack, gamma):
+    baseline = generate(lookup_stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
+    looked_up = generate(lookup_stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=gamma))
+    assert looked_up.token_ids == baseline.token_ids
+    assert looked_up.stats["draft_tokens"] > 0 and looked_up.stats["draft_replica"] == lookup_stack.draft_address
+    assert {r.proposer for r in looked_up.rounds if r.drafted} == {"model"}  # to the orchestrator, a draft replica
+
+
+def test_sampled_and_overlapped_generations_complete(lookup_stack):
+    """Its proposals are point masses (no q): the target's sampler takes them at any temperature, and a
+    branch drafted during a verify is a lookup too."""
+    sampled = generate(lookup_stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=32, temperature=0.8,
+                                                           top_k=20, seed=4, gamma=3))
+    assert len(sampled.token_ids) == 32 and sampled.stats["draft_tokens"] > 0
+    baseline = generate(lookup_stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
+    overlapped = generate(lookup_stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=3,
+                                                              overlap="on"))
+    assert overlapped.token_ids == baseline.token_ids and overlapped.stats["overlap_branches"] > 0
+
+
+def test_a_finished_session_serves_the_next_one_on_the_replica(lookup_stack):
+    """A session's tokens join the replica's recent sequences when it ends: the same request again is
+    proposed from them, whole runs at a time."""
+    prompt = "asked of the lookup replica twice"
+    first = generate(lookup_stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=6))
+    again = generate(lookup_stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=6))
+    assert again.token_ids == first.token_ids
+    assert again.stats["rounds"] <= len(first.token_ids) / 5 < first.stats["rounds"]
