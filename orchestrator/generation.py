@@ -95,7 +95,6 @@ class Generation:
         self._target = TargetSession(self.target, service_session, sampling)
         self._last_drafted = 0
         self._branch: Branch | None = None  # the next round, drafting while this one verifies
-        self._branch_steady = False
         self._draft_failed_at: float | None = None
         self._draft_replica = ""
         proposer = self.request.proposer
@@ -198,9 +197,8 @@ class Generation:
             else:
                 proposal = NO_PROPOSAL
         self._last_drafted = 0 if lookup is not None else len(proposal.tokens)
-        if self.controller.overlapping and proposal.tokens:
-            self._prefetch(committed, proposal.tokens, lookup is None, min(gamma, useful - len(proposal.tokens) - 1),
-                           span)
+        if self.controller.overlapping and proposal.tokens and lookup is None:  # after a lookup, likely another
+            self._prefetch(committed, proposal.tokens, min(gamma, useful - len(proposal.tokens) - 1), span)
         prefill = not self._target.opened
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens))
         verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s),
@@ -261,12 +259,11 @@ class Generation:
         mode = self.request.overlap
         if mode == "off" or not self._uses_model or useful < 2:
             return False
-        return mode == "on" or self.controller.overlap_pays(useful)
+        return mode == "on" or self.controller.overlap_pays(useful, self.request.gamma)
 
-    def _prefetch(self, committed: list[int], proposal: list[int], steady: bool, gamma: int, span: Span) -> None:
-        """Send the next round's branch: the draft's guess of the bonus token, then γ drafts after it
-        (this round's γ, within what the next round can still use). `steady`: the draft proposed
-        `proposal` itself, so the branch feeds it no catch-up."""
+    def _prefetch(self, committed: list[int], proposal: list[int], gamma: int, span: Span) -> None:
+        """Send the next round's branch after the draft's own `proposal`: the draft's guess of the bonus
+        token, then γ drafts after it (this round's γ, within what the next round can still use)."""
         if gamma < 1 or not self._draft_usable():
             return
         gamma = min(gamma, self.drafts.max_gamma(self._draft.client) - 1)
@@ -275,7 +272,6 @@ class Generation:
         min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
         timeout = self.round_timeout.of(self.controller.draft_time(len(proposal) + 1, gamma + 1))
         self._branch = self._draft.prefetch(committed, proposal, gamma, min_confidence, span, timeout)
-        self._branch_steady = steady
 
     def _prefetched(self, committed: list[int]) -> Proposal | None:
         """The proposal the last round's branch drafted, if the committed tokens are what it assumed;
@@ -291,8 +287,8 @@ class Generation:
             return None
         end = branch.base + len(branch.proposal)
         all_accepted = len(committed) > end and committed[branch.base:end] == list(branch.proposal)
-        self.controller.observe_branch(len(proposal.tokens) + 1 if self._branch_steady else 0,
-                                       proposal.hop.compute_s, committed[end] == guess if all_accepted else None)
+        self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s,
+                                       committed[end] == guess if all_accepted else None)
         if not proposal.tokens or not branch.matches(committed, guess):
             return None
         self._draft_replica = self._draft.client.address

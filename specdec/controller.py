@@ -259,17 +259,21 @@ class GammaController:
         alpha = self.acceptance.alpha
         return {g: expected_tokens(alpha, g) / self.round_time(g) for g in range(cap + 1)}
 
-    def overlap_pays(self, max_useful: int | None = None) -> bool:
-        """Overlap the next round: its best rate under T_o beats the best under T, or it is time to
-        probe (doubling the wait after every probe that changes nothing, as `choose` does)."""
+    def overlap_pays(self, max_useful: int | None = None, gamma: int | None = None) -> bool:
+        """Overlap the next round: its best rate under T_o beats the best under T (at `gamma` when the
+        request fixed one), or it is time to probe (doubling the wait after every probe that changes
+        nothing, as `choose` does)."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
-        if self.draft is None or cap == 0:
+        if self.draft is None or cap == 0 or gamma == 0:
             return False
-        overlapping, self.overlapping = self.overlapping, False
-        plain = max(self.rates(cap).values())
-        self.overlapping = True
-        overlapped = max(self.rates(cap).values())
-        self.overlapping = overlapping
+
+        def best(overlapping: bool) -> float:
+            self.overlapping = overlapping
+            return self.rate(gamma) if gamma is not None else max(self.rates(cap).values())
+
+        was = self.overlapping
+        plain, overlapped = best(False), best(True)
+        self.overlapping = was
         if overlapped > plain:
             self._rounds_without_overlap, self._overlap_probe_interval = 0, self.probe_every
             return True

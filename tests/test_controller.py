@@ -306,6 +306,10 @@ def test_overlap_pays_on_separate_machines_not_where_services_share_cores():
     services on the same two cores show, make it lose; then it is only probed, ever more rarely."""
     ctl = controller(alpha=0.85, draft_step=0.05, rtt=0.02)
     assert ctl.overlap_pays()
+    # A request's fixed γ is priced at that γ: at 1 the branch (2 draft steps) hides behind the verify; at 3
+    # its 4 steps outlast it, and a miss (57%) still drafts 3 more.
+    assert ctl.overlap_pays(gamma=1) and not ctl.overlap_pays(gamma=3)
+    assert not ctl.overlap_pays(gamma=0)  # target-only has nothing to overlap
     ctl.observe_branch(drafted=4, compute_s=4 * 2 * ctl.draft_step(), guessed=True)
     for _ in range(5):
         ctl.observe(dataclasses.replace(timing(3, 3, 0.2, 0.2, 2 * STEP, 2 * STEP), overlapped=True))
