@@ -22,7 +22,7 @@ import torch
 
 from specdec.batcher import PassShape, StepBatcher
 from specdec.cost_profile import CostProfile, batch_sizes, measure
-from specdec.errors import AlreadyExists, InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from specdec.errors import InvalidArgument, OutOfRange
 from specdec.kv import SequenceState
 from specdec.kvcache import KVCache
 from specdec.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
@@ -32,6 +32,7 @@ from specdec.rejection import Verdict, verify_greedy, verify_sampled
 from specdec.rounds import PassLoad
 from specdec.runner import Step
 from specdec.sampling import SamplingParams, position_generator, probs_from_logits, sample
+from specdec.session_table import SessionTable
 
 PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
 # With other sessions live, a prompt goes in smaller chunks, each sharing a pass with their decode
@@ -92,13 +93,15 @@ class Engine:
 
     def __init__(self, loaded: LoadedModel, max_sessions: int = 64, max_gamma: int = 16):
         self.loaded = loaded
-        self.max_sessions = max_sessions
         self.max_gamma = max_gamma
         self.runner = loaded.runner
         self.cost_profile: CostProfile | None = None
-        self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()  # guards the session table; rounds hold their session's own lock
+        self._sessions: SessionTable[Session] = SessionTable(max_sessions)  # rounds hold their session's lock
         self.batcher = StepBatcher(self.runner)
+
+    @property
+    def max_sessions(self) -> int:
+        return self._sessions.max_sessions
 
     def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None) -> CostProfile:
         """Time forwards of 1..max_tokens tokens, and shared passes up to BATCH_PROFILE× that
@@ -118,20 +121,12 @@ class Engine:
 
     # -- session lifecycle -------------------------------------------------
     def open(self, session_id: str, params: SamplingParams) -> None:
-        if not session_id:
-            raise InvalidArgument("session_id must be non-empty")
         params.validate()
-        with self._lock:
-            if session_id in self._sessions:
-                raise AlreadyExists(f"session {session_id!r} is already open")
-            if len(self._sessions) >= self.max_sessions:
-                raise ResourceExhausted(f"service is at its cap of {self.max_sessions} live sessions")
-            self._sessions[session_id] = Session(params, self.runner.new_cache())
+        self._sessions.add(session_id, lambda: Session(params, self.runner.new_cache()))
 
     def release(self, session_id: str) -> bool:
         self.batcher.forget(session_id)
-        with self._lock:
-            return self._sessions.pop(session_id, None) is not None
+        return self._sessions.pop(session_id) is not None
 
     @property
     def live_sessions(self) -> int:
@@ -139,8 +134,7 @@ class Engine:
 
     def cached_tokens(self) -> int:
         """KV-cached tokens over all live sessions; equal on every tensor-parallel rank when caches agree."""
-        with self._lock:
-            return sum(s.cache.length for s in self._sessions.values())
+        return sum(s.cache.length for s in self._sessions.values())
 
     def report(self, rank: int = 0) -> dict:
         """This process's memory and KV state (a RankReport's fields)."""
@@ -156,8 +150,7 @@ class Engine:
     def _round(self, session_id: str) -> Iterator[Session]:
         """One round of one session: the session is held (a retried round waits for the first) and
         its forward steps may share passes with other sessions' (`specdec.batcher`)."""
-        with self._lock:
-            session = self._session(session_id)
+        session = self._sessions.get(session_id)
         with session.lock, self.batcher.round(session_id):
             session.passes = []
             yield session
@@ -167,12 +160,6 @@ class Engine:
         passes = session.passes or [PassShape(1, 0)]
         return PassLoad(self.live_sessions, sum(p.rows for p in passes) / len(passes),
                         sum(p.tokens for p in passes) / len(passes))
-
-    def _session(self, session_id: str) -> Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise NotFound(f"unknown session {session_id!r}")
-        return session
 
     # -- shared steps -------------------------------------------------------
     def _check_tokens(self, tokens: list[int], what: str) -> None:
@@ -216,8 +203,7 @@ class Engine:
 
     def cached(self, session_id: str) -> int:
         """Tokens in the session's KV cache."""
-        with self._lock:
-            return self._session(session_id).cache.length
+        return self._sessions.get(session_id).cache.length
 
     def _score(self, session: Session, start: int, tokens: list[int],
                draft_tokens: list[int]) -> tuple[int, torch.Tensor, Rollback]:

@@ -22,11 +22,12 @@ import torch
 from specdec.compute import PathChoice, describe_device
 from specdec.cost_profile import CostProfile
 from specdec.engine import Proposal, Rollback, resident_bytes
-from specdec.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted
+from specdec.errors import InvalidArgument
 from specdec.kv import SequenceState
 from specdec.ngram import LOOKUP_MEMORY_TOKENS, LookupProposer, RecentSequences
 from specdec.rounds import PassLoad
 from specdec.sampling import SamplingParams
+from specdec.session_table import SessionTable
 
 LOOKUP_MODEL = "lookup"  # the --model of a draft service without a model
 MIN_N, MAX_N = 2, 4
@@ -63,13 +64,16 @@ class LookupEngine:
     tensor_parallel_size = 1
 
     def __init__(self, max_sessions: int = 64, max_gamma: int = 16, memory_tokens: int = LOOKUP_MEMORY_TOKENS):
-        self.max_sessions, self.max_gamma = max_sessions, max_gamma
+        self.max_gamma = max_gamma
         self.loaded = LookupModel(PathChoice("lookup", "ngram", describe_device(torch.device("cpu")), True))
         self.batcher = PassCounters()
         self.cost_profile: CostProfile | None = None
         self.recent = RecentSequences(memory_tokens, MIN_N, MAX_N) if memory_tokens else None
-        self._sessions: dict[str, LookupSession] = {}
-        self._lock = threading.Lock()
+        self._sessions: SessionTable[LookupSession] = SessionTable(max_sessions)
+
+    @property
+    def max_sessions(self) -> int:
+        return self._sessions.max_sessions
 
     def measure_costs(self, max_tokens: int, cache=None) -> CostProfile:
         """Time lookups of 1..max_tokens tokens after a 128-token sequence (microseconds; no cache needed)."""
@@ -86,20 +90,12 @@ class LookupEngine:
 
     # -- sessions ----------------------------------------------------------------------------------
     def open(self, session_id: str, params: SamplingParams) -> None:
-        if not session_id:
-            raise InvalidArgument("session_id must be non-empty")
         params.validate()
-        with self._lock:
-            if session_id in self._sessions:
-                raise AlreadyExists(f"session {session_id!r} is already open")
-            if len(self._sessions) >= self.max_sessions:
-                raise ResourceExhausted(f"service is at its cap of {self.max_sessions} live sessions")
-            self._sessions[session_id] = LookupSession(LookupProposer(MIN_N, MAX_N, self.recent))
+        self._sessions.add(session_id, lambda: LookupSession(LookupProposer(MIN_N, MAX_N, self.recent)))
 
     def release(self, session_id: str) -> bool:
         """End a session; its committed tokens join the replica's recent sequences."""
-        with self._lock:
-            session = self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id)
         if session is None:
             return False
         if self.recent is not None and session.state.tokens:
@@ -111,8 +107,7 @@ class LookupEngine:
         return len(self._sessions)
 
     def reports(self) -> list[dict]:
-        with self._lock:
-            cached = sum(len(s.state.tokens) for s in self._sessions.values())
+        cached = sum(len(s.state.tokens) for s in self._sessions.values())
         return [{"rank": 0, "pid": 0, "resident_bytes": resident_bytes(), "parameter_bytes": 0,
                  "live_sessions": self.live_sessions, "cached_tokens": cached}]
 
@@ -125,10 +120,7 @@ class LookupEngine:
             raise InvalidArgument(f"gamma must be in [1, {self.max_gamma}] for a draft round, got {gamma}")
         if any(t < 0 for t in tokens):
             raise InvalidArgument(f"tokens holds negative token ids: {[t for t in tokens if t < 0][:5]}")
-        with self._lock:
-            session = self._sessions.get(session_id)
-        if session is None:
-            raise NotFound(f"unknown session {session_id!r}")
+        session = self._sessions.get(session_id)
         with session.lock:
             began = time.perf_counter()
             replaced = session.state.tokens[start:]
