@@ -36,8 +36,10 @@ from specdec.text import TextStream, printable
 
 log = logging.getLogger(__name__)
 LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM's prompt_lookup_min/max)
-# What a lookup's α is learned under: where it matched (this sequence, or an earlier session's) and how long.
-LOOKUP_KINDS = [(source, n) for source in ("self", "shared") for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)]
+# What a lookup's α is learned under (`Lookup.kind`): where it matched (this sequence, or an earlier
+# session's), how long a suffix, and whether that suffix recurred there.
+LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)] + \
+    [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)]
 CATCH_UP_ROUNDS = 8  # hybrid prices a draft's catch-up as spread over this many rounds
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,

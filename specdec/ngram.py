@@ -39,9 +39,10 @@ class Lookup:
     frequency: int = 1
 
     @property
-    def kind(self) -> tuple[str, int]:
-        """What its acceptance is learned under: source and match length."""
-        return self.source, self.match
+    def kind(self) -> tuple[str, int, bool]:
+        """What its acceptance is learned under: source, match length, and whether the matched suffix
+        was seen more than once (a context that recurs across sessions)."""
+        return self.source, self.match, self.frequency > 1
 
 
 class NgramIndex:

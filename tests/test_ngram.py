@@ -65,6 +65,11 @@ def test_recent_sequences_serve_later_sessions_within_their_capacity():
     assert (found.tokens, found.match, found.source, found.frequency) == ([10, 11, 12, 13], 3, "shared", 1)
     second.sync([7, 8, 1, 2, 3, 10, 11])
     assert second.propose(2).tokens == [12, 13]
+    shared.add([9, 1, 2, 3, 10, 20])  # the context (1, 2, 3) recurs: its continuation is the latest one
+    third = LookupProposer(2, 4, shared)
+    third.sync([6, 1, 2, 3])
+    found = third.propose(4)
+    assert (found.tokens, found.frequency, found.kind) == ([10, 20], 2, ("shared", 3, True))
     for filler in range(3):  # 3 × 15 tokens: the first session's sequence is evicted
         shared.add([100 + filler] * 15)
     assert LookupProposer(2, 4, shared).propose(4).tokens == []
