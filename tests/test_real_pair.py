@@ -25,6 +25,18 @@ def test_real_pair_greedy_equals_target_only(real_stack, prompt):
         assert result.stats["accepted_tokens"] > 0
 
 
+@pytest.mark.parametrize("proposer", ["model", "hybrid"])
+def test_real_pair_greedy_with_overlap_equals_target_only(real_stack, proposer):
+    """Drafting during verification, forced on: branches are drafted and some hit; the output is unchanged."""
+    prompt = "def merge_sorted(a, b):\n"
+    baseline = generate(real_stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=0))
+    result = generate(real_stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, proposer=proposer,
+                                                        overlap="on"))
+    assert result.token_ids == baseline.token_ids
+    if proposer == "model":
+        assert result.stats["overlap_hits"] > 0
+
+
 def test_real_pair_greedy_logprobs_do_not_change_under_speculation(real_stack):
     """Within 1e-5 of γ = 0 (they are the same bits on a row-invariant path), for fixed and adaptive γ."""
     prompt = "def quicksort(items):\n"
