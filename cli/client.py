@@ -11,7 +11,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from service_runtime.security import open_channel
 from service_runtime.server import CHANNEL_OPTIONS
-from service_runtime.wire import logprob_request_to_pb
+from service_runtime.wire import logprob_request_to_pb, speculation_to_pb
 
 
 @dataclass
@@ -48,15 +48,11 @@ def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, ma
     `proposer` ("model", "ngram", "hybrid") and `overlap` ("auto", "on", "off"): "" = the server's default."""
     request = pb.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_token_ids or [], max_new_tokens=max_new_tokens,
                                  temperature=temperature, top_k=top_k, seed=seed, stop=stop or [],
-                                 **logprob_request_to_pb(top_logprobs))
+                                 **logprob_request_to_pb(top_logprobs), **speculation_to_pb(proposer, overlap))
     if top_p is not None:
         request.top_p = top_p
     if gamma is not None:
         request.gamma = gamma
-    if proposer:
-        request.proposer = pb.Proposer.Value(f"PROPOSER_{proposer.upper()}")
-    if overlap:
-        request.overlap = pb.Overlap.Value(f"OVERLAP_{overlap.upper()}")
     return request
 
 

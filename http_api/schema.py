@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from protos import specdec_pb2 as pb
-from service_runtime.wire import logprob_request_to_pb
+from service_runtime.wire import logprob_request_to_pb, speculation_to_pb
 from specdec.logprobs import MAX_TOP_LOGPROBS
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -82,15 +82,12 @@ class _Common(BaseModel):
         temperature = 1.0 if self.temperature is None else self.temperature
         seed = secrets.randbits(63) if self.seed is None else self.seed
         request = pb.GenerateRequest(max_new_tokens=max_tokens, temperature=temperature, top_k=max(self.top_k or 0, 0),
-                                     seed=seed, stop=self.stops(), **logprob_request_to_pb(top_logprobs), **prompt)
+                                     seed=seed, stop=self.stops(), **logprob_request_to_pb(top_logprobs),
+                                     **speculation_to_pb(self.proposer, self.overlap), **prompt)
         if self.top_p is not None:
             request.top_p = self.top_p
         if self.gamma is not None:
             request.gamma = self.gamma
-        if self.proposer is not None:
-            request.proposer = pb.Proposer.Value(f"PROPOSER_{self.proposer.upper()}")
-        if self.overlap is not None:
-            request.overlap = pb.Overlap.Value(f"OVERLAP_{self.overlap.upper()}")
         return request
 
 

@@ -184,20 +184,19 @@ class Generation:
         how many tokens past the committed ones can still be used."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
-        hit = self._prefetched(committed)
-        lookup = None if hit is None else self._lookup_over(hit, cap, committed)
+        hit, model_gamma = self._prefetched(committed), 0
+        if hit is not None:
+            lookup = self._lookup_over(hit, cap, committed)
+        else:
+            lookup, model_gamma = self._sources(gamma, cap, committed)
         if lookup is not None:
             hit, proposal = None, Proposal(lookup.tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
         elif hit is not None:
             proposal, gamma = hit, len(hit.tokens)
+        elif model_gamma > 0 and self._draft_usable():
+            proposal = self._propose(model_gamma, committed, span)
         else:
-            lookup, model_gamma = self._sources(gamma, cap, committed)
-            if lookup is not None:
-                proposal = Proposal(lookup.tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
-            elif model_gamma > 0 and self._draft_usable():
-                proposal = self._propose(model_gamma, committed, span)
-            else:
-                proposal = NO_PROPOSAL
+            proposal = NO_PROPOSAL
         self._last_drafted = 0 if lookup is not None else len(proposal.tokens)
         if self.controller.overlapping and proposal.tokens and lookup is None:  # after a lookup, likely another
             self._prefetch(committed, proposal.tokens, min(gamma, useful - len(proposal.tokens) - 1), span)
@@ -225,8 +224,7 @@ class Generation:
         for the draft model (0: a target-only step).
 
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
-        rates. A lookup's is E(α_n, γ')/T(γ') at its best γ' ≤ min(cap, its length), with α_n learned
-        for its match length n and no draft cost. The draft model's is its rate at the controller's γ,
+        rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ,
         plus the time its draft needs to catch up on tokens it has not seen (its prompt, or what
         lookups committed), spread over the `CATCH_UP_ROUNDS` rounds it then serves. Target-only's is
         one step's, an option only under adaptive γ (a fixed γ asks for speculation).
@@ -239,17 +237,15 @@ class Generation:
         if not self._uses_model:
             found = self._lookup.propose(gamma)
             return (found if found.tokens else None), 0
-        found = self._lookup.propose(cap)
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
         options = [(self.controller.rate(0), None, 0)] if adaptive else []
         if gamma > 0 and self._draft_usable():
             unseen = self._draft.unsynced(committed) + 1
             catch_up = max(self.controller.draft_time(unseen, gamma) - self.controller.draft_time(1, gamma), 0.0)
             options.append((self.controller.rate(gamma, catch_up / CATCH_UP_ROUNDS), None, gamma))
-        if found.tokens:
-            best, rate = self.controller.best_free(self.lookup_acceptance[found.kind].alpha, len(found.tokens))
-            if best > 0:
-                options.append((rate, dataclasses.replace(found, tokens=found.tokens[:best]), 0))
+        priced = self._priced_lookup(cap)
+        if priced is not None:
+            options.append((*priced, 0))
         if not options:
             return None, 0
         _, lookup, model_gamma = max(options, key=lambda option: option[0])
@@ -287,11 +283,9 @@ class Generation:
         except grpc.RpcError as exc:
             self.draft_failed(exc)
             return None
-        end = branch.base + len(branch.proposal)
-        all_accepted = len(committed) > end and committed[branch.base:end] == list(branch.proposal)
-        self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s,
-                                       committed[end] == guess if all_accepted else None)
-        if not proposal.tokens or not branch.matches(committed, guess):
+        guessed = branch.guessed(committed, guess)
+        self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s, guessed)
+        if not proposal.tokens or not guessed:
             return None
         self._draft_replica = self._draft.client.address
         return proposal
@@ -303,12 +297,19 @@ class Generation:
         if self.request.proposer != "hybrid":
             return None
         self._lookup.sync(committed)
+        priced = self._priced_lookup(cap)
+        _, drafted_rate = self.controller.best_free(self.controller.acceptance.alpha, len(hit.tokens))
+        return priced[1] if priced is not None and priced[0] > drafted_rate else None
+
+    def _priced_lookup(self, cap: int) -> tuple[float, Lookup] | None:
+        """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its
+        expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind and no draft cost;
+        None when it finds nothing worth a token."""
         found = self._lookup.propose(cap)
         if not found.tokens:
             return None
-        _, drafted_rate = self.controller.best_free(self.controller.acceptance.alpha, len(hit.tokens))
         best, rate = self.controller.best_free(self.lookup_acceptance[found.kind].alpha, len(found.tokens))
-        return dataclasses.replace(found, tokens=found.tokens[:best]) if best > 0 and rate > drafted_rate else None
+        return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> Proposal:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""

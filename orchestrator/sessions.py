@@ -125,9 +125,13 @@ class Branch:
     deadline: float  # time.monotonic() by which its reply is due
     span: Span = trace.INVALID_SPAN  # "draft.prefetch", from the send to the reply (when tracing)
 
-    def matches(self, committed: list[int], guess: int | None) -> bool:
-        """The committed tokens are exactly what the branch assumed."""
-        return committed[self.base:] == [*self.proposal, guess]
+    def guessed(self, committed: list[int], guess: int | None) -> bool | None:
+        """None if the verdict rejected a proposed token; else whether the committed tokens are exactly
+        what the branch assumed (the proposal, then the guess: a hit)."""
+        end = self.base + len(self.proposal)
+        if len(committed) <= end or committed[self.base:end] != list(self.proposal):
+            return None
+        return committed[end:] == [guess]
 
 
 class DraftSession(ServiceSession):

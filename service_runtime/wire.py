@@ -85,6 +85,17 @@ def logprob_request_to_pb(top_logprobs: int | None) -> dict:
     return {"logprobs": top_logprobs is not None, "top_logprobs": top_logprobs or 0}
 
 
+def speculation_to_pb(proposer: str | None, overlap: str | None) -> dict:
+    """A request's proposer and overlap fields for their names ("model", "ngram", "hybrid"; "auto", "on",
+    "off"); None or "" leaves a field unset: the server's default."""
+    fields = {}
+    if proposer:
+        fields["proposer"] = pb.Proposer.Value(f"PROPOSER_{proposer.upper()}")
+    if overlap:
+        fields["overlap"] = pb.Overlap.Value(f"OVERLAP_{overlap.upper()}")
+    return fields
+
+
 def logprobs_to_pb(logprobs: list[TokenLogprob] | None) -> list[pb.TokenLogprob]:
     return [pb.TokenLogprob(logprob=lp.logprob, top_ids=[t for t, _ in lp.top], top_logprobs=[v for _, v in lp.top])
             for lp in logprobs or ()]

@@ -234,9 +234,9 @@ class GammaController:
         first = self.draft.upper_bound_s(round(self.draft_sessions.value * fed))
         return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
 
-    def round_time(self, gamma: int) -> float:
-        """T(γ), or T_o(γ) while `overlapping`."""
-        if self.overlapping and gamma > 0:
+    def round_time(self, gamma: int, overlapped: bool | None = None) -> float:
+        """T(γ), or T_o(γ) when `overlapped` (default: while `overlapping`)."""
+        if (self.overlapping if overlapped is None else overlapped) and gamma > 0:
             return self.overlap_round_time(gamma)
         time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
         if gamma > 0:
@@ -254,10 +254,10 @@ class GammaController:
         verify = (self.rtt_target.value or 0.0) + self.contention_target.value * self.verify_time(gamma)
         return max(branch, verify) + (1.0 - self.hit_probability(gamma)) * (rtt_draft + gamma * step)
 
-    def rates(self, cap: int) -> dict[int, float]:
-        """Expected tokens per second for γ = 0..cap."""
+    def rates(self, cap: int, overlapped: bool | None = None) -> dict[int, float]:
+        """Expected tokens per second for γ = 0..cap (`overlapped`: as in `round_time`)."""
         alpha = self.acceptance.alpha
-        return {g: expected_tokens(alpha, g) / self.round_time(g) for g in range(cap + 1)}
+        return {g: expected_tokens(alpha, g) / self.round_time(g, overlapped) for g in range(cap + 1)}
 
     def overlap_pays(self, max_useful: int | None = None, gamma: int | None = None) -> bool:
         """Overlap the next round: its best rate under T_o beats the best under T (at `gamma` when the
@@ -266,14 +266,8 @@ class GammaController:
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
         if self.draft is None or cap == 0 or gamma == 0:
             return False
-
-        def best(overlapping: bool) -> float:
-            self.overlapping = overlapping
-            return self.rate(gamma) if gamma is not None else max(self.rates(cap).values())
-
-        was = self.overlapping
-        plain, overlapped = best(False), best(True)
-        self.overlapping = was
+        plain, overlapped = (self.rate(gamma, overlapped=o) if gamma is not None else max(self.rates(cap, o).values())
+                             for o in (False, True))
         if overlapped > plain:
             self._rounds_without_overlap, self._overlap_probe_interval = 0, self.probe_every
             return True
@@ -284,10 +278,11 @@ class GammaController:
         self._rounds_without_overlap = 0
         return True
 
-    def rate(self, gamma: int, extra_s: float = 0.0) -> float:
+    def rate(self, gamma: int, extra_s: float = 0.0, overlapped: bool | None = None) -> float:
         """Expected tokens per second of a round that drafts γ tokens with the draft model, costing
-        `extra_s` more than a steady round (a draft catching up on tokens it has not seen)."""
-        return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma) + extra_s)
+        `extra_s` more than a steady round (a draft catching up on tokens it has not seen);
+        `overlapped`: as in `round_time`."""
+        return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped) + extra_s)
 
     def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
         """The best γ ≤ cap for a proposer that costs no draft time and no hop (a lookup) whose tokens
@@ -400,11 +395,11 @@ class LookupPrior:
     def estimates(self) -> dict:
         """A new session's estimates: the shared α where one was learned, else the prior's (weakly held)."""
         with self._lock:
-            return {n: AcceptanceEstimate(self.prior_alpha) if e.value is None
-                    else AcceptanceEstimate(e.value, self.prior_weight) for n, e in self._alpha.items()}
+            return {kind: AcceptanceEstimate(self.prior_alpha) if e.value is None
+                    else AcceptanceEstimate(e.value, self.prior_weight) for kind, e in self._alpha.items()}
 
     def absorb(self, estimates: dict) -> None:
         with self._lock:
-            for n, estimate in estimates.items():
-                if n in self._alpha and estimate.observed >= 4:
-                    self._alpha[n].update(estimate.alpha)
+            for kind, estimate in estimates.items():
+                if kind in self._alpha and estimate.observed >= 4:
+                    self._alpha[kind].update(estimate.alpha)

@@ -17,6 +17,11 @@ from dataclasses import dataclass, field
 from specdec.errors import InvalidArgument, OutOfRange
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 @dataclass
 class SequenceState:
     tokens: list[int] = field(default_factory=list)  # committed tokens, then any speculative ones
@@ -34,10 +39,7 @@ class SequenceState:
                              f"{self.committed} committed tokens (out-of-order or lost round)")
         if start + len(new_tokens) == 0:
             raise InvalidArgument("a round must leave at least one committed token")
-        old_tail = self.tokens[start:]
-        match = 0
-        while match < min(len(old_tail), len(new_tokens)) and old_tail[match] == new_tokens[match]:
-            match += 1
+        match = common_prefix(self.tokens[start:], new_tokens)
         self.tokens = self.tokens[:start] + list(new_tokens)
         self.committed = len(self.tokens)
         # Always leave at least one token to feed: its logits start the next step.

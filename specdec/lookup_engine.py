@@ -23,7 +23,7 @@ from specdec.compute import PathChoice, describe_device
 from specdec.cost_profile import CostProfile
 from specdec.engine import Proposal, Rollback, resident_bytes
 from specdec.errors import InvalidArgument
-from specdec.kv import SequenceState
+from specdec.kv import SequenceState, common_prefix
 from specdec.ngram import LOOKUP_MEMORY_TOKENS, LookupProposer, RecentSequences
 from specdec.rounds import PassLoad
 from specdec.sampling import SamplingParams
@@ -125,8 +125,8 @@ class LookupEngine:
             began = time.perf_counter()
             replaced = session.state.tokens[start:]
             session.state.commit(start, tokens)
-            kept = next((i for i, (a, b) in enumerate(zip(replaced, tokens)) if a != b), min(len(replaced), len(tokens)))
             session.proposer.sync(session.state.tokens)  # committed tokens only: proposals are not recorded
             found = session.proposer.propose(gamma)
-            return Proposal(found.tokens, None, time.perf_counter() - began, Rollback(len(replaced) - kept, 0.0),
+            dropped = len(replaced) - common_prefix(replaced, tokens)
+            return Proposal(found.tokens, None, time.perf_counter() - began, Rollback(dropped, 0.0),
                             PassLoad(self.live_sessions, 1.0, 0.0))

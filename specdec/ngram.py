@@ -24,6 +24,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from specdec.kv import common_prefix
 
 LOOKUP_MEMORY_TOKENS = 100_000  # finished sequences a server keeps for lookups across sessions
 
@@ -60,11 +61,8 @@ class NgramIndex:
     def sync(self, committed: list[int]) -> None:
         """Take in the committed tokens not seen yet; a committed sequence that no longer starts with
         the indexed one (a service's rollback) first truncates the index to their common prefix."""
-        common = len(self.tokens)
-        if len(committed) < common or committed[:common] != self.tokens:
-            common = next((i for i, (a, b) in enumerate(zip(self.tokens, committed)) if a != b),
-                          min(common, len(committed)))
-            self.truncate(common)
+        if committed[:len(self.tokens)] != self.tokens:
+            self.truncate(common_prefix(self.tokens, committed))
         for token in committed[len(self.tokens):]:
             end = len(self.tokens)  # the n-grams ending just before `token` now have a continuation
             replaced = []

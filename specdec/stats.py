@@ -42,10 +42,6 @@ class GenerationSummary:
     overlap_branches: int = 0  # branches drafted during a verify and resolved by the next round …
     overlap_hits: int = 0  # … of which the verdict matched: their round paid no draft time
 
-    @property
-    def overlap_hit_rate(self) -> float:
-        return self.overlap_hits / self.overlap_branches if self.overlap_branches else 0.0
-
 
 @dataclass
 class GenerationStats:
