@@ -1,5 +1,5 @@
 """python -m draft_service: host the draft model behind specdec.v1.DraftService (`--model lookup`: no
-model, n-gram lookups; `specdec.lookup_engine`)."""
+model, n-gram lookups; `specdec.engine.lookup_engine`)."""
 
 import os
 
@@ -9,12 +9,17 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 import argparse  # noqa: E402
 
 from draft_service.servicer import register  # noqa: E402
-from service_runtime.model_service import (add_registry_args, model_service_config,  # noqa: E402
-                                          model_service_parser, run_model_service)
-from service_runtime.model_service import ModelServiceConfig, load_engine  # noqa: E402
-from specdec.engine import DraftEngine  # noqa: E402
-from specdec.lookup_engine import LOOKUP_MODEL, LookupEngine  # noqa: E402
-from specdec.ngram import LOOKUP_MEMORY_TOKENS  # noqa: E402
+from specdec.core.ngram import LOOKUP_MEMORY_TOKENS  # noqa: E402
+from specdec.engine.lookup_engine import LOOKUP_MODEL, LookupEngine  # noqa: E402
+from specdec.engine.model_engine import DraftEngine  # noqa: E402
+from specdec.runtime.model_service import (  # noqa: E402  # noqa: E402
+    ModelServiceConfig,
+    add_registry_args,
+    load_engine,
+    model_service_config,
+    model_service_parser,
+    run_model_service,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.sessions import SessionServicer
-from service_runtime.wire import pass_load_to_pb, encode_probs
-from specdec.engine import DraftEngine
+from specdec.engine.model_engine import DraftEngine
+from specdec.runtime.sessions import SessionServicer
+from specdec.runtime.wire import encode_probs, pass_load_to_pb
 
 
 class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from http_api.flags import add_http_args, http_config
 from orchestrator.flags import add_orchestrator_args, orchestrator_config
 from orchestrator.server import start_orchestrator
-from service_runtime import security, telemetry
-from service_runtime.server import add_common_args, announce_and_wait, configure_logging
+from specdec.http.flags import add_http_args, http_config
+from specdec.runtime import security, telemetry
+from specdec.runtime.server import add_common_args, announce_and_wait, configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
                                  orchestrator_config(args), args.redis_url, args.health_port)
     http = None
     if serve_http:  # the OpenAI API beside it, a client of its gRPC port over loopback
-        from http_api.server import start_http
+        from specdec.http.server import start_http
 
         http = start_http(http_config(args, f"127.0.0.1:{running.port}", args.tokenizer),
                           args.http_host or args.host, args.http_port, args.log_level.lower())

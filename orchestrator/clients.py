@@ -10,8 +10,8 @@ import grpc
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.security import open_channel
-from service_runtime.server import CHANNEL_OPTIONS
+from specdec.runtime.security import open_channel
+from specdec.runtime.server import CHANNEL_OPTIONS
 
 _END = object()
 STREAM_TIMEOUT_S = 3600.0

@@ -1,7 +1,7 @@
 """The draft replicas an orchestrator can route sessions to.
 
 Replicas come from a fixed list (`--draft a,b`) or from Redis, where each replica keeps a
-record alive by heartbeat (`service_runtime.redis_state`). A new session goes to the healthy
+record alive by heartbeat (`specdec.runtime.redis_state`). A new session goes to the healthy
 replica with the lowest load: sessions it last reported, plus the sessions this orchestrator
 opened on it since, over its session cap. A replica that failed a call is skipped for
 `cooldown_s`; a replica whose heartbeat stopped drops out when its record expires.
@@ -17,8 +17,8 @@ import grpc
 
 from orchestrator.clients import ServiceClient, draft_client
 from protos import specdec_pb2 as pb
-from service_runtime.wire import cost_profile_from_pb
-from specdec.cost_profile import CostProfile
+from specdec.planning.cost import CostProfile
+from specdec.runtime.wire import cost_profile_from_pb
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class DraftPool:
     def _candidates(self) -> list[dict]:
         if self.registry is None:
             return [{"address": a, "live_sessions": 0, "max_sessions": 1} for a in self.addresses]
-        from service_runtime.redis_state import registered_drafts
+        from specdec.runtime.redis_state import registered_drafts
 
         try:
             return registered_drafts(self.registry)

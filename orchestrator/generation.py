@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 import grpc
-
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
@@ -24,15 +23,16 @@ from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.sessions import NO_PROPOSAL, Branch, DraftSession, Proposal, TargetSession, Verdict
-from service_runtime import telemetry
-from service_runtime.wire import sampling_to_pb
-from specdec.controller import GammaController, LookupPrior
-from specdec.ngram import Lookup, LookupProposer, RecentSequences
-from specdec.cost_profile import RoundTimeout
-from specdec.rounds import RoundRecord
-from specdec.sampling import SamplingParams
-from specdec.stats import FinishReason, GenerationStats
-from specdec.text import TextStream, printable
+from specdec.core.ngram import Lookup, LookupProposer, RecentSequences
+from specdec.core.rounds import RoundRecord
+from specdec.core.sampling import SamplingParams
+from specdec.core.stats import FinishReason, GenerationStats
+from specdec.core.text import TextStream, printable
+from specdec.planning.controller import GammaController
+from specdec.planning.deadline import RoundTimeout
+from specdec.planning.prior import LookupPrior
+from specdec.runtime import telemetry
+from specdec.runtime.wire import sampling_to_pb
 
 log = logging.getLogger(__name__)
 LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM's prompt_lookup_min/max)
@@ -56,7 +56,7 @@ class GenerationRequest:
     resumed: tuple[int, ...] = ()  # tokens generated before a resume, from the session record
     resume_from: int = 0  # of those, how many the client already holds
     top_logprobs: int | None = None  # None: no log-probabilities; k: each token's, with k alternatives
-    proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.ngram`);
+    proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.core.ngram`);
     # "hybrid": each round, whichever of the two promises more tokens per second
     overlap: str = "off"  # draft the next round during the verify: "on", "off", or "auto" (where it pays)
 

@@ -1,6 +1,6 @@
 """Speculative-decoding metrics through OpenTelemetry, under the names vLLM users dashboard.
 
-Recorded through the API: no-ops unless `service_runtime.telemetry.configure` installed a
+Recorded through the API: no-ops unless `specdec.runtime.telemetry.configure` installed a
 MeterProvider (Prometheus scrape endpoint and/or OTLP export).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from opentelemetry import metrics
 
-from specdec.rounds import RoundRecord
+from specdec.core.rounds import RoundRecord
 
 ROUND_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 

@@ -6,8 +6,8 @@ import dataclasses
 import logging
 
 from orchestrator.generation import GenerationRequest
-from specdec.errors import FailedPrecondition, InvalidArgument, NotFound
-from specdec.sampling import SamplingParams
+from specdec.core.errors import FailedPrecondition, InvalidArgument, NotFound
+from specdec.core.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from orchestrator.clients import ServiceClient, draft_client, target_client
 from orchestrator.draft_pool import DraftPool
 from orchestrator.servicer import OrchestratorConfig, SpecDecServicer
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.redis_state import connect
-from service_runtime.server import MAX_CLIENT_MESSAGE_BYTES, RunningServer, start_server
-from specdec.models import load_tokenizer
-import weights
+from specdec import weights
+from specdec.runtime.redis_state import connect
+from specdec.runtime.server import MAX_CLIENT_MESSAGE_BYTES, RunningServer, start_server
+from specdec.weights.sources import load_tokenizer
 
 READY_TIMEOUT_S = 60.0
 SERVICE_NAME = "specdec.v1.SpecDec"

@@ -18,16 +18,17 @@ from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.records import RecordWriter, resume_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime import telemetry
-from service_runtime.errors import grpc_errors
-from service_runtime.guards import credential_of
-from service_runtime.redis_state import PriorStore, SessionStore
-from service_runtime.wire import cost_profile_from_pb, logprob_request_from_pb, round_to_pb, summary_to_pb
-from specdec.controller import LookupPrior, SharedPrior
-from specdec.cost_profile import CostProfile, RoundTimeout
-from specdec.errors import FailedPrecondition, InvalidArgument, OutOfRange
-from specdec.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences
-from specdec.sampling import SamplingParams
+from specdec.core.errors import FailedPrecondition, InvalidArgument, OutOfRange
+from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences
+from specdec.core.sampling import SamplingParams
+from specdec.planning.cost import CostProfile
+from specdec.planning.deadline import RoundTimeout
+from specdec.planning.prior import LookupPrior, SharedPrior
+from specdec.runtime import telemetry
+from specdec.runtime.errors import grpc_errors
+from specdec.runtime.guards import credential_of
+from specdec.runtime.redis_state import PriorStore, SessionStore
+from specdec.runtime.wire import cost_profile_from_pb, logprob_request_from_pb, round_to_pb, summary_to_pb
 
 log = logging.getLogger(__name__)
 FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
@@ -47,7 +48,7 @@ class OrchestratorConfig:
     max_prompt_bytes: int = 1 << 20  # checked before tokenising
     max_session_id_chars: int = 128
     max_concurrent: int = 64  # generations in flight; more get RESOURCE_EXHAUSTED
-    round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.cost_profile.RoundTimeout`)
+    round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.planning.cost.RoundTimeout`)
     session_ttl_s: float = 3600.0  # resumable records in Redis
     proposer: str = "hybrid"  # a request's proposer when it names none: "model", "ngram" or "hybrid"
     overlap: str = "auto"  # a request's overlap when it names none: "auto", "on" or "off"

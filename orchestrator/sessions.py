@@ -16,9 +16,9 @@ from opentelemetry.trace import Span, SpanKind
 
 from orchestrator.clients import PendingCall, ServiceClient, SessionStream
 from protos import specdec_pb2 as pb
-from service_runtime import telemetry
-from service_runtime.wire import logprob_request_to_pb, pass_load_from_pb, probs_rows
-from specdec.rounds import PassLoad, network_s
+from specdec.core.rounds import PassLoad, network_s
+from specdec.runtime import telemetry
+from specdec.runtime.wire import logprob_request_to_pb, pass_load_from_pb, probs_rows
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class DraftSession(ServiceSession):
         """Ask, without waiting, for γ+1 tokens after `committed + proposal`: a guess of the bonus
         token (the draft's most likely one), then the next round's γ drafts. The service holds
         `proposal` as committed until the next call's commit replaces what the verdict did not keep
-        (`specdec.kv`)."""
+        (`specdec.core.sequence`)."""
         request = pb.DraftRequest(gamma=gamma + 1, min_confidence=min_confidence, guess_first=True)
         self._prepare(request, [*committed, *proposal])
         hop_span = trace.INVALID_SPAN

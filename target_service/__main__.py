@@ -19,13 +19,20 @@ from dataclasses import dataclass  # noqa: E402
 import torch  # noqa: E402
 from grpc_health.v1 import health_pb2  # noqa: E402
 
-from service_runtime.model_service import (ModelServiceConfig, load_and_profile, load_engine,  # noqa: E402
-                                          model_service_config, model_service_parser, serve_engine, setup_process)
-from service_runtime.server import announce_and_wait  # noqa: E402
-from specdec.cost_profile import machine_lock  # noqa: E402
-from specdec.engine import TargetEngine  # noqa: E402
-from specdec.models import resolve_device  # noqa: E402
-from specdec.tp import shard_model  # noqa: E402
+from specdec.engine.model_engine import TargetEngine  # noqa: E402
+from specdec.engine.models import resolve_device  # noqa: E402
+from specdec.engine.tp import shard_model  # noqa: E402
+from specdec.runtime.machine_lock import machine_lock  # noqa: E402
+from specdec.runtime.model_service import (  # noqa: E402
+    ModelServiceConfig,
+    load_and_profile,
+    load_engine,
+    model_service_config,
+    model_service_parser,
+    serve_engine,
+    setup_process,
+)
+from specdec.runtime.server import announce_and_wait, free_port  # noqa: E402
 from target_service import tensor_parallel as tp  # noqa: E402
 from target_service.servicer import register  # noqa: E402
 
@@ -84,7 +91,7 @@ def run_tensor_parallel(config: ModelServiceConfig, parallel: TensorParallel, ar
     device = resolve_device(config.device)
     followers: list[subprocess.Popen] = []
     if rank == 0 and not parallel.external_workers:
-        parallel = dataclasses.replace(parallel, master=parallel.master or f"127.0.0.1:{tp.free_port()}")
+        parallel = dataclasses.replace(parallel, master=parallel.master or f"127.0.0.1:{free_port()}")
         followers = [subprocess.Popen([sys.executable, "-m", "target_service", *argv, "--tp-rank", str(r),
                                        "--tp-master", parallel.master], stdout=subprocess.DEVNULL)
                      for r in range(1, world)]

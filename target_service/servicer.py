@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.sessions import SessionServicer
-from service_runtime.wire import decode_probs, logprob_request_from_pb, logprobs_to_pb, pass_load_to_pb
-from specdec.engine import TargetEngine
+from specdec.engine.model_engine import TargetEngine
+from specdec.runtime.sessions import SessionServicer
+from specdec.runtime.wire import decode_probs, logprob_request_from_pb, logprobs_to_pb, pass_load_to_pb
 
 
 class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):

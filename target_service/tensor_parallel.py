@@ -1,6 +1,6 @@
 """A tensor-parallel target behind one endpoint: rank 0 serves gRPC, ranks > 0 follow.
 
-Every rank holds a `TargetEngine` over its shard of the model (`specdec.tp`). Rank 0
+Every rank holds a `TargetEngine` over its shard of the model (`specdec.engine.tp`). Rank 0
 broadcasts each state-changing engine call (open, verify, release) on a gloo group before
 running it; the followers run the same call, so every rank executes the same forward passes
 in the same order and their KV caches stay identical through rollbacks and releases. Only
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import socket
 import subprocess
 import sys
 import threading
@@ -24,9 +23,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from specdec.engine import TargetEngine, Verification
-from specdec.errors import SpecDecError, Unavailable
-from specdec.profile_cache import ProfileCache, load_or_measure
+from specdec.core.errors import SpecDecError, Unavailable
+from specdec.engine.model_engine import TargetEngine, Verification
+from specdec.engine.profile_cache import ProfileCache, load_or_measure
 
 log = logging.getLogger(__name__)
 HEARTBEAT_S = 5.0  # an idle rank 0 pings the followers this often, well inside the collective timeout
@@ -34,12 +33,6 @@ HEARTBEAT_S = 5.0  # an idle rank 0 pings the followers this often, well inside 
 
 class StartupError(RuntimeError):
     """The ranks could not rendezvous, or a follower failed while loading."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def rendezvous(rank: int, world: int, master: str, device: torch.device, timeout_s: float):

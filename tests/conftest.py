@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from launch.stack import EmbeddedStack, StackOptions
+from specdec.launch.stack import EmbeddedStack, StackOptions
 
 TINY_TARGET = "tiny:seed=0"
 TINY_DRAFT = "tiny:seed=0,perturb=0.05"  # agrees with the target on about half the tokens

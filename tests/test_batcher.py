@@ -6,14 +6,13 @@ import threading
 import time
 
 import torch
-
-from specdec.batcher import StepBatcher
-from specdec.engine import DraftEngine, TargetEngine
-from specdec.models import load_model
-from specdec.runner import Step
-from specdec.sampling import SamplingParams
-
 from conftest import TINY_DRAFT, TINY_TARGET
+
+from specdec.core.sampling import SamplingParams
+from specdec.engine.batcher import StepBatcher
+from specdec.engine.model_engine import DraftEngine, TargetEngine
+from specdec.engine.models import load_model
+from specdec.engine.runner import Step
 
 
 def test_concurrent_steps_share_passes_and_keep_their_bits():
@@ -136,7 +135,7 @@ def test_a_step_that_fails_fails_alone():
 def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks():
     """Alone, a 100-token prompt is one forward; beside another live session, it is fed in chunks of
     SHARED_PREFILL_CHUNK that leave room for that session's decode steps. The verdict is the same."""
-    from specdec.engine import SHARED_PREFILL_CHUNK
+    from specdec.engine.model_engine import SHARED_PREFILL_CHUNK
 
     target = TargetEngine(load_model(TINY_TARGET, device="cpu"))
     prompt = [(7 * i) % 250 + 3 for i in range(100)]

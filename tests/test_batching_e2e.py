@@ -7,14 +7,13 @@ import threading
 
 import grpc
 import pytest
+from test_errors import wait_for_no_sessions
 
-from cli.client import generate, make_request
 from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.server import CHANNEL_OPTIONS
-
-from test_errors import wait_for_no_sessions
+from specdec.cli.client import generate, make_request
+from specdec.runtime.server import CHANNEL_OPTIONS
 
 LONG_PROMPT = [(7 * i) % 250 + 3 for i in range(300)]  # 300 tokens: a chunked prefill beside other sessions' decoding
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from cli.main import main
-
 from conftest import TINY_DRAFT, TINY_TARGET
+
+from specdec.cli.main import main
 
 
 def test_concurrency_bench_writes_rows_and_a_plot(tmp_path):

@@ -8,14 +8,15 @@ import logging
 import pytest
 import torch
 
-from specdec.attention import BLOCK
-from specdec.compute import build_runner, resolve_path
-from specdec.cpu import cpu_features
-from specdec.cost_profile import CostProfile, measure
-from specdec.kernels import Int8Kernel, make_kernel
-from specdec.kvcache import KVCache
-from specdec.models import build_tiny_model
-from specdec.runner import ModelRunner, Step, UnsupportedModel
+from specdec.engine.attention import BLOCK
+from specdec.engine.compute import build_runner, resolve_path
+from specdec.engine.cpu import cpu_features
+from specdec.engine.kernels import Int8Kernel, make_kernel
+from specdec.engine.kvcache import KVCache
+from specdec.engine.measure import measure
+from specdec.engine.models import build_tiny_model
+from specdec.engine.runner import ModelRunner, Step, UnsupportedModel
+from specdec.planning.cost import CostProfile
 
 TOKENS = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31, 77, 64, 2, 99]
 PATHS = [("fp32", "onednn"), ("bf16", "dense"), ("int8", "dense")]
@@ -131,7 +132,7 @@ def test_int8_kernel_refuses_8_bit_weights_without_vnni():
 def test_bf16_says_when_it_is_emulated(caplog):
     """On a CPU without avx512_bf16/AMX, bf16 runs (its numbers track fp32: test_lossy_paths_track_fp32)
     with a warning and a kernel name that say it is emulated; with native bf16, neither."""
-    with caplog.at_level(logging.WARNING, logger="specdec.compute"):
+    with caplog.at_level(logging.WARNING, logger="specdec.engine.compute"):
         _, choice = build_runner(build_tiny_model("tiny:seed=0"), "bf16")
     emulated = not cpu_features().native_bf16
     assert (choice.kernel == "dense-emulated") == emulated

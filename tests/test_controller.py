@@ -4,9 +4,11 @@ import dataclasses
 
 import pytest
 
-from specdec.controller import GammaController, SharedPrior, expected_tokens, profile_speedup, theorem_speedup
-from specdec.cost_profile import CostProfile
-from specdec.rounds import PassLoad, RoundRecord
+from specdec.core.rounds import PassLoad, RoundRecord
+from specdec.planning.controller import GammaController
+from specdec.planning.cost import CostProfile, expected_tokens
+from specdec.planning.prior import SharedPrior
+from specdec.tools.bench.theory import profile_speedup, theorem_speedup
 
 STEP = 0.1  # seconds for a one-token target forward
 
@@ -270,7 +272,7 @@ def test_rounds_drafted_elsewhere_teach_nothing_of_the_draft_model():
 
 
 def test_lookup_prior_hands_alpha_per_match_length_to_new_sessions():
-    from specdec.controller import LookupPrior
+    from specdec.planning.prior import LookupPrior
 
     prior = LookupPrior(range(2, 5))
     first = prior.estimates()

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from draft_service.__main__ import build_parser as draft_parser
-from http_api.__main__ import build_parser as http_parser
 from orchestrator.__main__ import build_parser as orchestrator_parser
+from specdec.http.__main__ import build_parser as http_parser
 from target_service.__main__ import build_parser as target_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ COMPOSE = [ROOT / "docker-compose.yml", ROOT / "docker-compose.gpu.yml", ROOT / 
 K8S = ROOT / "deploy" / "k8s"
 RAY_CLUSTER = ROOT / "deploy" / "ray" / "raycluster.yaml"
 PARSERS = {"draft_service": draft_parser, "target_service": target_parser, "orchestrator": orchestrator_parser,
-           "http_api": http_parser, "service_runtime.healthcheck": None}
+           "http_api": http_parser, "specdec.runtime.healthcheck": None}
 # Env vars read by libraries rather than by our code: the OpenTelemetry SDK's standard settings.
 STANDARD_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
                 "COLLECTOR_OTLP_ENABLED", "POD_IP", "RAY_ADDRESS"}
@@ -207,7 +207,7 @@ def test_every_command_and_flag_exists_in_the_cli():
         module, rest = argv[2], argv[3:]
         assert module in PARSERS, f"{where}: unknown module {module}"
         if PARSERS[module] is None:
-            from service_runtime.healthcheck import main as healthcheck_main  # noqa: F401 - importable
+            from specdec.runtime.healthcheck import main as healthcheck_main  # noqa: F401 - importable
             continue
         parser = PARSERS[module]()
         try:
@@ -246,13 +246,13 @@ def test_dockerfile_has_variants_a_non_root_user_and_a_grpc_health_check():
     text = (ROOT / "deploy" / "Dockerfile").read_text()
     assert re.search(r"^ARG VARIANT=cpu$", text, re.M) and "cuda)" in text
     assert re.search(r"^USER 10001$", text, re.M)
-    assert "HEALTHCHECK" in text and "service_runtime.healthcheck" in text
+    assert "HEALTHCHECK" in text and "specdec.runtime.healthcheck" in text
     assert "VOLUME" in text and "COPY" in text and ".cache" not in text  # weights never baked in
 
 
 def test_healthcheck_command_reports_serving_and_failure(stack):
-    ok = run([sys.executable, "-m", "service_runtime.healthcheck", stack.target_address,
+    ok = run([sys.executable, "-m", "specdec.runtime.healthcheck", stack.target_address,
               "--service", "specdec.v1.TargetService"])
     assert ok.returncode == 0 and "SERVING" in ok.stdout
-    down = run([sys.executable, "-m", "service_runtime.healthcheck", "127.0.0.1:9", "--timeout", "1"])
+    down = run([sys.executable, "-m", "specdec.runtime.healthcheck", "127.0.0.1:9", "--timeout", "1"])
     assert down.returncode == 1

@@ -8,12 +8,11 @@ import sys
 
 import grpc
 import pytest
+from conftest import TINY_DRAFT, TINY_TARGET
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from cli.client import generate, make_request
-
-from conftest import TINY_DRAFT, TINY_TARGET
+from specdec.cli.client import generate, make_request
 
 PROMPTS = [dict(prompt="def fibonacci(n):"), dict(prompt="The quick brown fox"),
            dict(prompt_token_ids=[5, 17, 200, 33, 41, 99, 12])]
@@ -75,7 +74,7 @@ def test_health_and_reflection_on_every_server(stack):
 
 
 def test_cli_generate_json_matches_server():
-    cmd = [sys.executable, "-m", "cli.main", "generate", "--prompt", "def fibonacci(n):",
+    cmd = [sys.executable, "-m", "specdec.cli.main", "generate", "--prompt", "def fibonacci(n):",
            "--max-new-tokens", "16", "--gamma", "3", "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET,
            "--device", "cpu", "--json", "--logprobs", "2"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

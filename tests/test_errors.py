@@ -7,9 +7,9 @@ import time
 import grpc
 import pytest
 
-from cli.client import generate, make_request
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2 as pb
+from specdec.cli.client import generate, make_request
 
 INVALID, OUT_OF_RANGE, NOT_FOUND = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                                     grpc.StatusCode.NOT_FOUND)

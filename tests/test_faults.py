@@ -12,16 +12,15 @@ import time
 
 import grpc
 import pytest
+from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_errors import wait_for_no_sessions
 
-from cli.client import generate, make_request
 from orchestrator.clients import target_client
-from launch.stack import EmbeddedStack
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-
-from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack
-from test_errors import wait_for_no_sessions
+from specdec.cli.client import generate, make_request
+from specdec.launch.stack import EmbeddedStack
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -173,7 +172,7 @@ def test_stopping_serve_stops_every_child(sig):
 
     Waits on the condition itself (every child gone), bounded by STOP_BOUND_S; on an idle
     machine it takes about a second."""
-    serve = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", "0", "--device", "cpu",
+    serve = subprocess.Popen([sys.executable, "-m", "specdec.cli.main", "serve", "--port", "0", "--device", "cpu",
                               "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET, "--draft-replicas", "2"],
                              stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -13,12 +13,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec import blockquant
-from specdec.blockquant import BLOCK, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
-from specdec.compute import resolve_path
-from specdec.gguf_model import load_gguf_model
-from specdec.models import build_tiny_model, load_model
-from specdec.runner import Step
+from specdec.engine import blockquant
+from specdec.engine.blockquant import BLOCK, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
+from specdec.engine.compute import resolve_path
+from specdec.engine.gguf_model import load_gguf_model
+from specdec.engine.models import build_tiny_model, load_model
+from specdec.engine.runner import Step
 
 FORMATS = [Q4_K, Q6_K, Q8_0, Q5_0]
 TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
@@ -164,10 +164,10 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
 def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
     """The gguf loader reads qwen2/qwen3 layouts; any other GGUF still loads (through transformers) on the
     fp32 path by default, with a warning, and `--dtype gguf` refuses it clearly."""
-    from specdec.gguf_model import UnsupportedGguf
+    from specdec.engine.gguf_model import UnsupportedGguf
 
     write_gguf(build_tiny_model(TINY_GGUF), tmp_path / "other.gguf", arch="llama")
-    with caplog.at_level("WARNING", logger="specdec.models"):
+    with caplog.at_level("WARNING", logger="specdec.engine.models"):
         loaded = load_model(str(tmp_path / "other.gguf"), "cpu")
     assert loaded.choice.path == "fp32" and "architecture 'llama'" in caplog.text
     with pytest.raises(UnsupportedGguf, match="llama"):
@@ -176,8 +176,8 @@ def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
 
 def test_hf_baseline_gets_the_same_kernels():
     """The benchmark's Hugging Face baseline runs on the gguf kernels too (a slow baseline is no win)."""
-    from specdec.compute import swap_linears
-    from specdec.models import load_hf_model
+    from specdec.engine.compute import swap_linears
+    from specdec.engine.models import load_hf_model
 
     hf = swap_linears(load_hf_model(TINY_GGUF, torch.device("cpu"), packed=True), "gguf")
     assert isinstance(hf.model.layers[0].mlp.down_proj, BlockQuantKernel)
@@ -190,7 +190,7 @@ def test_hf_baseline_gets_the_same_kernels():
 
 
 def test_without_a_compiler_the_kernel_is_refused_clearly(tmp_path, monkeypatch):
-    from specdec import native
+    from specdec.engine import native
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.setenv("PATH", "")
@@ -213,7 +213,7 @@ def test_without_the_kernel_a_gguf_model_runs_on_fp32_with_the_same_weights(monk
 def test_tensor_parallel_shards_a_gguf_model_on_fp32():
     """A Q4_K row splits only at 256-column blocks, which the MLP width need not give each rank: a
     sharded GGUF model runs on fp32 weights (the same values) instead of failing."""
-    from specdec.runner import Collectives
+    from specdec.engine.runner import Collectives
 
     loaded = load_model(TINY_GGUF, "cpu", shard=lambda model: Collectives())
     assert loaded.choice.path == "fp32"

@@ -10,15 +10,14 @@ import grpc
 import pytest
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_errors import stream_error, wait_for_no_sessions
 
-from cli.client import generate, make_request
 from orchestrator.clients import draft_client, target_client
 from orchestrator.records import resume_request
 from protos import specdec_pb2 as pb
-from specdec.errors import NotFound
-from specdec.text import TextStream, printable
-
-from test_errors import stream_error, wait_for_no_sessions
+from specdec.cli.client import generate, make_request
+from specdec.core.errors import NotFound
+from specdec.core.text import TextStream, printable
 
 SPECIFIC = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
             grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -224,9 +223,9 @@ def test_a_clients_bad_input_never_cools_down_a_draft(stack):
     from orchestrator.clients import StreamError
     from orchestrator.draft_pool import DraftPool
     from orchestrator.generation import Generation, GenerationRequest
-    from specdec.controller import GammaController
-    from specdec.cost_profile import CostProfile
-    from specdec.sampling import SamplingParams
+    from specdec.core.sampling import SamplingParams
+    from specdec.planning.controller import GammaController
+    from specdec.planning.cost import CostProfile
 
     request = GenerationRequest([5, 6], 8, SamplingParams(), gamma=2)
     for code, usable_after in ((grpc.StatusCode.INVALID_ARGUMENT, True), (grpc.StatusCode.DEADLINE_EXCEEDED, False)):

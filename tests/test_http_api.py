@@ -1,5 +1,5 @@
 """The OpenAI-compatible HTTP API through the official `openai` client, against a real
-`specdec serve --http-port` (and a standalone `python -m http_api`) on loopback."""
+`specdec serve --http-port` (and a standalone `python -m specdec.http`) on loopback."""
 
 from __future__ import annotations
 
@@ -15,14 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx2 as httpx
 import openai
 import pytest
+from conftest import TINY_DRAFT, TINY_TARGET
 
-from cli.client import generate, make_request
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2 as pb
-from service_runtime.server import READY_PREFIX
-from specdec.models import build_byte_tokenizer
-
-from conftest import TINY_DRAFT, TINY_TARGET
+from specdec.cli.client import generate, make_request
+from specdec.runtime.server import READY_PREFIX
+from specdec.weights.sources import build_byte_tokenizer
 
 MODEL = TINY_TARGET
 PROMPT = "def fib(n):"
@@ -34,7 +33,7 @@ class Serve:
     """`specdec serve --http-port 0` as a child process; its endpoints read from its stdout."""
 
     def __init__(self, *flags: str):
-        cmd = [sys.executable, "-m", "cli.main", "serve", "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET,
+        cmd = [sys.executable, "-m", "specdec.cli.main", "serve", "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET,
                "--device", "cpu", "--port", "0", "--gamma-max", "6", "--max-new-tokens-limit", "1024",
                "--http-port", "0", *flags]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -69,14 +68,14 @@ def serve():
 
 @pytest.fixture(scope="module")
 def gateway(serve, tmp_path_factory):
-    """A standalone `python -m http_api` in front of the same orchestrator: with a bearer token, a
+    """A standalone `python -m specdec.http` in front of the same orchestrator: with a bearer token, a
     0.1 s deadline, and a tokenizer without a chat template."""
     folder = tmp_path_factory.mktemp("gateway")
     tokenizer = build_byte_tokenizer()
     tokenizer.chat_template = None
     tokenizer.save_pretrained(folder / "tokenizer")
     (folder / "token").write_text(TOKEN + "\n")
-    proc = subprocess.Popen([sys.executable, "-m", "http_api", "--endpoint", serve.grpc, "--http-host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "specdec.http", "--endpoint", serve.grpc, "--http-host", "127.0.0.1",
                              "--http-port", "0", "--auth-token-file", str(folder / "token"), "--http-timeout", "0.1",
                              "--tokenizer", str(folder / "tokenizer"), "--log-level", "warning"],
                             stdout=subprocess.PIPE, text=True)
@@ -92,7 +91,7 @@ def grpc_text(serve: Serve, **kw) -> tuple[str, list[int], list[pb.TokenLogprob]
 
 
 def test_served_names():
-    from http_api.app import served_name
+    from specdec.http.app import served_name
 
     assert served_name("packaged:target") == "qwen2.5-coder-1.5b-instruct"
     assert served_name("/home/u/.cache/specdec/qwen2.5-coder-1.5b-instruct/bundle") == "qwen2.5-coder-1.5b-instruct"

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from specdec.engine import DraftEngine, TargetEngine
-from specdec.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
-from specdec.kv import SequenceState
-from specdec.models import build_tiny_model, load_model
-from specdec.sampling import SamplingParams
+from specdec.core.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
+from specdec.core.sampling import SamplingParams
+from specdec.core.sequence import SequenceState
+from specdec.engine.model_engine import DraftEngine, TargetEngine
+from specdec.engine.models import build_tiny_model, load_model
 
 TARGET, DRAFT = "tiny:seed=0", "tiny:seed=0,perturb=0.05"
 

@@ -1,4 +1,4 @@
-"""Log-probabilities: what they are (`specdec.logprobs`), and that speculation never changes them."""
+"""Log-probabilities: what they are (`specdec.core.logprobs`), and that speculation never changes them."""
 
 from __future__ import annotations
 
@@ -7,17 +7,16 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
+from conftest import PATH_OPTIONS, tiny_models
 
-from cli.client import generate, make_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.server import CHANNEL_OPTIONS
-from specdec.logprobs import row_logprobs, token_logprobs
-from specdec.models import load_model
-from specdec.runner import Step
-from specdec.sampling import SamplingParams, probs_from_logits
-
-from conftest import PATH_OPTIONS, tiny_models
+from specdec.cli.client import generate, make_request
+from specdec.core.logprobs import row_logprobs, token_logprobs
+from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.engine.models import load_model
+from specdec.engine.runner import Step
+from specdec.runtime.server import CHANNEL_OPTIONS
 
 PROMPTS = [[40, 41, 42, 43], [7, 99, 3, 3, 120, 64], list(range(60, 90))]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
-from cli.client import generate, make_request
 from conftest import tiny_stack
-from launch.stack import EmbeddedStack
+
 from orchestrator.clients import draft_client
-from specdec.lookup_engine import LOOKUP_MODEL
+from specdec.cli.client import generate, make_request
+from specdec.engine.lookup_engine import LOOKUP_MODEL
+from specdec.launch.stack import EmbeddedStack
 
 REPEATING = "def area(r):\n    return 3.14 * r * r\n\n" * 3 + "def area(r):\n"
 

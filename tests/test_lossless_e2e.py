@@ -8,18 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
+from conftest import PATH_OPTIONS, tiny_models
 
-from cli.client import make_request
 from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.server import CHANNEL_OPTIONS
-from specdec.models import load_model
-from specdec.runner import Step
-from specdec.sampling import SamplingParams, probs_from_logits
-
-from conftest import PATH_OPTIONS, tiny_models
-
+from specdec.cli.client import make_request
+from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.engine.models import load_model
+from specdec.engine.runner import Step
+from specdec.runtime.server import CHANNEL_OPTIONS
 
 SAMPLES = 1200
 

@@ -7,12 +7,11 @@ import threading
 import time
 
 import pytest
-
-from cli.client import generate, make_request
-from launch.delay_proxy import DelayProxy
-from launch.stack import EmbeddedStack, StackOptions
-
 from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+
+from specdec.cli.client import generate, make_request
+from specdec.launch.delay_proxy import DelayProxy
+from specdec.launch.stack import EmbeddedStack, StackOptions
 
 
 def echo_server() -> tuple[socket.socket, int]:

@@ -1,4 +1,4 @@
-"""The model-free proposer (`specdec.ngram`): against a brute-force search, and through the services."""
+"""The model-free proposer (`specdec.core.ngram`): against a brute-force search, and through the services."""
 
 from __future__ import annotations
 
@@ -6,15 +6,14 @@ import dataclasses
 import random
 
 import pytest
+from conftest import tiny_stack
 
-from cli.client import generate, make_request
-from launch.stack import EmbeddedStack
 from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from protos import specdec_pb2 as pb
-from specdec.ngram import LookupProposer, NgramIndex, RecentSequences
-
-from conftest import tiny_stack
+from specdec.cli.client import generate, make_request
+from specdec.core.ngram import LookupProposer, NgramIndex, RecentSequences
+from specdec.launch.stack import EmbeddedStack
 
 
 def brute_force(tokens: list[int], gamma: int, min_n: int, max_n: int) -> tuple[list[int], int]:

@@ -13,13 +13,13 @@ import json
 import os
 
 import pytest
-
-from cli.client import generate, make_request
-from cli.main import main
 from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack
-from launch.stack import EmbeddedStack
+
 from orchestrator.sessions import DraftSession
 from protos import specdec_pb2 as pb
+from specdec.cli.client import generate, make_request
+from specdec.cli.main import main
+from specdec.launch.stack import EmbeddedStack
 
 PROMPT = "The overlap test: while the target verifies, the draft"
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from conftest import tiny_stack
 
-from cli.client import generate, make_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from specdec.cost_profile import batch_sizes
-from specdec.cpu import cpu_features
-from specdec.engine import BATCH_PROFILE
-
-from conftest import tiny_stack
+from specdec.cli.client import generate, make_request
+from specdec.engine.cpu import cpu_features
+from specdec.engine.model_engine import BATCH_PROFILE
+from specdec.planning.cost import batch_sizes
 
 PROMPTS = ["def fibonacci(n):", "The quick brown fox", "x = [1, 2, 3]\nfor"]
 

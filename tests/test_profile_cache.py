@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-from service_runtime.model_service import ModelServiceConfig
-from specdec.cost_profile import CostProfile
-from specdec.profile_cache import ProfileCache, profile_key, weights_fingerprint
-
 from conftest import TINY_DRAFT, TINY_TARGET
+
+from specdec.engine.profile_cache import ProfileCache, profile_key, weights_fingerprint
+from specdec.planning.cost import CostProfile
+from specdec.runtime.model_service import ModelServiceConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def test_a_stored_profile_comes_back_only_for_its_own_key(tmp_path):
 
 
 def test_a_changed_gguf_kernel_measures_again(tmp_path, monkeypatch):
-    from specdec import native
+    from specdec.engine import native
 
     cache = ProfileCache(tmp_path)
     cache.store(_key(path="gguf", kernel="gguf-Q4_K+Q6_K"), CostProfile((0.01,)))
@@ -66,7 +66,7 @@ def test_weight_files_are_part_of_the_key(tmp_path):
 
 
 def _generate(cache: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", "generate", "--device", "cpu", "--draft-model", TINY_DRAFT,
+    return subprocess.run([sys.executable, "-m", "specdec.cli.main", "generate", "--device", "cpu", "--draft-model", TINY_DRAFT,
                            "--target-model", TINY_TARGET, "--prompt", "hello", "--max-new-tokens", "4", *extra],
                           env={**os.environ, "SPECDEC_PROFILE_CACHE": str(cache)}, cwd=ROOT, capture_output=True,
                           text=True, timeout=300)

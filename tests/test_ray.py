@@ -9,15 +9,13 @@ import sys
 
 import grpc
 import pytest
-
-from cli.client import generate, make_request
-from launch.stack import StackOptions
-from protos import specdec_pb2 as pb
-from protos import specdec_pb2_grpc as pb_grpc
-from target_service.tensor_parallel import free_port
-
 from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
 
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from specdec.cli.client import generate, make_request
+from specdec.launch.stack import StackOptions
+from specdec.runtime.server import free_port
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 
@@ -46,7 +44,7 @@ def ray_stack():
     address = _start_local_ray(env)
     import ray
 
-    from launch.ray_stack import RayStack
+    from specdec.launch.ray_stack import RayStack
 
     opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
                         log_level="warning", target_tp=2)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cli.client import generate, make_request
-from launch.stack import EmbeddedStack, StackOptions
+from specdec.cli.client import generate, make_request
+from specdec.launch.stack import EmbeddedStack, StackOptions
 
 pytestmark = pytest.mark.slow
 
@@ -56,9 +56,10 @@ def test_real_target_gguf_path_tracks_fp32_on_the_same_weights():
     logits within float32 summation noise, the same greedy choice at every position."""
     import torch
 
-    import weights
-    from specdec.models import load_model, load_tokenizer
-    from specdec.runner import Step
+    from specdec import weights
+    from specdec.engine.models import load_model
+    from specdec.engine.runner import Step
+    from specdec.weights.sources import load_tokenizer
 
     spec = weights.resolve("packaged:target")
     ids = load_tokenizer(spec).encode("def binary_search(items, target):\n    lo, hi = 0, len(items)\n")

@@ -11,17 +11,16 @@ import time
 import grpc
 import pytest
 import redis
-
-from cli.client import generate, make_request
-from launch.stack import EmbeddedStack, StackOptions
-from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime.redis_state import DraftRegistration, PriorStore, registered_drafts
-from specdec.controller import SharedPrior
-from specdec.rounds import RoundRecord
-from specdec.cost_profile import CostProfile
-from target_service.tensor_parallel import free_port
-
 from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+
+from protos import specdec_pb2_grpc as pb_grpc
+from specdec.cli.client import generate, make_request
+from specdec.core.rounds import RoundRecord
+from specdec.launch.stack import EmbeddedStack, StackOptions
+from specdec.planning.cost import CostProfile
+from specdec.planning.prior import SharedPrior
+from specdec.runtime.redis_state import DraftRegistration, PriorStore, registered_drafts
+from specdec.runtime.server import free_port
 
 TTL_S = 1.5
 

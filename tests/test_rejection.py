@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from specdec.errors import InvalidArgument
-from specdec.rejection import verify_greedy, verify_reference, verify_sampled
-from specdec.sampling import SamplingParams, probs_from_logits
+from specdec.core.errors import InvalidArgument
+from specdec.core.rejection import verify_greedy, verify_reference, verify_sampled
+from specdec.core.sampling import SamplingParams, probs_from_logits
 
 V = 8
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from specdec.errors import InvalidArgument
-from specdec.sampling import SamplingParams, position_generator, probs_from_logits
+from specdec.core.errors import InvalidArgument
+from specdec.core.sampling import SamplingParams, position_generator, probs_from_logits
 
 
 def test_top_k_keeps_exactly_k():

@@ -8,16 +8,15 @@ import subprocess
 
 import grpc
 import pytest
+from conftest import tiny_stack
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cli.client import make_request
-from launch.stack import EmbeddedStack
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from service_runtime import security
-from service_runtime.security import Security
-
-from conftest import tiny_stack
+from specdec.cli.client import make_request
+from specdec.launch.stack import EmbeddedStack
+from specdec.runtime import security
+from specdec.runtime.security import Security
 
 
 def _generate(channel: grpc.Channel) -> list[int]:
@@ -93,8 +92,7 @@ def _make_certificates(folder) -> None:
 
 def test_a_plaintext_health_port_beside_a_tls_server(tmp_path):
     """Probes that cannot speak TLS (Kubernetes' gRPC probe) get health, and only health, in plaintext."""
-    from service_runtime.server import start_server
-    from target_service.tensor_parallel import free_port
+    from specdec.runtime.server import free_port, start_server
 
     _make_certificates(tmp_path)
     settings = Security.from_files(cert=str(tmp_path / "node.pem"), key=str(tmp_path / "node.key"),
@@ -126,8 +124,8 @@ def test_the_http_api_serves_https_and_wants_the_token(secured, tmp_path):
 
     import httpx2 as httpx
 
-    from http_api.flags import HttpConfig
-    from http_api.server import start_http
+    from specdec.http.flags import HttpConfig
+    from specdec.http.server import start_http
 
     stack, _ = secured(token=True, tls=True)
     running = start_http(HttpConfig(endpoint=stack.endpoint), "127.0.0.1", 0)

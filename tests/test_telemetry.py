@@ -14,16 +14,21 @@ from pathlib import Path
 
 import grpc
 import pytest
+from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from cli.client import generate, make_request
-from profiling.spans import (COMPONENTS, SpanRecord, parse_otlp_request, read_otlp_json, round_breakdown,
-                               summarise_breakdown)
-from launch.stack import EmbeddedStack, StackOptions
-from target_service.tensor_parallel import free_port
-
-from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+from specdec.cli.client import generate, make_request
+from specdec.launch.stack import EmbeddedStack, StackOptions
+from specdec.runtime.server import free_port
+from specdec.tools.profiling.spans import (
+    COMPONENTS,
+    SpanRecord,
+    parse_otlp_request,
+    read_otlp_json,
+    round_breakdown,
+    summarise_breakdown,
+)
 
 ROTEL = Path(__import__("rotel").__file__).parent / "rotel-agent"
 
@@ -204,7 +209,7 @@ def test_round_breakdown_splits_network_from_compute():
 
 def test_profile_command_writes_breakdown_and_plot(tmp_path):
     output = tmp_path / "profile.json"
-    cli = [sys.executable, "-m", "cli.main", "profile", "--draft-model", TINY_DRAFT, "--target-model",
+    cli = [sys.executable, "-m", "specdec.cli.main", "profile", "--draft-model", TINY_DRAFT, "--target-model",
            TINY_TARGET, "--device", "cpu", "--limit-prompts", "2", "--max-new-tokens", "24"]
     run = subprocess.run([*cli, "--output", str(output)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -1,7 +1,7 @@
 """Incremental detokenisation and stop strings."""
 
-from specdec.models import build_byte_tokenizer
-from specdec.text import TextStream
+from specdec.core.text import TextStream
+from specdec.weights.sources import build_byte_tokenizer
 
 
 def test_stop_string_split_across_tokens_is_held_back():

@@ -11,18 +11,18 @@ import time
 import grpc
 import pytest
 import torch
+from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from cli.client import generate, make_request
-from launch.stack import EmbeddedStack, StackOptions
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from specdec.models import build_tiny_model
-from specdec.runner import ModelRunner, Step
-from specdec.tp import check_shardable, shard_model
-from target_service.tensor_parallel import StartupError, free_port, rendezvous
-
-from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+from specdec.cli.client import generate, make_request
+from specdec.engine.models import build_tiny_model
+from specdec.engine.runner import ModelRunner, Step
+from specdec.engine.tp import check_shardable, shard_model
+from specdec.launch.stack import EmbeddedStack, StackOptions
+from specdec.runtime.server import free_port
+from target_service.tensor_parallel import StartupError, rendezvous
 
 PROMPTS = ["def fib(n):", "The quick brown fox", "tensor parallel"]
 STEPS = [[5, 17, 101, 3, 250, 42], [7], [9, 11, 13]]  # prefill, decode, a verify-sized chunk

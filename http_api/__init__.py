@@ -1,1 +1,0 @@
-"""The OpenAI-compatible HTTP API: a client of the orchestrator's gRPC service (`http_api.app`)."""

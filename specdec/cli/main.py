@@ -1,0 +1,217 @@
+"""The `specdec` command: serve, generate, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from specdec.cli.options import add_stack_args, gamma_arg, stack_options
+from specdec.http.flags import add_http_args, http_config
+from specdec.runtime import security, telemetry
+from specdec.runtime.security import security_from_args
+from specdec.runtime.server import configure_logging
+
+log = logging.getLogger(__name__)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from specdec.launch.stack import EmbeddedStack
+
+    opts = stack_options(args, port=args.port, draft_replicas=args.draft_replicas)
+    if args.ray:
+        from specdec.launch.ray_stack import RayStack
+
+        stack_cm = RayStack(opts, args.ray_address, args.draft_replicas, args.ray_cpus_per_process,
+                            args.ray_gpus_per_process)
+    else:
+        stack_cm = EmbeddedStack(opts)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # drain and stop every child, leaving no orphan
+        signal.signal(sig, lambda *_: stop.set())
+    with stack_cm as stack:
+        print(f"specdec serving on {stack.endpoint}", flush=True)
+        print(f"services: draft {','.join(stack.draft_addresses) or 'none'}, target {stack.target_address}",
+              flush=True)
+        http = None
+        if args.http_port >= 0:
+            from specdec.http.server import start_http
+
+            http = start_http(http_config(args, stack.endpoint), args.http_host or opts.host, args.http_port,
+                              args.log_level.lower())
+            print(f"specdec OpenAI-compatible API on {http.url}/v1", flush=True)
+        stop.wait()
+        log.info("stopping: draining the orchestrator and stopping every service")
+        if http is not None:
+            http.stop()
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import grpc
+
+    from specdec.cli.client import generate, make_request
+
+    request = make_request(prompt=args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                           top_k=args.top_k, top_p=args.top_p, seed=args.seed, gamma=args.gamma, stop=args.stop,
+                           top_logprobs=args.logprobs)
+    on_text = None if args.json else (lambda text: print(text, end="", flush=True))
+
+    def run(endpoint: str) -> None:
+        result = generate(endpoint, request, on_text=on_text)
+        if args.json:
+            print(json.dumps(result.to_json()), flush=True)
+        else:
+            s = result.stats
+            print(f"\n\n[{s['generated_tokens']} tokens, {s['tokens_per_second']:.2f} tok/s, {s['rounds']} rounds, "
+                  f"acceptance {s['acceptance_rate']:.2f}, mean accepted length {s['mean_accepted_length']:.2f}, "
+                  f"finish {s['finish_reason']}]", file=sys.stderr, flush=True)
+
+    try:
+        if args.endpoint:
+            run(args.endpoint)
+        else:
+            from specdec.launch.stack import EmbeddedStack
+
+            with EmbeddedStack(stack_options(args)) as stack:
+                run(stack.endpoint)  # the result is out before the services stop
+    except grpc.RpcError as exc:
+        print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.concurrency:
+        from specdec.tools.bench.concurrency import run_concurrency_sweep
+
+        return run_concurrency_sweep(args)
+    if args.tp_sweep:
+        from specdec.tools.bench.tp import run_tp_sweep
+
+        return run_tp_sweep(args)
+    if args.workloads:
+        from specdec.tools.bench.workloads import run_workloads
+
+        return run_workloads(args)
+    if args.http:
+        from specdec.tools.bench.http_overhead import run_http_overhead
+
+        return run_http_overhead(args)
+    if args.overlap_rtt:
+        from specdec.tools.bench.overlap import run_overlap_sweep
+
+        return run_overlap_sweep(args)
+    if args.rtt_ms:
+        from specdec.tools.bench.network import run_rtt_sweep
+
+        return run_rtt_sweep(args)
+    from specdec.tools.bench.speed import run_bench
+
+    return run_bench(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="distributed speculative decoding")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="start the embedded local stack and print its endpoint")
+    add_stack_args(serve)
+    serve.add_argument("--port", type=int, default=50051, help="orchestrator port (0 = any free port)")
+    serve.add_argument("--draft-replicas", type=int, default=1,
+                       help="draft service replicas (0: no draft model at all; lookups draft, with --proposer "
+                            "ngram or hybrid)")
+    serve.add_argument("--ray", action="store_true", help="place the draft replicas and the target's tensor-parallel "
+                       "ranks as Ray actors with placement groups")
+    serve.add_argument("--ray-address", default="", help="Ray cluster to join (default: RAY_ADDRESS, else a local one)")
+    serve.add_argument("--ray-cpus-per-process", type=float, default=1.0, help="CPUs reserved per service process")
+    serve.add_argument("--ray-gpus-per-process", type=float, default=0.0,
+                       help="GPUs reserved per service process (1 on GPU clusters: one per draft, one per rank)")
+    add_http_args(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    gen = sub.add_parser("generate", help="run one generation")
+    add_stack_args(gen)
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--max-new-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=None)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--gamma", type=gamma_arg, default=None, help="auto (default) or a fixed γ; 0 = target only")
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--endpoint", default="", help="HOST:PORT of a running orchestrator; default: start one")
+    gen.add_argument("--json", action="store_true", help="print one JSON object with text, token_ids, stats")
+    gen.add_argument("--logprobs", type=int, default=None, metavar="K",
+                     help="with --json: each token's log-probability and its K (0-20) likeliest alternatives")
+    gen.set_defaults(func=cmd_generate)
+
+    bench = sub.add_parser("bench", help="target-only vs speculative vs Hugging Face assisted generation")
+    add_stack_args(bench)
+    bench.add_argument("--gammas", default="1,2,3,4,6", help="fixed γ values to run")
+    bench.add_argument("--max-new-tokens", type=int, default=64)
+    bench.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
+    bench.add_argument("--limit-prompts", type=int, default=0, help="use only the first N prompts")
+    bench.add_argument("--no-hf", action="store_true", help="skip the Hugging Face assisted baseline")
+    bench.add_argument("--rtt-ms", default="", help="e.g. 0,5,20,50: sweep added RTT through delay proxies "
+                       "and compare adaptive γ with every fixed γ")
+    bench.add_argument("--paths", default="", help="e.g. fp32,bf16,int8: target-only, adaptive and HF assisted on "
+                       "each compute path, with each lossy path's greedy agreement with fp32")
+    bench.add_argument("--tp-sweep", default="", help="e.g. 1,2: run the target at each tensor-parallel size and "
+                       "compare memory per worker, step and verify time, tokens/s")
+    bench.add_argument("--concurrency", default="", help="e.g. 1,4,8,16: that many users at once; aggregate tok/s, "
+                       "TTFT and p50/p95 inter-token latency for target-only, adaptive and batched HF generate")
+    bench.add_argument("--workloads", default="", help="e.g. editing,code,prose: target-only, model, ngram, hybrid "
+                       "and HF prompt lookup per workload (chat prompts), with α, accepted length and lookup share")
+    bench.add_argument("--http", default="", help="e.g. 1,8: that many users through gRPC and through the OpenAI "
+                       "HTTP API on one stack; tok/s per transport and the HTTP layer's cost")
+    bench.add_argument("--overlap-rtt", default="", help="e.g. 0,5,20,50: hybrid with and without drafting during "
+                       "verification, through delay proxies; pin the services with --draft-cpus/--target-cpus")
+    bench.add_argument("--output", default="bench_results.json")
+    # Every config meets each prompt fresh: with a memory, a config would look up the outputs of the
+    # configs that ran the prompt before it.
+    bench.set_defaults(lookup_memory=0)
+    bench.set_defaults(func=cmd_bench)
+    prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "
+                                          "an OTLP JSON span file)")
+    add_stack_args(prof)
+    prof.add_argument("--spans", default="", help="OTLP JSON lines file to analyse instead of running a workload")
+    prof.add_argument("--max-new-tokens", type=int, default=64)
+    prof.add_argument("--gamma", type=gamma_arg, default=None, help="auto (default) or a fixed γ")
+    prof.add_argument("--rtt-ms", type=float, default=0.0, help="added RTT on both hops through delay proxies")
+    prof.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
+    prof.add_argument("--limit-prompts", type=int, default=0)
+    prof.add_argument("--output", default="profile.json", help="summary JSON; the PNG goes next to it")
+    prof.set_defaults(func=cmd_profile)
+    return parser
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from specdec.tools.profiling.profile import run_profile
+
+    return run_profile(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level)
+    security.use(security_from_args(args))  # this process's orchestrator and client channels
+    logging.getLogger("orchestrator").setLevel(args.log_level.upper())
+    if args.command == "profile" and not args.spans and not args.trace_file:
+        args.trace_file = str(Path(args.output).with_suffix(".spans.jsonl"))  # kept for a second look
+    # The embedded orchestrator runs in this process: its spans and metrics are configured here.
+    installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port,
+                                    "127.0.0.1", prometheus=getattr(args, "http_port", -1) >= 0)
+    try:
+        return args.func(args)
+    finally:
+        installed.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Log-probabilities of emitted tokens, computed by the target from the rows it verifies with.
+
+What the numbers are: the log-probability of each emitted token under the distribution it was
+drawn from, the target's alone (the rejection sampler makes the emitted token's law exactly that):
+- greedy (temperature 0): log_softmax of the raw logits (temperature 1, no filters): the
+  distribution whose argmax was taken. vLLM's default ("raw" logprobs) is the same number.
+- sampled: log_softmax of the logits after temperature, top-k and top-p (`filtered_logits`), i.e.
+  log p of the very p the rejection sampler used. vLLM calls this "processed" logprobs. Tokens the
+  filters drop have log-probability -inf: they are never emitted and never listed among the top
+  alternatives (a row lists fewer than k when the filters keep fewer).
+
+Rows are computed one at a time, each a [1, V] row, so a token's numbers are the same bits
+whether its row was verified alone, in a γ-token block or in a shared pass, wherever the logits
+themselves are row-invariant (every compute path's `row_invariant`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specdec.core.errors import InvalidArgument
+from specdec.core.sampling import SamplingParams, filtered_logits
+
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One emitted token's log-probability and the `top` most likely alternatives, most likely
+    first, as (token id, log-probability)."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+def check_top_logprobs(top: int) -> int:
+    if not 0 <= top <= MAX_TOP_LOGPROBS:
+        raise InvalidArgument(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top}")
+    return top
+
+
+def row_logprobs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits: [1, V] -> log-probabilities [1, V] float32 of the distribution a token is drawn from."""
+    if params.greedy:
+        return logits.float().log_softmax(dim=-1)
+    return filtered_logits(logits, params).log_softmax(dim=-1)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], params: SamplingParams, top: int) -> list[TokenLogprob]:
+    """logits: [≥n, V], row i the distribution of tokens[i] (n = len(tokens)) -> one TokenLogprob each."""
+    out = []
+    for i, token in enumerate(tokens):
+        row = row_logprobs(logits[i:i + 1], params)[0]  # [V]
+        alternatives: tuple[tuple[int, float], ...] = ()
+        if top:
+            values, ids = torch.topk(row, top)  # [top]
+            alternatives = tuple((int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist())
+                                 if v != float("-inf"))
+        out.append(TokenLogprob(float(row[token]), alternatives))
+    return out

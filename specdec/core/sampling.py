@@ -1,0 +1,89 @@
+"""Sampling parameters and the logits -> probabilities filters shared by draft and target.
+
+p (target) and q (draft) must be produced by the *same* filter for the rejection
+sampler to be lossless, so both services call `probs_from_logits` from here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import torch
+
+from specdec.core.errors import InvalidArgument
+
+MIN_TEMPERATURE = 1e-4
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy; top_k 0 means no top-k; top_p 1.0 means no top-p."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def validate(self) -> "SamplingParams":
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise InvalidArgument(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / T would overflow float32
+            raise InvalidArgument(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE}, got {self.temperature}")
+        if self.top_k < 0:
+            raise InvalidArgument(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if not (0.0 < self.top_p <= 1.0) or math.isnan(self.top_p):
+            raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
+        if not (0 <= self.seed < 2**64):
+            raise InvalidArgument(f"seed must fit in 64 bits, got {self.seed}")
+        return self
+
+
+def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits: [N, V] -> probs: [N, V] float32 after temperature, top-k and top-p.
+
+    Not for greedy (temperature 0): callers take the argmax instead.
+    """
+    return filtered_logits(logits, params).softmax(dim=-1)
+
+
+def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """logits: [N, V] -> float32 logits / temperature, with the tokens top-k and top-p drop at -inf:
+    the distribution a sampled token is drawn from, before its softmax. Not for greedy."""
+    assert not params.greedy, "greedy decoding uses argmax, not probabilities"
+    logits = logits.float() / params.temperature
+    vocab = logits.shape[-1]
+    if 0 < params.top_k < vocab:
+        kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]  # [N, 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # [N, V]
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        # Drop a token when the mass strictly before it already reaches top_p; keeps the top-1 always.
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop_sorted = mass_before >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def position_generator(seed: int, position: int, stream: str, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator keyed by (seed, position, stream).
+
+    Keying randomness by position, not by call order, makes a retried round draw the
+    same numbers and makes seeded runs reproducible whatever the round boundaries.
+    """
+    digest = hashlib.blake2b(f"{seed}:{position}:{stream}".encode(), digest_size=8).digest()
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    return gen
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """probs: [V] -> one token id drawn with `generator`."""
+    return int(torch.multinomial(probs, 1, generator=generator).item())

@@ -1,0 +1,181 @@
+"""Batches the forward steps of concurrent sessions into shared forward passes.
+
+Each session's round (a draft step, a verify block, a prefill chunk) calls `forward(step)` and
+blocks. One worker thread runs `ModelRunner.forward` over every step pending at that moment, so
+sessions that compute at the same time share the weight traffic of one pass. Because the runner's
+kernels and attention are row-invariant, a step's logits are the same bits whether it ran alone or
+in a batch: batching changes speed, never output.
+
+Before a pass the worker waits, briefly, for two kinds of sessions:
+- those inside a round with no step pending yet (drafting sessions between steps): up to `max_wait_s`;
+- those expected back: a session that left its last round `gap` ago, where `gap` is how long it
+  usually stays away (an RPC round trip through the orchestrator), is waited for up to twice its gap,
+  and never longer than `return_wait` × the last pass's duration.
+
+Without the second wait, sessions split into groups that alternate passes (the ones that were out
+for a round trip miss the pass that has just started), and every group gets one pass in two. With
+it, sessions fall into lockstep. A session that stays away longer (drafting elsewhere, or done) is
+not waited for; a lone session never waits.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import torch
+
+from specdec.engine.runner import ModelRunner, Step
+
+STALE_S = 60.0  # a session away this long is no longer expected back
+
+
+@dataclass(frozen=True)
+class PassShape:
+    """The forward pass a step ran in: its sessions (rows) and their tokens together."""
+
+    rows: int
+    tokens: int
+
+
+@dataclass
+class _Pending:
+    step: Step
+    done: threading.Event = field(default_factory=threading.Event)
+    logits: torch.Tensor | None = None
+    shape: PassShape | None = None
+    error: BaseException | None = None
+
+
+@dataclass
+class _Away:
+    left_at: float  # when the session's last round ended
+    gap_s: float | None = None  # how long it stayed away between its last two rounds
+
+
+class StepBatcher:
+    def __init__(self, runner: ModelRunner, max_wait_s: float = 0.002, max_tokens: int = 1024,
+                 return_wait: float = 1.0, max_return_wait_s: float = 0.5):
+        self.runner, self.max_wait_s, self.max_tokens = runner, max_wait_s, max_tokens
+        self.return_wait, self.max_return_wait_s = return_wait, max_return_wait_s
+        self._pending: list[_Pending] = []
+        self._active = 0  # sessions inside a round (see `round`)
+        self._away: dict[Hashable, _Away] = {}  # sessions between rounds, by key
+        self._last_pass_s = 0.0
+        self._entered_at = 0.0  # when a session last entered a round
+        self._cond = threading.Condition()
+        self.forwards = 0  # forward passes run
+        self.steps = 0  # steps they served
+        threading.Thread(target=self._work, daemon=True, name="step-batcher").start()
+
+    def round(self, key: Hashable | None = None) -> "_Round":
+        """Context manager around one session's round: its steps may be waited for. With a `key`
+        (the session id) the session is also expected back after the round, until `forget(key)`."""
+        return _Round(self, key)
+
+    def forget(self, key: Hashable) -> None:
+        """The session is gone: do not wait for it."""
+        with self._cond:
+            self._away.pop(key, None)
+
+    def forward(self, step: Step) -> torch.Tensor:
+        """Run `step` (in a shared pass); returns its logits [step.logits, V]. Blocks until done."""
+        return self.forward_shaped(step)[0]
+
+    def forward_shaped(self, step: Step) -> tuple[torch.Tensor, PassShape]:
+        """`forward`, and the shape of the pass it ran in (what the γ controller prices)."""
+        pending = _Pending(step)
+        with self._cond:
+            self._pending.append(pending)
+            self._cond.notify_all()
+        pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.logits, pending.shape
+
+    def _returning_until(self, now: float) -> float:
+        """The latest moment a session expected back should arrive by (`now` if none is)."""
+        cap = min(self.max_return_wait_s, self.return_wait * self._last_pass_s)
+        until = now
+        for key, away in list(self._away.items()):
+            if now - away.left_at > STALE_S:  # cancelled mid-round, never released: not coming back
+                del self._away[key]
+            elif away.gap_s is not None and away.gap_s <= cap:
+                until = max(until, min(away.left_at + 2 * away.gap_s, now + cap))
+        return until
+
+    def _take(self) -> list[_Pending]:
+        """Wait for work, then for the sessions that will soon have a step; take a batch."""
+        with self._cond:
+            while not self._pending:
+                self._cond.wait()
+            began = time.monotonic()
+            while True:
+                now = time.monotonic()
+                until = self._returning_until(now)
+                if len(self._pending) < self._active:
+                    until = max(until, max(began, self._entered_at) + self.max_wait_s)
+                if until <= now:
+                    break
+                self._cond.wait(until - now)
+            batch, tokens = [], 0
+            for pending in self._pending:
+                if batch and tokens + len(pending.step.tokens) > self.max_tokens:
+                    break
+                batch.append(pending)
+                tokens += len(pending.step.tokens)
+            del self._pending[:len(batch)]
+            return batch
+
+    def _work(self) -> None:
+        while True:
+            batch = self._take()
+            began = time.monotonic()
+            self._run(batch)
+            self._last_pass_s = time.monotonic() - began
+            for pending in batch:
+                pending.done.set()
+
+    def _run(self, batch: list[_Pending]) -> None:
+        """One shared pass. If it fails, each step runs alone, so an error reaches only the step
+        that caused it (a failed pass advances no cache: lengths move only at its end)."""
+        try:
+            results = self.runner.forward([p.step for p in batch])
+        except BaseException as error:  # noqa: BLE001 - handed to the callers, who raise it
+            if len(batch) > 1:
+                for pending in batch:
+                    self._run([pending])
+                return
+            batch[0].error = error
+        else:
+            shape = PassShape(len(batch), sum(len(p.step.tokens) for p in batch))
+            for pending, logits in zip(batch, results):
+                pending.logits, pending.shape = logits, shape
+        self.forwards += 1
+        self.steps += len(batch)
+
+
+class _Round:
+    def __init__(self, batcher: StepBatcher, key: Hashable | None):
+        self.batcher, self.key = batcher, key
+        self.gap_s: float | None = None
+
+    def __enter__(self):
+        batcher = self.batcher
+        with batcher._cond:
+            batcher._active += 1
+            batcher._entered_at = time.monotonic()
+            away = batcher._away.pop(self.key, None)
+            if away is not None:
+                self.gap_s = batcher._entered_at - away.left_at
+            batcher._cond.notify_all()
+
+    def __exit__(self, *exc):
+        batcher = self.batcher
+        with batcher._cond:
+            batcher._active -= 1
+            if self.key is not None:
+                batcher._away[self.key] = _Away(time.monotonic(), self.gap_s)
+            batcher._cond.notify_all()

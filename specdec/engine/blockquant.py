@@ -1,0 +1,204 @@
+"""Weights kept in their GGML block formats, and the kernels that compute with them.
+
+The "gguf" compute path: each weight is expanded in registers to exactly the float32 value gguf's
+dequantizer gives it, multiplied by float32 activations and summed in float32 (`csrc/blockquant.c`).
+Its results are the float32 path's on the same dequantized weights, up to summation order, and
+each row's result is the same whatever it is computed with (row invariance).
+
+Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold) and F32 (for tensors of any
+other type, dequantized once at load).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import torch
+from torch import nn
+
+from specdec.engine import native
+from specdec.engine.cpu import cpu_features
+from specdec.engine.kernels import Kernel
+
+log = logging.getLogger(__name__)
+
+F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14  # GGML's type numbers
+NAMES = {F32: "F32", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
+BLOCK = {F32: (16, 64), Q5_0: (32, 22), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}  # weights, bytes
+
+
+def library():
+    """The kernel library for this CPU's level (built on first use; `specdec.engine.native`)."""
+    return native.load(native.march_for(cpu_features().level))
+
+
+@lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether the gguf kernel can run here (an x86 CPU and a C compiler, or a prebuilt library)."""
+    try:
+        library()
+        return True
+    except native.KernelUnavailable as error:
+        log.warning("%s", error)
+        return False
+
+
+@dataclass(frozen=True)
+class BlockTensor:
+    """A weight [rows, cols] stored row by row in one block format: data is uint8 [rows, row bytes]."""
+
+    qtype: int
+    data: torch.Tensor
+    cols: int
+
+    def __post_init__(self):
+        per, size = BLOCK[self.qtype]
+        if self.cols % per or self.data.dtype != torch.uint8 or self.data.shape[1] != self.cols // per * size:
+            raise ValueError(f"{NAMES[self.qtype]} rows of {self.cols} weights need {self.cols // per * size} "
+                             f"bytes each in whole {per}-weight blocks; got {tuple(self.data.shape)}")
+
+    @property
+    def rows(self) -> int:
+        return self.data.shape[0]
+
+    @classmethod
+    def from_numpy(cls, qtype: int, raw: np.ndarray, cols: int) -> "BlockTensor":
+        data = torch.from_numpy(np.ascontiguousarray(raw).view(np.uint8).reshape(raw.shape[0], -1).copy())
+        return cls(qtype, data, cols)
+
+    @classmethod
+    def from_float(cls, weight: torch.Tensor) -> "BlockTensor":
+        """Float32 weights as the F32 'format' (16 weights a block)."""
+        w = weight.detach().float().contiguous()
+        return cls(F32, w.view(torch.uint8).reshape(w.shape[0], -1).clone(), w.shape[1])
+
+    def dequantize(self, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Float32 [len(rows), cols]: the exact weights the kernel computes with."""
+        ids = torch.arange(self.rows) if rows is None else rows.to(torch.int64).contiguous()
+        if self.qtype == F32:
+            return self.data[ids].view(torch.float32).clone()
+        if not available():  # no kernel here (no compiler, not x86): gguf-py's numpy dequantizer, same values
+            import gguf
+
+            values = gguf.quants.dequantize(self.data[ids].numpy(), gguf.GGMLQuantizationType(self.qtype))
+            return torch.from_numpy(np.array(values, dtype=np.float32)).reshape(ids.numel(), self.cols)
+        out = torch.empty(ids.numel(), self.cols, dtype=torch.float32)
+        library().bq_dequantize_rows(self.qtype, self.data.data_ptr(), self.cols, ids.data_ptr(), ids.numel(),
+                                     out.data_ptr())
+        return out
+
+
+def stack_rows(parts: list[BlockTensor]) -> list[BlockTensor]:
+    """Concatenate consecutive parts that share a format (rows are independent, so this is free)."""
+    merged: list[BlockTensor] = []
+    for part in parts:
+        if merged and merged[-1].qtype == part.qtype and merged[-1].cols == part.cols:
+            merged[-1] = BlockTensor(part.qtype, torch.cat([merged[-1].data, part.data]), part.cols)
+        else:
+            merged.append(part)
+    return merged
+
+
+class BlockQuantKernel(Kernel):
+    """y = x·Wᵀ + b with W given as row blocks (e.g. q, k, v of one layer), each in its own format."""
+
+    def __init__(self, parts: list[BlockTensor], bias: torch.Tensor | None = None):
+        super().__init__()
+        self.parts = stack_rows(parts)
+        self.in_features = parts[0].cols
+        if any(p.cols != self.in_features for p in parts):
+            raise ValueError("every part of a fused block kernel must have the same input width")
+        self.out_features = sum(p.rows for p in self.parts)
+        for index, part in enumerate(self.parts):
+            self.register_buffer(f"part{index}", part.data)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+        self.name = "gguf-" + "+".join(dict.fromkeys(NAMES[p.qtype] for p in self.parts))
+        self.lib = library()
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float().contiguous()  # [T, K]
+        rows = x.shape[0]
+        y = torch.empty(rows, self.out_features, dtype=torch.float32)  # [T, N]
+        threads, offset = torch.get_num_threads(), 0
+        for part in self.parts:
+            status = self.lib.bq_matmul(part.qtype, part.data.data_ptr(), part.rows, part.cols, x.data_ptr(), rows,
+                                        y.data_ptr() + 4 * offset, self.out_features, threads)
+            assert status == 0, f"bq_matmul refused {NAMES[part.qtype]} [{part.rows}, {part.cols}]"
+            offset += part.rows
+        return y if self.bias is None else y + self.bias
+
+
+class BlockEmbedding(nn.Module):
+    """An embedding table kept in its block format; a lookup dequantizes only the rows it needs."""
+
+    def __init__(self, table: BlockTensor):
+        super().__init__()
+        self.table = table
+        self.register_buffer("data", table.data)
+        self.embedding_dim = table.cols
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = self.table.dequantize(ids.reshape(-1))  # [T, hidden]
+        return flat.view(*ids.shape, self.embedding_dim)
+
+
+# -- quantizers (tests and tiny models; the packaged models arrive quantized) -----------------------
+def _f16_bytes(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.float16).view(np.uint8).reshape(*values.shape[:-1], -1)
+
+
+def quantize_q4_k(weight: np.ndarray) -> np.ndarray:
+    """A plain Q4_K quantizer (min/max per 32 weights; llama.cpp's searches harder), [N, K] -> bytes."""
+    w = weight.astype(np.float32).reshape(-1, 8, 32)  # [blocks, groups, 32]
+    low, high = np.minimum(w.min(-1), 0), np.maximum(w.max(-1), 0)
+    scale, minimum = (high - low) / 15, -low  # per group: w ≈ scale·q − minimum
+    d = (scale.max(-1, keepdims=True) / 63).astype(np.float16).astype(np.float32)
+    dmin = (minimum.max(-1, keepdims=True) / 63).astype(np.float16).astype(np.float32)
+    sc = np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d > 0)), 0, 63).astype(np.uint8)
+    m = np.clip(np.round(np.divide(minimum, dmin, out=np.zeros_like(minimum), where=dmin > 0)), 0, 63).astype(np.uint8)
+    step, offset = d * sc, dmin * m
+    q = np.clip(np.round(np.divide(w + offset[..., None], step[..., None], out=np.zeros_like(w),
+                                   where=step[..., None] > 0)), 0, 15).astype(np.uint8)
+    packed = np.zeros((w.shape[0], 12), dtype=np.uint8)  # 6-bit scales and mins, GGML's packing
+    packed[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
+    packed[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
+    packed[:, 8:12] = (sc[:, 4:8] & 15) | ((m[:, 4:8] & 15) << 4)
+    q = q.reshape(-1, 4, 2, 32)  # 64 weights a chunk: the first 32 in low nibbles, the next in high
+    qs = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(-1, 128)
+    blocks = np.concatenate([_f16_bytes(d), _f16_bytes(dmin), packed, qs], axis=1)
+    return blocks.reshape(weight.shape[0], -1)
+
+
+def quantize_q6_k(weight: np.ndarray) -> np.ndarray:
+    """A plain Q6_K quantizer (absmax per 16 weights), [N, K] -> bytes."""
+    w = weight.astype(np.float32).reshape(-1, 16, 16)  # [blocks, groups, 16]
+    scale = np.abs(w).max(-1) / 31
+    d = (scale.max(-1, keepdims=True) / 127).astype(np.float16).astype(np.float32)
+    sc = np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d > 0)), -128, 127).astype(np.int8)
+    step = d * sc
+    q = np.clip(np.round(np.divide(w, step[..., None], out=np.zeros_like(w), where=step[..., None] != 0)) + 32,
+                0, 63).astype(np.uint8).reshape(-1, 2, 4, 32)  # [blocks, halves, quarter, 32]
+    ql = np.concatenate([q[:, :, 0] & 15 | ((q[:, :, 2] & 15) << 4), q[:, :, 1] & 15 | ((q[:, :, 3] & 15) << 4)],
+                        axis=2).reshape(-1, 128)
+    qh = (q[:, :, 0] >> 4 | (q[:, :, 1] >> 4) << 2 | (q[:, :, 2] >> 4) << 4 | (q[:, :, 3] >> 4) << 6).reshape(-1, 64)
+    blocks = np.concatenate([ql, qh, sc.view(np.uint8), _f16_bytes(d)], axis=1)
+    return blocks.reshape(weight.shape[0], -1)
+
+
+def quantize(weight: torch.Tensor, qtype: int) -> BlockTensor:
+    """`weight` [N, K] in `qtype` (K a whole number of blocks)."""
+    w = weight.detach().float().cpu().numpy()
+    if qtype == F32:
+        return BlockTensor.from_float(weight)
+    if qtype == Q4_K:
+        raw = quantize_q4_k(w)
+    elif qtype == Q6_K:
+        raw = quantize_q6_k(w)
+    else:
+        import gguf
+
+        raw = gguf.quants.quantize(w, gguf.GGMLQuantizationType(qtype))
+    return BlockTensor.from_numpy(qtype, raw, w.shape[1])

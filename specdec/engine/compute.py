@@ -1,0 +1,157 @@
+"""Choosing a compute path for this machine and building the model's runner on it.
+
+Paths (`specdec.engine.kernels` has the numerics):
+- "fp32": the exact default on CPU. The kernel (MKL sgemm or prepacked oneDNN) is chosen by
+  timing both on the model's own weights; oneDNN is kept unless MKL is clearly faster, because
+  only its results are the same for every row count (see `kernels.Kernel.min_rows`).
+- "bf16" / "fp16": half-precision weights; bf16 is the default on CUDA. On a CPU without native
+  bf16 (avx512_bf16 / AMX) it is emulated and scales badly with tokens per forward: a warning says so.
+- "int8": W8A8 with per-token activation scales, CPU only, lossy (one flag away: --quantize int8).
+- "gguf": the weights of a GGUF model kept in their block formats (Q4_K, Q6_K, ...) and expanded
+  in registers to their exact float32 values; float32 activations and sums (`specdec.engine.blockquant`).
+  The default on CPU for a GGUF-sourced model: the float32 path's numbers at a fraction of the bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from specdec.engine import blockquant
+from specdec.engine.cpu import cpu_features
+from specdec.engine.kernels import PATHS, fastest_fp32_kernel, make_kernel
+from specdec.engine.runner import Collectives, ModelRunner
+
+log = logging.getLogger(__name__)
+
+MKL_MARGIN = 0.9  # MKL must take under 90% of oneDNN's time to be chosen over it
+RACE_MIN_BYTES = 64 * 2**20  # smaller weights stay in cache and time nothing real: oneDNN without a race
+ALL_PATHS = (*PATHS, "fp16", "gguf")
+WEIGHT_DTYPE = {"fp32": torch.float32, "int8": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
+                "gguf": torch.float32}
+
+
+@dataclass(frozen=True)
+class PathChoice:
+    """What `build_runner` decided, for logs, `Info` and the benchmark."""
+
+    path: str
+    kernel: str  # the fp32 kernel, or the path's own ("onednn-int8-vnni", "onednn-int8-w7a8", "dense", "dense-emulated")
+    device: str  # "cpu: <model> [flags]" or the CUDA device name
+    row_invariant: bool  # a token's logits do not depend on the tokens computed with it
+    kernel_seconds: dict[str, float] = field(default_factory=dict)  # the fp32 kernel race, if run
+
+
+def resolve_path(dtype: str = "auto", quantize: str = "none", device: torch.device | str = "cpu",
+                 packed_source: bool = False) -> str:
+    """Flags -> path name: --quantize int8 wins; else the dtype. auto: bf16 on CUDA; on CPU gguf for a
+    model whose weights come in GGUF blocks (`packed_source`) where the kernel can run, else fp32."""
+    device = torch.device(device)
+    if quantize not in ("none", "", "int8"):
+        raise ValueError(f"unknown --quantize {quantize!r}; choose none or int8")
+    if quantize == "int8":
+        if device.type != "cpu":
+            raise ValueError("--quantize int8 is a CPU path; on CUDA use --dtype bfloat16 (the default)")
+        return "int8"
+    if dtype == "gguf":
+        if device.type != "cpu" or not packed_source:
+            raise ValueError("--dtype gguf runs a GGUF model's own weight blocks, on CPU")
+        if not blockquant.available():
+            raise ValueError("--dtype gguf needs its C kernel, which cannot be built here (no C compiler?)")
+        return "gguf"
+    if dtype == "auto" and device.type == "cpu" and packed_source:
+        if blockquant.available():
+            return "gguf"
+        log.warning("the gguf kernel cannot be built here (no C compiler?): this GGUF model runs on float32")
+    names = {"auto": "bf16" if device.type == "cuda" else "fp32", "float32": "fp32", "fp32": "fp32",
+             "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
+    if dtype not in names:
+        raise ValueError(f"unknown --dtype {dtype!r}; choose auto, float32, bfloat16, float16 or gguf")
+    return names[dtype]
+
+
+def describe_device(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return f"cpu: {cpu_features().describe()}"
+
+
+def choose_fp32_kernel(model: nn.Module, max_tokens: int) -> tuple[str, dict[str, float]]:
+    """Race MKL against oneDNN on the MLP weights of the first layers (enough to leave the cache)."""
+    layers = model.model.layers
+    weights, size = [], 0
+    for layer in layers:
+        for linear in (layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj):
+            weights.append(linear.weight.detach())
+            size += linear.weight.numel() * 4
+        if size > 256 * 2**20:
+            break
+    if not torch.backends.mkldnn.is_available():
+        return "dense", {}
+    if size < RACE_MIN_BYTES:
+        return "onednn", {}
+    fastest, seconds = fastest_fp32_kernel(weights, max_tokens)
+    if seconds and fastest == "dense" and seconds["dense"] > MKL_MARGIN * seconds["onednn"]:
+        fastest = "onednn"
+    return fastest, seconds
+
+
+def build_runner(model: nn.Module, path: str, max_tokens: int = 9,
+                 collectives: Collectives | None = None) -> tuple[ModelRunner, PathChoice]:
+    """Rebuild `model`'s linear layers for `path` (measuring where there is a choice)."""
+    device = torch.device("cpu") if path == "gguf" else next(model.parameters()).device
+    described = describe_device(device)
+    kernel, seconds = "dense", {}
+    if device.type == "cpu":
+        features = cpu_features()
+        if path in ("bf16", "fp16") and not features.native_bf16:
+            log.warning("%s on a CPU without native bf16 (%s) is emulated: it is slower than fp32 for "
+                        "multi-token forwards, which speculation and batching rely on", path, features.model_name)
+        if path == "fp32":
+            kernel, seconds = choose_fp32_kernel(model, max_tokens)
+        runner = ModelRunner(model, path, fp32_kernel=kernel, collectives=collectives)
+        if path == "int8":
+            kernel = runner.lm_head.name
+        elif path == "gguf":
+            kernel = runner_kernel_name(runner)
+        elif path in ("bf16", "fp16") and not features.native_bf16:
+            kernel = "dense-emulated"  # said in Info, so a user sees why this path is slow here
+    else:
+        runner = ModelRunner(model, path, collectives=collectives)
+    invariant = device.type == "cpu" and (path in ("int8", "gguf") or (path == "fp32" and kernel == "onednn")
+                                          or (path == "bf16" and cpu_features().native_bf16))
+    choice = PathChoice(path, kernel, described, invariant, seconds)
+    log.info("compute path %s, kernel %s, on %s%s", path, kernel, described,
+             f" (fp32 kernels timed: {', '.join(f'{k} {v * 1e3:.0f} ms' for k, v in seconds.items())})"
+             if seconds else "")
+    return runner, choice
+
+
+def runner_kernel_name(runner: ModelRunner) -> str:
+    """The gguf path's kernel with the block formats it reads, e.g. "gguf-Q4_K+Q6_K"."""
+    kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
+    formats = dict.fromkeys(f for k in [*kernels, runner.lm_head] for f in k.name.removeprefix("gguf-").split("+"))
+    return "gguf-" + "+".join(sorted(formats))
+
+
+def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Module:
+    """Replace every `nn.Linear` of a Hugging Face model by the kernel `path` uses, in place.
+
+    This gives the baselines (HF `generate`, assisted generation) the same linear kernels as our
+    runner, so that a comparison measures the serving system, not the matmul library.
+    """
+    linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+               if isinstance(child, nn.Linear)]
+    for parent, name, child in linears:
+        if path == "gguf":  # a GGUF model loaded packed (`load_hf_model(..., packed=True)`)
+            setattr(parent, name, blockquant.BlockQuantKernel([child.block_weight], child.bias))
+        else:
+            setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel))
+    if path == "gguf":
+        model.model.embed_tokens = blockquant.BlockEmbedding(model.model.embed_tokens.block_weight)
+    if path == "bf16":
+        model.to(torch.bfloat16)
+    return model

@@ -1,0 +1,136 @@
+"""A GGUF model as a Hugging Face module whose weights stay in their block formats.
+
+`load_gguf_model(file, config)` builds the model's modules without weights (the meta device),
+then gives every linear layer its GGUF tensor as a `BlockTensor` (attribute `block_weight`, read by
+`specdec.engine.runner` on the "gguf" path), the embedding included. Norms and biases are
+small and become ordinary float32 parameters. With `packed=False` the same tensors are dequantized
+into ordinary float32 weights instead: the float32 path then computes with exactly the weights the
+gguf path expands in registers, and nothing goes through transformers' slower GGUF conversion.
+
+Supported: the Llama-family architectures whose GGUF tensors need no reordering (qwen2, qwen3);
+others load through transformers (`specdec.engine.models`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from specdec.engine import blockquant
+from specdec.engine.blockquant import BLOCK, F32, BlockTensor
+
+ARCHITECTURES = ("qwen2", "qwen3")
+
+
+class UnsupportedGguf(ValueError):
+    """A GGUF file this loader does not handle (its architecture or a tensor's layout)."""
+
+
+def architecture(reader) -> str:
+    field = reader.fields["general.architecture"]
+    return bytes(field.parts[field.data[0]]).decode()
+
+
+def _block_tensor(tensor) -> BlockTensor:
+    """A GGUF tensor as a `BlockTensor`: its own bytes where the kernel reads its format, else float32."""
+    import gguf
+
+    cols = int(tensor.shape[0])  # GGUF lists dimensions innermost first
+    qtype = int(tensor.tensor_type)
+    if qtype in BLOCK and qtype != F32:
+        return BlockTensor.from_numpy(qtype, np.asarray(tensor.data), cols)
+    values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).reshape(-1, cols)
+    if cols % BLOCK[F32][0]:
+        raise UnsupportedGguf(f"{tensor.name}: {cols} columns is not a multiple of {BLOCK[F32][0]}")
+    return BlockTensor.from_float(torch.from_numpy(values.astype(np.float32)))
+
+
+def _float_tensor(tensor, shape: torch.Size) -> torch.Tensor:
+    import gguf
+
+    values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
+    return torch.from_numpy(np.array(values, dtype=np.float32)).reshape(shape)
+
+
+def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
+    """The causal LM in `file` (a GGUF), its linear weights packed (or dequantized to float32)."""
+    import gguf
+    from transformers import AutoModelForCausalLM
+
+    reader = gguf.GGUFReader(file)
+    arch = architecture(reader)
+    if arch not in ARCHITECTURES:
+        raise UnsupportedGguf(f"{file.name}: architecture {arch!r}; the gguf path reads {', '.join(ARCHITECTURES)}")
+    names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
+                                     config.num_hidden_layers)
+    tensors = {t.name: t for t in reader.tensors}
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for name, param in list(model.named_parameters()):
+            owner_name, _, kind = name.rpartition(".")
+            owner = modules[owner_name]
+            tensor = tensors.get(f"{names.get_name(owner_name)}.{kind}")
+            if tensor is None and owner_name == "lm_head":  # tied: the output layer reads the embedding
+                tensor = tensors[f"{names.get_name('model.embed_tokens')}.weight"]
+            if tensor is None:
+                raise UnsupportedGguf(f"{file.name}: no tensor for {name}")
+            if kind == "weight" and isinstance(owner, (nn.Linear, nn.Embedding)):
+                block = _block_tensor(tensor)
+                if (block.rows, block.cols) != tuple(param.shape):
+                    raise UnsupportedGguf(f"{tensor.name}: shape {(block.rows, block.cols)}, model wants "
+                                          f"{tuple(param.shape)}")
+                attach(owner, block, packed)
+            else:
+                setattr(owner, kind, nn.Parameter(_float_tensor(tensor, param.shape), requires_grad=False))
+        head = model.get_output_embeddings()
+        if getattr(config, "tie_word_embeddings", False):
+            if packed:
+                head.block_weight = model.model.embed_tokens.block_weight
+            else:
+                head.weight = model.model.embed_tokens.weight
+    _materialize_buffers(model)
+    return model.eval()
+
+
+def attach(module: nn.Module, block: BlockTensor, packed: bool) -> None:
+    """Give a linear (or embedding) layer its weights: the block tensor, or its dequantized values."""
+    if packed:
+        module.block_weight = block
+        module.weight = nn.Parameter(torch.empty(module.weight.shape, device="meta"), requires_grad=False)
+    else:
+        module.weight = nn.Parameter(block.dequantize(), requires_grad=False)
+
+
+def _materialize_buffers(model: nn.Module) -> None:
+    """Rebuild the buffers (rotary frequencies) that `from_config` left on the meta device."""
+    decoder = model.model
+    decoder.rotary_emb = type(decoder.rotary_emb)(config=model.config)
+    left = [name for name, b in model.named_buffers() if b.is_meta]
+    if left:
+        raise UnsupportedGguf(f"buffers left without values: {left}")
+
+
+def pack_tiny(model: nn.Module) -> nn.Module:
+    """Quantize a float model's linear layers and embedding in place, as a Q4_K_M file would
+    (Q6_K for v and down projections and the output layer, Q4_K elsewhere; Q8_0 and Q5_0 where a
+    width is not a multiple of 256), and set its float weights to the dequantized values.
+
+    The result runs on either path: packed (`block_weight`) or float32 (the same values)."""
+    decoder = model.model
+    wide = {id(layer.self_attn.v_proj) for layer in decoder.layers} | {id(layer.mlp.down_proj)
+                                                                        for layer in decoder.layers}
+    wide.add(id(model.get_output_embeddings()))
+    with torch.no_grad():
+        for module in [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))]:
+            k_quant = module.weight.shape[1] % 256 == 0
+            qtype = ((blockquant.Q6_K if k_quant else blockquant.Q5_0) if id(module) in wide
+                     else (blockquant.Q4_K if k_quant else blockquant.Q8_0))
+            block = blockquant.quantize(module.weight, qtype)
+            module.block_weight = block
+            module.weight.copy_(block.dequantize())
+    return model

@@ -1,0 +1,52 @@
+"""One session's KV cache: keys and values for every layer, written in place by position.
+
+Rolling back is `crop(n)`: the length moves back and the next forward overwrites the stale
+entries, with no copy (gpt-fast, vLLM and SGLang do the same). Storage grows by doubling, so
+appending costs amortised O(1) instead of the full-cache `torch.cat` of `DynamicCache`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.engine.attention import BLOCK
+
+
+class KVCache:
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
+                 max_length: int):
+        self.shape = (layers, kv_heads, head_dim)
+        self.dtype, self.device, self.max_length = dtype, device, max_length
+        self.length = 0  # positions [0, length) hold valid entries
+        self.keys = self.values = self._storage(0)  # [layers, kv_heads, capacity, head_dim]
+
+    def _storage(self, capacity: int) -> torch.Tensor:
+        layers, kv_heads, head_dim = self.shape
+        # Zeroed: attention reads whole blocks, and a masked entry must still be finite (0·NaN = NaN).
+        return torch.zeros(layers, kv_heads, capacity, head_dim, dtype=self.dtype, device=self.device)
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[2]
+
+    def reserve(self, length: int) -> None:
+        """Make room for positions [0, length); existing entries are kept."""
+        if length <= self.capacity:
+            return
+        if length > self.max_length:
+            raise ValueError(f"KV cache of {length} positions exceeds the model's context of {self.max_length}")
+        capacity = min(max(length, 2 * self.capacity), self.max_length)
+        capacity = -(-capacity // BLOCK) * BLOCK  # attention reads whole blocks
+        keys, values = self._storage(capacity), self._storage(capacity)
+        keys[:, :, :self.length] = self.keys[:, :, :self.length]
+        values[:, :, :self.length] = self.values[:, :, :self.length]
+        self.keys, self.values = keys, values
+
+    def crop(self, length: int) -> int:
+        """Forget positions from `length` on; returns how many were dropped."""
+        dropped = max(self.length - length, 0)
+        self.length -= dropped
+        return dropped
+
+    def nbytes(self) -> int:
+        return 2 * self.keys.numel() * self.keys.element_size()

@@ -1,0 +1,323 @@
+"""Model-side engines: per-session KV caches, drafting and verification (no RPC code).
+
+Sessions run their rounds concurrently; their forward steps meet in shared passes
+(`specdec.engine.batcher`), which change speed but not a single bit of any session's logits.
+
+`DraftEngine.propose` and `TargetEngine.verify` are the domain calls the gRPC servicers
+translate to and from protobuf. Both keep a `KVCache` per session and crop it to the
+committed prefix at the start of each round (see `specdec.core.sequence`); the forward passes run on the
+model's `ModelRunner`, on the compute path it was loaded with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+
+from specdec.core.errors import InvalidArgument, OutOfRange
+from specdec.core.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
+from specdec.core.rejection import Verdict, verify_greedy, verify_sampled
+from specdec.core.rounds import PassLoad
+from specdec.core.sampling import SamplingParams, position_generator, probs_from_logits, sample
+from specdec.core.sequence import SequenceState
+from specdec.engine.batcher import PassShape, StepBatcher
+from specdec.engine.kvcache import KVCache
+from specdec.engine.measure import measure
+from specdec.engine.models import LoadedModel
+from specdec.engine.profile_cache import ProfileCache, load_or_measure, profile_key
+from specdec.engine.runner import Step
+from specdec.engine.session_table import SessionTable
+from specdec.planning.cost import CostProfile, batch_sizes
+
+PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
+# With other sessions live, a prompt goes in smaller chunks, each sharing a pass with their decode
+# steps: a long prompt then delays everyone's next token by one small chunk's compute, not a stall.
+SHARED_PREFILL_CHUNK = 32
+BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify blocks
+PROB_SUM_TOLERANCE = 1e-3  # float32 sums over a 152k vocabulary stay well inside this
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """The KV crop that started a round: cached tokens dropped and the time it took."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Session:
+    params: SamplingParams
+    cache: KVCache
+    state: SequenceState = field(default_factory=SequenceState)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # held for a round
+    passes: list[PassShape] = field(default_factory=list)  # the shared passes of the current round
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: list[int]
+    probs: torch.Tensor | None  # [γ, V] float32 on CPU; None for greedy
+    compute_s: float  # the whole round on this service, rollback included
+    rollback: Rollback = Rollback()
+    load: PassLoad = PassLoad()  # the draft steps' shared passes
+
+
+@dataclass(frozen=True)
+class Verification:
+    verdict: Verdict
+    compute_s: float
+    rollback: Rollback = Rollback()
+    load: PassLoad = PassLoad()  # the verify's shared pass
+    logprobs: list[TokenLogprob] | None = None  # one per verdict token, when asked for
+
+
+def resident_bytes() -> int:
+    """Resident set size of this process (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+class Engine:
+    """Holds one model and its sessions; concurrent sessions share forward passes."""
+
+    tensor_parallel_size = 1
+
+    def __init__(self, loaded: LoadedModel, max_sessions: int = 64, max_gamma: int = 16):
+        self.loaded = loaded
+        self.max_gamma = max_gamma
+        self.runner = loaded.runner
+        self.cost_profile: CostProfile | None = None
+        self._sessions: SessionTable[Session] = SessionTable(max_sessions)  # rounds hold their session's lock
+        self.batcher = StepBatcher(self.runner)
+
+    @property
+    def max_sessions(self) -> int:
+        return self._sessions.max_sessions
+
+    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None) -> CostProfile:
+        """Time forwards of 1..max_tokens tokens, and shared passes up to BATCH_PROFILE× that
+        (`specdec.planning.cost`); kept as `cost_profile`. With a `cache`, a profile measured before
+        for the same model, path, hardware and sizes is used instead (`specdec.engine.profile_cache`).
+
+        Run at start-up, before any session: the timings are of this model alone."""
+        self.cost_profile = load_or_measure(
+            cache, lambda: self.profile_key(max_tokens),
+            lambda: measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size))
+        return self.cost_profile
+
+    def profile_key(self, max_tokens: int, world: int = 1) -> dict:
+        choice = self.loaded.choice
+        return profile_key(self.loaded.name, choice.path, choice.kernel, choice.device,
+                           batch_sizes(max_tokens, BATCH_PROFILE * max_tokens), world)
+
+    # -- session lifecycle -------------------------------------------------
+    def open(self, session_id: str, params: SamplingParams) -> None:
+        params.validate()
+        self._sessions.add(session_id, lambda: Session(params, self.runner.new_cache()))
+
+    def release(self, session_id: str) -> bool:
+        self.batcher.forget(session_id)
+        return self._sessions.pop(session_id) is not None
+
+    @property
+    def live_sessions(self) -> int:
+        return len(self._sessions)
+
+    def cached_tokens(self) -> int:
+        """KV-cached tokens over all live sessions; equal on every tensor-parallel rank when caches agree."""
+        return sum(s.cache.length for s in self._sessions.values())
+
+    def report(self, rank: int = 0) -> dict:
+        """This process's memory and KV state (a RankReport's fields)."""
+        return {"rank": rank, "pid": os.getpid(), "resident_bytes": resident_bytes(),
+                "parameter_bytes": self.runner.weight_bytes(), "live_sessions": self.live_sessions,
+                "cached_tokens": self.cached_tokens()}
+
+    def reports(self) -> list[dict]:
+        """One report per worker process behind this engine (just this one unless tensor parallel)."""
+        return [self.report()]
+
+    @contextlib.contextmanager
+    def _round(self, session_id: str) -> Iterator[Session]:
+        """One round of one session: the session is held (a retried round waits for the first) and
+        its forward steps may share passes with other sessions' (`specdec.engine.batcher`)."""
+        session = self._sessions.get(session_id)
+        with session.lock, self.batcher.round(session_id):
+            session.passes = []
+            yield session
+
+    def _load(self, session: Session) -> PassLoad:
+        """The load this round met: live sessions, and its passes averaged (rows and tokens per pass)."""
+        passes = session.passes or [PassShape(1, 0)]
+        return PassLoad(self.live_sessions, sum(p.rows for p in passes) / len(passes),
+                        sum(p.tokens for p in passes) / len(passes))
+
+    # -- shared steps -------------------------------------------------------
+    def _check_tokens(self, tokens: list[int], what: str) -> None:
+        vocab = self.loaded.vocab_size
+        bad = [t for t in tokens if not 0 <= t < vocab]
+        if bad:
+            raise InvalidArgument(f"{what} holds token ids outside the vocabulary [0, {vocab}): {bad[:5]}")
+
+    def _sync(self, session: Session, start: int, tokens: list[int], extra: int) -> Rollback:
+        """Crop the cache to the committed prefix (`extra` tokens will be scored past it); returns the crop."""
+        self._check_tokens(tokens, "tokens")
+        if start + len(tokens) + extra > self.loaded.max_context:
+            raise OutOfRange(f"sequence of {start + len(tokens) + extra} tokens exceeds the model's "
+                             f"context of {self.loaded.max_context}")
+        began = time.perf_counter()
+        dropped = session.cache.crop(session.state.commit(start, tokens))
+        return Rollback(dropped, time.perf_counter() - began)
+
+    def _forward(self, session: Session, tokens: list[int], logits: int = 1) -> torch.Tensor:
+        """Feed `tokens` after the cached prefix; returns the last `logits` positions' logits [logits, V].
+
+        Long inputs go in chunks (PREFILL_CHUNK alone, SHARED_PREFILL_CHUNK beside other sessions),
+        the remainder first, so the last chunk holds every position that needs logits. Chunking
+        does not change the result (`specdec.engine.attention`).
+        """
+        chunk = PREFILL_CHUNK if self.live_sessions <= 1 else max(SHARED_PREFILL_CHUNK, logits)
+        first = len(tokens) % chunk or chunk
+        bounds = [0, *range(first, len(tokens) + 1, chunk)]
+        for begin, end in zip(bounds[:-1], bounds[1:-1]):
+            self.batcher.forward(Step(session.cache, tokens[begin:end], logits=0))
+        out, shape = self.batcher.forward_shaped(Step(session.cache, tokens[bounds[-2]:], logits=logits))
+        session.passes.append(shape)
+        return out
+
+    def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> torch.Tensor:
+        """Sync to the committed prefix and score its uncached tail plus `draft_tokens` in one pass;
+        returns the logits [γ+1, V] of the last γ+1 positions. `verify` without the sampler: what a
+        tensor-parallel follower rank runs."""
+        with self._round(session_id) as session:
+            return self._score(session, start, tokens, draft_tokens)[1]
+
+    def cached(self, session_id: str) -> int:
+        """Tokens in the session's KV cache."""
+        return self._sessions.get(session_id).cache.length
+
+    def _score(self, session: Session, start: int, tokens: list[int],
+               draft_tokens: list[int]) -> tuple[int, torch.Tensor, Rollback]:
+        """Sync, feed pending + drafts; returns (committed length, logits [γ+1, V], rollback)."""
+        gamma = len(draft_tokens)
+        if gamma > self.max_gamma:
+            raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
+        self._check_tokens(draft_tokens, "draft_tokens")
+        rollback = self._sync(session, start, tokens, gamma)
+        state = session.state
+        committed = state.committed
+        logits = self._forward(session, state.pending() + draft_tokens, logits=gamma + 1)  # [γ+1, V]
+        state.extend(draft_tokens, cached=len(state.tokens) + gamma)
+        return committed, logits, rollback
+
+
+class DraftEngine(Engine):
+    def propose(self, session_id: str, start: int, tokens: list[int], gamma: int,
+                min_confidence: float = 0.0, guess_first: bool = False) -> Proposal:
+        """Sync to the committed prefix, then draft up to `gamma` tokens autoregressively.
+
+        Early stop: drafting ends once the product of the draft's top probabilities along the
+        proposal falls below `min_confidence` (at least one token is always proposed). The
+        output stays lossless: each proposed token still carries its exact q.
+        `guess_first`: the first token is the draft's most likely one (a guess of the target's bonus
+        token, never verified as a draft); the rest are drawn as usual, at their own positions.
+        """
+        if not 1 <= gamma <= self.max_gamma:
+            raise InvalidArgument(f"gamma must be in [1, {self.max_gamma}] for a draft round, got {gamma}")
+        if not 0.0 <= min_confidence < 1.0:
+            raise InvalidArgument(f"min_confidence must be in [0, 1), got {min_confidence}")
+        with self._round(session_id) as session:
+            began = time.perf_counter()
+            rollback = self._sync(session, start, tokens, gamma)
+            state, params = session.state, session.params
+            logits = self._forward(session, state.pending())  # [1, V]
+            drafted: list[int] = []
+            probs: list[torch.Tensor] = []
+            confidence = 1.0
+            for i in range(gamma):
+                if params.greedy:
+                    token = int(logits[0].argmax())
+                    if min_confidence > 0:
+                        confidence *= float(logits[0].softmax(-1)[token])
+                else:
+                    q = probs_from_logits(logits, params)[0]  # [V]
+                    gen = position_generator(params.seed, state.committed + i, "draft", q.device)
+                    token = int(q.argmax()) if guess_first and i == 0 else sample(q, gen)
+                    probs.append(q)
+                    confidence *= float(q.max())
+                drafted.append(token)
+                if i == gamma - 1 or confidence < min_confidence:
+                    break
+                logits = self._forward(session, [token])
+            # The last draft token is not fed yet; the next round feeds it if it is accepted.
+            state.extend(drafted, cached=len(state.tokens) + len(drafted) - 1)
+            q_all = torch.stack(probs).cpu() if probs else None  # [γ', V]
+            return Proposal(drafted, q_all, time.perf_counter() - began, rollback, self._load(session))
+
+
+class TargetEngine(Engine):
+    def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
+               draft_probs: torch.Tensor | None, top_logprobs: int | None = None) -> Verification:
+        """Score committed tail + drafts in one forward pass and run the rejection sampler.
+
+        draft_probs: [γ, V] or None (greedy, or a deterministic proposer).
+        With no draft tokens this is a plain target-only decoding step.
+        top_logprobs: None = no log-probabilities; k = each emitted token's, with its k most likely
+        alternatives (`specdec.core.logprobs`), from the rows just verified.
+        """
+        self.check_request(draft_tokens, draft_probs, top_logprobs)
+        with self._round(session_id) as session:
+            began = time.perf_counter()
+            committed, logits, rollback = self._score(session, start, tokens, draft_tokens)
+            drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]
+            params = session.params
+            if params.greedy:
+                verdict = verify_greedy(drafts, logits)
+            else:
+                p = probs_from_logits(logits, params)  # [γ+1, V]
+                q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
+                gen = position_generator(params.seed, committed, "target", p.device)
+                verdict = verify_sampled(drafts, q, p, gen)
+            logprobs = None if top_logprobs is None else \
+                token_logprobs(logits, verdict.tokens, params, top_logprobs)
+            return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs)
+
+    def check_request(self, draft_tokens: list[int], draft_probs: torch.Tensor | None,
+                      top_logprobs: int | None) -> None:
+        """Everything about a verify request that can be refused before any forward pass (and, with
+        tensor parallelism, before any rank is told to run it)."""
+        if top_logprobs is not None:
+            check_top_logprobs(top_logprobs)
+        self.check_draft_probs(draft_tokens, draft_probs)
+
+    def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:
+        """The target trusts no draft: q must be a distribution per row that could have drawn each
+        proposed token. Raised before any forward pass, so a bad proposal commits nothing."""
+        gamma = len(draft_tokens)
+        if draft_probs is None:
+            return
+        if tuple(draft_probs.shape) != (gamma, self.loaded.vocab_size):
+            raise InvalidArgument(f"draft probabilities have shape {tuple(draft_probs.shape)}, "
+                                  f"expected ({gamma}, {self.loaded.vocab_size})")
+        if gamma == 0:
+            return
+        q = draft_probs.to(torch.float64)
+        if not bool(torch.isfinite(q).all()) or bool((q < 0).any()):
+            raise InvalidArgument("draft probabilities must be finite and non-negative")
+        sums = q.sum(dim=-1)  # [γ]
+        if bool(((sums - 1.0).abs() > PROB_SUM_TOLERANCE).any()):
+            raise InvalidArgument(f"each row of draft probabilities must sum to 1 (±{PROB_SUM_TOLERANCE}), "
+                                  f"got sums {[round(float(s), 6) for s in sums[:4]]}")
+        chosen = q[torch.arange(gamma), torch.tensor(draft_tokens, dtype=torch.long).clamp(0, q.shape[1] - 1)]
+        if bool((chosen <= 0).any()):
+            raise InvalidArgument("a proposed token has draft probability 0: q could not have drawn it")

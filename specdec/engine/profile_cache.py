@@ -1,0 +1,96 @@
+"""The start-up cost profile, kept on disk so that a one-shot command does not re-time the machine.
+
+A profile is a property of (model weights, compute path and kernel, CPU or GPU and its forced
+level, torch version, threads, tensor-parallel size, profiled sizes). Its key covers all of them:
+a change to any re-measures. Entries also expire after `max_age_s`, so slow changes the key cannot
+see (firmware, a busier host) are re-measured now and then. Online, the γ controller learns a
+drift scale on top of whatever the profile says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specdec.engine import native
+from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".json")
+
+
+def weights_fingerprint(spec: str) -> list:
+    """What identifies a model's weights: its spec, plus each weight file's name, size and mtime."""
+    path = Path(spec)
+    if not path.exists():
+        return [spec]  # tiny:... specs are their own definition
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    return [str(path.resolve())] + [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
+
+
+def profile_key(spec: str, path: str, kernel: str, device: str, sizes: list[int], world: int = 1) -> dict:
+    """Everything a measured profile depends on; the gguf path adds its C kernel's build (source and flags)."""
+    return {"format": FORMAT, "weights": weights_fingerprint(spec), "path": path, "kernel": kernel, "device": device,
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "world": world, "sizes": sizes,
+            "context": PROFILE_CONTEXT, "kernel_build": native.build_digest() if path == "gguf" else ""}
+
+
+@dataclass(frozen=True)
+class ProfileCache:
+    folder: Path
+    max_age_s: float = 7 * 24 * 3600
+
+    def _file(self, key: dict) -> Path:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+        return self.folder / f"{digest}.json"
+
+    def load(self, key: dict) -> CostProfile | None:
+        """The stored profile for `key`, or None (absent, expired, unreadable or for another key)."""
+        file = self._file(key)
+        try:
+            entry = json.loads(file.read_text())
+            if entry["key"] != key or time.time() - entry["measured_at"] > self.max_age_s:
+                return None
+            return CostProfile(tuple(entry["seconds"]), tuple(entry["tokens"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def store(self, key: dict, profile: CostProfile) -> None:
+        """Write atomically (a temp file renamed), so concurrent services never read half an entry."""
+        entry = {"key": key, "measured_at": time.time(), "seconds": list(profile.seconds),
+                 "tokens": list(profile.tokens)}
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            with os.fdopen(fd, "w") as handle:
+                json.dump(entry, handle)
+            os.replace(tmp, self._file(key))
+        except OSError as exc:
+            log.warning("could not cache the cost profile in %s: %s", self.folder, exc)
+
+
+def load_or_measure(cache: ProfileCache | None, key: Callable[[], dict],
+                    measure: Callable[[], CostProfile]) -> CostProfile:
+    """The cached profile for `key()`, or `measure()` (stored for the next start). No cache: measure."""
+    if cache is None:
+        return measure()
+    entry = key()
+    profile = cache.load(entry)
+    if profile is None:
+        profile = measure()
+        cache.store(entry, profile)
+    else:
+        log.info("cost profile from %s: forward of %s tokens = %s ms", cache.folder,
+                 ",".join(map(str, profile.tokens)), " ".join(f"{s * 1e3:.0f}" for s in profile.seconds))
+    return profile

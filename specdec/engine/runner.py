@@ -1,0 +1,246 @@
+"""Our forward pass over a Llama-family decoder: ragged steps of many sessions in one pass.
+
+`ModelRunner.forward(steps)` scores, for each step, a session's new tokens after its cached
+prefix. The tokens of all steps are flattened into one sequence (no padding): the linear layers,
+which hold nearly all the FLOPs and bytes, run once over every row, and attention runs per step
+over that session's own `KVCache`. A single session is the batch of one.
+
+Attention (`specdec.engine.attention`) gives each query the same bits whatever it is computed with, and
+the kernels give each row the same bits whatever the row count, so a token's logits do not depend
+on whether it was decoded alone, verified among γ drafts or batched with other sessions.
+
+The model's own modules supply embeddings, norms, rotary embeddings and the activation; its linear
+layers are rebuilt as fused kernels for the chosen compute path (`specdec.engine.kernels`), and the
+originals are released. Supported: models laid out like Llama / Qwen2 / Mistral / Qwen3
+(`self_attn.{q,k,v,o}_proj`, `mlp.{gate,up,down}_proj`), full attention only.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from specdec.engine.attention import BLOCK, attend, visibility
+from specdec.engine.blockquant import BlockEmbedding, BlockQuantKernel
+from specdec.engine.kernels import Kernel, make_kernel
+from specdec.engine.kvcache import KVCache
+
+
+class UnsupportedModel(ValueError):
+    """The model's architecture is not one the runner implements."""
+
+
+@dataclass
+class Step:
+    """One session's part of a forward pass."""
+
+    cache: KVCache
+    tokens: list[int]  # fed after the cache's `length` positions
+    logits: int = 1  # how many trailing positions need logits
+
+
+class Collectives:
+    """Tensor-parallel communication; the identity for a single worker."""
+
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def gather_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+
+@dataclass
+class _Layer:
+    input_norm: nn.Module
+    qkv: Kernel
+    q_norm: nn.Module | None
+    k_norm: nn.Module | None
+    out: Kernel
+    post_norm: nn.Module
+    gate_up: Kernel
+    down: Kernel
+    act: nn.Module
+
+
+def _fused(path: str, linears: list[nn.Linear], fp32_kernel: str) -> Kernel:
+    """One kernel for linears that read the same input (q, k, v; gate, up): their outputs side by side."""
+    biases = [lin.bias for lin in linears]
+    bias = None
+    given = [b for b in biases if b is not None]
+    if given:
+        bias = torch.cat([b.detach() if b is not None else given[0].new_zeros(lin.out_features)
+                          for b, lin in zip(biases, linears)])
+    if path == "gguf":
+        return BlockQuantKernel([lin.block_weight for lin in linears], bias)
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    return make_kernel(path, weight, bias, fp32_kernel)
+
+
+def _release(*linears: nn.Linear) -> None:
+    """Drop a rebuilt linear's original weights; the kernel holds what the forward needs."""
+    for lin in linears:
+        lin.weight = nn.Parameter(torch.empty(0, dtype=lin.weight.dtype, device=lin.weight.device),
+                                  requires_grad=False)
+        lin.bias = None
+
+
+def check_supported(model: nn.Module) -> None:
+    config = model.config
+    decoder = getattr(model, "model", None)
+    layers = getattr(decoder, "layers", None)
+    if layers is None or not hasattr(decoder, "rotary_emb") or not hasattr(decoder, "norm"):
+        raise UnsupportedModel(f"{type(model).__name__}: specdec runs Llama-family decoders "
+                               "(model.layers, model.norm, model.rotary_emb)")
+    attn, mlp = layers[0].self_attn, layers[0].mlp
+    missing = [name for name, owner in (("q_proj", attn), ("k_proj", attn), ("v_proj", attn), ("o_proj", attn),
+                                        ("gate_proj", mlp), ("up_proj", mlp), ("down_proj", mlp))
+               if not hasattr(owner, name)]
+    if missing:
+        raise UnsupportedModel(f"{type(model).__name__}: no {', '.join(missing)} in its decoder layers")
+    if any(t != "full_attention" for t in getattr(config, "layer_types", None) or []):
+        raise UnsupportedModel(f"{type(model).__name__}: sliding-window layers are not supported")
+    if getattr(config, "attn_logit_softcapping", None) or getattr(config, "final_logit_softcapping", None):
+        raise UnsupportedModel(f"{type(model).__name__}: logit soft-capping is not supported")
+    if not hasattr(inspect.getmodule(type(model)), "apply_rotary_pos_emb"):
+        raise UnsupportedModel(f"{type(model).__name__}: its module defines no apply_rotary_pos_emb")
+
+
+class ModelRunner:
+    """Owns a model's compute path and runs ragged multi-session forward passes.
+
+    path: "fp32", "bf16", "int8" (see `specdec.engine.kernels`) or "gguf" (`specdec.engine.blockquant`: every linear
+    layer and the embedding carry a `block_weight`); fp32_kernel: "dense" or "onednn".
+    `collectives` joins tensor-parallel shards (`specdec.engine.tp`); the default is one worker.
+    """
+
+    def __init__(self, model: nn.Module, path: str = "fp32", fp32_kernel: str = "dense",
+                 collectives: Collectives | None = None):
+        check_supported(model)
+        model.eval()
+        decoder = model.model
+        config = model.config
+        self.path = path
+        self.collectives = collectives or Collectives()
+        if path == "bf16":
+            model.to(torch.bfloat16)
+        if path == "gguf":  # weights in their GGUF blocks (`specdec.engine.blockquant`); float32 activations
+            self.act_dtype, self.device = torch.float32, torch.device("cpu")
+            self.embed = BlockEmbedding(decoder.embed_tokens.block_weight)
+        else:
+            self.act_dtype, self.device = decoder.embed_tokens.weight.dtype, decoder.embed_tokens.weight.device
+            self.embed = decoder.embed_tokens
+        self.norm = decoder.norm
+        self.rotary = decoder.rotary_emb
+        self.apply_rotary = inspect.getmodule(type(model)).apply_rotary_pos_emb
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        attn0 = decoder.layers[0].self_attn
+        self.heads = attn0.q_proj.out_features // self.head_dim  # this shard's heads under tensor parallelism
+        self.kv_heads = attn0.k_proj.out_features // self.head_dim
+        self.scale = getattr(attn0, "scaling", self.head_dim ** -0.5)
+        self.max_context = config.max_position_embeddings
+        self.layers: list[_Layer] = []
+        with torch.no_grad():
+            for layer in decoder.layers:
+                attn, mlp = layer.self_attn, layer.mlp
+                self.layers.append(_Layer(
+                    input_norm=layer.input_layernorm,
+                    qkv=_fused(path, [attn.q_proj, attn.k_proj, attn.v_proj], fp32_kernel),
+                    q_norm=getattr(attn, "q_norm", None), k_norm=getattr(attn, "k_norm", None),
+                    out=_fused(path, [attn.o_proj], fp32_kernel),
+                    post_norm=layer.post_attention_layernorm,
+                    gate_up=_fused(path, [mlp.gate_proj, mlp.up_proj], fp32_kernel),
+                    down=_fused(path, [mlp.down_proj], fp32_kernel), act=mlp.act_fn))
+                _release(attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj,
+                         mlp.down_proj)
+            head = model.get_output_embeddings()
+            self.lm_head = _fused(path, [head], fp32_kernel)
+            if head.weight is not getattr(self.embed, "weight", None):
+                _release(head)
+
+    # -- caches --------------------------------------------------------------------------
+    def new_cache(self) -> KVCache:
+        return KVCache(len(self.layers), self.kv_heads, self.head_dim, self.act_dtype, self.device,
+                       self.max_context)
+
+    def weight_bytes(self) -> int:
+        kernels = [k for layer in self.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
+        small = sum(t.numel() * t.element_size() for m in (self.embed, self.norm)
+                    for t in itertools.chain(m.parameters(), m.buffers()))
+        norms = sum(p.numel() * p.element_size() for layer in self.layers
+                    for m in (layer.input_norm, layer.post_norm) for p in m.parameters())
+        return sum(k.weight_bytes() for k in kernels) + self.lm_head.weight_bytes() + small + norms
+
+    # -- the forward pass ------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward(self, steps: list[Step]) -> list[torch.Tensor]:
+        """Feed every step's tokens; returns each step's logits [step.logits, V] float32.
+
+        Each cache grows by its step's tokens. Steps must use distinct caches.
+        """
+        lengths = [len(s.tokens) for s in steps]
+        assert all(n > 0 for n in lengths) and all(0 <= s.logits <= n for s, n in zip(steps, lengths))
+        for step, n in zip(steps, lengths):
+            step.cache.reserve(step.cache.length + n)
+        ids = torch.tensor([t for s in steps for t in s.tokens], device=self.device)  # [T]
+        positions = torch.cat([torch.arange(s.cache.length, s.cache.length + n) for s, n in zip(steps, lengths)])
+        positions = positions.to(self.device)[None]  # [1, T]
+        h = self.embed(ids)[None].to(self.act_dtype)  # [1, T, hidden]
+        cos, sin = self.rotary(h, positions)
+        spans = self._spans(steps, lengths)
+        for index, layer in enumerate(self.layers):
+            h = h + self._attention(index, layer, h, cos, sin, spans)
+            mlp_in = layer.post_norm(h)[0]  # [T, hidden]
+            gate, up = layer.gate_up(mlp_in).chunk(2, dim=-1)
+            h = h + self.collectives.all_reduce(layer.down(layer.act(gate) * up))[None]
+        for step, n in zip(steps, lengths):
+            step.cache.length += n
+        rows = torch.tensor([end - k for (_, end), s in zip(_offsets(lengths), steps) for k in range(s.logits, 0, -1)],
+                            dtype=torch.long, device=self.device)
+        logits = self.collectives.gather_vocab(self.lm_head(self.norm(h[0, rows])).float())  # [Σ logits, V]
+        return list(logits.split([s.logits for s in steps]))
+
+    def _spans(self, steps: list[Step], lengths: list[int]) -> list[tuple[int, int, int, KVCache, torch.Tensor]]:
+        """Per step: its rows [begin, end) in the flattened batch, its first position, its cache and
+        the visibility of its keys (`specdec.engine.attention.visibility`), shared by every layer."""
+        groups = self.heads // self.kv_heads
+        spans = []
+        for (begin, end), step, n in zip(_offsets(lengths), steps, lengths):
+            start = step.cache.length
+            keys = -(-(start + n) // BLOCK) * BLOCK
+            spans.append((begin, end, start, step.cache, visibility(start, n, groups, keys, self.device)))
+        return spans
+
+    def _attention(self, index: int, layer: _Layer, h: torch.Tensor, cos, sin, spans) -> torch.Tensor:
+        D, H, KV = self.head_dim, self.heads, self.kv_heads
+        T = h.shape[1]
+        qkv = layer.qkv(layer.input_norm(h)[0])  # [T, (H + 2·KV)·D]
+        q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
+        q, k = q.view(T, H, D), k.view(T, KV, D)
+        if layer.q_norm is not None:
+            q, k = layer.q_norm(q), layer.k_norm(k)
+        q, k = self.apply_rotary(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)  # [1, H|KV, T, D]
+        v = v.view(T, KV, D).transpose(0, 1)  # [KV, T, D]
+        out = torch.empty(T, H, D, dtype=torch.float32, device=h.device)
+        groups = H // KV
+        for begin, end, start, cache, visible in spans:
+            S = end - begin
+            cache.keys[index, :, start:start + S] = k[0, :, begin:end]
+            cache.values[index, :, start:start + S] = v[:, begin:end]
+            width = visible.shape[1]
+            query = q[0, :, begin:end].reshape(KV, groups * S, D)  # heads sharing a KV head, folded
+            attended = attend(query, cache.keys[index, :, :width], cache.values[index, :, :width], visible,
+                              self.scale)  # [KV, G·S, D]
+            out[begin:end] = attended.reshape(H, S, D).transpose(0, 1)
+        return self.collectives.all_reduce(layer.out(out.view(T, H * D).to(h.dtype)))[None]
+
+
+def _offsets(lengths: list[int]) -> list[tuple[int, int]]:
+    spans, begin = [], 0
+    for n in lengths:
+        spans.append((begin, begin + n))
+        begin += n
+    return spans

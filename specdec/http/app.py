@@ -1,0 +1,298 @@
+"""The OpenAI-compatible HTTP front door: a Starlette app that is a client of `specdec.v1.SpecDec`.
+
+It adds no logic of its own to a round: each request becomes one `Generate` call, whose messages
+become the reply (or its server-sent events). A client that disconnects cancels that call, which
+frees the session on every service. Errors take OpenAI's JSON shape with the status a client
+library maps correctly (`specdec.http.errors`); a client's mistake is never a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from typing import AsyncIterator
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry import metrics
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
+from specdec.http.errors import error_body, rpc_error
+from specdec.http.flags import HttpConfig
+from specdec.http.guard import Guard
+from specdec.http.responses import Reply, TokenText
+from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
+from specdec.runtime import security
+from specdec.runtime.server import CHANNEL_OPTIONS
+
+log = logging.getLogger(__name__)
+
+HEALTH_TIMEOUT_S = 1.0
+
+
+def sse(data: dict | str) -> bytes:
+    return f"data: {data if isinstance(data, str) else json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+class Gateway:
+    """What the routes share: the channel to the orchestrator, the model's name and tokenizer."""
+
+    def __init__(self, config: HttpConfig):
+        self.config = config
+        self.security = security.current()
+        self.channel: grpc.aio.Channel | None = None
+        self.info = pb.ModelInfo()
+        self.model = config.model_name
+        self.tokenizer = None
+        self.tokens: TokenText | None = None
+        meter = metrics.get_meter("specdec.http")
+        self.requests = meter.create_counter("http_requests", description="HTTP requests by route and status")
+        self.latency = meter.create_histogram("http_request_duration", unit="s",
+                                              description="Time to the response's last byte, by route")
+
+    async def start(self) -> None:
+        """Connect, and learn the model's name, context and tokenizer from the orchestrator."""
+        from specdec import weights
+        from specdec.weights.sources import load_tokenizer
+
+        self.channel = self.security.aio_channel(self.config.endpoint, CHANNEL_OPTIONS)
+        self.stub = pb_grpc.SpecDecStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+        self.info = await self.stub.Info(pb.ModelInfoRequest(), timeout=60, metadata=self.metadata)
+        self.model = self.model or served_name(self.info.model)
+        spec = self.config.tokenizer or self.info.model
+        self.tokenizer = await asyncio.to_thread(lambda: load_tokenizer(weights.resolve(spec)))
+        self.tokens = TokenText(self.tokenizer)
+        log.info("OpenAI API for %s in front of %s", self.model, self.config.endpoint)
+
+    async def stop(self) -> None:
+        if self.channel is not None:
+            await self.channel.close()
+
+    @property
+    def metadata(self) -> tuple:
+        return self.security.call_metadata()
+
+    def model_card(self) -> dict:
+        return {"id": self.model, "object": "model", "created": 0, "owned_by": "specdec",
+                "max_model_len": self.info.max_context}
+
+    def check_model(self, model: str) -> None:
+        if model != self.model:
+            raise ModelNotFound(f"the model {model!r} does not exist; this server serves {self.model!r}")
+
+    def chat_prompt(self, request: ChatCompletionRequest) -> list[int]:
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise BadRequest(f"the model {self.model!r} has no chat template: use /v1/completions", "messages")
+        messages = [m.for_template() for m in request.messages]
+        try:
+            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False)
+        except Exception as exc:  # noqa: BLE001 - a template rejects what it cannot render (jinja raises)
+            raise BadRequest(f"the chat template cannot render these messages: {exc}", "messages") from None
+        return list(ids)
+
+
+class ModelNotFound(Exception):
+    pass
+
+
+def served_name(spec: str) -> str:
+    """The id a model spec is served under: the packaged model's name, or a path's file or folder name."""
+    from specdec.weights import PACKAGED_PREFIX
+    from specdec.weights.packaged import BUNDLE_DIR, PACKAGED
+
+    if spec.startswith(PACKAGED_PREFIX):
+        packaged = PACKAGED.get(spec.removeprefix(PACKAGED_PREFIX))
+        return packaged.name if packaged else spec
+    if spec.startswith("tiny:"):
+        return spec
+    parts = spec.rstrip("/").rsplit("/", 2)
+    if len(parts) == 3 and parts[-1] == BUNDLE_DIR:  # a packaged model's folder: <cache>/<name>/bundle
+        return parts[-2]
+    return parts[-1].removesuffix(".gguf")
+
+
+# -- routes --------------------------------------------------------------------------
+async def models(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    return JSONResponse({"object": "list", "data": [gateway.model_card()]})
+
+
+async def model(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    gateway.check_model(request.path_params["model"])
+    return JSONResponse(gateway.model_card())
+
+
+async def completions(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    body = parse(CompletionRequest, await request.body())
+    gateway.check_model(body.model)
+    generate = body.generate_request(body.max_tokens, body.logprobs, **body.prompt_fields())
+    return await run(request, gateway, body, generate, Reply("completion", gateway.model, gateway.tokens,
+                                                             body.logprobs))
+
+
+async def chat_completions(request: Request) -> Response:
+    gateway: Gateway = request.app.state.gateway
+    body = parse(ChatCompletionRequest, await request.body())
+    gateway.check_model(body.model)
+    prompt = gateway.chat_prompt(body)
+    room = max(gateway.info.max_context - len(prompt), 1)
+    max_tokens = body.max_new_tokens() or min(gateway.info.max_new_tokens or room, room)
+    generate = body.generate_request(max_tokens, body.top(), prompt_token_ids=prompt)
+    return await run(request, gateway, body, generate, Reply("chat", gateway.model, gateway.tokens, body.top()))
+
+
+async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest, reply: Reply) -> Response:
+    """Start the call and wait for its first message, so that a refused request gets its 4xx
+    status even when streamed; then stream the rest, or gather it."""
+    call = gateway.stub.Generate(generate, timeout=gateway.config.request_timeout_s, metadata=gateway.metadata)
+    try:
+        first = await until_disconnected(request, call.read())
+    except BaseException:
+        call.cancel()
+        raise
+    if body.stream:
+        return StreamingResponse(stream(call, first, reply, body.include_usage()), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    try:
+        text, logprobs = await until_disconnected(request, gather(call, first, reply))
+    finally:
+        call.cancel()  # a no-op once the call is done
+    return JSONResponse(reply.whole(text, reply.merge_logprobs(logprobs)))
+
+
+async def messages(call, first, reply: Reply) -> AsyncIterator[pb.GenerateResponse]:
+    """The call's messages from `first` on; the final stats go to `reply` as they pass."""
+    message = first
+    while message is not grpc.aio.EOF:
+        if message.HasField("stats"):
+            reply.stats = message.stats
+        yield message
+        message = await call.read()
+
+
+async def gather(call, first, reply: Reply) -> tuple[str, list]:
+    text, logprobs = [], []
+    async for message in messages(call, first, reply):
+        text.append(message.text)
+        logprobs.append(reply.logprobs(message))
+    return "".join(text), logprobs
+
+
+async def stream(call, first, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
+    """Server-sent events: a chunk per round, the finish reason, usage if asked for, then [DONE].
+    An error after the first message arrives as an OpenAI error event. Closing the stream (the
+    client went away) cancels the call."""
+    opening = True  # the chat stream's first chunk names the role
+    try:
+        async for message in messages(call, first, reply):
+            logprobs = reply.logprobs(message)
+            if message.text or logprobs or opening:
+                yield sse(reply.chunk(message.text, logprobs, first=opening))
+                opening = False
+        yield sse(reply.chunk("", None, reply.finish_reason()))
+        if include_usage:
+            yield sse(reply.usage_chunk())
+    except grpc.RpcError as exc:
+        status, kind, message_text = rpc_error(exc)
+        yield sse({"error": {"message": message_text, "type": kind, "param": None, "code": status}})
+    finally:
+        call.cancel()
+    yield sse("[DONE]")
+
+
+async def until_disconnected(request: Request, work):
+    """Await `work`, unless the client disconnects first: then cancel it and raise ClientGone."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(wait_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if task not in done:
+            task.cancel()
+            raise ClientGone()
+        return task.result()
+    finally:
+        watch.cancel()
+
+
+async def wait_disconnect(request: Request) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class ClientGone(Exception):
+    pass
+
+
+async def health(request: Request) -> Response:
+    """200 while the orchestrator reports SERVING (within a second), 503 otherwise."""
+    gateway: Gateway = request.app.state.gateway
+    try:
+        reply = await gateway.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=HEALTH_TIMEOUT_S)
+        serving = reply.status == health_pb2.HealthCheckResponse.SERVING
+    except grpc.RpcError:
+        serving = False
+    return JSONResponse({"status": "ok" if serving else "unavailable"}, 200 if serving else 503)
+
+
+async def prometheus(request: Request) -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+
+    return Response(await asyncio.to_thread(generate_latest, REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+
+def with_errors(route):
+    """Route exceptions -> OpenAI error responses."""
+    async def handle(request: Request) -> Response:
+        try:
+            return await route(request)
+        except BadRequest as exc:
+            return error_body(400, "invalid_request_error", str(exc), exc.param)
+        except ModelNotFound as exc:
+            return error_body(404, "not_found_error", str(exc), "model")
+        except grpc.RpcError as exc:
+            return error_body(*rpc_error(exc))
+        except ClientGone:
+            return Response(status_code=499)
+        except Exception as exc:  # noqa: BLE001 - a bug: the client gets a 500 in OpenAI's shape, we get the trace
+            log.exception("internal error on %s", request.url.path)
+            return error_body(500, "internal_error", f"internal error: {exc!r}")
+    return handle
+
+
+ROUTES = {"/v1/models": (models, ["GET"]), "/v1/models/{model:path}": (model, ["GET"]), "/v1/completions": (completions, ["POST"]),
+          "/v1/chat/completions": (chat_completions, ["POST"]), "/health": (health, ["GET"]),
+          "/metrics": (prometheus, ["GET"])}
+
+
+def create_app(config: HttpConfig) -> Starlette:
+    gateway = Gateway(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        await gateway.start()
+        yield
+        await gateway.stop()
+
+    async def no_route(request: Request, exc: HTTPException) -> Response:
+        return error_body(exc.status_code, "invalid_request_error" if exc.status_code < 500 else "internal_error",
+                          f"{request.method} {request.url.path}: {exc.detail}")
+
+    app = Starlette(routes=[Route(path, with_errors(fn), methods=methods) for path, (fn, methods) in ROUTES.items()],
+                    lifespan=lifespan, exception_handlers={HTTPException: no_route})
+    app.state.gateway = gateway
+    app.add_middleware(Guard, gateway=gateway, routes=frozenset(ROUTES))
+    return app

@@ -1,0 +1,186 @@
+"""OpenAI request bodies, checked, and turned into the `GenerateRequest` they ask for.
+
+Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`, `max_tokens` /
+`max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
+`logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
+`stream_options.include_usage`, `n` = 1, and the extensions `gamma` (unset = adaptive, 0 =
+target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting
+during verification); unset = the server's default.
+Refused with a 400 when set to anything but their neutral value: `n` > 1, `best_of` > 1, `echo`,
+`suffix`, penalties, `logit_bias`, tools and functions, a response format other than text, and
+non-text message parts. Unknown fields are ignored, as OpenAI's own server does.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from protos import specdec_pb2 as pb
+from specdec.core.logprobs import MAX_TOP_LOGPROBS
+from specdec.runtime.wire import logprob_request_to_pb, speculation_to_pb
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+MAX_STOP = 4  # OpenAI's limit on stop sequences
+INT32_MAX, UINT32_MAX = 2**31 - 1, 2**32 - 1  # the wire's integer widths: anything wider is refused here
+
+
+class BadRequest(Exception):
+    """A client's mistake: answered 400 with OpenAI's error shape. `param`: the offending field."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    temperature: float | None = Field(None, ge=0.0, le=2.0)  # OpenAI's default: 1
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0, le=INT32_MAX)  # extension (0: off)
+    seed: int | None = Field(None, ge=0, lt=2**63)  # unset: a fresh random seed per request
+    stop: str | list[str] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[str, float] | None = None
+    gamma: int | None = Field(None, ge=0, le=INT32_MAX)  # extension: unset = adaptive, 0 = target-only, N = fixed
+    proposer: Literal["model", "ngram", "hybrid"] | None = None  # extension: unset = the server's default
+    overlap: Literal["auto", "on", "off"] | None = None  # extension: unset = the server's default
+
+    def refuse_unsupported(self) -> None:
+        if self.n != 1:
+            raise BadRequest("n must be 1: one choice per request is supported", "n")
+        if self.presence_penalty or self.frequency_penalty:
+            raise BadRequest("presence and frequency penalties are not supported", "presence_penalty")
+        if self.logit_bias:
+            raise BadRequest("logit_bias is not supported", "logit_bias")
+        if self.stream_options is not None and not self.stream:
+            raise BadRequest("stream_options needs stream: true", "stream_options")
+
+    def stops(self) -> list[str]:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if len(stops) > MAX_STOP:
+            raise BadRequest(f"at most {MAX_STOP} stop sequences, got {len(stops)}", "stop")
+        return stops
+
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+    def generate_request(self, max_tokens: int, top_logprobs: int | None, **prompt) -> pb.GenerateRequest:
+        """The GenerateRequest this body asks for; `prompt`: its prompt or prompt_token_ids field."""
+        temperature = 1.0 if self.temperature is None else self.temperature
+        seed = secrets.randbits(63) if self.seed is None else self.seed
+        request = pb.GenerateRequest(max_new_tokens=max_tokens, temperature=temperature, top_k=max(self.top_k or 0, 0),
+                                     seed=seed, stop=self.stops(), **logprob_request_to_pb(top_logprobs),
+                                     **speculation_to_pb(self.proposer, self.overlap), **prompt)
+        if self.top_p is not None:
+            request.top_p = self.top_p
+        if self.gamma is not None:
+            request.gamma = self.gamma
+        return request
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(COMPLETIONS_DEFAULT_MAX_TOKENS, ge=1, le=UINT32_MAX)
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = None
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.echo:
+            raise BadRequest("echo is not supported", "echo")
+        if self.suffix:
+            raise BadRequest("suffix (insertion) is not supported", "suffix")
+        if self.best_of not in (None, 1):
+            raise BadRequest("best_of must be 1", "best_of")
+
+    def prompt_fields(self) -> dict:
+        """{'prompt': text} or {'prompt_token_ids': ids}: exactly one prompt per request."""
+        prompt = self.prompt
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if isinstance(prompt, str):
+            return {"prompt": prompt}
+        if prompt and all(isinstance(t, int) for t in prompt):
+            if any(not -INT32_MAX - 1 <= t <= INT32_MAX for t in prompt):
+                raise BadRequest("prompt token ids must be 32-bit integers", "prompt")
+            return {"prompt_token_ids": prompt}
+        raise BadRequest("prompt must be one string or one list of token ids (batches are not supported)", "prompt")
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")  # name, tool_call_id, ...: handed on to the chat template
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+
+    def for_template(self) -> dict[str, Any]:
+        content = self.content
+        if isinstance(content, list):
+            if any(part.type != "text" or part.text is None for part in content):
+                raise BadRequest("only text content parts are supported", "messages")
+            content = "".join(part.text for part in content)
+        role = "system" if self.role == "developer" else self.role
+        return {**(self.model_extra or {}), "role": role, "content": content or ""}
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str = "text"
+
+
+class ChatCompletionRequest(_Common):
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1, le=UINT32_MAX)
+    max_completion_tokens: int | None = Field(None, ge=1, le=UINT32_MAX)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    tools: list | None = None
+    functions: list | None = None
+    response_format: ResponseFormat | None = None
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.tools or self.functions:
+            raise BadRequest("tools and functions are not supported", "tools")
+        if self.response_format is not None and self.response_format.type != "text":
+            raise BadRequest("only the text response format is supported", "response_format")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise BadRequest("top_logprobs needs logprobs: true", "top_logprobs")
+
+    def max_new_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    def top(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+def parse(model: type[_Common], body: bytes) -> _Common:
+    """Validate a JSON body; any problem is a BadRequest naming the field."""
+    try:
+        request = model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise BadRequest(f"{where}: {first['msg']}" if where else first["msg"], where or None) from None
+    request.refuse_unsupported()
+    return request

@@ -1,0 +1,262 @@
+"""Cost model and γ controller (DESIGN.md, "Cost model with the network").
+
+Round time  T(γ) = rtt_target + s_t·C_t(γ+1) + [γ > 0]·(rtt_draft + s_d·γ·C_d(1))
+Pass cost   C(k) = P(f·n·k)/f: n live sessions, a share f of them per pass, k tokens each (n = 1: P(k))
+Tokens      E(γ) = (1 − α^(γ+1)) / (1 − α)
+The controller picks γ* = argmax over γ ∈ {0..γ_max} of E(γ)/T(γ), every round.
+
+P_t(S) and P_d(S) are the services' start-up cost profiles (`specdec.planning.cost`): one forward
+of S tokens, measured on their own machine and compute path. So the shape of the verify cost,
+the thing that decides whether speculation pays, is known from the first round. What is learned
+online: α, one scale per service (s ≈ 1; it follows drift), the network time of each hop (wall
+time minus the compute time the service reports), and the load each service reports every round:
+its live sessions n and the sessions that shared the pass, a share f of n (the batch fill).
+
+Load: with n sessions on a busy service, every session's round waits for the 1/f passes that serve
+them all, each of f·n·k tokens. The n sessions emit n·E(γ) tokens per such cycle, so the aggregate
+goodput n·E(γ)/T(γ) and one session's E(γ)/T(γ) peak at the same γ (SmartSpec's uniform-γ
+objective). Where several tokens per forward stop being cheap, because the batch already fills the
+machine, γ falls to 0. f is learned apart for rounds that draft and rounds that do not: sessions
+that decode target-only return to the target in step and fill its passes, while speculating ones
+arrive scattered by their draft rounds, so speculation also pays for the batch it scatters. Draft
+and target time add up, as they do when the services share a machine (the embedded default); on
+separate machines this undercounts speculation at high load, never at n = 1.
+
+A switch of γ needs a gain of `hysteresis`, so γ does not flap on noise in the load. A probe
+(below) pulls its session out of the shared passes, so probes come n times less often.
+
+Overlap (drafting during verification): while the target verifies γ drafts, the draft drafts γ+1
+more, a guess of the bonus token and the next round's drafts. The next round finds them ready when
+every draft was accepted and the guess was right, probability h(γ) = α^γ·β (β learned); otherwise it
+drafts as usual. A round then costs
+    T_o(γ) = max(rtt_draft + κ_d·(γ+1)·t_d, rtt_target + κ_t·t_v(γ)) + (1 − h(γ))·(rtt_draft + γ·t_d)
+instead of T(γ), where κ_d, κ_t ≥ 1 are the slowdowns each service shows while the other runs
+(1 on separate machines; more where they share cores), measured in overlapped rounds only. The
+controller overlaps where max over γ of E/T_o beats max of E/T, and probes now and then while it
+does not, as it probes γ > 0 (below), so a slowdown that went away is noticed.
+
+γ = 0 is a candidate like any other. While it wins, the controller probes the best γ > 0 now
+and then to refresh α, and doubles the interval after every probe that changes nothing, so a
+workload where speculation never pays settles at target-only decoding and probes rarely.
+"""
+
+from __future__ import annotations
+
+from specdec.core.rounds import AcceptanceEstimate, RoundRecord
+from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost
+
+
+class Ewma:
+    """Exponentially weighted mean. A `provisional` initial value (a prior) gives way to the first sample."""
+
+    def __init__(self, weight: float = 0.2, initial: float | None = None, provisional: bool = False):
+        self.weight = weight
+        self.value = initial
+        self.provisional = provisional
+
+    def update(self, sample: float) -> float:
+        if self.value is None or self.provisional:
+            self.value, self.provisional = sample, False
+        else:
+            self.value = (1 - self.weight) * self.value + self.weight * sample
+        return self.value
+
+    def seed(self, value: float | None) -> None:
+        """Start from `value` (a prior) until the first sample replaces it."""
+        if value is not None:
+            self.value, self.provisional = value, True
+
+
+class GammaController:
+    """Chooses γ each round from the cost profiles, the online α estimate and the measured scales."""
+
+    LEARNED = ("target_scale", "draft_scale", "rtt_draft", "rtt_target", "target_sessions", "draft_sessions",
+               "target_fill_drafting", "target_fill_plain", "draft_fill", "contention_target", "contention_draft")
+
+    def __init__(self, gamma_max: int, target: CostProfile, draft: CostProfile | None = None,
+                 prior_alpha: float = 0.7, probe_every: int = 16, max_probe_every: int = 256,
+                 hysteresis: float = 0.03):
+        self.gamma_max = gamma_max
+        self.target, self.draft = target, draft
+        self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
+        self.probe_every, self.max_probe_every = probe_every, max_probe_every
+        self.target_scale = Ewma(0.3, 1.0, provisional=True)  # measured / profiled target compute
+        self.draft_scale = Ewma(0.3, 1.0, provisional=True)
+        # Network time is measured every round with little noise: follow it quickly.
+        self.rtt_draft = Ewma(0.5)
+        self.rtt_target = Ewma(0.5)
+        self.target_sessions = Ewma(0.3, 1.0, provisional=True)  # n_t: live sessions on the target
+        self.draft_sessions = Ewma(0.3, 1.0, provisional=True)
+        # f: the share of the live sessions in a pass (unmeasured: 1, every session in one pass)
+        self.target_fill_drafting, self.target_fill_plain, self.draft_fill = Ewma(0.3), Ewma(0.3), Ewma(0.3)
+        self.hysteresis = hysteresis
+        self._last_gamma: int | None = None
+        self._rounds_without_draft = 0
+        self._probe_interval = probe_every
+        # Overlap: κ, each service's slowdown while the other computes, and β, how often the draft's
+        # guess of the bonus token is right once every draft was accepted.
+        self.contention_target = Ewma(0.3, 1.0, provisional=True)
+        self.contention_draft = Ewma(0.3, 1.0, provisional=True)
+        self.guesses = AcceptanceEstimate(prior_alpha=prior_alpha)
+        self.overlapping = False  # price rounds as overlapped (`overlap_round_time`)
+        self._rounds_without_overlap = 0
+        self._overlap_probe_interval = probe_every
+
+    # -- learning ----------------------------------------------------------------------------
+    def observe(self, record: RoundRecord, by_model: bool = True) -> None:
+        """Learn from one round (`specdec.core.rounds`): α, each service's scale, network time and load.
+        `by_model` False: the drafts came from elsewhere (a lookup), which teaches nothing of the draft
+        model's α or cost; the target's side is learned all the same."""
+        target, draft = record.target_load, record.draft_load
+        self.rtt_target.update(record.rtt_target_s)
+        pass_tokens = target.tokens or record.drafted + 1
+        target_s = record.target_compute_s / self.target.forward_s(pass_tokens)
+        if record.overlapped:  # a verify beside the draft's next branch: its slowdown, not drift
+            self.contention_target.update(max(target_s / self.target_scale.value, 1.0))
+        else:
+            self.target_scale.update(target_s)
+        self.target_sessions.update(max(target.sessions, 1))
+        fill = self.target_fill_drafting if record.drafted > 0 else self.target_fill_plain
+        fill.update(batch_fill(target.rows, target.sessions))
+        if record.drafted > 0 and by_model:
+            self.acceptance.observe(record.drafted, record.accepted)
+            self.draft_sessions.update(max(draft.sessions, 1))
+            self.draft_fill.update(batch_fill(draft.rows, draft.sessions))
+            step = self.draft.forward_s(draft.tokens or 1) if self.draft is not None else 0.0
+            # A prefetched proposal's compute is its branch's, learned in `observe_branch`; a free
+            # proposer (a lookup) has no scale to learn.
+            if record.draft_steady and not record.prefetched and step > 0:
+                self.draft_scale.update(record.draft_compute_s / (record.drafted * step))
+            self.rtt_draft.update(record.rtt_draft_s)
+            self._rounds_without_draft = 0
+        else:
+            self._rounds_without_draft += 1
+
+    def observe_branch(self, drafted: int, compute_s: float, guessed: bool | None) -> None:
+        """Learn from a branch drafted beside a verify: the draft's slowdown there (κ_d), and, when
+        the verdict accepted every draft, whether the branch's guess of the bonus token was right."""
+        step = self.draft_step()
+        if drafted > 0 and step > 0:
+            self.contention_draft.update(max(compute_s / (drafted * step), 1.0))
+        if guessed is not None:
+            self.guesses.observe(1, int(guessed))
+
+    # -- the cost model ------------------------------------------------------------------------
+    def verify_time(self, gamma: int) -> float:
+        """t_v(γ): the target passes that verify γ drafts of every live session that does alike."""
+        fill = self.target_fill_drafting if gamma > 0 else self.target_fill_plain
+        return self.target_scale.value * pass_cost(self.target, self.target_sessions.value, fill.value, gamma + 1)
+
+    def draft_step(self) -> float:
+        """One draft step: a pass of one token per drafting session (0 without a draft profile)."""
+        if self.draft is None:
+            return 0.0
+        return self.draft_scale.value * pass_cost(self.draft, self.draft_sessions.value, self.draft_fill.value, 1)
+
+    def target_time(self, tokens: int) -> float:
+        """Expected target compute for `tokens` new tokens (a prefill included) in a loaded pass."""
+        return self.target_scale.value * self.target.upper_bound_s(round(self.target_sessions.value * tokens))
+
+    def draft_time(self, fed: int, gamma: int) -> float:
+        """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes."""
+        if self.draft is None:
+            return 0.0
+        first = self.draft.upper_bound_s(round(self.draft_sessions.value * fed))
+        return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
+
+    def round_time(self, gamma: int, overlapped: bool | None = None) -> float:
+        """T(γ), or T_o(γ) when `overlapped` (default: while `overlapping`)."""
+        if (self.overlapping if overlapped is None else overlapped) and gamma > 0:
+            return self.overlap_round_time(gamma)
+        time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
+        if gamma > 0:
+            time += (self.rtt_draft.value or 0.0) + gamma * self.draft_step()
+        return time
+
+    def hit_probability(self, gamma: int) -> float:
+        """h(γ): every draft accepted and the bonus token guessed, so the next proposal is ready."""
+        return self.acceptance.alpha ** gamma * self.guesses.alpha
+
+    def overlap_round_time(self, gamma: int) -> float:
+        """T_o(γ): a round of γ drafts whose verify runs beside the drafting of the next round's branch."""
+        rtt_draft, step = self.rtt_draft.value or 0.0, self.draft_step()
+        branch = rtt_draft + self.contention_draft.value * (gamma + 1) * step
+        verify = (self.rtt_target.value or 0.0) + self.contention_target.value * self.verify_time(gamma)
+        return max(branch, verify) + (1.0 - self.hit_probability(gamma)) * (rtt_draft + gamma * step)
+
+    def rates(self, cap: int, overlapped: bool | None = None) -> dict[int, float]:
+        """Expected tokens per second for γ = 0..cap (`overlapped`: as in `round_time`)."""
+        alpha = self.acceptance.alpha
+        return {g: expected_tokens(alpha, g) / self.round_time(g, overlapped) for g in range(cap + 1)}
+
+    def overlap_pays(self, max_useful: int | None = None, gamma: int | None = None) -> bool:
+        """Overlap the next round: its best rate under T_o beats the best under T (at `gamma` when the
+        request fixed one), or it is time to probe (doubling the wait after every probe that changes
+        nothing, as `choose` does)."""
+        cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
+        if self.draft is None or cap == 0 or gamma == 0:
+            return False
+        plain, overlapped = (self.rate(gamma, overlapped=o) if gamma is not None else max(self.rates(cap, o).values())
+                             for o in (False, True))
+        if overlapped > plain:
+            self._rounds_without_overlap, self._overlap_probe_interval = 0, self.probe_every
+            return True
+        self._rounds_without_overlap += 1
+        if self._rounds_without_overlap < self._overlap_probe_interval * round(self.target_sessions.value):
+            return False
+        self._overlap_probe_interval = min(2 * self._overlap_probe_interval, self.max_probe_every)
+        self._rounds_without_overlap = 0
+        return True
+
+    def rate(self, gamma: int, extra_s: float = 0.0, overlapped: bool | None = None) -> float:
+        """Expected tokens per second of a round that drafts γ tokens with the draft model, costing
+        `extra_s` more than a steady round (a draft catching up on tokens it has not seen);
+        `overlapped`: as in `round_time`."""
+        return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped) + extra_s)
+
+    def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
+        """The best γ ≤ cap for a proposer that costs no draft time and no hop (a lookup) whose tokens
+        are accepted at rate α, and its expected tokens per second."""
+        rtt = self.rtt_target.value or 0.0
+        rates = {g: expected_tokens(alpha, g) / (rtt + self.verify_time(g)) for g in range(max(cap, 0) + 1)}
+        best = max(rates, key=rates.get)
+        return best, rates[best]
+
+    def cost_ratio(self) -> float:
+        """c = t_draft_step / t_target_step."""
+        return self.draft_step() / self.verify_time(0)
+
+    def confidence_threshold(self) -> float:
+        """The draft's early-stop threshold.
+
+        One more draft token costs a draft step plus the marginal verify time. It pays back one
+        target-only round only if every token before it is accepted too, which the draft's
+        running confidence estimates. So stop once that confidence is below cost / T(0).
+        """
+        if self.draft is None:
+            return 0.0
+        marginal_verify = max(self.verify_time(self.gamma_max) - self.verify_time(0), 0.0) / self.gamma_max
+        cost = self.draft_step() + marginal_verify
+        return min(max(cost / self.round_time(0), 0.0), 0.9)
+
+    # -- the decision ----------------------------------------------------------------------------
+    def choose(self, max_useful: int | None = None) -> int:
+        """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one)."""
+        cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
+        if self.draft is None or cap == 0:
+            return 0
+        rate = self.rates(cap)
+        best = max(rate, key=rate.get)
+        last = self._last_gamma
+        if last is not None and last <= cap and rate[last] >= (1.0 - self.hysteresis) * rate[best]:
+            best = last  # not worth a switch
+        if best > 0 or self._rounds_without_draft < self._probe_interval * round(self.target_sessions.value):
+            if best > 0:
+                self._probe_interval = self.probe_every
+            self._last_gamma = best
+            return best
+        # Probe: refresh α with the γ that would be used if speculation paid. A probe that leaves
+        # γ = 0 best doubles the wait before the next one.
+        self._probe_interval = min(2 * self._probe_interval, self.max_probe_every)
+        self._rounds_without_draft = 0
+        return max(range(1, cap + 1), key=rate.get)

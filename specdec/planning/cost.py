@@ -1,0 +1,82 @@
+"""Cost curves: what a forward pass of S new tokens costs, and the arithmetic the γ controller does with them.
+
+A `CostProfile` is measured once per service at start-up (`specdec.engine.measure`), after a context of
+`PROFILE_CONTEXT` tokens, on that service's machine and compute path. The γ controller plans with the
+curve from the first round (the verify of γ drafts is one forward of γ+1 tokens); it only learns a
+scale for drift and load online. Plain arithmetic: no model, no clock, no OS.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+PROFILE_CONTEXT = 128  # tokens in the cache before the profiled forwards
+
+
+@dataclass(frozen=True)
+class CostProfile:
+    """seconds[i]: one forward of tokens[i] new tokens (tokens ascending; empty means 1, 2, …, len(seconds)).
+
+    The dense head (1..γ_max+1) prices one session's verify; the sparse tail prices a pass shared by
+    many sessions, whose linear layers see the tokens of all of them.
+    """
+
+    seconds: tuple[float, ...]
+    tokens: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if not self.tokens:
+            object.__setattr__(self, "tokens", tuple(range(1, len(self.seconds) + 1)))
+        if len(self.tokens) != len(self.seconds) or list(self.tokens) != sorted(set(self.tokens)):
+            raise ValueError(f"cost profile sizes {self.tokens} do not match {len(self.seconds)} timings")
+
+    def forward_s(self, tokens: float) -> float:
+        """Seconds for `tokens` new tokens: interpolated between measured sizes, linear past the last."""
+        sizes, seconds = self.tokens, self.seconds
+        tokens = max(tokens, sizes[0])
+        at = bisect.bisect_left(sizes, tokens)
+        if at < len(sizes) and sizes[at] == tokens:
+            return seconds[at]
+        if at == len(sizes):  # past the measured range: extend the last segment's slope
+            if len(sizes) == 1:
+                return seconds[0]
+            at -= 1
+        lo, hi = at - 1, at
+        slope = max(seconds[hi] - seconds[lo], 0.0) / (sizes[hi] - sizes[lo])
+        return seconds[lo] + slope * (tokens - sizes[lo])
+
+    def upper_bound_s(self, tokens: int) -> float:
+        """A generous estimate for any size: past the measured range, the largest forward per chunk."""
+        largest = self.tokens[-1]
+        return self.forward_s(tokens) if tokens <= largest else self.seconds[-1] * -(-tokens // largest)
+
+    def ratio(self, tokens: int) -> float:
+        """forward(S) / forward(1): 1 means scoring S tokens costs no more than scoring one."""
+        return self.forward_s(tokens) / self.seconds[0]
+
+
+def batch_sizes(max_tokens: int, batch_tokens: int) -> list[int]:
+    """The profiled sizes: every size 1..max_tokens, then doubling up to `batch_tokens`."""
+    sizes = list(range(1, max_tokens + 1))
+    while sizes[-1] * 2 <= batch_tokens:
+        sizes.append(sizes[-1] * 2)
+    return sizes
+
+
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """E(γ): expected tokens emitted by one round with acceptance rate α."""
+    if alpha >= 1.0:
+        return gamma + 1.0
+    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
+
+
+def batch_fill(rows: float, sessions: int) -> float:
+    """f: the share of a service's live sessions that one pass served (1 = all of them)."""
+    return min(max(rows, 1.0) / max(sessions, 1), 1.0)
+
+
+def pass_cost(profile: CostProfile, sessions: float, fill: float | None, tokens: int) -> float:
+    """C(k) = P(f·n·k)/f: the passes that give each of n sessions k tokens, a share f of them per pass."""
+    rows = max(sessions * (1.0 if fill is None else fill), 1.0)
+    return sessions / rows * profile.forward_s(rows * tokens)

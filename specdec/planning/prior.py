@@ -1,0 +1,82 @@
+"""What sessions learn, handed on to the next session: the draft model pair's prior and the lookups'."""
+
+from __future__ import annotations
+
+import threading
+
+from specdec.core.rounds import AcceptanceEstimate
+from specdec.planning.controller import Ewma, GammaController
+from specdec.planning.cost import CostProfile
+
+
+class SharedPrior:
+    """What sessions of one model pair learn, handed on to the next session.
+
+    A new session starts from the scales, network times and α of earlier ones instead of from
+    scratch; a finished session folds its estimates back in. The prior keeps its own averages, so
+    a session's controller keeps its own smoothing. Thread-safe.
+    """
+
+    def __init__(self, gamma_max: int, prior_weight: float = 8.0, weight: float = 0.3):
+        self.gamma_max = gamma_max
+        self._learned = {name: Ewma(weight) for name in GammaController.LEARNED}
+        self._alpha = Ewma(weight)
+        self._prior_weight = prior_weight
+        self._lock = threading.Lock()
+
+    def new_controller(self, target: CostProfile, draft: CostProfile | None = None) -> GammaController:
+        controller = GammaController(self.gamma_max, target, draft)
+        with self._lock:
+            # Seeds are provisional: this session's first measurement of each replaces its seed,
+            # so that a value measured once in a slow minute cannot pin later sessions.
+            for name, shared in self._learned.items():
+                getattr(controller, name).seed(shared.value)
+            alpha = self._alpha.value
+        if alpha is not None:
+            controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)
+        return controller
+
+    def absorb(self, session: GammaController) -> None:
+        with self._lock:
+            for name, shared in self._learned.items():
+                learned = getattr(session, name)
+                if learned.value is not None and not learned.provisional:
+                    shared.update(learned.value)
+            if session.acceptance.observed >= 4:
+                self._alpha.update(session.acceptance.alpha)
+
+    def snapshot(self) -> dict:
+        """The prior as plain data (JSON-ready), to share between orchestrators."""
+        with self._lock:
+            return {"learned": {name: e.value for name, e in self._learned.items()}, "alpha": self._alpha.value}
+
+    def load(self, snapshot: dict) -> None:
+        """Adopt a snapshot (another orchestrator's latest view of the same model pair)."""
+        with self._lock:
+            for name, value in snapshot.get("learned", {}).items():
+                if name in self._learned and value is not None:
+                    self._learned[name].value = float(value)
+            if snapshot.get("alpha") is not None:
+                self._alpha.value = float(snapshot["alpha"])
+
+
+class LookupPrior:
+    """α of lookup proposals (`specdec.core.ngram`) per kind (where they matched and how long a suffix),
+    handed from finished sessions to new ones, as `SharedPrior` does for the draft model's. Thread-safe."""
+
+    def __init__(self, kinds, prior_alpha: float = 0.5, prior_weight: float = 8.0, weight: float = 0.3):
+        self.prior_alpha, self.prior_weight = prior_alpha, prior_weight
+        self._alpha = {kind: Ewma(weight) for kind in kinds}
+        self._lock = threading.Lock()
+
+    def estimates(self) -> dict:
+        """A new session's estimates: the shared α where one was learned, else the prior's (weakly held)."""
+        with self._lock:
+            return {kind: AcceptanceEstimate(self.prior_alpha) if e.value is None
+                    else AcceptanceEstimate(e.value, self.prior_weight) for kind, e in self._alpha.items()}
+
+    def absorb(self, estimates: dict) -> None:
+        with self._lock:
+            for kind, estimate in estimates.items():
+                if kind in self._alpha and estimate.observed >= 4:
+                    self._alpha[kind].update(estimate.alpha)

@@ -1,0 +1,171 @@
+"""gRPC server bootstrap shared by the three servers: health, reflection, limits, shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from specdec.runtime import security
+from specdec.runtime.guards import Guard
+from specdec.runtime.telemetry import add_telemetry_args
+
+# Between services: dense q for γ=16 over a 152k vocabulary is ~10 MB.
+MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+# From clients to the orchestrator: a prompt is bounded far below this before it is tokenised.
+MAX_CLIENT_MESSAGE_BYTES = 4 * 1024 * 1024
+SPARE_WORKERS = 8  # threads kept free of work for health checks and reflection
+READY_PREFIX = "SPECDEC_READY port="
+PARENT_PID_ENV = "SPECDEC_PARENT_PID"  # set by a launcher: the service stops when that process is gone
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                   # A restarted service is found again within seconds, not gRPC's default two minutes.
+                   ("grpc.initial_reconnect_backoff_ms", 250),
+                   ("grpc.max_reconnect_backoff_ms", 2000)]
+
+log = logging.getLogger(__name__)
+
+
+class RunningServer:
+    def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer,
+                 health_server: grpc.Server | None = None):
+        self.server, self.port, self.health, self.health_server = server, port, health_servicer, health_server
+        self.stopped = threading.Event()
+
+    def stop(self, grace: float = 2.0) -> None:
+        self.stopped.set()
+        self.health.enter_graceful_shutdown()
+        self.server.stop(grace).wait()
+        if self.health_server is not None:
+            self.health_server.stop(0)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (for a child to bind, or a rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def start_server(register: Callable[[grpc.Server], None], service_names: list[str], host: str, port: int,
+                 max_concurrent: int = 64, max_receive_bytes: int = MAX_MESSAGE_BYTES,
+                 health_port: int = 0) -> RunningServer:
+    """Start a server with the given servicers plus grpc.health.v1 and reflection; returns its bound port.
+
+    At most `max_concurrent` calls run at once (health and reflection aside, which keep
+    SPARE_WORKERS threads of their own); past that a call gets RESOURCE_EXHAUSTED at once.
+    TLS and the bearer token come from this process's `specdec.runtime.security` settings.
+    `health_port`: also answer health checks there, in plaintext (probes that cannot speak TLS).
+    """
+    options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+               ("grpc.max_receive_message_length", max_receive_bytes)]
+    guard = Guard(max_concurrent, security.current().tokens)
+    server = grpc.server(ThreadPoolExecutor(max_workers=max_concurrent + SPARE_WORKERS), options=options,
+                         interceptors=[guard])
+    register(server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ["", *service_names]:
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection([*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    credentials = security.current().server_credentials()
+    address = f"{host}:{port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    if bound == 0:
+        raise SystemExit(f"cannot bind {host}:{port}")
+    server.start()
+    health_server = None
+    if health_port:
+        health_server = grpc.server(ThreadPoolExecutor(max_workers=2))
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, health_server)
+        if health_server.add_insecure_port(f"{host}:{health_port}") == 0:
+            raise SystemExit(f"cannot bind the health port {host}:{health_port}")
+        health_server.start()
+    return RunningServer(server, bound, health_servicer, health_server)
+
+
+def announce_and_wait(running: RunningServer, what: str, on_stop: Callable[[], None] | None = None) -> None:
+    """Print the ready line a parent process waits for, then serve until SIGTERM/SIGINT.
+
+    Under a launcher (`PARENT_PID_ENV`), the service also stops once the launcher is gone, even
+    by SIGKILL, and then exits at once: nobody is left to drain for.
+    """
+    stop = threading.Event()
+    orphaned = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    parent = os.environ.get(PARENT_PID_ENV)
+    if parent:
+        threading.Thread(target=_stop_when_orphaned, args=(int(parent), stop, orphaned), daemon=True).start()
+    log.info("%s serving on port %d", what, running.port)
+    print(f"{READY_PREFIX}{running.port}", flush=True)
+    stop.wait()
+    log.info("%s shutting down", what)
+    running.stop(grace=0.0 if orphaned.is_set() else 2.0)
+    if on_stop is not None:
+        on_stop()
+    if orphaned.is_set():
+        logging.shutdown()
+        os._exit(0)  # skip interpreter teardown: worker threads and library atexit hooks can take seconds
+
+
+def _stop_when_orphaned(parent: int, stop: threading.Event, orphaned: threading.Event,
+                        period_s: float = 0.2) -> None:
+    """Set `stop` once the launching process has died, even by SIGKILL (no orphaned services)."""
+    while not stop.wait(period_s):
+        if os.getppid() != parent:
+            log.warning("launcher %d is gone; shutting down", parent)
+            orphaned.set()
+            stop.set()
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def add_common_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0 = any free port, printed when ready)")
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--health-port", type=int, default=int(os.environ.get("SPECDEC_HEALTH_PORT", "0")),
+                        help="also serve grpc.health.v1 in plaintext on this port, for probes when TLS is on "
+                             "(default: $SPECDEC_HEALTH_PORT; 0 = off)")
+    add_telemetry_args(parser)
+    security.add_security_args(parser)
+
+
+def add_compute_path_args(parser: argparse.ArgumentParser) -> None:
+    """Where and how a model computes (`specdec.engine.compute`): a service's flags, and the stack's for both."""
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default="auto", help="auto (on CPU: gguf for a GGUF model, else fp32; bf16 on CUDA), float32, "
+                        "bfloat16, float16, gguf (a GGUF model's own weight blocks, exact float32 arithmetic)")
+    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
+                        help="int8: the fast, lossy CPU path (int8 weights, per-token int8 activations; "
+                             "see docs/PERFORMANCE.md)")
+
+
+def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
+    add_common_args(parser)
+    parser.add_argument("--model", default=default_model,
+                        help="packaged:draft|packaged:target, a Hugging Face folder, a .gguf file or tiny:...")
+    add_compute_path_args(parser)
+    parser.add_argument("--profile-tokens", type=int, default=9,
+                        help="at start-up, time forwards of 1..N new tokens (the cost profile the γ controller plans with)")
+    parser.add_argument("--profile-cache", default=os.environ.get("SPECDEC_PROFILE_CACHE", "auto"),
+                        help="folder that keeps measured cost profiles per model, path and CPU, so a restart does "
+                             "not re-time them; auto = profiles/ in the weights cache, off = measure every start "
+                             "(default: $SPECDEC_PROFILE_CACHE or auto)")
+    parser.add_argument("--max-sessions", type=int, default=64, help="live sessions before RESOURCE_EXHAUSTED")
+    parser.add_argument("--max-gamma", type=int, default=16, help="largest γ accepted per round")
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")

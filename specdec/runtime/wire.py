@@ -1,0 +1,160 @@
+"""Protobuf <-> domain conversions shared by the servicers and the orchestrator's clients."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from protos import specdec_pb2 as pb
+from specdec.core.errors import InvalidArgument
+from specdec.core.logprobs import TokenLogprob, check_top_logprobs
+from specdec.core.rounds import PassLoad, RoundRecord
+from specdec.core.sampling import SamplingParams
+from specdec.core.stats import FinishReason, GenerationSummary
+from specdec.planning.cost import CostProfile
+
+
+def sampling_to_pb(params: SamplingParams) -> pb.SamplingParams:
+    return pb.SamplingParams(temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+                             seed=params.seed)
+
+
+def sampling_from_pb(msg: pb.SamplingParams) -> SamplingParams:
+    return SamplingParams(msg.temperature, msg.top_k, msg.top_p, msg.seed).validate()
+
+
+def encode_probs(probs: torch.Tensor | None) -> pb.DraftProbs:
+    """q: [γ, V] or None -> the cheapest exact encoding (ids only, sparse rows, or dense float32)."""
+    if probs is None:
+        return pb.DraftProbs(none=True)
+    probs = probs.to(torch.float32).cpu()
+    support = int((probs > 0).sum())
+    if support * 8 < probs.numel() * 4:  # sparse costs 8 bytes per nonzero, dense 4 per entry
+        rows = []
+        for row in probs:  # row: [V]
+            ids = row.nonzero().squeeze(-1)
+            rows.append(pb.SparseProbs(ids=ids.tolist(), probs=row[ids].tolist()))
+        return pb.DraftProbs(sparse=pb.SparseDraftProbs(rows=rows))
+    return pb.DraftProbs(dense_f32=probs.numpy().astype("<f4").tobytes())
+
+
+def probs_rows(msg: pb.DraftProbs, gamma: int, begin: int, end: int) -> pb.DraftProbs:
+    """Rows [begin, end) of an encoded [γ, V] q, still encoded (a proposal's slice keeps its exact q)."""
+    kind = msg.WhichOneof("encoding")
+    if kind == "dense_f32":
+        row = len(msg.dense_f32) // gamma
+        return pb.DraftProbs(dense_f32=msg.dense_f32[begin * row:end * row])
+    if kind == "sparse":
+        return pb.DraftProbs(sparse=pb.SparseDraftProbs(rows=msg.sparse.rows[begin:end]))
+    return pb.DraftProbs(none=True)
+
+
+def decode_probs(msg: pb.DraftProbs, gamma: int, vocab: int) -> torch.Tensor | None:
+    """Inverse of `encode_probs`: [γ, V] float32 or None. Raises InvalidArgument on a bad shape."""
+    kind = msg.WhichOneof("encoding")
+    if kind in (None, "none"):
+        return None
+    if kind == "dense_f32":
+        if len(msg.dense_f32) != gamma * vocab * 4:
+            raise InvalidArgument(f"dense draft probabilities hold {len(msg.dense_f32)} bytes, "
+                                  f"expected {gamma}x{vocab} float32")
+        array = np.frombuffer(msg.dense_f32, dtype="<f4").reshape(gamma, vocab)
+        return torch.from_numpy(array.copy())
+    rows = msg.sparse.rows
+    if len(rows) != gamma:
+        raise InvalidArgument(f"sparse draft probabilities have {len(rows)} rows, expected {gamma}")
+    out = torch.zeros(gamma, vocab, dtype=torch.float32)
+    for i, row in enumerate(rows):
+        if len(row.ids) != len(row.probs) or any(not 0 <= t < vocab for t in row.ids):
+            raise InvalidArgument(f"sparse draft row {i} is malformed")
+        out[i, list(row.ids)] = torch.tensor(list(row.probs), dtype=torch.float32)
+    return out
+
+
+def logprob_request_from_pb(logprobs: bool, top_logprobs: int) -> int | None:
+    """A request's (logprobs, top_logprobs) -> None (none asked for) or how many alternatives per token."""
+    if not logprobs:
+        if top_logprobs:
+            raise InvalidArgument("top_logprobs needs logprobs")
+        return None
+    return check_top_logprobs(top_logprobs)
+
+
+def logprob_request_to_pb(top_logprobs: int | None) -> dict:
+    """The inverse: a request's (logprobs, top_logprobs) fields for None or k alternatives per token."""
+    return {"logprobs": top_logprobs is not None, "top_logprobs": top_logprobs or 0}
+
+
+def speculation_to_pb(proposer: str | None, overlap: str | None) -> dict:
+    """A request's proposer and overlap fields for their names ("model", "ngram", "hybrid"; "auto", "on",
+    "off"); None or "" leaves a field unset: the server's default."""
+    fields = {}
+    if proposer:
+        fields["proposer"] = pb.Proposer.Value(f"PROPOSER_{proposer.upper()}")
+    if overlap:
+        fields["overlap"] = pb.Overlap.Value(f"OVERLAP_{overlap.upper()}")
+    return fields
+
+
+def logprobs_to_pb(logprobs: list[TokenLogprob] | None) -> list[pb.TokenLogprob]:
+    return [pb.TokenLogprob(logprob=lp.logprob, top_ids=[t for t, _ in lp.top], top_logprobs=[v for _, v in lp.top])
+            for lp in logprobs or ()]
+
+
+def model_info_to_pb(engine) -> pb.ModelInfo:
+    """An Engine (or a tensor-parallel front for one) -> ModelInfo with a report per worker rank."""
+    loaded = engine.loaded
+    choice, profile = loaded.choice, engine.cost_profile
+    return pb.ModelInfo(model=loaded.name, vocab_size=loaded.vocab_size, max_context=loaded.max_context,
+                        eos_token_ids=list(loaded.eos_token_ids), max_gamma=engine.max_gamma,
+                        live_sessions=engine.live_sessions, max_sessions=engine.max_sessions,
+                        device=str(loaded.device), tensor_parallel_size=engine.tensor_parallel_size,
+                        ranks=[pb.RankReport(**report) for report in engine.reports()],
+                        forward_ns=[round(s * 1e9) for s in profile.seconds] if profile else [],
+                        forward_tokens=list(profile.tokens) if profile else [],
+                        compute_path=choice.path, kernel=choice.kernel, hardware=choice.device,
+                        row_invariant=choice.row_invariant, forward_passes=engine.batcher.forwards,
+                        forward_steps=engine.batcher.steps)
+
+
+def cost_profile_from_pb(info: pb.ModelInfo) -> CostProfile | None:
+    """The service's cost profile, or None if it reports none or a malformed one."""
+    if not info.forward_ns:
+        return None
+    try:
+        return CostProfile(tuple(ns / 1e9 for ns in info.forward_ns), tuple(info.forward_tokens))
+    except ValueError:
+        return None
+
+
+def pass_load_to_pb(load: PassLoad) -> pb.PassLoad:
+    return pb.PassLoad(sessions=load.sessions, rows=load.rows, tokens=load.tokens)
+
+
+def pass_load_from_pb(message: pb.PassLoad) -> PassLoad:
+    """A reply's load; an unset one (an older service) reads as a lone session."""
+    return PassLoad(max(message.sessions, 1), max(message.rows, 1.0), message.tokens)
+
+
+FINISH_TO_PB = {FinishReason.STOP: pb.FINISH_REASON_STOP, FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
+                FinishReason.CONTEXT: pb.FINISH_REASON_CONTEXT, FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED}
+
+
+def round_to_pb(r: RoundRecord) -> pb.RoundStats:
+    return pb.RoundStats(gamma=r.gamma, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, wall_s=r.wall_s,
+                         draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s,
+                         alpha_estimate=r.alpha_estimate, cost_ratio_estimate=r.cost_ratio_estimate,
+                         rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s, proposer=r.proposer,
+                         overlapped=r.overlapped, prefetched=r.prefetched)
+
+
+def summary_to_pb(s: GenerationSummary) -> pb.GenerationStats:
+    return pb.GenerationStats(
+        rounds=s.rounds, draft_tokens=s.draft_tokens, accepted_tokens=s.accepted_tokens,
+        acceptance_rate=s.acceptance_rate, alpha=s.alpha, mean_accepted_length=s.mean_accepted_length,
+        tokens_per_second=s.tokens_per_second, gamma_per_round=s.gamma_per_round,
+        finish_reason=FINISH_TO_PB.get(s.finish_reason, pb.FINISH_REASON_UNSPECIFIED),
+        generated_tokens=s.generated_tokens, prompt_tokens=s.prompt_tokens, total_s=s.total_s,
+        draft_compute_s=s.draft_compute_s, target_compute_s=s.target_compute_s,
+        overhead_per_round_s=s.overhead_per_round_s, draft_replica=s.draft_replica, session_id=s.session_id,
+        overlap_branches=s.overlap_branches, overlap_hits=s.overlap_hits)

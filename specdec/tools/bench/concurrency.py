@@ -1,0 +1,157 @@
+"""`specdec bench --concurrency 1,4,8,16`: many users at once.
+
+For each level N, N clients stream generations at the same time from one embedded stack, with
+target-only and with adaptive speculation, and Hugging Face `generate` runs the same N prompts as
+one padded batch in this process on the same kernels (the in-process peer, target only). It prints
+aggregate tokens/s, time to first token and p50/p95 inter-token latency, and plots tok/s and p95
+latency against N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from protos import specdec_pb2_grpc as pb_grpc
+from specdec import weights
+from specdec.cli.client import make_request
+from specdec.runtime.security import open_channel
+from specdec.runtime.server import CHANNEL_OPTIONS
+from specdec.tools.bench.speed import hf_baseline, load_prompts, save_rows, service_infos, warm_up
+
+
+@dataclass
+class Level:
+    tokens: int = 0
+    seconds: float = 0.0
+    first_token_s: list[float] = field(default_factory=list)
+    gaps_s: list[float] = field(default_factory=list)  # per token, between streamed chunks
+    gammas: list[int] = field(default_factory=list)  # γ of every round
+    target_rows: float | None = None  # sessions per target forward pass over the level
+
+    def row(self, name: str, users: int) -> dict:
+        gaps = sorted(self.gaps_s) or [0.0]
+        return {"config": name, "users": users, "tokens_per_s": round(self.tokens / self.seconds, 3),
+                "ttft_s": round(statistics.mean(self.first_token_s), 3) if self.first_token_s else None,
+                "itl_p50_ms": round(1e3 * gaps[len(gaps) // 2], 1),
+                "itl_p95_ms": round(1e3 * gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))], 1),
+                "mean_gamma": round(statistics.mean(self.gammas), 2) if self.gammas else None,
+                "target_rows_per_pass": None if self.target_rows is None else round(self.target_rows, 2)}
+
+
+def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level, lock: threading.Lock) -> None:
+    began = last = time.perf_counter()
+    first, gaps, tokens, gammas = None, [], 0, []
+    with open_channel(endpoint, CHANNEL_OPTIONS) as channel:
+        for reply in pb_grpc.SpecDecStub(channel).Generate(make_request(prompt=prompt, max_new_tokens=n, gamma=gamma)):
+            gammas.append(reply.round.gamma)
+            if not reply.token_ids:
+                continue
+            now = time.perf_counter()
+            if first is None:
+                first = now - began
+            else:
+                gaps += [(now - last) / len(reply.token_ids)] * len(reply.token_ids)
+            last, tokens = now, tokens + len(reply.token_ids)
+    with lock:
+        level.tokens += tokens
+        level.gaps_s += gaps
+        level.gammas += gammas
+        if first is not None:
+            level.first_token_s.append(first)
+
+
+def run_level(endpoint: str, prompts: list[str], n: int, gamma: int | None, target=None, stream=_stream) -> Level:
+    """Every prompt streamed at once; with `target` (a client), also its sessions per forward pass.
+    `stream(endpoint, prompt, n, gamma, level, lock)` runs one user's generation (gRPC by default)."""
+    level, lock = Level(), threading.Lock()
+    before = target.info() if target is not None else None
+    threads = [threading.Thread(target=stream, args=(endpoint, p, n, gamma, level, lock)) for p in prompts]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    level.seconds = time.perf_counter() - began
+    if before is not None:
+        after = target.info()
+        passes = after.forward_passes - before.forward_passes
+        level.target_rows = (after.forward_steps - before.forward_steps) / max(passes, 1)
+    return level
+
+
+class HFBatched:
+    """Hugging Face `generate` on a padded batch of prompts (left padding), target only, same kernels."""
+
+    def __init__(self, args: argparse.Namespace, path: str, kernel: str):
+        from specdec.engine.models import resolve_device
+        from specdec.weights.sources import load_tokenizer
+
+        self.tokenizer = load_tokenizer(weights.resolve(args.target_model))
+        self.tokenizer.padding_side = "left"
+        self.device = resolve_device(args.device)
+        self.model = hf_baseline(args.target_model, self.device, path, kernel)
+
+    def __call__(self, prompts: list[str], n: int) -> Level:
+        import torch
+
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        batch = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
+        began = time.perf_counter()
+        with torch.inference_mode():
+            out = self.model.generate(**batch, do_sample=False, max_new_tokens=n, pad_token_id=pad)
+        seconds = time.perf_counter() - began
+        generated = out[:, batch.input_ids.shape[1]:]
+        tokens = int((generated != pad).sum())
+        return Level(tokens, seconds, [seconds], [seconds / n] * tokens)  # no streaming: TTFT = the whole batch
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    for name in dict.fromkeys(r["config"] for r in rows):
+        mine = [r for r in rows if r["config"] == name]
+        left.plot([r["users"] for r in mine], [r["tokens_per_s"] for r in mine], marker="o", label=name)
+        right.plot([r["users"] for r in mine], [r["itl_p95_ms"] for r in mine], marker="o", label=name)
+    left.set(xlabel="concurrent users", ylabel="aggregate tokens/s", title="throughput")
+    right.set(xlabel="concurrent users", ylabel="p95 inter-token latency (ms)", title="latency")
+    left.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def run_concurrency_sweep(args: argparse.Namespace) -> int:
+    from orchestrator.clients import target_client
+    from specdec.cli.options import stack_options
+    from specdec.launch.stack import EmbeddedStack
+
+    levels = [int(x) for x in args.concurrency.split(",") if x]
+    base = [p["prompt"] for p in load_prompts(args.prompts, args.limit_prompts)]
+    rows = []
+    with EmbeddedStack(stack_options(args, max_sessions=max(64, 2 * max(levels)))) as stack:
+        _, target_info = service_infos(stack)
+        peer = None if args.no_hf else HFBatched(args, target_info.compute_path, target_info.kernel)
+        warm_up(stack.endpoint, base[0], args.gamma_max)
+        target = target_client(stack.target_address)
+        for users in levels:
+            prompts = [base[i % len(base)] for i in range(users)]
+            for name, gamma in (("target-only", 0), ("adaptive", None)):
+                rows.append(run_level(stack.endpoint, prompts, args.max_new_tokens, gamma, target).row(name, users))
+            if peer is not None:
+                rows.append(peer(prompts, args.max_new_tokens).row("hf-generate-batched", users))
+            print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in rows[-3:]), flush=True)
+    print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel})")
+    print("config | users | tok/s | TTFT s | ITL p50 ms | ITL p95 ms | mean γ | target rows/pass")
+    for r in rows:
+        print(f"{r['config']} | {r['users']} | {r['tokens_per_s']} | {r['ttft_s']} | {r['itl_p50_ms']} | "
+              f"{r['itl_p95_ms']} | {r['mean_gamma']} | {r['target_rows_per_pass']}")
+    save_rows(args.output, target_info, args.max_new_tokens, rows, plot)
+    return 0

@@ -1,0 +1,73 @@
+"""Where a model spec's files are, and what reads them without building a model: its tokenizer, and
+the GGUF metadata saved as a Hugging Face folder. Light enough for the orchestrator and the HTTP API,
+which need a tokenizer and never a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def model_path(spec: str) -> Path:
+    if spec.startswith("packaged:"):
+        raise ValueError(f"{spec!r} must be fetched first: pass specdec.weights.resolve({spec!r})")
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"model {spec!r} is neither a known spec nor an existing path")
+    return path
+
+
+def import_model_code() -> None:
+    """Import transformers' model and tokenizer code: seconds of CPU on first use.
+
+    Services starting together call this before they take the machine lock (which serialises
+    loading and timing), so that they import in parallel instead of one after the other."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM  # noqa: F401
+
+
+def build_byte_tokenizer():
+    """A byte-level tokenizer built in code: ids 0-255 are bytes, 256 is <|endoftext|>; a ChatML
+    chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {char: byte for byte, char in gpt2_byte_chars().items()}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok)
+    fast.add_special_tokens({"eos_token": "<|endoftext|>", "pad_token": "<|pad|>"})
+    fast.chat_template = CHATML  # written out in bytes, like everything else
+    return fast
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def gpt2_byte_chars() -> dict[int, str]:
+    """GPT-2's byte -> printable character map, which byte-level BPE vocabularies are written in."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    for offset, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = chr(256 + offset)
+    return chars
+
+
+def load_tokenizer(spec: str):
+    from transformers import AutoTokenizer
+
+    if spec.startswith("tiny:"):
+        return build_byte_tokenizer()
+    path = model_path(spec)
+    if path.suffix == ".gguf":
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def save_gguf_metadata(gguf: Path, out_dir: Path) -> None:
+    """Save a GGUF file's config and tokenizer as a Hugging Face folder (seconds to read, instead of
+    the ~20 s that converting them from the GGUF's metadata takes on every start)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True).save_pretrained(out_dir)
