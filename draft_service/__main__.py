@@ -9,12 +9,10 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 import argparse  # noqa: E402
 
 from draft_service.servicer import register  # noqa: E402
-from specdec.core.ngram import LOOKUP_MEMORY_TOKENS  # noqa: E402
 from specdec.engine.lookup_engine import LOOKUP_MODEL, LookupEngine  # noqa: E402
 from specdec.engine.model_engine import DraftEngine  # noqa: E402
-from specdec.runtime.model_service import (  # noqa: E402  # noqa: E402
+from specdec.runtime.model_service import (  # noqa: E402
     ModelServiceConfig,
-    add_registry_args,
     load_engine,
     model_service_config,
     model_service_parser,
@@ -23,16 +21,12 @@ from specdec.runtime.model_service import (  # noqa: E402  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = model_service_parser("draft_service", "packaged:draft")
-    add_registry_args(parser)
-    parser.add_argument("--lookup-memory", type=int, default=LOOKUP_MEMORY_TOKENS,
-                        help="with --model lookup: tokens of ended sessions kept for lookups across sessions")
-    return parser
+    return model_service_parser("draft_service", "packaged:draft")
 
 
 def build_engine(config: ModelServiceConfig) -> DraftEngine | LookupEngine:
     if config.model == LOOKUP_MODEL:
-        return LookupEngine(config.max_sessions, config.max_gamma, config.lookup_memory_tokens)
+        return LookupEngine(config.max_sessions, config.gamma_max, config.lookup_memory_tokens)
     return load_engine(config, DraftEngine)
 
 

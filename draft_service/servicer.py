@@ -1,16 +1,16 @@
-"""DraftService: protobuf <-> DraftEngine.propose."""
+"""DraftService: protobuf <-> DraftBackend.propose."""
 
 from __future__ import annotations
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from specdec.engine.model_engine import DraftEngine
+from specdec.engine.backend import DraftBackend
 from specdec.runtime.sessions import SessionServicer
 from specdec.runtime.wire import encode_probs, pass_load_to_pb
 
 
 class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
-    engine: DraftEngine
+    engine: DraftBackend
     span_name = "draft.compute"
 
     def _round(self, request: pb.DraftRequest) -> pb.DraftProposal:
@@ -24,5 +24,5 @@ class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
                                 load=pass_load_to_pb(proposal.load))
 
 
-def register(server, engine: DraftEngine) -> None:
+def register(server, engine: DraftBackend) -> None:
     pb_grpc.add_DraftServiceServicer_to_server(DraftServicer(engine), server)

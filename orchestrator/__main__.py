@@ -8,12 +8,13 @@ from orchestrator.flags import add_orchestrator_args, orchestrator_config
 from orchestrator.server import start_orchestrator
 from specdec.http.flags import add_http_args, http_config
 from specdec.runtime import security, telemetry
-from specdec.runtime.server import add_common_args, announce_and_wait, configure_logging
+from specdec.runtime.options import from_options
+from specdec.runtime.server import ServerConfig, add_server_args, announce_and_wait, configure_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m orchestrator", description="specdec orchestrator")
-    add_common_args(parser)
+    add_server_args(parser)
     parser.add_argument("--draft", default="", help="draft replicas HOST:PORT[,HOST:PORT...]; empty: the replicas "
                                                    "registered in Redis (--redis-url)")
     parser.add_argument("--target", required=True, help="target service address HOST:PORT")
@@ -29,19 +30,20 @@ def main(argv: list[str] | None = None) -> None:
     if not args.draft and not args.redis_url and args.proposer == "model":
         parser.error("give --draft addresses, or --redis-url to find the registered draft replicas, "
                      "or --proposer ngram or hybrid to draft without a draft model")
-    configure_logging(args.log_level)
+    server = from_options(ServerConfig, args)
+    configure_logging(server.log_level)
     security.use(security.security_from_args(args))
     serve_http = args.http_port >= 0
-    installed = telemetry.configure("specdec-orchestrator", args.otlp_endpoint, args.trace_file, args.metrics_port,
-                                    args.host, prometheus=serve_http)
-    running = start_orchestrator(args.draft, args.target, args.tokenizer, args.host, args.port,
-                                 orchestrator_config(args), args.redis_url, args.health_port)
+    installed = telemetry.configure("specdec-orchestrator", server.otlp_endpoint, server.trace_file, args.metrics_port,
+                                    server.host, prometheus=serve_http)
+    running = start_orchestrator(args.draft, args.target, args.tokenizer, server.host, server.port,
+                                 orchestrator_config(args), args.redis_url, server.health_port)
     http = None
     if serve_http:  # the OpenAI API beside it, a client of its gRPC port over loopback
         from specdec.http.server import start_http
 
         http = start_http(http_config(args, f"127.0.0.1:{running.port}", args.tokenizer),
-                          args.http_host or args.host, args.http_port, args.log_level.lower())
+                          args.http_host or server.host, args.http_port, server.log_level.lower())
 
     def stop() -> None:
         if http is not None:

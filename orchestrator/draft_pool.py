@@ -31,7 +31,7 @@ class DraftPool:
         self.vocab_size, self.cooldown_s = vocab_size, cooldown_s
         self._clients: dict[str, ServiceClient] = {}
         self._profiles: dict[str, CostProfile | None] = {}  # each replica's start-up cost profile
-        self._max_gamma: dict[str, int] = {}  # the most tokens each replica drafts per call
+        self._gamma_max: dict[str, int] = {}  # the most tokens each replica drafts per call
         self._opened: dict[str, int] = {}  # sessions opened here and still running, per replica
         self._failed_at: dict[str, float] = {}
         self._refused: set[str] = set()
@@ -93,7 +93,7 @@ class DraftPool:
             return None
         with self._lock:
             self._profiles[address] = cost_profile_from_pb(info)
-            self._max_gamma[address] = info.max_gamma
+            self._gamma_max[address] = info.max_gamma
             return self._clients.setdefault(address, client)
 
     def profile(self, client: ServiceClient) -> CostProfile | None:
@@ -101,10 +101,10 @@ class DraftPool:
         with self._lock:
             return self._profiles.get(client.address)
 
-    def max_gamma(self, client: ServiceClient) -> int:
+    def gamma_max(self, client: ServiceClient) -> int:
         """The most tokens `client`'s replica drafts in one call."""
         with self._lock:
-            return self._max_gamma.get(client.address, 0)
+            return self._gamma_max.get(client.address, 0)
 
     def release(self, client: ServiceClient | None) -> None:
         if client is not None:

@@ -22,9 +22,9 @@ from opentelemetry.trace import Span
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
-from orchestrator.sessions import NO_PROPOSAL, Branch, DraftSession, Proposal, TargetSession, Verdict
+from orchestrator.sessions import NO_DRAFTS, Branch, DraftReply, DraftSession, TargetSession, VerifyReply
 from specdec.core.ngram import Lookup, LookupProposer, RecentSequences
-from specdec.core.rounds import RoundRecord
+from specdec.core.rounds import Estimates, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import FinishReason, GenerationStats
 from specdec.core.text import TextStream, printable
@@ -65,7 +65,8 @@ class GenerationRequest:
 class Chunk:
     token_ids: list[int]
     text: str
-    round: RoundRecord
+    record: RoundRecord
+    estimates: Estimates = Estimates()  # the controller's, after the round
     stats: GenerationStats | None = None  # on the last chunk only
     logprobs: list = field(default_factory=list)  # pb.TokenLogprob per token, when asked for
 
@@ -122,7 +123,7 @@ class Generation:
         try:
             replay = list(req.resumed[req.resume_from:])
             if replay:  # committed before the resume but never delivered: not a round of this run
-                yield Chunk(replay, text.push(replay), RoundRecord(0, 0, 0, len(replay), 0.0, 0.0, 0.0, 0.0, 0.0))
+                yield Chunk(replay, text.push(replay), RoundRecord(emitted=len(replay)))
             while not finish:
                 if self.is_cancelled():
                     finish = FinishReason.CANCELLED
@@ -133,17 +134,15 @@ class Generation:
                 self.controller.overlapping = self._overlaps(useful)
                 gamma = self.controller.choose(useful) if req.gamma is None else cap
                 with telemetry.span("round", context=self.trace_context) as span:
-                    record, verdict = self._round(gamma, cap, useful, committed, span)
-                new_tokens = verdict.tokens[:remaining]
-                eos_at = next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), None)
-                if eos_at is not None:
-                    new_tokens = new_tokens[:eos_at]
+                    record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)
+                    estimates = Estimates(self.controller.acceptance.alpha, self.controller.cost_ratio())
+                    self._annotate(span, record, estimates)
                 logprobs = verdict.logprobs[:len(new_tokens)]
                 committed.extend(new_tokens)
                 generated += len(new_tokens)
                 delta = text.push(new_tokens)
-                finish = self._finish_reason(eos_at is not None or text.stopped, generated, len(committed))
-                record = dataclasses.replace(record, emitted=len(new_tokens))
+                at_eos = len(new_tokens) < min(len(verdict.tokens), remaining)
+                finish = self._finish_reason(at_eos or text.stopped, generated, len(committed))
                 stats.rounds.append(record)
                 if self.metrics is not None:
                     self.metrics.record(record)
@@ -152,9 +151,9 @@ class Generation:
                 if finish:
                     stats.finish_reason, stats.total_s = finish, time.perf_counter() - began
                     stats.draft_replica = self._draft_replica
-                    yield Chunk(new_tokens, delta + text.finish(), record, stats, logprobs)
+                    yield Chunk(new_tokens, delta + text.finish(), record, estimates, stats, logprobs)
                 else:
-                    yield Chunk(new_tokens, delta, record, logprobs=logprobs)
+                    yield Chunk(new_tokens, delta, record, estimates, logprobs=logprobs)
         finally:
             if self.lookup_prior is not None and self.request.proposer == "hybrid":
                 self.lookup_prior.absorb(self.lookup_acceptance)
@@ -176,12 +175,14 @@ class Generation:
             return FinishReason.LENGTH
         return FinishReason.CONTEXT if length >= self.max_context else FinishReason.NONE
 
-    def _round(self, gamma: int, cap: int, useful: int, committed: list[int],
-               span: Span) -> tuple[RoundRecord, Verdict]:
+    def _round(self, gamma: int, cap: int, useful: int, remaining: int, committed: list[int],
+               span: Span) -> tuple[RoundRecord, VerifyReply, list[int]]:
         """One round: up to γ tokens proposed (drafted during the last verify, or by the draft model,
         or by a lookup of at most `cap`), verified by the target in one pass, while the draft drafts
         the next round when overlapping. γ = 0 with a fixed γ of 0 (cap 0) is target-only. `useful`:
-        how many tokens past the committed ones can still be used."""
+        how many tokens past the committed ones can still be used; `remaining`: how many may still be
+        emitted. Returns the round's record, the verdict, and the tokens it emits (the verdict's, up to
+        `remaining` and before any EOS); the controller has learned from the round."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
         hit, model_gamma = self._prefetched(committed), 0
@@ -190,13 +191,13 @@ class Generation:
         else:
             lookup, model_gamma = self._sources(gamma, cap, committed)
         if lookup is not None:
-            hit, proposal = None, Proposal(lookup.tokens, NO_PROPOSAL.probs, NO_PROPOSAL.hop)
+            hit, proposal = None, DraftReply(lookup.tokens, NO_DRAFTS.probs, NO_DRAFTS.hop)
         elif hit is not None:
             proposal, gamma = hit, len(hit.tokens)
         elif model_gamma > 0 and self._draft_usable():
             proposal = self._propose(model_gamma, committed, span)
         else:
-            proposal = NO_PROPOSAL
+            proposal = NO_DRAFTS
         self._last_drafted = 0 if lookup is not None else len(proposal.tokens)
         if self.controller.overlapping and proposal.tokens and lookup is None:  # after a lookup, likely another
             self._prefetch(committed, proposal.tokens, min(gamma, useful - len(proposal.tokens) - 1), span)
@@ -204,20 +205,21 @@ class Generation:
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens))
         verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s),
                                       self.request.top_logprobs)
+        new_tokens = verdict.tokens[:remaining]
+        new_tokens = new_tokens[:next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), len(new_tokens))]
         draft, target = proposal.hop, verdict.hop
-        record = RoundRecord(gamma, len(proposal.tokens), verdict.accepted, len(verdict.tokens),
-                             time.perf_counter() - began, draft.wall_s, draft.compute_s, target.wall_s,
-                             target.compute_s, draft_steady, draft.load, target.load,
-                             overlapped=self._branch is not None, prefetched=hit is not None)
+        record = RoundRecord(
+            gamma=gamma, drafted=len(proposal.tokens), accepted=verdict.accepted, emitted=len(new_tokens),
+            wall_s=time.perf_counter() - began, draft_wall_s=draft.wall_s, draft_compute_s=draft.compute_s,
+            target_wall_s=target.wall_s, target_compute_s=target.compute_s, draft_steady=draft_steady,
+            draft_load=draft.load, target_load=target.load,
+            proposer="" if not proposal.tokens else "ngram" if lookup is not None else "model",
+            overlapped=self._branch is not None, prefetched=hit is not None)
         if lookup is not None:
             self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
         if not prefill:  # a prefill says nothing about steady-state cost
             self.controller.observe(record, by_model=lookup is None or not self._uses_model)
-        proposer = "" if not proposal.tokens else "ngram" if lookup is not None else "model"
-        record = dataclasses.replace(record, alpha_estimate=self.controller.acceptance.alpha,
-                                     cost_ratio_estimate=self.controller.cost_ratio(), proposer=proposer)
-        self._annotate(span, record)
-        return record, verdict
+        return record, verdict, new_tokens
 
     def _sources(self, gamma: int, cap: int, committed: list[int]) -> tuple[Lookup | None, int]:
         """Who proposes this round: a lookup (a point mass, no q, no hop) or None, and otherwise the γ
@@ -264,14 +266,14 @@ class Generation:
         token, then γ drafts after it (this round's γ, within what the next round can still use)."""
         if gamma < 1 or not self._draft_usable():
             return
-        gamma = min(gamma, self.drafts.max_gamma(self._draft.client) - 1)
+        gamma = min(gamma, self.drafts.gamma_max(self._draft.client) - 1)
         if gamma < 1:
             return
         min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
         timeout = self.round_timeout.of(self.controller.draft_time(len(proposal) + 1, gamma + 1))
         self._branch = self._draft.prefetch(committed, proposal, gamma, min_confidence, span, timeout)
 
-    def _prefetched(self, committed: list[int]) -> Proposal | None:
+    def _prefetched(self, committed: list[int]) -> DraftReply | None:
         """The proposal the last round's branch drafted, if the committed tokens are what it assumed;
         None otherwise (no branch, a miss, or a failed draft: the round drafts as usual). A branch is
         always collected, hit or miss: its reply comes before any later call's on the stream."""
@@ -290,7 +292,7 @@ class Generation:
         self._draft_replica = self._draft.client.address
         return proposal
 
-    def _lookup_over(self, hit: Proposal, cap: int, committed: list[int]) -> Lookup | None:
+    def _lookup_over(self, hit: DraftReply, cap: int, committed: list[int]) -> Lookup | None:
         """Hybrid, with the model's proposal already drafted: a lookup of at most `cap` tokens that
         promises more tokens per second than it, or None. Neither costs draft time now, so each is
         priced as a free proposer at its own α."""
@@ -311,7 +313,7 @@ class Generation:
         best, rate = self.controller.best_free(self.lookup_acceptance[found.kind].alpha, len(found.tokens))
         return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
 
-    def _propose(self, gamma: int, committed: list[int], span: Span) -> Proposal:
+    def _propose(self, gamma: int, committed: list[int], span: Span) -> DraftReply:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""
         min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
         draft_s = self.controller.draft_time(self._draft.unsynced(committed) + 1, gamma)
@@ -319,21 +321,21 @@ class Generation:
             proposal = self._draft.propose(committed, gamma, min_confidence, span, self.round_timeout.of(draft_s))
         except grpc.RpcError as exc:
             self.draft_failed(exc)
-            return NO_PROPOSAL
+            return NO_DRAFTS
         self._draft_replica = self._draft.client.address
         return proposal
 
-    def _annotate(self, span: Span, record: RoundRecord) -> None:
+    def _annotate(self, span: Span, record: RoundRecord, estimates: Estimates) -> None:
         if span.is_recording():
             span.set_attributes({"specdec.gamma": record.gamma, "specdec.drafted": record.drafted,
-                                 "specdec.accepted": record.accepted, "specdec.alpha_estimate": record.alpha_estimate,
-                                 "specdec.cost_ratio_estimate": record.cost_ratio_estimate,
+                                 "specdec.accepted": record.accepted, "specdec.alpha_estimate": estimates.alpha,
+                                 "specdec.cost_ratio_estimate": estimates.cost_ratio,
                                  "specdec.network.draft_ms": 1e3 * record.rtt_draft_s,
                                  "specdec.network.target_ms": 1e3 * record.rtt_target_s,
                                  "specdec.target.pass_rows": record.target_load.rows,
                                  "specdec.draft.pass_rows": record.draft_load.rows})
         log.debug("session %s round γ=%d accepted=%d α̂=%.3f ĉ=%.3f rtt draft %.1f ms target %.1f ms",
-                  self.session_id, record.gamma, record.accepted, record.alpha_estimate, record.cost_ratio_estimate,
+                  self.session_id, record.gamma, record.accepted, estimates.alpha, estimates.cost_ratio,
                   1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)
 
     def _draft_usable(self) -> bool:
@@ -352,7 +354,7 @@ class Generation:
     def use_draft(self, client: ServiceClient | None) -> None:
         """Route the draft session to `client` (None: no replica) and plan with that replica's costs."""
         self._draft.client = client
-        self.controller.draft = self.drafts.profile(client) if client is not None else None
+        self.controller.draft_cost = self.drafts.profile(client) if client is not None else None
 
     def draft_failed(self, exc: grpc.RpcError) -> None:
         """Go on target-only; the output cannot change, since the target alone decides every token.

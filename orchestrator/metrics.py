@@ -14,7 +14,7 @@ ROUND_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class SpecDecodeMetrics:
-    def __init__(self, max_gamma: int):
+    def __init__(self, gamma_max: int):
         meter = metrics.get_meter("specdec")
         self.num_drafts = meter.create_counter(
             "spec_decode_num_drafts", description="Speculation rounds that proposed at least one draft token")
@@ -32,7 +32,7 @@ class SpecDecodeMetrics:
             explicit_bucket_boundaries_advisory=ROUND_LATENCY_BUCKETS_S)
         self.gamma = meter.create_histogram(
             "spec_decode_gamma", description="γ chosen per round (0 = target-only step)",
-            explicit_bucket_boundaries_advisory=tuple(float(g) + 0.5 for g in range(max_gamma)))
+            explicit_bucket_boundaries_advisory=tuple(float(g) + 0.5 for g in range(gamma_max)))
 
     def record(self, r: RoundRecord) -> None:
         self.gamma.record(r.gamma)

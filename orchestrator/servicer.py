@@ -21,13 +21,15 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.core.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences
 from specdec.core.sampling import SamplingParams
+from specdec.planning.controller import GAMMA_MAX
 from specdec.planning.cost import CostProfile
 from specdec.planning.deadline import RoundTimeout
 from specdec.planning.prior import LookupPrior, SharedPrior
 from specdec.runtime import telemetry
 from specdec.runtime.errors import grpc_errors
 from specdec.runtime.guards import credential_of
-from specdec.runtime.redis_state import PriorStore, SessionStore
+from specdec.runtime.options import option
+from specdec.runtime.redis_state import SESSION_TTL_S, PriorStore, SessionStore
 from specdec.runtime.wire import cost_profile_from_pb, logprob_request_from_pb, round_to_pb, summary_to_pb
 
 log = logging.getLogger(__name__)
@@ -41,18 +43,28 @@ OVERLAPS = {pb.OVERLAP_AUTO: "auto", pb.OVERLAP_ON: "on", pb.OVERLAP_OFF: "off"}
 
 @dataclass(frozen=True)
 class OrchestratorConfig:
-    gamma_max: int = 8
-    max_new_tokens_limit: int = 8192
+    """The orchestrator's settings; each field with `option` is also its flag (`orchestrator.flags`)."""
+
+    gamma_max: int = option(GAMMA_MAX, "largest γ the adaptive policy or a client may use")
+    max_new_tokens_limit: int = option(8192, "largest max_new_tokens a request may ask for")
     max_stop_strings: int = 16
     max_stop_chars: int = 256  # per stop string
     max_prompt_bytes: int = 1 << 20  # checked before tokenising
     max_session_id_chars: int = 128
-    max_concurrent: int = 64  # generations in flight; more get RESOURCE_EXHAUSTED
-    round_timeout_s: float = 300.0  # ceiling on one hop of one round (see `specdec.planning.cost.RoundTimeout`)
-    session_ttl_s: float = 3600.0  # resumable records in Redis
-    proposer: str = "hybrid"  # a request's proposer when it names none: "model", "ngram" or "hybrid"
-    overlap: str = "auto"  # a request's overlap when it names none: "auto", "on" or "off"
-    lookup_memory_tokens: int = LOOKUP_MEMORY_TOKENS  # finished sequences kept for lookups across sessions (0: none)
+    max_concurrent: int = option(64, "generations in flight; past it a request gets RESOURCE_EXHAUSTED at once")
+    round_timeout_s: float = option(RoundTimeout.ceiling_s, "ceiling in seconds on one hop of one round; by default "
+                                    "a hop gets 20x its measured cost, at least 30 s (a draft past it is dropped, a "
+                                    "target past it ends the stream)", flag="--round-timeout")
+    session_ttl_s: float = option(SESSION_TTL_S, "seconds a resumable session record lives in Redis",
+                                  flag="--session-ttl")
+    proposer: str = option("hybrid", "who drafts when a request does not say: the draft model; prompt lookup (n-gram) "
+                                     "in the orchestrator, which needs no draft model; or hybrid, each round the one "
+                                     "that pays more", choices=("model", "ngram", "hybrid"))
+    overlap: str = option("auto", "draft the next round while the target verifies this one, when a request does not "
+                                  "say: auto = where the cost model says it pays (separate machines or cores), on, off",
+                          choices=("auto", "on", "off"))
+    lookup_memory_tokens: int = option(LOOKUP_MEMORY_TOKENS, "tokens of finished generations kept for n-gram lookups "
+                                                             "across sessions (0 = none)", flag="--lookup-memory")
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):
@@ -212,7 +224,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
 
 
 def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:
-    msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=round_to_pb(chunk.round),
+    msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=round_to_pb(chunk.record, chunk.estimates),
                               logprobs=chunk.logprobs)
     if chunk.stats is not None:
         msg.stats.CopyFrom(summary_to_pb(chunk.stats.summary()))

@@ -35,17 +35,21 @@ def _hop(reply, wall_s: float) -> Hop:
 
 
 @dataclass(frozen=True)
-class Proposal:
+class DraftReply:
+    """Draft tokens as they came over the wire (or from a lookup, with no q and no hop)."""
+
     tokens: list[int]
     probs: pb.DraftProbs
     hop: Hop
 
 
-NO_PROPOSAL = Proposal([], pb.DraftProbs(none=True), Hop())
+NO_DRAFTS = DraftReply([], pb.DraftProbs(none=True), Hop())
 
 
 @dataclass(frozen=True)
-class Verdict:
+class VerifyReply:
+    """The target's verdict as it came over the wire."""
+
     tokens: list[int]  # accepted drafts + one recovered or bonus token
     accepted: int
     hop: Hop
@@ -136,10 +140,10 @@ class Branch:
 
 class DraftSession(ServiceSession):
     def propose(self, committed: list[int], gamma: int, min_confidence: float, span: Span,
-                timeout: float) -> Proposal:
+                timeout: float) -> DraftReply:
         reply, hop = self._call("draft.propose", pb.DraftRequest(gamma=gamma, min_confidence=min_confidence),
                                 committed, span, timeout)
-        return Proposal(list(reply.tokens), reply.probs, hop)
+        return DraftReply(list(reply.tokens), reply.probs, hop)
 
     def prefetch(self, committed: list[int], proposal: list[int], gamma: int, min_confidence: float,
                  span: Span, timeout: float) -> Branch:
@@ -157,7 +161,7 @@ class DraftSession(ServiceSession):
         return Branch(len(committed), tuple(proposal), self.stream.send(request), time.monotonic() + timeout,
                       hop_span)
 
-    def collect(self, branch: Branch) -> tuple[Proposal, int | None]:
+    def collect(self, branch: Branch) -> tuple[DraftReply, int | None]:
         """The branch's reply, waited for up to its deadline: (the next round's proposal, the guessed
         bonus token; None when the draft proposed nothing, as a lookup may), the proposal empty when
         the draft stopped after its guess. Raises grpc.RpcError."""
@@ -166,15 +170,15 @@ class DraftSession(ServiceSession):
         finally:
             branch.span.end()
         drafted = len(reply.tokens)
-        proposal = Proposal(list(reply.tokens[1:]), probs_rows(reply.probs, drafted, 1, drafted), _hop(reply, wall))
+        proposal = DraftReply(list(reply.tokens[1:]), probs_rows(reply.probs, drafted, 1, drafted), _hop(reply, wall))
         return proposal, reply.tokens[0] if drafted else None
 
 
 class TargetSession(ServiceSession):
-    def verify(self, committed: list[int], proposal: Proposal, span: Span, timeout: float,
-               top_logprobs: int | None = None) -> Verdict:
+    def verify(self, committed: list[int], proposal: DraftReply, span: Span, timeout: float,
+               top_logprobs: int | None = None) -> VerifyReply:
         """`top_logprobs`: None, or ask for each token's log-probability with that many alternatives."""
         request = pb.VerifyRequest(draft_tokens=proposal.tokens, draft_probs=proposal.probs,
                                    **logprob_request_to_pb(top_logprobs))
         reply, hop = self._call("target.verify", request, committed, span, timeout)
-        return Verdict(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs))
+        return VerifyReply(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs))

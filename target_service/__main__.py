@@ -24,6 +24,7 @@ from specdec.engine.models import resolve_device  # noqa: E402
 from specdec.engine.tp import shard_model  # noqa: E402
 from specdec.runtime.machine_lock import machine_lock  # noqa: E402
 from specdec.runtime.model_service import (  # noqa: E402
+    DRAFT_ONLY,
     ModelServiceConfig,
     load_and_profile,
     load_engine,
@@ -32,6 +33,7 @@ from specdec.runtime.model_service import (  # noqa: E402
     serve_engine,
     setup_process,
 )
+from specdec.runtime.options import add_options, from_options, option  # noqa: E402
 from specdec.runtime.server import announce_and_wait, free_port  # noqa: E402
 from target_service import tensor_parallel as tp  # noqa: E402
 from target_service.servicer import register  # noqa: E402
@@ -41,19 +43,8 @@ log = logging.getLogger("target_service")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = model_service_parser("target_service", "packaged:target")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel worker processes (one per GPU on CUDA)")
-    parser.add_argument("--tp-timeout", type=float, default=60.0,
-                        help="seconds for the workers to rendezvous, and for any one collective to complete")
-    parser.add_argument("--tp-load-timeout", type=float, default=1800.0,
-                        help="seconds for every worker to finish loading its shard")
-    parser.add_argument("--tp-rank", type=int, default=0, help="this process's rank (set for workers started "
-                        "elsewhere, e.g. by Ray; rank 0 sets it for the workers it spawns)")
-    parser.add_argument("--tp-master", default="", help="HOST:PORT where the ranks rendezvous (default: rank 0 "
-                        "picks a free loopback port)")
-    parser.add_argument("--tp-external-workers", action="store_true",
-                        help="rank 0 does not spawn ranks 1..N-1: they are started elsewhere with --tp-rank "
-                             "and the same --tp-master (Ray placement)")
+    parser = model_service_parser("target_service", "packaged:target", skip=DRAFT_ONLY)
+    add_options(parser, TensorParallel)
     return parser
 
 
@@ -61,17 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
 class TensorParallel:
     """This process's place among the target's tensor-parallel ranks."""
 
-    size: int = 1
-    rank: int = 0
-    master: str = ""  # HOST:PORT of the rendezvous ("" on rank 0: a free loopback port)
-    external_workers: bool = False  # ranks 1..N-1 are started elsewhere (Ray placement)
-    timeout_s: float = 60.0
-    load_timeout_s: float = 1800.0
-
-
-def tensor_parallel_config(args: argparse.Namespace) -> TensorParallel:
-    return TensorParallel(args.tp, args.tp_rank, args.tp_master, args.tp_external_workers, args.tp_timeout,
-                          args.tp_load_timeout)
+    size: int = option(1, "tensor-parallel worker processes (one per GPU on CUDA)", flag="--tp")
+    rank: int = option(0, "this process's rank (set for workers started elsewhere, e.g. by Ray; rank 0 sets it "
+                          "for the workers it spawns)", flag="--tp-rank")
+    master: str = option("", "HOST:PORT where the ranks rendezvous (default: rank 0 picks a free loopback port)",
+                         flag="--tp-master")
+    external_workers: bool = option(False, "rank 0 does not spawn ranks 1..N-1: they are started elsewhere with "
+                                           "--tp-rank and the same --tp-master (Ray placement)",
+                                    flag="--tp-external-workers")
+    timeout_s: float = option(60.0, "seconds for the workers to rendezvous, and for any one collective to complete",
+                              flag="--tp-timeout")
+    load_timeout_s: float = option(1800.0, "seconds for every worker to finish loading its shard",
+                                   flag="--tp-load-timeout")
 
 
 def load_rank(config: ModelServiceConfig, parallel: TensorParallel) -> TargetEngine:
@@ -108,6 +100,7 @@ def run_tensor_parallel(config: ModelServiceConfig, parallel: TensorParallel, ar
         raise SystemExit(f"target_service: {exc}") from exc
     if rank > 0:
         tp.follow(engine, rank, group)
+        engine.close()
         return
     front = tp.TensorParallelTarget(engine, group, world, followers)
     with machine_lock():  # rank 0 drives every rank's (collective) measurement
@@ -130,14 +123,14 @@ def run_tensor_parallel(config: ModelServiceConfig, parallel: TensorParallel, ar
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    if args.tp < 1:
+    config, parallel = model_service_config(args), from_options(TensorParallel, args)
+    if parallel.size < 1:
         raise SystemExit("--tp must be >= 1")
-    config, parallel = model_service_config(args), tensor_parallel_config(args)
     installed = setup_process(config, "specdec-target", workers_per_node=parallel.size)
     try:
         if parallel.size == 1:
             engine = load_and_profile(config, lambda: load_rank(config, parallel))
-            announce_and_wait(serve_engine(engine, config, SERVICE, register), "target_service")
+            announce_and_wait(serve_engine(engine, config, SERVICE, register), "target_service", on_stop=engine.close)
         else:
             run_tensor_parallel(config, parallel, argv)
     finally:

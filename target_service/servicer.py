@@ -1,16 +1,16 @@
-"""TargetService: protobuf <-> TargetEngine.verify."""
+"""TargetService: protobuf <-> TargetBackend.verify."""
 
 from __future__ import annotations
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
-from specdec.engine.model_engine import TargetEngine
+from specdec.engine.backend import TargetBackend
 from specdec.runtime.sessions import SessionServicer
 from specdec.runtime.wire import decode_probs, logprob_request_from_pb, logprobs_to_pb, pass_load_to_pb
 
 
 class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
-    engine: TargetEngine
+    engine: TargetBackend
     span_name = "target.compute"
 
     def _round(self, request: pb.VerifyRequest) -> pb.VerifyResult:
@@ -25,5 +25,5 @@ class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
                                load=pass_load_to_pb(result.load), logprobs=logprobs_to_pb(result.logprobs))
 
 
-def register(server, engine: TargetEngine) -> None:
+def register(server, engine: TargetBackend) -> None:
     pb_grpc.add_TargetServiceServicer_to_server(TargetServicer(engine), server)

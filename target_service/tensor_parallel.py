@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 
 from specdec.core.errors import SpecDecError, Unavailable
-from specdec.engine.model_engine import TargetEngine, Verification
+from specdec.engine.backend import Verification
+from specdec.engine.model_engine import TargetEngine
 from specdec.engine.profile_cache import ProfileCache, load_or_measure
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,8 @@ class TensorParallelTarget:
         return self.engine.loaded
 
     @property
-    def max_gamma(self) -> int:
-        return self.engine.max_gamma
+    def gamma_max(self) -> int:
+        return self.engine.gamma_max
 
     @property
     def max_sessions(self) -> int:
@@ -184,13 +185,14 @@ class TensorParallelTarget:
                     pass
 
     def close(self) -> None:
-        """Tell the followers to exit (shutdown path)."""
+        """Tell the followers to exit, and stop this rank's engine (shutdown path). Idempotent."""
         if self.failure is None:
             try:
                 self._replicate(("stop",), lambda: None)
             except Unavailable:
                 pass
         self._closed.set()
+        self.engine.close()
 
 
 def follow(engine: TargetEngine, rank: int, group) -> None:

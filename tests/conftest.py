@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from orchestrator.servicer import OrchestratorConfig
 from specdec.launch.stack import EmbeddedStack, StackOptions
+from specdec.runtime.model_service import ModelServiceConfig
 
 TINY_TARGET = "tiny:seed=0"
 TINY_DRAFT = "tiny:seed=0,perturb=0.05"  # agrees with the target on about half the tokens
@@ -12,7 +16,7 @@ TINY_DRAFT = "tiny:seed=0,perturb=0.05"  # agrees with the target on about half 
 # their default path is "gguf"; `dtype: float32` runs the same dequantized weights on fp32.
 GGUF_TARGET = "tiny:seed=0,hidden=256,gguf=1"
 GGUF_DRAFT = "tiny:seed=0,hidden=256,gguf=1,perturb=0.05"
-PATH_OPTIONS = {"fp32": {}, "bf16": {"dtype": "bfloat16"}, "int8": {"quantize": "int8"}, "gguf": {}}
+PATH_SERVICE = {"fp32": {}, "bf16": {"dtype": "bfloat16"}, "int8": {"quantize": "int8"}, "gguf": {}}
 # Test stacks draft with the model and never overlap unless a request says otherwise: their tests are
 # about the draft model's rounds, which lookups of earlier tests' outputs (the server's default, hybrid)
 # would replace. The defaults have tests of their own (test_ngram, test_overlap).
@@ -24,11 +28,20 @@ def tiny_models(path: str) -> tuple[str, str]:
     return (GGUF_DRAFT, GGUF_TARGET) if path == "gguf" else (TINY_DRAFT, TINY_TARGET)
 
 
+def tiny_options(draft: str = TINY_DRAFT, target: str = TINY_TARGET, service: dict | None = None,
+                 orchestrator: dict | None = None, **stack) -> StackOptions:
+    """A stack of tiny models on CPU with γ_max 6, drafting with the model (`MODEL_DRAFTING`); `service`
+    and `orchestrator` set fields of those configs, `stack` of StackOptions."""
+    return StackOptions(draft_model=draft, target_model=target,
+                        service=ModelServiceConfig(device="cpu", log_level="warning", **(service or {})),
+                        orchestrator=OrchestratorConfig(gamma_max=6, **{**MODEL_DRAFTING, **(orchestrator or {})}),
+                        **stack)
+
+
 def tiny_stack(path: str = "fp32") -> EmbeddedStack:
     draft, target = tiny_models(path)
-    opts = StackOptions(**MODEL_DRAFTING, draft_model=draft, target_model=target, device="cpu", gamma_max=6,
-                        max_new_tokens_limit=1024, log_level="warning", **PATH_OPTIONS[path])
-    return EmbeddedStack(opts)
+    return EmbeddedStack(tiny_options(draft, target, service=PATH_SERVICE[path],
+                                      orchestrator=dict(max_new_tokens_limit=1024)))
 
 
 @pytest.fixture(scope="session")
@@ -56,3 +69,19 @@ def pytest_configure(config):
     import tempfile
 
     os.environ["SPECDEC_PROFILE_CACHE"] = tempfile.mkdtemp(prefix="specdec-profiles-")
+
+
+def wait_until(condition, timeout_s: float, what: str, every_s: float = 0.05) -> None:
+    """Poll `condition()` until it holds; fail after `timeout_s` naming `what` (a bounded wait, not a sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up after {timeout_s} s waiting for {what}"
+        time.sleep(every_s)
+
+
+def holds_for(condition, seconds: float, what: str, every_s: float = 0.05) -> None:
+    """Check `condition()` throughout `seconds`, failing at the first moment it does not hold."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert condition(), f"{what} stopped holding"
+        time.sleep(every_s)

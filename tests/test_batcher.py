@@ -5,9 +5,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import torch
 from conftest import TINY_DRAFT, TINY_TARGET
 
+from specdec.core.errors import Unavailable
 from specdec.core.sampling import SamplingParams
 from specdec.engine.batcher import StepBatcher
 from specdec.engine.model_engine import DraftEngine, TargetEngine
@@ -15,7 +17,16 @@ from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
 
-def test_concurrent_steps_share_passes_and_keep_their_bits():
+@pytest.fixture
+def closing():
+    """closing(x) -> x, closed when the test ends: batchers and engines run a thread each."""
+    opened = []
+    yield lambda thing: opened.append(thing) or thing
+    for thing in opened:
+        thing.close()
+
+
+def test_concurrent_steps_share_passes_and_keep_their_bits(closing):
     runner = load_model(TINY_TARGET, device="cpu").runner
     prompts = [[5, 9, 13, 200, 7][: 2 + i] for i in range(4)]
 
@@ -32,11 +43,11 @@ def test_concurrent_steps_share_passes_and_keep_their_bits():
     for prompt, out in zip(prompts, alone):
         decode(lambda step: runner.forward([step])[0], prompt, out)
 
-    batcher = StepBatcher(runner, max_wait_s=0.05)
+    batcher = closing(StepBatcher(runner, max_wait_s=0.05))
     together = [[] for _ in prompts]
 
     def session(prompt, out):
-        with batcher.round():
+        with batcher.taking_part():
             decode(batcher.forward, prompt, out)
 
     threads = [threading.Thread(target=session, args=(p, o)) for p, o in zip(prompts, together)]
@@ -65,9 +76,10 @@ class HoldFirstPass:
         return self.runner.forward(steps)
 
 
-def test_concurrent_engine_rounds_match_sequential_rounds():
+def test_concurrent_engine_rounds_match_sequential_rounds(closing):
     """Greedy draft and verify rounds of 4 sessions at once give what each gives alone."""
-    draft, target = DraftEngine(load_model(TINY_DRAFT, device="cpu")), TargetEngine(load_model(TINY_TARGET, device="cpu"))
+    draft = closing(DraftEngine(load_model(TINY_DRAFT, device="cpu")))
+    target = closing(TargetEngine(load_model(TINY_TARGET, device="cpu")))
     prompts = {f"s{i}": [3 + i, 40, 41 + i, 90] for i in range(4)}
 
     def run(suffix: str, session_id: str, prompt: list[int], out: dict) -> None:
@@ -99,7 +111,7 @@ def test_concurrent_engine_rounds_match_sequential_rounds():
     assert target.batcher.forwards < target.batcher.steps
 
 
-def test_a_step_that_fails_fails_alone():
+def test_a_step_that_fails_fails_alone(closing):
     """A pass that raises is rerun step by step: the other steps get their own logits, bit for bit."""
     runner = load_model(TINY_TARGET, device="cpu").runner
     prompts = [[5, 9, 13], [7, 8], [200, 3, 4, 5]]
@@ -112,11 +124,11 @@ def test_a_step_that_fails_fails_alone():
             raise MemoryError("no room for this session's cache")
 
     steps = [Step(runner.new_cache(), p, logits=len(p)) for p in prompts] + [Step(Broken(), [1, 2])]
-    batcher = StepBatcher(runner, max_wait_s=0.2)
+    batcher = closing(StepBatcher(runner, max_wait_s=0.2))
     results, errors = {}, {}
 
     def session(i: int) -> None:
-        with batcher.round():
+        with batcher.taking_part():
             try:
                 results[i] = batcher.forward(steps[i])
             except MemoryError as error:
@@ -132,12 +144,12 @@ def test_a_step_that_fails_fails_alone():
     assert [s.cache.length for s in steps[:3]] == [len(p) for p in prompts], "each good cache advanced once"
 
 
-def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks():
+def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks(closing):
     """Alone, a 100-token prompt is one forward; beside another live session, it is fed in chunks of
     SHARED_PREFILL_CHUNK that leave room for that session's decode steps. The verdict is the same."""
     from specdec.engine.model_engine import SHARED_PREFILL_CHUNK
 
-    target = TargetEngine(load_model(TINY_TARGET, device="cpu"))
+    target = closing(TargetEngine(load_model(TINY_TARGET, device="cpu")))
     prompt = [(7 * i) % 250 + 3 for i in range(100)]
 
     def prefill(session_id: str):
@@ -152,3 +164,14 @@ def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks():
     beside, beside_passes = prefill("beside")
     assert beside == alone
     assert (alone_passes, beside_passes) == (1, -(-len(prompt) // SHARED_PREFILL_CHUNK))
+
+
+def test_a_closed_engine_stops_its_thread_and_refuses_steps():
+    with TargetEngine(load_model(TINY_TARGET, device="cpu")) as target:
+        target.open("s", SamplingParams())
+        target.verify("s", 0, [5, 6, 7], [8], None)
+        assert target.batcher.running
+    assert not target.batcher.running
+    with pytest.raises(Unavailable):
+        target.verify("s", 0, [5, 6, 7, 8], [9], None)
+    target.close()  # idempotent

@@ -17,8 +17,10 @@ def timing(drafted: int, accepted: int, draft_wall: float, draft_compute: float,
            target_compute: float, draft_steady: bool = True, target_load: PassLoad = PassLoad(),
            draft_load: PassLoad = PassLoad()) -> RoundRecord:
     """A round as the controller sees it: what each hop cost (wall and reported compute) and its load."""
-    return RoundRecord(drafted, drafted, accepted, accepted + 1, target_wall + draft_wall, draft_wall, draft_compute,
-                       target_wall, target_compute, draft_steady, draft_load, target_load)
+    return RoundRecord(gamma=drafted, drafted=drafted, accepted=accepted, emitted=accepted + 1,
+                       wall_s=target_wall + draft_wall, draft_wall_s=draft_wall, draft_compute_s=draft_compute,
+                       target_wall_s=target_wall, target_compute_s=target_compute, draft_steady=draft_steady,
+                       draft_load=draft_load, target_load=target_load)
 
 
 def flat(step: float = STEP, growth: float = 0.02, sizes: int = 9) -> CostProfile:
@@ -47,8 +49,8 @@ def run_rounds(ctl: GammaController, alpha: float, rounds: int) -> list[int]:
         gamma = ctl.choose()
         chosen.append(gamma)
         accepted = int(gamma * alpha)
-        ctl.observe(timing(gamma, accepted, gamma * ctl.draft.forward_s(1), gamma * ctl.draft.forward_s(1),
-                                ctl.target.forward_s(gamma + 1), ctl.target.forward_s(gamma + 1)))
+        ctl.observe(timing(gamma, accepted, gamma * ctl.draft_cost.forward_s(1), gamma * ctl.draft_cost.forward_s(1),
+                                ctl.target_cost.forward_s(gamma + 1), ctl.target_cost.forward_s(gamma + 1)))
     return chosen
 
 
@@ -109,17 +111,17 @@ def test_network_rtt_to_draft_counts():
 def test_bounds():
     ctl = controller(0.99, 0.0001, gamma_max=4)
     assert ctl.choose() == 4 and ctl.choose(max_useful=2) == 2 and ctl.choose(max_useful=0) == 0
-    ctl.draft = None
+    ctl.draft_cost = None
     assert ctl.choose() == 0, "no draft replica: target-only"
 
 
 def test_scales_follow_a_slower_machine_without_changing_the_shape():
     ctl = controller(0.8, 0.01)
     for _ in range(20):
-        ctl.observe(timing(3, 2, 0.06, 0.06, 2 * ctl.target.forward_s(4), 2 * ctl.target.forward_s(4)))
+        ctl.observe(timing(3, 2, 0.06, 0.06, 2 * ctl.target_cost.forward_s(4), 2 * ctl.target_cost.forward_s(4)))
     assert ctl.target_scale.value == pytest.approx(2.0, rel=0.01)
     assert ctl.draft_scale.value == pytest.approx(2.0, rel=0.01)
-    assert ctl.verify_time(5) == pytest.approx(2 * ctl.target.forward_s(6), rel=0.01)
+    assert ctl.verify_time(5) == pytest.approx(2 * ctl.target_cost.forward_s(6), rel=0.01)
 
 
 def test_catch_up_rounds_do_not_inflate_draft_cost():
@@ -164,7 +166,7 @@ def loaded_round(ctl: GammaController, gamma: int, alpha: float, rows: float, se
     `sessions` live ones (default: all of them in each pass)."""
     sessions = rows if sessions is None else sessions
     tokens = rows * (gamma + 1)
-    draft_s, target_s = gamma * ctl.draft.forward_s(rows), ctl.target.forward_s(tokens)
+    draft_s, target_s = gamma * ctl.draft_cost.forward_s(rows), ctl.target_cost.forward_s(tokens)
     ctl.observe(timing(gamma, int(gamma * alpha), draft_s, draft_s, target_s, target_s,
                        target_load=PassLoad(sessions, rows, tokens), draft_load=PassLoad(sessions, rows, rows)))
 
@@ -185,7 +187,7 @@ def test_gamma_falls_to_zero_as_load_fills_the_machine():
     chosen = {}
     for rows in (1, 4, 16):
         ctl = controller(alpha=0.8, draft_step=0.02, target=machine())
-        ctl.draft = machine(0.02)
+        ctl.draft_cost = machine(0.02)
         for _ in range(5):
             loaded_round(ctl, ctl.choose(), 0.8, rows)
         chosen[rows] = ctl.choose()
@@ -196,12 +198,12 @@ def test_aggregate_goodput_at_the_chosen_gamma_is_the_best():
     """The choice maximises b·E(γ)/T(γ) for the observed load b, not one session's speed alone."""
     for rows in (1, 2, 3, 6, 8, 12, 16, 24):
         ctl = controller(alpha=0.75, draft_step=0.03, target=machine())
-        ctl.draft = machine(0.03)
+        ctl.draft_cost = machine(0.03)
         loaded_round(ctl, 2, 0.75, rows)
         gamma = ctl.choose()
 
         def goodput(g: int) -> float:  # tokens/s over all sessions of a saturated pass
-            round_s = ctl.target.forward_s(rows * (g + 1)) + g * ctl.draft.forward_s(rows)
+            round_s = ctl.target_cost.forward_s(rows * (g + 1)) + g * ctl.draft_cost.forward_s(rows)
             return rows * expected_tokens(0.75, g) / round_s
 
         assert goodput(gamma) >= 0.97 * max(goodput(g) for g in range(9)), (rows, gamma)
@@ -212,7 +214,7 @@ def test_hysteresis_keeps_gamma_when_the_load_wobbles():
     hysteresis γ flaps between them; with it, γ stays put."""
     def chooser(hysteresis: float) -> GammaController:
         ctl = controller(alpha=0.8, draft_step=0.02, target=machine())
-        ctl.draft, ctl.hysteresis = machine(0.02), hysteresis
+        ctl.draft_cost, ctl.hysteresis = machine(0.02), hysteresis
         return ctl
 
     def best_at(rows: float) -> int:
@@ -240,7 +242,7 @@ def test_speculation_that_scatters_the_batch_pays_for_it():
     sessions per pass). Perfect batching would favour γ > 0; the scattered batch it causes does not."""
     def settle(rows_when_drafting: float) -> int:
         ctl = controller(alpha=0.8, draft_step=0.02, target=machine())
-        ctl.draft = machine(0.02)
+        ctl.draft_cost = machine(0.02)
         for _ in range(10):
             gamma = ctl.choose()
             loaded_round(ctl, gamma, 0.8, rows_when_drafting if gamma > 0 else 4.0, sessions=4)

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ COMPOSE = [ROOT / "docker-compose.yml", ROOT / "docker-compose.gpu.yml", ROOT / 
 K8S = ROOT / "deploy" / "k8s"
 RAY_CLUSTER = ROOT / "deploy" / "ray" / "raycluster.yaml"
 PARSERS = {"draft_service": draft_parser, "target_service": target_parser, "orchestrator": orchestrator_parser,
-           "http_api": http_parser, "specdec.runtime.healthcheck": None}
+           "specdec.http": http_parser, "specdec.runtime.healthcheck": None}
 # Env vars read by libraries rather than by our code: the OpenTelemetry SDK's standard settings.
 STANDARD_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG",
                 "COLLECTOR_OTLP_ENABLED", "POD_IP", "RAY_ADDRESS"}
@@ -234,8 +235,8 @@ def test_every_env_var_named_is_read_by_the_code():
     for path in COMPOSE:
         for name, default in re.findall(r"\$\{(\w+)(:-[^}]*)?\}", path.read_text()):
             assert default, f"{path.name}: ${{{name}}} has no default"
-    source = "\n".join(p.read_text() for pkg in ("specdec", "service_runtime", "orchestrator", "draft_service",
-                                                 "target_service", "http_api") for p in (ROOT / pkg).rglob("*.py"))
+    source = "\n".join(p.read_text() for pkg in ("specdec", "orchestrator", "draft_service", "target_service")
+                       for p in (ROOT / pkg).rglob("*.py"))
     source += (ROOT / "deploy" / "Dockerfile").read_text()
     unknown = {n for n in names - STANDARD_ENV if n not in source}
     assert not unknown, f"env vars named in deployment files but read nowhere: {sorted(unknown)}"
@@ -248,6 +249,11 @@ def test_dockerfile_has_variants_a_non_root_user_and_a_grpc_health_check():
     assert re.search(r"^USER 10001$", text, re.M)
     assert "HEALTHCHECK" in text and "specdec.runtime.healthcheck" in text
     assert "VOLUME" in text and "COPY" in text and ".cache" not in text  # weights never baked in
+    # The image holds every installed package, and copies nothing that is not there.
+    copied = re.findall(r"^COPY (\S+) \S+$", text, re.M)
+    assert all((ROOT / source).exists() for source in copied), copied
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert {name.rstrip("*") for name in include} <= set(copied)
 
 
 def test_healthcheck_command_reports_serving_and_failure(stack):

@@ -73,16 +73,35 @@ def test_health_and_reflection_on_every_server(stack):
             assert service in names and "grpc.health.v1.Health" in names
 
 
-def test_cli_generate_json_matches_server():
-    cmd = [sys.executable, "-m", "specdec.cli.main", "generate", "--prompt", "def fibonacci(n):",
-           "--max-new-tokens", "16", "--gamma", "3", "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET,
-           "--device", "cpu", "--json", "--logprobs", "2"]
+def test_cli_generate_json_matches_server(stack):
+    """`specdec generate --json` (its own one-shot stack) prints what a server sends for the same greedy
+    request: the same tokens, text and log-probabilities as the `stack` fixture's server, and stats that
+    agree with its own per-round records."""
+    prompt, new_tokens = "def fibonacci(n):", 16
+    cmd = [sys.executable, "-m", "specdec.cli.main", "generate", "--prompt", prompt,
+           "--max-new-tokens", str(new_tokens), "--gamma", "3", "--draft-model", TINY_DRAFT, "--target-model",
+           TINY_TARGET, "--device", "cpu", "--json", "--logprobs", "2"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     payload = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(payload) == {"text", "token_ids", "stats", "rounds", "logprobs"} and len(payload["token_ids"]) == 16
+    assert set(payload) == {"text", "token_ids", "stats", "rounds", "logprobs"}
+    served = generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=new_tokens, gamma=3,
+                                                   top_logprobs=2)).to_json()
+    assert (payload["token_ids"], payload["text"]) == (served["token_ids"], served["text"])
+    assert len(payload["token_ids"]) == new_tokens
     assert [lp["token_id"] for lp in payload["logprobs"]] == payload["token_ids"]
-    assert all(len(lp["top"]) == 2 and lp["logprob"] == lp["top"][0][1] for lp in payload["logprobs"])  # greedy
-    for key in ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "mean_accepted_length",
-                "tokens_per_second", "gamma_per_round", "finish_reason"):
-        assert key in payload["stats"]
+    for mine, theirs in zip(payload["logprobs"], served["logprobs"], strict=True):
+        assert mine["logprob"] == pytest.approx(theirs["logprob"], abs=1e-5)
+        assert [t for t, _ in mine["top"]] == [t for t, _ in theirs["top"]]
+        assert mine["logprob"] == mine["top"][0][1]  # greedy: the token is the likeliest
+    stats, rounds = payload["stats"], payload["rounds"]
+    drafted = sum(int(r["drafted"]) for r in rounds)
+    accepted = sum(int(r["accepted"]) for r in rounds)
+    assert stats["finish_reason"] == "length" and stats["generated_tokens"] == new_tokens
+    assert stats["prompt_tokens"] == served["stats"]["prompt_tokens"] > 0
+    assert stats["rounds"] == len(rounds) and sum(int(r["emitted"]) for r in rounds) == new_tokens
+    assert stats["gamma_per_round"] == [r["gamma"] for r in rounds]
+    assert (stats["draft_tokens"], stats["accepted_tokens"]) == (drafted, accepted)
+    assert stats["acceptance_rate"] == pytest.approx(accepted / drafted if drafted else 0.0)
+    assert stats["tokens_per_second"] == pytest.approx(new_tokens / stats["total_s"], rel=1e-6)
+

@@ -45,7 +45,8 @@ def test_always_leaves_a_token_to_feed():
 
 @pytest.fixture(scope="module")
 def engines():
-    return DraftEngine(load_model(DRAFT, "cpu")), TargetEngine(load_model(TARGET, "cpu"))
+    with DraftEngine(load_model(DRAFT, "cpu")) as draft, TargetEngine(load_model(TARGET, "cpu")) as target:
+        yield draft, target
 
 
 def fresh_last_logits(spec, tokens):
@@ -96,10 +97,10 @@ def test_engine_errors(engines):
     with pytest.raises(OutOfRange):
         draft.propose("e", 0, [1] * 600, 1)
     draft.release("e")
-    capped = TargetEngine(target.loaded, max_sessions=1)
-    capped.open("a", SamplingParams())
-    with pytest.raises(ResourceExhausted):
-        capped.open("b", SamplingParams())
+    with TargetEngine(target.loaded, max_sessions=1) as capped:
+        capped.open("a", SamplingParams())
+        with pytest.raises(ResourceExhausted):
+            capped.open("b", SamplingParams())
 
 
 def test_draft_early_stop_proposes_fewer_tokens_and_keeps_cache_consistent(engines):

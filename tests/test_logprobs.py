@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
-from conftest import PATH_OPTIONS, tiny_models
+from conftest import PATH_SERVICE, tiny_models
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
@@ -62,7 +62,7 @@ def _run(endpoint: str, prompt: list[int], top: int, **kw):
 
 def _reference(path: str, prompt: list[int], tokens: list[int], params: SamplingParams, top: int):
     """Each generated token's TokenLogprob from one prefill of prompt + tokens, on a locally loaded target."""
-    runner = load_model(tiny_models(path)[1], "cpu", **PATH_OPTIONS[path]).runner
+    runner = load_model(tiny_models(path)[1], "cpu", **PATH_SERVICE[path]).runner
     logits = runner.forward([Step(runner.new_cache(), prompt + tokens, logits=len(tokens) + 1)])[0]  # [n+1, V]
     return token_logprobs(logits, tokens, params, top)
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
-from conftest import PATH_OPTIONS, tiny_models
+from conftest import PATH_SERVICE, tiny_models
 
 from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
@@ -57,7 +57,7 @@ def test_first_token_histogram_matches_target(request, path, concurrency):
     stack = request.getfixturevalue({"fp32": "stack", "int8": "int8_stack", "gguf": "gguf_stack"}[path])
     prompt = [40, 41, 42, 43]
     params = SamplingParams(temperature=1.0, top_k=8)
-    target = load_model(tiny_models(path)[1], "cpu", **PATH_OPTIONS[path]).runner
+    target = load_model(tiny_models(path)[1], "cpu", **PATH_SERVICE[path]).runner
     logits = target.forward([Step(target.new_cache(), prompt)])[0]  # [1, V]
     p = probs_from_logits(logits, params)[0]  # [V]
     target_service = target_client(stack.target_address)

@@ -7,11 +7,11 @@ import threading
 import time
 
 import pytest
-from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+from conftest import tiny_options, wait_until
 
 from specdec.cli.client import generate, make_request
 from specdec.launch.delay_proxy import DelayProxy
-from specdec.launch.stack import EmbeddedStack, StackOptions
+from specdec.launch.stack import EmbeddedStack
 
 
 def echo_server() -> tuple[socket.socket, int]:
@@ -57,8 +57,7 @@ def test_delay_proxy_refuses_non_loopback():
 
 @pytest.fixture(scope="module")
 def proxied_stack():
-    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
-                        log_level="warning", delay_proxies=True)
+    opts = tiny_options(delay_proxies=True)
     with EmbeddedStack(opts) as running:
         yield running
 
@@ -100,10 +99,10 @@ def test_killed_draft_falls_back_to_target_only_and_recovers(proxied_stack):
     chunks = []
 
     def kill_then_restart():
-        while len(chunks) < 5:
-            time.sleep(0.01)
+        wait_until(lambda: len(chunks) >= 5, 120, "five chunks before the kill")
         proxied_stack.kill_draft()
-        time.sleep(1.0)
+        killed_at = len(chunks)
+        wait_until(lambda: len(chunks) >= killed_at + 3, 120, "rounds after the kill")  # the fallback runs
         proxied_stack.restart_draft()
 
     killer = threading.Thread(target=kill_then_restart)

@@ -44,7 +44,7 @@ def test_services_report_path_hardware_and_cost_profile(path_stack):
         with grpc.insecure_channel(address) as channel:
             info = stub(channel).Info(pb.ModelInfoRequest(), timeout=10)
         assert info.compute_path == path and info.hardware.startswith("cpu: ")
-        verify = running.opts.gamma_max + 1  # every verify size 1..γ_max+1, then shared passes
+        verify = running.opts.orchestrator.gamma_max + 1  # every verify size 1..γ_max+1, then shared passes
         assert list(info.forward_tokens) == batch_sizes(verify, BATCH_PROFILE * verify)
         assert list(info.forward_tokens[:verify]) == list(range(1, verify + 1))
         assert len(info.forward_ns) == len(info.forward_tokens) and all(ns > 0 for ns in info.forward_ns)

@@ -9,12 +9,11 @@ import sys
 
 import grpc
 import pytest
-from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+from conftest import tiny_options
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
-from specdec.launch.stack import StackOptions
 from specdec.runtime.server import free_port
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
@@ -46,8 +45,7 @@ def ray_stack():
 
     from specdec.launch.ray_stack import RayStack
 
-    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
-                        log_level="warning", target_tp=2)
+    opts = tiny_options(target_tp=2)
     try:
         with RayStack(opts, address, draft_replicas=1, cpus_per_process=0.5,
                       ray_init={"log_to_driver": False}) as running:

@@ -11,12 +11,12 @@ import time
 import grpc
 import pytest
 import redis
-from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+from conftest import holds_for, tiny_options, wait_until
 
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.rounds import RoundRecord
-from specdec.launch.stack import EmbeddedStack, StackOptions
+from specdec.launch.stack import EmbeddedStack
 from specdec.planning.cost import CostProfile
 from specdec.planning.prior import SharedPrior
 from specdec.runtime.redis_state import DraftRegistration, PriorStore, registered_drafts
@@ -57,11 +57,11 @@ def test_registration_expires_without_heartbeats(client):
     registration = DraftRegistration(client, "10.0.0.7:50061", lambda: (3, 64), ttl_s=TTL_S).start()
     (record,) = registered_drafts(client)
     assert (record["address"], record["live_sessions"], record["max_sessions"]) == ("10.0.0.7:50061", 3, 64)
-    time.sleep(TTL_S * 1.5)
-    assert len(registered_drafts(client)) == 1, "heartbeats keep the record alive"
+    holds_for(lambda: len(registered_drafts(client)) == 1, TTL_S * 1.5, "heartbeats keeping the record alive")
     registration.stop(deregister=False)  # as a crash: no more beats, no deregistration
-    time.sleep(TTL_S + 0.5)
-    assert registered_drafts(client) == []
+    stopped = time.monotonic()
+    wait_until(lambda: registered_drafts(client) == [], TTL_S + 10, "the record to expire")
+    assert time.monotonic() - stopped > TTL_S / 3, "the record outlived its last beat by less than a beat"
 
 
 def test_shared_prior_survives_the_trip_through_redis(client):
@@ -69,7 +69,8 @@ def test_shared_prior_survives_the_trip_through_redis(client):
     first = SharedPrior(gamma_max=6)
     session = first.new_controller(profile, profile)
     for _ in range(12):
-        session.observe(RoundRecord(4, 4, 3, 4, 0.49, 0.09, 0.08, 0.40, 0.38))
+        session.observe(RoundRecord(gamma=4, drafted=4, accepted=3, emitted=4, wall_s=0.49, draft_wall_s=0.09,
+                                    draft_compute_s=0.08, target_wall_s=0.40, target_compute_s=0.38))
     first.absorb(session)
     store = PriorStore(client, "pair")
     store.save(first.snapshot())
@@ -83,8 +84,7 @@ def test_shared_prior_survives_the_trip_through_redis(client):
 
 @pytest.fixture(scope="module")
 def cluster(redis_url):
-    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
-                        log_level="warning", redis_url=redis_url, draft_replicas=2, heartbeat_ttl_s=TTL_S)
+    opts = tiny_options(service=dict(redis_url=redis_url, heartbeat_ttl_s=TTL_S), draft_replicas=2)
     with EmbeddedStack(opts) as stack:
         yield stack
 
@@ -119,8 +119,8 @@ def test_sessions_spread_over_replicas_then_route_around_a_dead_one(stack, clust
         out = generate(cluster.endpoint, make_request(prompt=prompt, max_new_tokens=64, gamma=2))
         assert out.token_ids == reference[prompt]
         assert out.stats["draft_replica"] == alive
-    time.sleep(TTL_S + 0.5)
-    assert [r["address"] for r in registered_drafts(registry)] == [alive]
+    wait_until(lambda: [r["address"] for r in registered_drafts(registry)] == [alive], TTL_S + 10,
+               "the dead replica's record to expire")
     out = generate(cluster.endpoint, make_request(prompt=prompts[0], max_new_tokens=64, gamma=2))
     assert out.token_ids == reference[prompts[0]] and out.stats["draft_replica"] == alive
     assert all(r.drafted > 0 for r in out.rounds[:-1]), "new sessions speculate on the live replica"

@@ -149,3 +149,67 @@ def test_zero_draft_probability_is_refused():
     q[0, 0] = 1.0
     with pytest.raises(InvalidArgument):
         verify_sampled(torch.tensor([3]), q, torch.full((2, V), 1.0 / V), torch.Generator())
+
+
+class ToyModel:
+    """A next-token distribution for every prefix (drawn once, then kept): a stand-in for a model."""
+
+    def __init__(self, seed: int, params: SamplingParams, vocab: int = 3):
+        self.gen, self.params, self.vocab, self.table = torch.Generator().manual_seed(seed), params, vocab, {}
+
+    def __call__(self, prefix: tuple[int, ...]) -> torch.Tensor:  # [V]
+        if prefix not in self.table:
+            logits = torch.randn(1, self.vocab, generator=self.gen) * 1.5
+            self.table[prefix] = probs_from_logits(logits, self.params)[0]
+        return self.table[prefix]
+
+
+def speculative_prefix(p: ToyModel, q: ToyModel, gamma: int, length: int, gen: torch.Generator) -> tuple[int, ...]:
+    """The first `length` tokens of speculative decoding: rounds of γ drafts from q, verified against p."""
+    out: list[int] = []
+    while len(out) < length:
+        drafts, q_rows = [], []
+        for _ in range(gamma):
+            row = q((*out, *drafts))
+            q_rows.append(row)
+            drafts.append(int(torch.multinomial(row, 1, generator=gen)))
+        p_rows = torch.stack([p((*out, *drafts[:i])) for i in range(gamma + 1)])  # [γ+1, V]
+        out += verify_sampled(torch.tensor(drafts), torch.stack(q_rows), p_rows, gen).tokens
+    return tuple(out[:length])
+
+
+def test_the_joint_law_of_the_first_tokens_is_the_targets():
+    """Not only the first token: the first three tokens of speculative decoding with γ = 2 (drafts
+    accepted, a recovered token, the bonus token after two accepted drafts, and the next round's
+    tokens) have the target's joint law p(x1)·p(x2|x1)·p(x3|x1,x2), over all 27 sequences."""
+    p = ToyModel(11, SamplingParams(temperature=1.0, top_k=2))  # masks one token per position
+    q = ToyModel(12, SamplingParams(temperature=1.0))
+    samples, gen = 12000, torch.Generator().manual_seed(5)
+    counts: dict[tuple[int, ...], int] = {}
+    for _ in range(samples):
+        seq = speculative_prefix(p, q, 2, 3, gen)
+        counts[seq] = counts.get(seq, 0) + 1
+    sequences = [(a, b, c) for a in range(3) for b in range(3) for c in range(3)]
+    law = {s: float(p(())[s[0]] * p(s[:1])[s[1]] * p(s[:2])[s[2]]) for s in sequences}
+    tv = 0.5 * sum(abs(counts.get(s, 0) / samples - law[s]) for s in sequences)
+    assert tv < tv_bound(samples, vocab=len(sequences)), f"TV {tv:.4f}"
+    assert all(law[s] > 0 for s in counts), "a sequence the target's filter excludes was emitted"
+
+
+def test_the_bonus_token_follows_the_target_after_every_draft_is_accepted():
+    """Given that all γ drafts were accepted, the last emitted token is drawn from p[γ] alone."""
+    gen = torch.Generator().manual_seed(9)
+    gamma, samples = 2, 6000
+    params = SamplingParams(temperature=1.0)
+    p, q = random_dist(gen, gamma + 1, params), random_dist(gen, gamma, params)
+    p[:gamma] = 0.5 * p[:gamma] + 0.5 * q  # accept often, so that many rounds end with a bonus token
+    bonus = torch.zeros(V)
+    for _ in range(samples):
+        drafts = torch.stack([torch.multinomial(q[i], 1, generator=gen)[0] for i in range(gamma)])
+        verdict = verify_sampled(drafts, q, p, gen)
+        if verdict.num_accepted == gamma:
+            bonus[verdict.tokens[gamma]] += 1
+    n = int(bonus.sum())
+    assert n > samples / 4, f"only {n} rounds accepted every draft"
+    tv = 0.5 * (bonus / n - p[gamma]).abs().sum().item()
+    assert tv < tv_bound(n), f"TV {tv:.4f} over {n} bonus tokens"

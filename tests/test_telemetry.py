@@ -14,12 +14,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+from conftest import TINY_DRAFT, TINY_TARGET, tiny_options
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from specdec.cli.client import generate, make_request
-from specdec.launch.stack import EmbeddedStack, StackOptions
+from specdec.launch.stack import EmbeddedStack
 from specdec.runtime.server import free_port
 from specdec.tools.profiling.spans import (
     COMPONENTS,
@@ -66,9 +66,8 @@ def traced(tmp_path_factory):
     receiver = OtlpReceiver()
     patch = pytest.MonkeyPatch()
     patch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")  # export batches every 100 ms
-    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
-                        log_level="warning", otlp_endpoint=f"127.0.0.1:{receiver.port}",
-                        orchestrator_process=True, metrics_port=free_port())
+    opts = tiny_options(service=dict(otlp_endpoint=f"127.0.0.1:{receiver.port}"), orchestrator_process=True,
+                        metrics_port=free_port())
     with EmbeddedStack(opts) as stack:
         yield stack, receiver
     patch.undo()
@@ -168,9 +167,7 @@ def test_spans_reach_a_real_otlp_collector():
     seen: list[str] = []
     threading.Thread(target=lambda: seen.extend(collector.stdout), daemon=True).start()
     try:
-        opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu",
-                            log_level="warning",
-                            otlp_endpoint=f"http://127.0.0.1:{grpc_port}", orchestrator_process=True)
+        opts = tiny_options(service=dict(otlp_endpoint=f"http://127.0.0.1:{grpc_port}"), orchestrator_process=True)
         with EmbeddedStack(opts) as stack:
             generate(stack.endpoint, make_request(prompt="collector", max_new_tokens=12, gamma=2))
         # The stack's processes flush their span batches on shutdown.

@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 import torch
-from conftest import MODEL_DRAFTING, TINY_DRAFT, TINY_TARGET
+from conftest import TINY_TARGET, tiny_options
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import specdec_pb2 as pb
@@ -20,7 +20,7 @@ from specdec.cli.client import generate, make_request
 from specdec.engine.models import build_tiny_model
 from specdec.engine.runner import ModelRunner, Step
 from specdec.engine.tp import check_shardable, shard_model
-from specdec.launch.stack import EmbeddedStack, StackOptions
+from specdec.launch.stack import EmbeddedStack
 from specdec.runtime.server import free_port
 from target_service.tensor_parallel import StartupError, rendezvous
 
@@ -89,8 +89,7 @@ def test_rendezvous_fails_clearly_when_workers_do_not_arrive():
 
 
 def _tp_stack(**overrides) -> EmbeddedStack:
-    opts = StackOptions(**MODEL_DRAFTING, draft_model=TINY_DRAFT, target_model=TINY_TARGET, device="cpu", gamma_max=6,
-                        log_level="warning", target_tp=2, **overrides)
+    opts = tiny_options(target_tp=2, **overrides)
     return EmbeddedStack(opts)
 
 

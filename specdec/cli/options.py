@@ -1,35 +1,38 @@
 """The flags every `specdec` subcommand shares, and their mapping to `StackOptions`.
 
-The orchestrator's own flags come from `orchestrator.flags` (defined once, used here and by
-`python -m orchestrator`); this is the only place where they meet an argparse Namespace.
+The services' flags are their configs' options (`ModelServiceConfig`, `OrchestratorConfig`), the
+same that `python -m draft_service` and `python -m orchestrator` take; this is the only place where
+they meet an argparse Namespace.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
-from orchestrator.flags import add_orchestrator_args
+from orchestrator.flags import add_orchestrator_args, orchestrator_config
 from specdec.launch.stack import StackOptions
+from specdec.runtime.model_service import ModelServiceConfig
+from specdec.runtime.options import add_options, from_options
 from specdec.runtime.security import add_security_args, security_flags
-from specdec.runtime.server import add_compute_path_args
-from specdec.runtime.telemetry import add_telemetry_args
+
+STACK_SERVICE_OPTIONS = ("device", "dtype", "quantize", "log_level", "otlp_endpoint", "trace_file")  # both models
 
 
 def add_stack_args(parser: argparse.ArgumentParser) -> None:
     """Models, compute path, the orchestrator's settings, telemetry and security of a local stack."""
-    parser.add_argument("--draft-model", default="packaged:draft",
+    parser.add_argument("--draft-model", default=StackOptions.draft_model,
                         help="packaged:draft (default), a Hugging Face folder, a .gguf file or tiny:...")
-    parser.add_argument("--target-model", default="packaged:target",
+    parser.add_argument("--target-model", default=StackOptions.target_model,
                         help="packaged:target (default), a Hugging Face folder, a .gguf file or tiny:...")
-    add_compute_path_args(parser)  # for both models
-    parser.add_argument("--target-tp", type=int, default=1,
+    add_options(parser, ModelServiceConfig, only=STACK_SERVICE_OPTIONS,
+                defaults={"log_level": StackOptions.service.log_level})
+    parser.add_argument("--target-tp", type=int, default=StackOptions.target_tp,
                         help="tensor-parallel workers for the target (gloo on CPU, nccl on CUDA)")
-    parser.add_argument("--log-level", default="warning")
     parser.add_argument("--draft-cpus", default="", help="pin the draft services to these CPUs (taskset list, e.g. 0), "
                         "one torch thread per CPU; with --target-cpus it stands in for separate machines")
     parser.add_argument("--target-cpus", default="", help="pin the target service to these CPUs (e.g. 1)")
     add_orchestrator_args(parser)
-    add_telemetry_args(parser)
     add_security_args(parser)
 
 
@@ -43,14 +46,18 @@ def gamma_arg(value: str) -> int | None:
     return gamma
 
 
-def stack_options(args: argparse.Namespace, **overrides) -> StackOptions:
-    """The stack the flags of `add_stack_args` describe; `overrides` replace single fields."""
-    fields = dict(draft_model=args.draft_model, target_model=args.target_model, device=args.device,
-                  dtype=args.dtype, quantize=args.quantize, gamma_max=args.gamma_max,
-                  max_new_tokens_limit=args.max_new_tokens_limit, max_sessions=args.max_concurrent,
-                  log_level=args.log_level, target_tp=args.target_tp, otlp_endpoint=args.otlp_endpoint,
-                  trace_file=args.trace_file, redis_url=args.redis_url, round_timeout_s=args.round_timeout,
-                  security_flags=tuple(security_flags(args)), proposer=args.proposer,
-                  overlap=args.overlap, lookup_memory_tokens=args.lookup_memory, draft_cpus=args.draft_cpus,
+def stack_options(args: argparse.Namespace, max_sessions: int | None = None, gamma_max: int | None = None,
+                  **overrides) -> StackOptions:
+    """The stack the flags of `add_stack_args` describe. The services take as many sessions as the
+    orchestrator takes generations (or `max_sessions`); `gamma_max` overrides the flag; `overrides`
+    replace single fields of StackOptions."""
+    orchestrator = orchestrator_config(args)
+    if gamma_max is not None:
+        orchestrator = dataclasses.replace(orchestrator, gamma_max=gamma_max)
+    sessions = max_sessions or orchestrator.max_concurrent
+    service = from_options(ModelServiceConfig, args, max_sessions=sessions, redis_url=args.redis_url)
+    fields = dict(draft_model=args.draft_model, target_model=args.target_model, service=service,
+                  orchestrator=dataclasses.replace(orchestrator, max_concurrent=sessions), target_tp=args.target_tp,
+                  security_flags=tuple(security_flags(args)), draft_cpus=args.draft_cpus,
                   target_cpus=args.target_cpus)
     return StackOptions(**{**fields, **overrides})

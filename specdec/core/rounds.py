@@ -32,20 +32,20 @@ class PassLoad:
 
 @dataclass(frozen=True)
 class RoundRecord:
-    gamma: int  # draft tokens asked for (0 = target-only step)
-    drafted: int  # draft tokens the target verified
-    accepted: int
-    emitted: int  # tokens committed by this round (after any truncation at stop/length)
-    wall_s: float
-    draft_wall_s: float  # the draft hop as the orchestrator saw it …
-    draft_compute_s: float  # … and as the draft service reported it
-    target_wall_s: float
-    target_compute_s: float
+    """What one round measured. Built once, by keyword, when the round is over."""
+
+    gamma: int = 0  # draft tokens asked for (0 = target-only step)
+    drafted: int = 0  # draft tokens the target verified
+    accepted: int = 0
+    emitted: int = 0  # tokens committed by this round (after any truncation at stop/length)
+    wall_s: float = 0.0
+    draft_wall_s: float = 0.0  # the draft hop as the orchestrator saw it …
+    draft_compute_s: float = 0.0  # … and as the draft service reported it
+    target_wall_s: float = 0.0
+    target_compute_s: float = 0.0
     draft_steady: bool = True  # False when the draft also caught up on target-only tokens this round
     draft_load: PassLoad = PassLoad()
     target_load: PassLoad = PassLoad()
-    alpha_estimate: float = 0.0  # the controller's α after this round
-    cost_ratio_estimate: float = 0.0  # the controller's c = t_draft_step / t_target_step after this round
     proposer: str = ""  # who drafted: "model" or "ngram" ("" when nothing was proposed)
     overlapped: bool = False  # the draft drafted the next round's branch while the target verified this one
     prefetched: bool = False  # this round's proposal is the branch drafted during the last verify (a hit)
@@ -57,6 +57,14 @@ class RoundRecord:
     @property
     def rtt_target_s(self) -> float:
         return network_s(self.target_wall_s, self.target_compute_s)
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """The γ controller's estimates after a round: α, and c = t_draft_step / t_target_step."""
+
+    alpha: float = 0.0
+    cost_ratio: float = 0.0
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Hashable
 
 import torch
 
+from specdec.core.errors import Unavailable
 from specdec.engine.runner import ModelRunner, Step
 
 STALE_S = 60.0  # a session away this long is no longer expected back
@@ -55,25 +56,44 @@ class _Away:
     gap_s: float | None = None  # how long it stayed away between its last two rounds
 
 
+class BatcherClosed(Unavailable):
+    """A step was submitted to a closed batcher (the service is shutting down)."""
+
+
 class StepBatcher:
     def __init__(self, runner: ModelRunner, max_wait_s: float = 0.002, max_tokens: int = 1024,
                  return_wait: float = 1.0, max_return_wait_s: float = 0.5):
         self.runner, self.max_wait_s, self.max_tokens = runner, max_wait_s, max_tokens
         self.return_wait, self.max_return_wait_s = return_wait, max_return_wait_s
         self._pending: list[_Pending] = []
-        self._active = 0  # sessions inside a round (see `round`)
+        self._active = 0  # sessions inside a round (see `taking_part`)
         self._away: dict[Hashable, _Away] = {}  # sessions between rounds, by key
         self._last_pass_s = 0.0
         self._entered_at = 0.0  # when a session last entered a round
         self._cond = threading.Condition()
         self.forwards = 0  # forward passes run
         self.steps = 0  # steps they served
-        threading.Thread(target=self._work, daemon=True, name="step-batcher").start()
+        self._closed = False
+        self._worker = threading.Thread(target=self._work, daemon=True, name="step-batcher")
+        self._worker.start()
 
-    def round(self, key: Hashable | None = None) -> "_Round":
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the worker thread after the pass it is running; a step submitted later raises
+        `BatcherClosed`. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._worker is not threading.current_thread():
+            self._worker.join(timeout_s)
+
+    @property
+    def running(self) -> bool:
+        return self._worker.is_alive()
+
+    def taking_part(self, key: Hashable | None = None) -> "_Participation":
         """Context manager around one session's round: its steps may be waited for. With a `key`
         (the session id) the session is also expected back after the round, until `forget(key)`."""
-        return _Round(self, key)
+        return _Participation(self, key)
 
     def forget(self, key: Hashable) -> None:
         """The session is gone: do not wait for it."""
@@ -88,6 +108,8 @@ class StepBatcher:
         """`forward`, and the shape of the pass it ran in (what the γ controller prices)."""
         pending = _Pending(step)
         with self._cond:
+            if self._closed:
+                raise BatcherClosed("the engine is closed")
             self._pending.append(pending)
             self._cond.notify_all()
         pending.done.wait()
@@ -107,17 +129,20 @@ class StepBatcher:
         return until
 
     def _take(self) -> list[_Pending]:
-        """Wait for work, then for the sessions that will soon have a step; take a batch."""
+        """Wait for work, then for the sessions that will soon have a step; take a batch (empty once
+        closed with nothing pending)."""
         with self._cond:
-            while not self._pending:
+            while not self._pending and not self._closed:
                 self._cond.wait()
+            if not self._pending:
+                return []
             began = time.monotonic()
             while True:
                 now = time.monotonic()
                 until = self._returning_until(now)
                 if len(self._pending) < self._active:
                     until = max(until, max(began, self._entered_at) + self.max_wait_s)
-                if until <= now:
+                if until <= now or self._closed:
                     break
                 self._cond.wait(until - now)
             batch, tokens = [], 0
@@ -132,6 +157,8 @@ class StepBatcher:
     def _work(self) -> None:
         while True:
             batch = self._take()
+            if not batch:
+                return
             began = time.monotonic()
             self._run(batch)
             self._last_pass_s = time.monotonic() - began
@@ -157,7 +184,7 @@ class StepBatcher:
         self.steps += len(batch)
 
 
-class _Round:
+class _Participation:
     def __init__(self, batcher: StepBatcher, key: Hashable | None):
         self.batcher, self.key = batcher, key
         self.gap_s: float | None = None

@@ -24,6 +24,7 @@ from specdec.engine import blockquant
 from specdec.engine.cpu import cpu_features
 from specdec.engine.kernels import PATHS, fastest_fp32_kernel, make_kernel
 from specdec.engine.runner import Collectives, ModelRunner
+from specdec.planning.controller import GAMMA_MAX
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ def choose_fp32_kernel(model: nn.Module, max_tokens: int) -> tuple[str, dict[str
     return fastest, seconds
 
 
-def build_runner(model: nn.Module, path: str, max_tokens: int = 9,
+def build_runner(model: nn.Module, path: str, max_tokens: int = GAMMA_MAX + 1,
                  collectives: Collectives | None = None) -> tuple[ModelRunner, PathChoice]:
     """Rebuild `model`'s linear layers for `path` (measuring where there is a choice)."""
     device = torch.device("cpu") if path == "gguf" else next(model.parameters()).device

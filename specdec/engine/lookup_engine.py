@@ -24,9 +24,9 @@ from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, LookupProposer, RecentSeque
 from specdec.core.rounds import PassLoad
 from specdec.core.sampling import SamplingParams
 from specdec.core.sequence import SequenceState, common_prefix
+from specdec.engine.backend import GAMMA_LIMIT, Proposal, Rollback, resident_bytes
 from specdec.engine.compute import PathChoice, describe_device
-from specdec.engine.model_engine import Proposal, Rollback, resident_bytes
-from specdec.engine.session_table import SessionTable
+from specdec.engine.session_table import MAX_SESSIONS, SessionTable
 from specdec.planning.cost import CostProfile
 
 LOOKUP_MODEL = "lookup"  # the --model of a draft service without a model
@@ -63,8 +63,8 @@ class LookupSession:
 class LookupEngine:
     tensor_parallel_size = 1
 
-    def __init__(self, max_sessions: int = 64, max_gamma: int = 16, memory_tokens: int = LOOKUP_MEMORY_TOKENS):
-        self.max_gamma = max_gamma
+    def __init__(self, max_sessions: int = MAX_SESSIONS, gamma_max: int = GAMMA_LIMIT, memory_tokens: int = LOOKUP_MEMORY_TOKENS):
+        self.gamma_max = gamma_max
         self.loaded = LookupModel(PathChoice("lookup", "ngram", describe_device(torch.device("cpu")), True))
         self.batcher = PassCounters()
         self.cost_profile: CostProfile | None = None
@@ -74,6 +74,15 @@ class LookupEngine:
     @property
     def max_sessions(self) -> int:
         return self._sessions.max_sessions
+
+    def close(self) -> None:
+        """Nothing runs beside the calls: no thread to stop."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def measure_costs(self, max_tokens: int, cache=None) -> CostProfile:
         """Time lookups of 1..max_tokens tokens after a 128-token sequence (microseconds; no cache needed)."""
@@ -116,8 +125,8 @@ class LookupEngine:
                 min_confidence: float = 0.0, guess_first: bool = False) -> Proposal:
         """Sync to the committed prefix, then propose up to `gamma` looked-up tokens (maybe none).
         A lookup has one answer, so its first token is already its guess of what comes next."""
-        if not 1 <= gamma <= self.max_gamma:
-            raise InvalidArgument(f"gamma must be in [1, {self.max_gamma}] for a draft round, got {gamma}")
+        if not 1 <= gamma <= self.gamma_max:
+            raise InvalidArgument(f"gamma must be in [1, {self.gamma_max}] for a draft round, got {gamma}")
         if any(t < 0 for t in tokens):
             raise InvalidArgument(f"tokens holds negative token ids: {[t for t in tokens if t < 0][:5]}")
         session = self._sessions.get(session_id)

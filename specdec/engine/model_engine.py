@@ -21,18 +21,19 @@ from typing import Iterator
 import torch
 
 from specdec.core.errors import InvalidArgument, OutOfRange
-from specdec.core.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
-from specdec.core.rejection import Verdict, verify_greedy, verify_sampled
+from specdec.core.logprobs import check_top_logprobs, token_logprobs
+from specdec.core.rejection import verify_greedy, verify_sampled
 from specdec.core.rounds import PassLoad
 from specdec.core.sampling import SamplingParams, position_generator, probs_from_logits, sample
 from specdec.core.sequence import SequenceState
+from specdec.engine.backend import GAMMA_LIMIT, Proposal, Rollback, Verification, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
 from specdec.engine.kvcache import KVCache
 from specdec.engine.measure import measure
 from specdec.engine.models import LoadedModel
 from specdec.engine.profile_cache import ProfileCache, load_or_measure, profile_key
 from specdec.engine.runner import Step
-from specdec.engine.session_table import SessionTable
+from specdec.engine.session_table import MAX_SESSIONS, SessionTable
 from specdec.planning.cost import CostProfile, batch_sizes
 
 PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
@@ -41,14 +42,6 @@ PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds
 SHARED_PREFILL_CHUNK = 32
 BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify blocks
 PROB_SUM_TOLERANCE = 1e-3  # float32 sums over a 152k vocabulary stay well inside this
-
-
-@dataclass(frozen=True)
-class Rollback:
-    """The KV crop that started a round: cached tokens dropped and the time it took."""
-
-    tokens: int = 0
-    seconds: float = 0.0
 
 
 @dataclass
@@ -60,41 +53,14 @@ class Session:
     passes: list[PassShape] = field(default_factory=list)  # the shared passes of the current round
 
 
-@dataclass(frozen=True)
-class Proposal:
-    tokens: list[int]
-    probs: torch.Tensor | None  # [γ, V] float32 on CPU; None for greedy
-    compute_s: float  # the whole round on this service, rollback included
-    rollback: Rollback = Rollback()
-    load: PassLoad = PassLoad()  # the draft steps' shared passes
-
-
-@dataclass(frozen=True)
-class Verification:
-    verdict: Verdict
-    compute_s: float
-    rollback: Rollback = Rollback()
-    load: PassLoad = PassLoad()  # the verify's shared pass
-    logprobs: list[TokenLogprob] | None = None  # one per verdict token, when asked for
-
-
-def resident_bytes() -> int:
-    """Resident set size of this process (Linux /proc; 0 where unavailable)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
-
-
 class Engine:
     """Holds one model and its sessions; concurrent sessions share forward passes."""
 
     tensor_parallel_size = 1
 
-    def __init__(self, loaded: LoadedModel, max_sessions: int = 64, max_gamma: int = 16):
+    def __init__(self, loaded: LoadedModel, max_sessions: int = MAX_SESSIONS, gamma_max: int = GAMMA_LIMIT):
         self.loaded = loaded
-        self.max_gamma = max_gamma
+        self.gamma_max = gamma_max
         self.runner = loaded.runner
         self.cost_profile: CostProfile | None = None
         self._sessions: SessionTable[Session] = SessionTable(max_sessions)  # rounds hold their session's lock
@@ -103,6 +69,16 @@ class Engine:
     @property
     def max_sessions(self) -> int:
         return self._sessions.max_sessions
+
+    def close(self) -> None:
+        """Stop the batcher's thread; the engine runs no more steps (a later one raises Unavailable)."""
+        self.batcher.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None) -> CostProfile:
         """Time forwards of 1..max_tokens tokens, and shared passes up to BATCH_PROFILE× that
@@ -148,11 +124,11 @@ class Engine:
         return [self.report()]
 
     @contextlib.contextmanager
-    def _round(self, session_id: str) -> Iterator[Session]:
+    def _held(self, session_id: str) -> Iterator[Session]:
         """One round of one session: the session is held (a retried round waits for the first) and
         its forward steps may share passes with other sessions' (`specdec.engine.batcher`)."""
         session = self._sessions.get(session_id)
-        with session.lock, self.batcher.round(session_id):
+        with session.lock, self.batcher.taking_part(session_id):
             session.passes = []
             yield session
 
@@ -199,7 +175,7 @@ class Engine:
         """Sync to the committed prefix and score its uncached tail plus `draft_tokens` in one pass;
         returns the logits [γ+1, V] of the last γ+1 positions. `verify` without the sampler: what a
         tensor-parallel follower rank runs."""
-        with self._round(session_id) as session:
+        with self._held(session_id) as session:
             return self._score(session, start, tokens, draft_tokens)[1]
 
     def cached(self, session_id: str) -> int:
@@ -210,8 +186,8 @@ class Engine:
                draft_tokens: list[int]) -> tuple[int, torch.Tensor, Rollback]:
         """Sync, feed pending + drafts; returns (committed length, logits [γ+1, V], rollback)."""
         gamma = len(draft_tokens)
-        if gamma > self.max_gamma:
-            raise InvalidArgument(f"at most {self.max_gamma} draft tokens per round, got {gamma}")
+        if gamma > self.gamma_max:
+            raise InvalidArgument(f"at most {self.gamma_max} draft tokens per round, got {gamma}")
         self._check_tokens(draft_tokens, "draft_tokens")
         rollback = self._sync(session, start, tokens, gamma)
         state = session.state
@@ -232,11 +208,11 @@ class DraftEngine(Engine):
         `guess_first`: the first token is the draft's most likely one (a guess of the target's bonus
         token, never verified as a draft); the rest are drawn as usual, at their own positions.
         """
-        if not 1 <= gamma <= self.max_gamma:
-            raise InvalidArgument(f"gamma must be in [1, {self.max_gamma}] for a draft round, got {gamma}")
+        if not 1 <= gamma <= self.gamma_max:
+            raise InvalidArgument(f"gamma must be in [1, {self.gamma_max}] for a draft round, got {gamma}")
         if not 0.0 <= min_confidence < 1.0:
             raise InvalidArgument(f"min_confidence must be in [0, 1), got {min_confidence}")
-        with self._round(session_id) as session:
+        with self._held(session_id) as session:
             began = time.perf_counter()
             rollback = self._sync(session, start, tokens, gamma)
             state, params = session.state, session.params
@@ -276,7 +252,7 @@ class TargetEngine(Engine):
         alternatives (`specdec.core.logprobs`), from the rows just verified.
         """
         self.check_request(draft_tokens, draft_probs, top_logprobs)
-        with self._round(session_id) as session:
+        with self._held(session_id) as session:
             began = time.perf_counter()
             committed, logits, rollback = self._score(session, start, tokens, draft_tokens)
             drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]

@@ -25,6 +25,7 @@ import torch
 from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.runner import Collectives, ModelRunner
+from specdec.planning.controller import GAMMA_MAX
 from specdec.weights.sources import model_path
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = t
 
 
 def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: str = "none",
-               shard: Callable[[torch.nn.Module], Collectives] | None = None, max_tokens: int = 9) -> LoadedModel:
+               shard: Callable[[torch.nn.Module], Collectives] | None = None, max_tokens: int = GAMMA_MAX + 1) -> LoadedModel:
     """Load `spec` and build its runner on the compute path the flags name (`specdec.engine.compute`).
 
     shard: for tensor parallelism, slices the loaded model in place and returns its collectives.

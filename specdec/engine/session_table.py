@@ -8,6 +8,7 @@ from typing import Callable, Generic, TypeVar
 from specdec.core.errors import AlreadyExists, InvalidArgument, NotFound, ResourceExhausted
 
 S = TypeVar("S")
+MAX_SESSIONS = 64  # a service's live sessions by default
 
 
 class SessionTable(Generic[S]):

@@ -14,7 +14,7 @@ import logging
 import os
 
 from orchestrator.server import start_orchestrator
-from specdec.launch.stack import ManagedStack, ServiceProcess, StackOptions, draft_service_argv, model_service_argv
+from specdec.launch.stack import ManagedStack, ServiceProcess, StackOptions
 from specdec.runtime.server import RunningServer
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,8 @@ class ServiceActor:
 
     def start(self, module: str, argv: list[str], opts: StackOptions, wait_ready: bool = True) -> int:
         """Start the service listening on all interfaces; returns its port (0 if not waited for)."""
-        self.service = ServiceProcess(module, argv, dataclasses.replace(opts, host="0.0.0.0"))
+        everywhere = dataclasses.replace(opts, service=dataclasses.replace(opts.service, host="0.0.0.0"))
+        self.service = ServiceProcess(module, [*argv, "--host", "0.0.0.0"], everywhere)
         if not wait_ready:
             return 0
         self.service.wait_ready(START_TIMEOUT_S)
@@ -112,7 +113,7 @@ class RayStack(ManagedStack):
         opts = self.opts
         # The target first: its ranks on one node (nccl/gloo between them), rank 0 serving gRPC.
         ranks = self._actors(opts.target_tp, "STRICT_PACK")
-        target_argv = [*model_service_argv(opts.target_model, opts), "--tp", str(opts.target_tp)]
+        target_argv = [*opts.service_argv(opts.target_model, draft=False), "--tp", str(opts.target_tp)]
         here = ray.util.get_node_ip_address()  # a service on the driver's own node is reached over loopback
         reach = lambda ip: "127.0.0.1" if ip == here else ip  # noqa: E731
         target_ip = reach(ray.get(ranks[0].node_ip.remote()))
@@ -127,13 +128,13 @@ class RayStack(ManagedStack):
         ray.get(pending)
         self.target_address = f"{target_ip}:{target_port}"
         drafts = self._actors(self.draft_replicas, "SPREAD")
-        ports = ray.get([d.start.remote("draft_service", draft_service_argv(opts), opts) for d in drafts],
+        ports = ray.get([d.start.remote("draft_service", opts.service_argv(opts.draft_model), opts) for d in drafts],
                         timeout=START_TIMEOUT_S)
         ips = [reach(ip) for ip in ray.get([d.node_ip.remote() for d in drafts])]
         self.draft_addresses = [f"{ip}:{port}" for ip, port in zip(ips, ports)]
         draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
         self.orchestrator = start_orchestrator(draft_route, self.target_address, opts.target_model, opts.host,
-                                               opts.port, opts.orchestrator_config(), opts.redis_url)
+                                               opts.port, opts.orchestrator, opts.redis_url)
         log.info("ray: drafts %s, target %s (tp=%d), orchestrator %s", self.draft_addresses, self.target_address,
                  opts.target_tp, self.endpoint)
 

@@ -3,6 +3,7 @@ the orchestrator in this process. No Redis, no containers."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from specdec.launch.delay_proxy import DelayProxy
+from specdec.runtime.model_service import DRAFT_ONLY, ModelServiceConfig
+from specdec.runtime.options import option_argv
 from specdec.runtime.server import PARENT_PID_ENV, READY_PREFIX, RunningServer
 from specdec.weights.sources import import_model_code
 
@@ -20,52 +23,57 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0  # a first start downloads and converts the packaged weights
 
 
-@dataclass
+@dataclass(frozen=True)
 class StackOptions:
+    """A local stack. Every setting of a service is its own config's: `service` is what the draft and
+    target services share (each is given its model, and profile sizes to the orchestrator's γ_max),
+    `orchestrator` the orchestrator's; they reach the children as flags (`option_argv`). The rest is
+    the stack's own layout."""
+
     draft_model: str = "packaged:draft"
     target_model: str = "packaged:target"
-    device: str = "auto"
-    dtype: str = "auto"
-    quantize: str = "none"  # "int8": the fast, lossy CPU path for both models
-    host: str = "127.0.0.1"
-    port: int = 0
-    gamma_max: int = 8
-    max_new_tokens_limit: int = 8192
-    max_sessions: int = 64
-    log_level: str = "warning"
+    service: ModelServiceConfig = ModelServiceConfig(log_level="warning")  # its host, log level and telemetry
+    orchestrator: OrchestratorConfig = OrchestratorConfig()  # are the orchestrator's too
+    port: int = 0  # the orchestrator's (the services take free ports)
     target_tp: int = 1  # tensor-parallel worker processes of the target service
-    otlp_endpoint: str = ""  # OTLP/gRPC trace export from the child services
-    trace_file: str = ""  # OTLP JSON lines from the child services
     orchestrator_process: bool = False  # run the orchestrator as a child process too (own telemetry)
     metrics_port: int = 0  # the child orchestrator's Prometheus port (0 = off)
-    redis_url: str = ""  # distributed mode: drafts register there, the orchestrator routes through it
     draft_replicas: int = 1
-    heartbeat_ttl_s: float = 6.0
     delay_proxies: bool = False  # route both hops through loopback delay proxies (network emulation)
-    round_timeout_s: float = 300.0  # ceiling on one hop of one round (OrchestratorConfig.round_timeout_s)
     security_flags: tuple[str, ...] = ()  # --auth-token-file/--tls-* for every child (`specdec.runtime.security`)
-    proposer: str = OrchestratorConfig.proposer  # the default proposer; only "model" needs a draft replica
-    overlap: str = OrchestratorConfig.overlap  # the default of drafting during verification
-    lookup_memory_tokens: int = OrchestratorConfig.lookup_memory_tokens  # finished sequences kept for lookups
     # CPUs each service is pinned to, as taskset writes them ("1", "0,2-3"; empty: not pinned), with one
     # torch thread per CPU: on one machine, what stands in for separate machines.
     draft_cpus: str = ""
     target_cpus: str = ""
 
-    def orchestrator_config(self) -> OrchestratorConfig:
-        return OrchestratorConfig(gamma_max=self.gamma_max, max_new_tokens_limit=self.max_new_tokens_limit,
-                                  max_concurrent=self.max_sessions, round_timeout_s=self.round_timeout_s,
-                                  proposer=self.proposer, overlap=self.overlap,
-                                  lookup_memory_tokens=self.lookup_memory_tokens)
+    @property
+    def host(self) -> str:
+        return self.service.host
+
+    @property
+    def redis_url(self) -> str:
+        """Distributed mode: drafts register there, the orchestrator routes through it."""
+        return self.service.redis_url
+
+    def service_argv(self, model: str, cpus: str = "", draft: bool = True) -> list[str]:
+        """A model service's flags; pinned to `cpus`, it runs one torch thread per CPU."""
+        config = dataclasses.replace(self.service, model=model, profile_tokens=self.orchestrator.gamma_max + 1,
+                                     threads=len(cpu_list(cpus)) if cpus else self.service.threads)
+        return option_argv(config, skip=() if draft else DRAFT_ONLY)
+
+    def orchestrator_argv(self, draft_route: str, target_route: str) -> list[str]:
+        """An orchestrator process's flags, in front of the services at these routes."""
+        server = option_argv(self.service, only=("host", "log_level", "otlp_endpoint", "trace_file"))
+        return ["--draft", draft_route, "--target", target_route, "--tokenizer", self.target_model, *server,
+                *option_argv(self.orchestrator), "--metrics-port", str(self.metrics_port),
+                *(["--redis-url", self.redis_url] if self.redis_url else [])]
 
 
 class ServiceProcess:
     """A service child process; `port` is read from the ready line it prints."""
 
     def __init__(self, module: str, argv: list[str], opts: StackOptions, port: int = 0, cpus: str = ""):
-        cmd = [sys.executable, "-m", module, "--host", opts.host, "--port", str(port), "--log-level", opts.log_level,
-               *(["--otlp-endpoint", opts.otlp_endpoint] if opts.otlp_endpoint else []),
-               *(["--trace-file", opts.trace_file] if opts.trace_file else []), *opts.security_flags, *argv]
+        cmd = [sys.executable, "-m", module, *opts.security_flags, *argv, "--port", str(port)]
         self.module, self.argv, self.cpus = module, argv, cpus
         self.host = "127.0.0.1" if opts.host in ("0.0.0.0", "::", "[::]") else opts.host
         env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_PID_ENV: str(os.getpid())}  # the child ends with us
@@ -117,20 +125,6 @@ def cpu_list(spec: str) -> set[int]:
     return cpus
 
 
-def model_service_argv(model: str, opts: StackOptions, cpus: str = "") -> list[str]:
-    """A model service's flags; pinned to `cpus`, it runs one torch thread per CPU."""
-    return ["--model", model, "--device", opts.device, "--dtype", opts.dtype, "--quantize", opts.quantize,
-            "--max-sessions", str(opts.max_sessions), "--profile-tokens", str(opts.gamma_max + 1),
-            *(["--threads", str(len(cpu_list(cpus)))] if cpus else [])]
-
-
-def draft_service_argv(opts: StackOptions) -> list[str]:
-    """A draft replica's flags; with Redis it registers itself there."""
-    registry = ["--redis-url", opts.redis_url, "--heartbeat-ttl", str(opts.heartbeat_ttl_s)] if opts.redis_url else []
-    return [*model_service_argv(opts.draft_model, opts, opts.draft_cpus), *registry,
-            "--lookup-memory", str(opts.lookup_memory_tokens)]
-
-
 class ManagedStack:
     """A context manager over `start()` / `stop()`: a start that fails still stops what it started."""
 
@@ -168,13 +162,14 @@ class EmbeddedStack(ManagedStack):
     def start(self) -> None:
         opts = self.opts
         # Each child fetches and converts its own packaged weights on first use (a file lock keeps them apart).
-        if opts.draft_replicas < 1 and opts.proposer == "model":
+        if opts.draft_replicas < 1 and opts.orchestrator.proposer == "model":
             raise ValueError("a stack without draft replicas drafts by lookup only: set proposer ngram or hybrid")
-        self.drafts = [ServiceProcess("draft_service", draft_service_argv(opts), opts, cpus=opts.draft_cpus)
+        self.drafts = [ServiceProcess("draft_service", opts.service_argv(opts.draft_model, opts.draft_cpus), opts,
+                                      cpus=opts.draft_cpus)
                        for _ in range(opts.draft_replicas)]
         self.draft = self.drafts[0] if self.drafts else None
-        self.target = ServiceProcess("target_service", [*model_service_argv(opts.target_model, opts, opts.target_cpus),
-                                                        "--tp", str(opts.target_tp)], opts, cpus=opts.target_cpus)
+        target_argv = [*opts.service_argv(opts.target_model, opts.target_cpus, draft=False), "--tp", str(opts.target_tp)]
+        self.target = ServiceProcess("target_service", target_argv, opts, cpus=opts.target_cpus)
         if not opts.orchestrator_process:  # its tokenizer code imports while the services load
             threading.Thread(target=import_model_code, daemon=True).start()
         self.draft_addresses = [d.wait_ready(START_TIMEOUT_S) for d in self.drafts]
@@ -190,14 +185,8 @@ class EmbeddedStack(ManagedStack):
             self.target_proxy = DelayProxy(self.target.host, self.target.port).start()
             draft_route, target_route = self.draft_proxy.address, self.target_proxy.address
         if opts.orchestrator_process:
-            self.orchestrator_child = ServiceProcess("orchestrator", [
-                "--draft", draft_route, "--target", target_route, "--tokenizer", opts.target_model,
-                "--gamma-max", str(opts.gamma_max), "--max-new-tokens-limit", str(opts.max_new_tokens_limit),
-                "--max-concurrent", str(opts.max_sessions), "--round-timeout", str(opts.round_timeout_s),
-                "--metrics-port", str(opts.metrics_port), "--proposer", opts.proposer,
-                "--overlap", opts.overlap, "--lookup-memory", str(opts.lookup_memory_tokens),
-                *(["--redis-url", opts.redis_url] if opts.redis_url else [])],
-                opts, port=opts.port)
+            self.orchestrator_child = ServiceProcess("orchestrator", opts.orchestrator_argv(draft_route, target_route),
+                                                     opts, port=opts.port)
             self.orchestrator_child.wait_ready(START_TIMEOUT_S)
         else:
             self.orchestrator = self.start_another_orchestrator(opts.port)
@@ -211,7 +200,7 @@ class EmbeddedStack(ManagedStack):
             draft_route = self.draft_proxy.address
         target_route = self.target_proxy.address if self.target_proxy is not None else self.target_address
         return start_orchestrator(draft_route, target_route, opts.target_model, opts.host, port,
-                                  opts.orchestrator_config(), opts.redis_url)
+                                  opts.orchestrator, opts.redis_url)
 
     @property
     def endpoint(self) -> str:

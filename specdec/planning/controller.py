@@ -45,6 +45,8 @@ from __future__ import annotations
 from specdec.core.rounds import AcceptanceEstimate, RoundRecord
 from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost
 
+GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
+
 
 class Ewma:
     """Exponentially weighted mean. A `provisional` initial value (a prior) gives way to the first sample."""
@@ -73,11 +75,12 @@ class GammaController:
     LEARNED = ("target_scale", "draft_scale", "rtt_draft", "rtt_target", "target_sessions", "draft_sessions",
                "target_fill_drafting", "target_fill_plain", "draft_fill", "contention_target", "contention_draft")
 
-    def __init__(self, gamma_max: int, target: CostProfile, draft: CostProfile | None = None,
+    def __init__(self, gamma_max: int, target_cost: CostProfile, draft_cost: CostProfile | None = None,
                  prior_alpha: float = 0.7, probe_every: int = 16, max_probe_every: int = 256,
                  hysteresis: float = 0.03):
         self.gamma_max = gamma_max
-        self.target, self.draft = target, draft
+        # The services' start-up cost profiles (no draft profile: no draft model to price).
+        self.target_cost, self.draft_cost = target_cost, draft_cost
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
         self.target_scale = Ewma(0.3, 1.0, provisional=True)  # measured / profiled target compute
@@ -110,7 +113,7 @@ class GammaController:
         target, draft = record.target_load, record.draft_load
         self.rtt_target.update(record.rtt_target_s)
         pass_tokens = target.tokens or record.drafted + 1
-        target_s = record.target_compute_s / self.target.forward_s(pass_tokens)
+        target_s = record.target_compute_s / self.target_cost.forward_s(pass_tokens)
         if record.overlapped:  # a verify beside the draft's next branch: its slowdown, not drift
             self.contention_target.update(max(target_s / self.target_scale.value, 1.0))
         else:
@@ -122,7 +125,7 @@ class GammaController:
             self.acceptance.observe(record.drafted, record.accepted)
             self.draft_sessions.update(max(draft.sessions, 1))
             self.draft_fill.update(batch_fill(draft.rows, draft.sessions))
-            step = self.draft.forward_s(draft.tokens or 1) if self.draft is not None else 0.0
+            step = self.draft_cost.forward_s(draft.tokens or 1) if self.draft_cost is not None else 0.0
             # A prefetched proposal's compute is its branch's, learned in `observe_branch`; a free
             # proposer (a lookup) has no scale to learn.
             if record.draft_steady and not record.prefetched and step > 0:
@@ -145,23 +148,23 @@ class GammaController:
     def verify_time(self, gamma: int) -> float:
         """t_v(γ): the target passes that verify γ drafts of every live session that does alike."""
         fill = self.target_fill_drafting if gamma > 0 else self.target_fill_plain
-        return self.target_scale.value * pass_cost(self.target, self.target_sessions.value, fill.value, gamma + 1)
+        return self.target_scale.value * pass_cost(self.target_cost, self.target_sessions.value, fill.value, gamma + 1)
 
     def draft_step(self) -> float:
         """One draft step: a pass of one token per drafting session (0 without a draft profile)."""
-        if self.draft is None:
+        if self.draft_cost is None:
             return 0.0
-        return self.draft_scale.value * pass_cost(self.draft, self.draft_sessions.value, self.draft_fill.value, 1)
+        return self.draft_scale.value * pass_cost(self.draft_cost, self.draft_sessions.value, self.draft_fill.value, 1)
 
     def target_time(self, tokens: int) -> float:
         """Expected target compute for `tokens` new tokens (a prefill included) in a loaded pass."""
-        return self.target_scale.value * self.target.upper_bound_s(round(self.target_sessions.value * tokens))
+        return self.target_scale.value * self.target_cost.upper_bound_s(round(self.target_sessions.value * tokens))
 
     def draft_time(self, fed: int, gamma: int) -> float:
         """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes."""
-        if self.draft is None:
+        if self.draft_cost is None:
             return 0.0
-        first = self.draft.upper_bound_s(round(self.draft_sessions.value * fed))
+        first = self.draft_cost.upper_bound_s(round(self.draft_sessions.value * fed))
         return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
 
     def round_time(self, gamma: int, overlapped: bool | None = None) -> float:
@@ -194,7 +197,7 @@ class GammaController:
         request fixed one), or it is time to probe (doubling the wait after every probe that changes
         nothing, as `choose` does)."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
-        if self.draft is None or cap == 0 or gamma == 0:
+        if self.draft_cost is None or cap == 0 or gamma == 0:
             return False
         plain, overlapped = (self.rate(gamma, overlapped=o) if gamma is not None else max(self.rates(cap, o).values())
                              for o in (False, True))
@@ -233,7 +236,7 @@ class GammaController:
         target-only round only if every token before it is accepted too, which the draft's
         running confidence estimates. So stop once that confidence is below cost / T(0).
         """
-        if self.draft is None:
+        if self.draft_cost is None:
             return 0.0
         marginal_verify = max(self.verify_time(self.gamma_max) - self.verify_time(0), 0.0) / self.gamma_max
         cost = self.draft_step() + marginal_verify
@@ -243,7 +246,7 @@ class GammaController:
     def choose(self, max_useful: int | None = None) -> int:
         """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one)."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
-        if self.draft is None or cap == 0:
+        if self.draft_cost is None or cap == 0:
             return 0
         rate = self.rates(cap)
         best = max(rate, key=rate.get)

@@ -24,8 +24,8 @@ class SharedPrior:
         self._prior_weight = prior_weight
         self._lock = threading.Lock()
 
-    def new_controller(self, target: CostProfile, draft: CostProfile | None = None) -> GammaController:
-        controller = GammaController(self.gamma_max, target, draft)
+    def new_controller(self, target_cost: CostProfile, draft_cost: CostProfile | None = None) -> GammaController:
+        controller = GammaController(self.gamma_max, target_cost, draft_cost)
         with self._lock:
             # Seeds are provisional: this session's first measurement of each replaces its seed,
             # so that a value measured once in a slow minute cannot pin later sessions.
@@ -36,14 +36,15 @@ class SharedPrior:
             controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)
         return controller
 
-    def absorb(self, session: GammaController) -> None:
+    def absorb(self, controller: GammaController) -> None:
+        """Fold in what a finished session's controller learned (its measured values, not its seeds)."""
         with self._lock:
             for name, shared in self._learned.items():
-                learned = getattr(session, name)
+                learned = getattr(controller, name)
                 if learned.value is not None and not learned.provisional:
                     shared.update(learned.value)
-            if session.acceptance.observed >= 4:
-                self._alpha.update(session.acceptance.alpha)
+            if controller.acceptance.observed >= 4:
+                self._alpha.update(controller.acceptance.alpha)
 
     def snapshot(self) -> dict:
         """The prior as plain data (JSON-ready), to share between orchestrators."""

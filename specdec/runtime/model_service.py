@@ -19,40 +19,51 @@ import torch
 
 from specdec import weights
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS
+from specdec.engine.backend import GAMMA_LIMIT, Backend
 from specdec.engine.model_engine import Engine
 from specdec.engine.models import load_model
 from specdec.engine.profile_cache import ProfileCache
+from specdec.engine.session_table import MAX_SESSIONS
+from specdec.planning.controller import GAMMA_MAX
 from specdec.runtime import security, telemetry
 from specdec.runtime.machine_lock import machine_lock
+from specdec.runtime.options import add_options, from_options, option
 from specdec.runtime.security import Security, security_from_args
-from specdec.runtime.server import RunningServer, add_model_args, announce_and_wait, configure_logging, start_server
+from specdec.runtime.server import RunningServer, ServerConfig, announce_and_wait, configure_logging, start_server
 from specdec.weights.sources import import_model_code
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class ModelServiceConfig:
-    model: str
-    host: str = "127.0.0.1"
-    port: int = 0
-    health_port: int = 0  # plaintext grpc.health.v1 for probes when TLS is on (0 = off)
-    log_level: str = "info"
-    otlp_endpoint: str = ""
-    trace_file: str = ""
+class ModelServiceConfig(ServerConfig):
+    """A draft or target service's settings; each field with `option` is also its flag."""
+
+    model: str = option("", "packaged:draft|packaged:target, a Hugging Face folder, a .gguf file or tiny:... "
+                            "(the draft service also takes `lookup`: no model, n-gram lookups)")
     security: Security = Security()
-    device: str = "auto"
-    dtype: str = "auto"
-    quantize: str = "none"
-    profile_tokens: int = 9  # the start-up cost profile times forwards of 1..N tokens (γ_max + 1)
-    profile_cache: str = "auto"  # folder of measured profiles; auto: in the weights cache; off: none
-    max_sessions: int = 64
-    max_gamma: int = 16
-    threads: int = 0  # torch intra-op threads (0 = torch's default)
-    redis_url: str = ""  # register this replica in Redis (draft services)
-    advertise: str = ""  # HOST:PORT peers reach it at (default: this host and port)
-    heartbeat_ttl_s: float = 6.0
-    lookup_memory_tokens: int = LOOKUP_MEMORY_TOKENS  # a lookup draft service's memory across sessions
+    device: str = option("auto", "auto (CUDA when present), cpu, cuda, cuda:N")
+    dtype: str = option("auto", "auto (on CPU: gguf for a GGUF model, else fp32; bf16 on CUDA), float32, bfloat16, "
+                                "float16, gguf (a GGUF model's own weight blocks, exact float32 arithmetic)")
+    quantize: str = option("none", "int8: the fast, lossy CPU path (int8 weights, per-token int8 activations; "
+                                   "see docs/PERFORMANCE.md)", choices=("none", "int8"))
+    profile_tokens: int = option(GAMMA_MAX + 1, "at start-up, time forwards of 1..N new tokens (the cost profile the "
+                                                "γ controller plans with; γ_max + 1)")
+    profile_cache: str = option("auto", "folder that keeps measured cost profiles per model, path and CPU, so a "
+                                        "restart does not re-time them; auto = profiles/ in the weights cache, off = "
+                                        "measure every start (default: $SPECDEC_PROFILE_CACHE or auto)",
+                                env="SPECDEC_PROFILE_CACHE")
+    max_sessions: int = option(MAX_SESSIONS, "live sessions before RESOURCE_EXHAUSTED")
+    gamma_max: int = option(GAMMA_LIMIT, "largest γ accepted per round", deprecated=("--max-gamma",))
+    threads: int = option(0, "torch intra-op threads (0 = torch default)")
+    redis_url: str = option("", "register this replica in Redis with TTL heartbeats (default: $SPECDEC_REDIS_URL)",
+                            env="SPECDEC_REDIS_URL")
+    advertise: str = option("", "HOST:PORT other services reach this replica at (default: this host name and port)",
+                            env="SPECDEC_ADVERTISE")
+    heartbeat_ttl_s: float = option(6.0, "seconds a registration outlives its last heartbeat (beats every ttl/3)",
+                                    flag="--heartbeat-ttl")
+    lookup_memory_tokens: int = option(LOOKUP_MEMORY_TOKENS, "with --model lookup: tokens of ended sessions kept for "
+                                                             "lookups across sessions", flag="--lookup-memory")
 
     def cost_profile_cache(self) -> ProfileCache | None:
         if self.profile_cache == "off":
@@ -70,32 +81,20 @@ class ModelServiceConfig:
         return f"{host}:{port}"
 
 
-def model_service_parser(what: str, default_model: str) -> argparse.ArgumentParser:
+DRAFT_ONLY = ("redis_url", "advertise", "heartbeat_ttl_s", "lookup_memory_tokens")  # registry and lookup memory
+
+
+def model_service_parser(what: str, default_model: str, skip=()) -> argparse.ArgumentParser:
+    """`ModelServiceConfig`'s flags (but `skip`), with `default_model`, and the security flags."""
     parser = argparse.ArgumentParser(prog=f"python -m {what}", description=f"specdec {what}")
-    add_model_args(parser, default_model)
+    add_options(parser, ModelServiceConfig, skip=skip, defaults={"model": default_model})
+    security.add_security_args(parser)
     return parser
 
 
-def add_registry_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--redis-url", default=os.environ.get("SPECDEC_REDIS_URL", ""),
-                        help="register this replica in Redis with TTL heartbeats (default: $SPECDEC_REDIS_URL)")
-    parser.add_argument("--advertise", default=os.environ.get("SPECDEC_ADVERTISE", ""),
-                        help="HOST:PORT other services reach this replica at (default: this host name and port)")
-    parser.add_argument("--heartbeat-ttl", type=float, default=6.0,
-                        help="seconds a registration outlives its last heartbeat (beats every ttl/3)")
-
-
 def model_service_config(args: argparse.Namespace) -> ModelServiceConfig:
-    """The flags of `model_service_parser` (and `add_registry_args`, if added) as configuration."""
-    return ModelServiceConfig(
-        model=args.model, host=args.host, port=args.port, health_port=args.health_port, log_level=args.log_level,
-        otlp_endpoint=args.otlp_endpoint, trace_file=args.trace_file, security=security_from_args(args),
-        device=args.device, dtype=args.dtype, quantize=args.quantize, profile_tokens=args.profile_tokens,
-        profile_cache=args.profile_cache,
-        max_sessions=args.max_sessions, max_gamma=args.max_gamma, threads=args.threads,
-        redis_url=getattr(args, "redis_url", ""), advertise=getattr(args, "advertise", ""),
-        heartbeat_ttl_s=getattr(args, "heartbeat_ttl", 6.0),
-        lookup_memory_tokens=getattr(args, "lookup_memory", LOOKUP_MEMORY_TOKENS))
+    """The flags of `model_service_parser` as configuration."""
+    return from_options(ModelServiceConfig, args, security=security_from_args(args))
 
 
 def setup_process(config: ModelServiceConfig, service_name: str, workers_per_node: int = 1) -> telemetry.Telemetry:
@@ -114,10 +113,10 @@ def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: st
     """The model of `config` on its compute path, in an engine with the configured limits."""
     loaded = load_model(weights.resolve(config.model), device or config.device, config.dtype, config.quantize,
                         shard=shard, max_tokens=config.profile_tokens)
-    return engine_cls(loaded, max_sessions=config.max_sessions, max_gamma=config.max_gamma)
+    return engine_cls(loaded, max_sessions=config.max_sessions, gamma_max=config.gamma_max)
 
 
-def load_and_profile(config: ModelServiceConfig, load: Callable[[], Engine]) -> Engine:
+def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend]) -> Backend:
     """`load()` and its cost profile, one service at a time on this machine (`machine_lock`).
 
     The model code is imported first, outside the lock, so services starting together import in
@@ -130,22 +129,23 @@ def load_and_profile(config: ModelServiceConfig, load: Callable[[], Engine]) -> 
 
 
 def serve_engine(engine, config: ModelServiceConfig, service_name: str,
-                 register: Callable[[grpc.Server, Engine], None]) -> RunningServer:
-    """Start the gRPC server for `engine` (an Engine or a tensor-parallel front with its interface)."""
+                 register: Callable[[grpc.Server, Backend], None]) -> RunningServer:
+    """Start the gRPC server for `engine` (any `Backend`: a model engine, a lookup engine, a
+    tensor-parallel front)."""
     # Every session holds one stream; a few more calls (Info) may run beside them.
     return start_server(lambda server: register(server, engine), [service_name], config.host, config.port,
                         max_concurrent=config.max_sessions + 4, health_port=config.health_port)
 
 
-def run_model_service(config: ModelServiceConfig, *, what: str, build: Callable[[ModelServiceConfig], Engine],
-                      service_name: str, register: Callable[[grpc.Server, Engine], None]) -> None:
+def run_model_service(config: ModelServiceConfig, *, what: str, build: Callable[[ModelServiceConfig], Backend],
+                      service_name: str, register: Callable[[grpc.Server, Backend], None]) -> None:
     """Build (`build(config)`: load a model, usually), serve and (with a Redis URL) register a replica
     until SIGTERM."""
     installed = setup_process(config, f"specdec-{what.removesuffix('_service')}")
     log.info("loading %s on %s", config.model, config.device)
     engine = load_and_profile(config, lambda: build(config))
     running = serve_engine(engine, config, service_name, register)
-    stops = [installed.shutdown]
+    stops = [engine.close, installed.shutdown]
     if config.redis_url:
         from specdec.runtime.redis_state import DraftRegistration, connect
 

@@ -38,7 +38,7 @@ class DraftRegistration:
     `load()` returns (live_sessions, max_sessions), published with each beat.
     """
 
-    def __init__(self, client: redis.Redis, address: str, load: Callable[[], tuple[int, int]], ttl_s: float = 6.0):
+    def __init__(self, client: redis.Redis, address: str, load: Callable[[], tuple[int, int]], ttl_s: float):
         self.client, self.address, self.load, self.ttl_s = client, address, load, ttl_s
         self.key = f"{PREFIX}:draft:{address}"
         self._stop = threading.Event()

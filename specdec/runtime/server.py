@@ -10,6 +10,7 @@ import socket
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Callable
 
 import grpc
@@ -18,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 
 from specdec.runtime import security
 from specdec.runtime.guards import Guard
-from specdec.runtime.telemetry import add_telemetry_args
+from specdec.runtime.options import add_options, option
 
 # Between services: dense q for γ=16 over a 152k vocabulary is ~10 MB.
 MAX_MESSAGE_BYTES = 32 * 1024 * 1024
@@ -134,38 +135,26 @@ def configure_logging(level: str) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def add_common_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
-    parser.add_argument("--port", type=int, default=0, help="port to bind (0 = any free port, printed when ready)")
-    parser.add_argument("--log-level", default="info")
-    parser.add_argument("--health-port", type=int, default=int(os.environ.get("SPECDEC_HEALTH_PORT", "0")),
-                        help="also serve grpc.health.v1 in plaintext on this port, for probes when TLS is on "
-                             "(default: $SPECDEC_HEALTH_PORT; 0 = off)")
-    add_telemetry_args(parser)
+@dataclass(frozen=True)
+class ServerConfig:
+    """What every server process takes: where it listens, what it logs, where its telemetry goes."""
+
+    host: str = option("127.0.0.1", "address to bind")
+    port: int = option(0, "port to bind (0 = any free port, printed when ready)")
+    health_port: int = option(0, "also serve grpc.health.v1 in plaintext on this port, for probes when TLS is on "
+                                 "(default: $SPECDEC_HEALTH_PORT; 0 = off)", env="SPECDEC_HEALTH_PORT")
+    log_level: str = option("info", "debug, info, warning or error")
+    otlp_endpoint: str = option("", "OTLP/gRPC collector for traces and metrics, e.g. http://127.0.0.1:4317 "
+                                    "(default: $OTEL_EXPORTER_OTLP_ENDPOINT; unset = no export)",
+                                env="OTEL_EXPORTER_OTLP_ENDPOINT")
+    trace_file: str = option("", "also append spans to this file as OTLP JSON lines (for `specdec profile --spans`)",
+                             env="SPECDEC_TRACE_FILE")
+
+
+TELEMETRY_OPTIONS = ("otlp_endpoint", "trace_file")
+
+
+def add_server_args(parser: argparse.ArgumentParser) -> None:
+    """`ServerConfig`'s flags and the security flags."""
+    add_options(parser, ServerConfig)
     security.add_security_args(parser)
-
-
-def add_compute_path_args(parser: argparse.ArgumentParser) -> None:
-    """Where and how a model computes (`specdec.engine.compute`): a service's flags, and the stack's for both."""
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default="auto", help="auto (on CPU: gguf for a GGUF model, else fp32; bf16 on CUDA), float32, "
-                        "bfloat16, float16, gguf (a GGUF model's own weight blocks, exact float32 arithmetic)")
-    parser.add_argument("--quantize", default="none", choices=["none", "int8"],
-                        help="int8: the fast, lossy CPU path (int8 weights, per-token int8 activations; "
-                             "see docs/PERFORMANCE.md)")
-
-
-def add_model_args(parser: argparse.ArgumentParser, default_model: str) -> None:
-    add_common_args(parser)
-    parser.add_argument("--model", default=default_model,
-                        help="packaged:draft|packaged:target, a Hugging Face folder, a .gguf file or tiny:...")
-    add_compute_path_args(parser)
-    parser.add_argument("--profile-tokens", type=int, default=9,
-                        help="at start-up, time forwards of 1..N new tokens (the cost profile the γ controller plans with)")
-    parser.add_argument("--profile-cache", default=os.environ.get("SPECDEC_PROFILE_CACHE", "auto"),
-                        help="folder that keeps measured cost profiles per model, path and CPU, so a restart does "
-                             "not re-time them; auto = profiles/ in the weights cache, off = measure every start "
-                             "(default: $SPECDEC_PROFILE_CACHE or auto)")
-    parser.add_argument("--max-sessions", type=int, default=64, help="live sessions before RESOURCE_EXHAUSTED")
-    parser.add_argument("--max-gamma", type=int, default=16, help="largest γ accepted per round")
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0 = torch default)")

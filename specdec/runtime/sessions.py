@@ -10,7 +10,7 @@ import grpc
 from opentelemetry.trace import SpanKind
 
 from specdec.core.errors import NotFound
-from specdec.engine.model_engine import Engine
+from specdec.engine.backend import Backend
 from specdec.runtime import telemetry
 from specdec.runtime.errors import grpc_errors
 from specdec.runtime.wire import model_info_to_pb, sampling_from_pb
@@ -18,7 +18,7 @@ from specdec.runtime.wire import model_info_to_pb, sampling_from_pb
 log = logging.getLogger(__name__)
 
 
-def serve_session_stream(requests: Iterator, context: grpc.ServicerContext, engine: Engine,
+def serve_session_stream(requests: Iterator, context: grpc.ServicerContext, engine: Backend,
                          handle: Callable) -> Iterator:
     """Answer each request of one stream with `handle(request)`.
 
@@ -54,7 +54,7 @@ class SessionServicer:
     Subclasses implement `_round(request) -> reply`, one protobuf translation of one engine call.
     """
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Backend):
         self.engine = engine
 
     span_name = "compute"

@@ -10,7 +10,6 @@ every span or metric call goes to the API's no-op implementation.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import json
@@ -25,14 +24,6 @@ from opentelemetry.trace import Span
 
 log = logging.getLogger(__name__)
 TRACER_NAME = "specdec"
-
-
-def add_telemetry_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--otlp-endpoint", default=os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
-                        help="OTLP/gRPC collector for traces and metrics, e.g. http://127.0.0.1:4317 "
-                             "(default: $OTEL_EXPORTER_OTLP_ENDPOINT; unset = no export)")
-    parser.add_argument("--trace-file", default=os.environ.get("SPECDEC_TRACE_FILE", ""),
-                        help="also append spans to this file as OTLP JSON lines (for `specdec profile --spans`)")
 
 
 class Telemetry:

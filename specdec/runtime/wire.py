@@ -8,7 +8,7 @@ import torch
 from protos import specdec_pb2 as pb
 from specdec.core.errors import InvalidArgument
 from specdec.core.logprobs import TokenLogprob, check_top_logprobs
-from specdec.core.rounds import PassLoad, RoundRecord
+from specdec.core.rounds import Estimates, PassLoad, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import FinishReason, GenerationSummary
 from specdec.planning.cost import CostProfile
@@ -106,7 +106,7 @@ def model_info_to_pb(engine) -> pb.ModelInfo:
     loaded = engine.loaded
     choice, profile = loaded.choice, engine.cost_profile
     return pb.ModelInfo(model=loaded.name, vocab_size=loaded.vocab_size, max_context=loaded.max_context,
-                        eos_token_ids=list(loaded.eos_token_ids), max_gamma=engine.max_gamma,
+                        eos_token_ids=list(loaded.eos_token_ids), max_gamma=engine.gamma_max,
                         live_sessions=engine.live_sessions, max_sessions=engine.max_sessions,
                         device=str(loaded.device), tensor_parallel_size=engine.tensor_parallel_size,
                         ranks=[pb.RankReport(**report) for report in engine.reports()],
@@ -140,10 +140,10 @@ FINISH_TO_PB = {FinishReason.STOP: pb.FINISH_REASON_STOP, FinishReason.LENGTH: p
                 FinishReason.CONTEXT: pb.FINISH_REASON_CONTEXT, FinishReason.CANCELLED: pb.FINISH_REASON_CANCELLED}
 
 
-def round_to_pb(r: RoundRecord) -> pb.RoundStats:
+def round_to_pb(r: RoundRecord, estimates: Estimates) -> pb.RoundStats:
     return pb.RoundStats(gamma=r.gamma, drafted=r.drafted, accepted=r.accepted, emitted=r.emitted, wall_s=r.wall_s,
                          draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s,
-                         alpha_estimate=r.alpha_estimate, cost_ratio_estimate=r.cost_ratio_estimate,
+                         alpha_estimate=estimates.alpha, cost_ratio_estimate=estimates.cost_ratio,
                          rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s, proposer=r.proposer,
                          overlapped=r.overlapped, prefetched=r.prefetched)
 

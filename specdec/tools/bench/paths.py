@@ -10,6 +10,7 @@ token. It writes JSON and a PNG of tokens/s per path.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import json
 from pathlib import Path
@@ -114,7 +115,9 @@ def run_path_sweep(args: argparse.Namespace) -> int:
     rows, fp32_outputs, hardware = [], None, ""
     for path in paths:
         dtype, quantize = PATH_FLAGS[path]
-        with EmbeddedStack(stack_options(args, dtype=dtype, quantize=quantize)) as stack:
+        base = stack_options(args)
+        with EmbeddedStack(dataclasses.replace(base, service=dataclasses.replace(base.service, dtype=dtype,
+                                                                                 quantize=quantize))) as stack:
             draft_info, target_info = service_infos(stack)
             peer = None if args.no_hf else HFAssisted(args, path, target_info.kernel)
             warm_up(stack.endpoint, prompts[0]["prompt"], args.gamma_max)

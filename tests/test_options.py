@@ -1,0 +1,121 @@
+"""Every setting is defined once, as a config field, and its flag maps to it both ways: parsing the
+flags a config writes gives that config back, through the real entry points' parsers."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+
+from draft_service.__main__ import build_parser as draft_parser
+from orchestrator.__main__ import build_parser as orchestrator_parser
+from orchestrator.flags import orchestrator_config
+from orchestrator.servicer import OrchestratorConfig
+from specdec.http.flags import HttpConfig, add_http_args, http_config
+from specdec.launch.stack import StackOptions
+from specdec.runtime.model_service import DRAFT_ONLY, ModelServiceConfig, model_service_config
+from specdec.runtime.options import add_options, from_options, option_argv, options_of
+from specdec.runtime.server import ServerConfig
+from target_service.__main__ import TensorParallel
+from target_service.__main__ import build_parser as target_parser
+
+CONFIGS = [OrchestratorConfig, ModelServiceConfig, ServerConfig, TensorParallel, HttpConfig]
+ENVIRONMENT = ("SPECDEC_HEALTH_PORT", "OTEL_EXPORTER_OTLP_ENDPOINT", "SPECDEC_TRACE_FILE", "SPECDEC_PROFILE_CACHE",
+               "SPECDEC_REDIS_URL", "SPECDEC_ADVERTISE")
+
+
+@pytest.fixture(autouse=True)
+def no_environment_defaults(monkeypatch):
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+
+
+def changed(config_cls, skip=()):
+    """A config whose every option differs from its default (a value of its type, one of its choices)."""
+    values = {}
+    for name, (field, opt, kind) in options_of(config_cls).items():
+        if name in skip:
+            continue
+        if opt.choices:
+            values[name] = next(c for c in reversed(opt.choices) if c != field.default)
+        elif kind is bool:
+            values[name] = not field.default
+        elif kind is str:
+            values[name] = f"{name}-value"
+        else:
+            values[name] = kind(field.default + 3)
+    return config_cls(**values)
+
+
+def parser_for(config_cls) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_options(parser, config_cls)
+    return parser
+
+
+@pytest.mark.parametrize("config_cls", CONFIGS, ids=lambda c: c.__name__)
+def test_flags_and_config_round_trip(config_cls):
+    for config in (config_cls(), changed(config_cls)):
+        args = parser_for(config_cls).parse_args(option_argv(config))
+        assert from_options(config_cls, args) == config
+
+
+@pytest.mark.parametrize("config_cls", CONFIGS, ids=lambda c: c.__name__)
+def test_a_flags_default_is_its_fields(config_cls):
+    """No flags: the config's own defaults, because the flags take them from the fields."""
+    assert from_options(config_cls, parser_for(config_cls).parse_args([])) == config_cls()
+    assert options_of(config_cls), "a config with no options"
+
+
+def test_an_environment_variable_overrides_a_default(monkeypatch):
+    monkeypatch.setenv("SPECDEC_PROFILE_CACHE", "/tmp/profiles")
+    config = model_service_config(draft_parser().parse_args([]))
+    assert config.profile_cache == "/tmp/profiles"
+
+
+def test_the_services_entry_points_take_every_option_of_their_config():
+    draft = dataclasses.replace(changed(ModelServiceConfig), security=ModelServiceConfig.security)
+    assert model_service_config(draft_parser().parse_args(option_argv(draft))) == draft
+    target = changed(ModelServiceConfig, skip=DRAFT_ONLY)
+    args = target_parser().parse_args([*option_argv(target, skip=DRAFT_ONLY), *option_argv(changed(TensorParallel))])
+    assert model_service_config(args) == target
+    assert from_options(TensorParallel, args) == changed(TensorParallel)
+    with pytest.raises(SystemExit):  # the registry flags belong to draft replicas
+        target_parser().parse_args(["--redis-url", "redis://x"])
+
+
+def test_the_orchestrator_and_http_flags_round_trip():
+    config = changed(OrchestratorConfig)
+    http = dataclasses.replace(changed(HttpConfig), endpoint="127.0.0.1:1", tokenizer="tiny:seed=0")
+    args = orchestrator_parser().parse_args(["--target", "127.0.0.1:1", *option_argv(config), *option_argv(http)])
+    assert orchestrator_config(args) == config
+    assert http_config(args, http.endpoint, http.tokenizer) == http
+    parser = argparse.ArgumentParser()
+    add_http_args(parser)
+    assert http_config(parser.parse_args(option_argv(http)), http.endpoint, http.tokenizer) == http
+
+
+def test_a_stack_hands_its_configs_to_its_children_unchanged():
+    """The stack writes each child's flags from the configs: parsed by the child, they are the configs
+    (the model, and the profile sizes, γ_max + 1, set per service)."""
+    opts = StackOptions(service=changed(ModelServiceConfig, skip=("model", "profile_tokens", "threads")),
+                        orchestrator=changed(OrchestratorConfig))
+    draft = model_service_config(draft_parser().parse_args(opts.service_argv("tiny:seed=1")))
+    assert draft == dataclasses.replace(opts.service, model="tiny:seed=1",
+                                        profile_tokens=opts.orchestrator.gamma_max + 1)
+    target = model_service_config(target_parser().parse_args(opts.service_argv("tiny:seed=2", draft=False)))
+    assert target == dataclasses.replace(opts.service, model="tiny:seed=2", **{
+        name: getattr(ModelServiceConfig, name) for name in DRAFT_ONLY}, profile_tokens=opts.orchestrator.gamma_max + 1)
+    args = orchestrator_parser().parse_args(opts.orchestrator_argv("d:1", "t:2"))
+    assert orchestrator_config(args) == opts.orchestrator
+    assert (args.draft, args.target, args.log_level, args.host) == ("d:1", "t:2", opts.service.log_level,
+                                                                     opts.service.host)
+
+
+def test_the_old_spelling_of_the_gamma_limit_still_works_with_a_warning(capsys):
+    args = draft_parser().parse_args(["--max-gamma", "5"])
+    assert model_service_config(args).gamma_max == 5
+    assert "--max-gamma is deprecated" in capsys.readouterr().err
+    assert model_service_config(draft_parser().parse_args(["--gamma-max", "7"])).gamma_max == 7
+    assert "deprecated" not in capsys.readouterr().err
