@@ -3,7 +3,6 @@ streams, capacity refused at once, and `specdec serve` stopping every child on S
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -12,7 +11,7 @@ import time
 
 import grpc
 import pytest
-from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack
+from conftest import TINY_DRAFT, TINY_TARGET, tiny_options
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_errors import wait_for_no_sessions
 
@@ -53,8 +52,8 @@ def test_health_answers_within_a_second_under_40_open_streams(stack):
 @pytest.fixture(scope="module")
 def small_stack():
     """A stack with room for 3 sessions and a 3 s round deadline (faults are injected into it)."""
-    base = tiny_stack()
-    with EmbeddedStack(dataclasses.replace(base.opts, max_sessions=3, round_timeout_s=3.0)) as running:
+    opts = tiny_options(service=dict(max_sessions=3), orchestrator=dict(max_concurrent=3, round_timeout_s=3.0))
+    with EmbeddedStack(opts) as running:
         yield running
 
 

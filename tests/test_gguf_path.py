@@ -176,8 +176,8 @@ def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
 
 def test_hf_baseline_gets_the_same_kernels():
     """The benchmark's Hugging Face baseline runs on the gguf kernels too (a slow baseline is no win)."""
-    from specdec.engine.compute import swap_linears
     from specdec.engine.models import load_hf_model
+    from specdec.tools.bench.baseline import swap_linears
 
     hf = swap_linears(load_hf_model(TINY_GGUF, torch.device("cpu"), packed=True), "gguf")
     assert isinstance(hf.model.layers[0].mlp.down_proj, BlockQuantKernel)

@@ -6,7 +6,7 @@ import dataclasses
 import random
 
 import pytest
-from conftest import tiny_stack
+from conftest import tiny_options
 
 from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
@@ -191,9 +191,9 @@ def test_a_repeated_request_is_looked_up_in_the_first_ones_output(stack):
 def test_a_stack_with_no_draft_model_at_all():
     """`specdec serve --proposer ngram --draft-replicas 0`: no draft service is started; greedy output
     still equals target-only, and the lookup speculates."""
-    opts = dataclasses.replace(tiny_stack().opts, draft_replicas=0, proposer="ngram")
+    opts = tiny_options(orchestrator=dict(proposer="ngram"), draft_replicas=0)
     with pytest.raises(ValueError, match="lookup only"):
-        EmbeddedStack(dataclasses.replace(opts, proposer="model")).start()
+        EmbeddedStack(tiny_options(draft_replicas=0)).start()
     with EmbeddedStack(opts) as stack:
         assert stack.drafts == [] and stack.draft is None
         baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))

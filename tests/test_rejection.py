@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.core.errors import InvalidArgument
-from specdec.core.rejection import verify_greedy, verify_reference, verify_sampled
+from specdec.core.rejection import Verdict, residual, verify_greedy, verify_sampled
 from specdec.core.sampling import SamplingParams, probs_from_logits
 
 V = 8
@@ -119,6 +119,28 @@ def test_point_mass_proposer_is_lossless():
     samples = 6000
     hist = first_token_histogram(None, p, lambda g: torch.tensor([2]), samples)
     assert 0.5 * (hist - p[0]).abs().sum().item() < tv_bound(samples)
+
+
+def verify_reference(
+    draft_tokens: list[int],
+    draft_probs: torch.Tensor | None,
+    target_probs: torch.Tensor,
+    generator: torch.Generator,
+) -> Verdict:
+    """Slow, literal transcription of the algorithm; draws random numbers like `verify_sampled`."""
+    gamma = len(draft_tokens)
+    u = torch.rand(gamma, generator=generator, device=target_probs.device).tolist()
+    for i, x in enumerate(draft_tokens):
+        p = float(target_probs[i, x])
+        q = 1.0 if draft_probs is None else float(draft_probs[i, x])
+        if u[i] < p / q:
+            continue
+        q_row = None if draft_probs is None else draft_probs[i]
+        last = residual(target_probs[i], q_row, x)
+        final = int(torch.multinomial(last, 1, generator=generator).item())
+        return Verdict(list(draft_tokens[:i]) + [final], i)
+    final = int(torch.multinomial(target_probs[gamma], 1, generator=generator).item())
+    return Verdict(list(draft_tokens) + [final], gamma)
 
 
 @pytest.mark.parametrize("with_q", [True, False])

@@ -101,7 +101,8 @@ def test_a_plaintext_health_port_beside_a_tls_server(tmp_path):
     security.use(settings)
     try:
         health_port = free_port()
-        running = start_server(lambda server: None, ["specdec.v1.SpecDec"], "127.0.0.1", 0, health_port=health_port)
+        running = start_server(lambda server: None, ["specdec.v1.SpecDec"], "127.0.0.1", 0, max_concurrent=4,
+                               health_port=health_port)
     finally:
         security.use(previous)
     try:

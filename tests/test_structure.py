@@ -8,6 +8,7 @@ that only some code path takes is caught as well.
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 import tomllib
@@ -107,24 +108,27 @@ def test_the_core_and_planning_are_pure():
     assert not wrong, "\n".join(wrong)
 
 
-def test_importing_the_orchestrator_loads_no_model_code():
-    """The orchestrator plans with arithmetic: none of the engine, torch.nn's models or transformers'
-    model classes come with it (its tokenizer is loaded through `specdec.weights`)."""
-    code = ("import sys, orchestrator.server, orchestrator.servicer, orchestrator.__main__\n"
-            "print(sorted(n for n in sys.modules if n.startswith('specdec.engine') or n.split('.')[0] in "
-            "('draft_service', 'target_service')))")
+def loaded_by(modules: list[str], unwanted: tuple[str, ...]) -> list[str]:
+    """The modules starting with any of `unwanted` that importing `modules` loads, in a fresh interpreter."""
+    code = (f"import json, sys, {', '.join(modules)}\n"
+            f"print(json.dumps(sorted(n for n in sys.modules if n.startswith({unwanted!r}))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "[]"
+    return json.loads(out.stdout)
+
+
+def test_importing_the_orchestrator_loads_no_model_code():
+    """The orchestrator plans with arithmetic: none of the engine comes with it (its tokenizer is loaded
+    through `specdec.weights`), nor either service."""
+    assert loaded_by(["orchestrator.server", "orchestrator.servicer", "orchestrator.__main__"],
+                     ("specdec.engine", "draft_service", "target_service")) == []
 
 
 def test_the_http_api_is_a_client_of_the_contract_only():
     """The HTTP API talks to the orchestrator through SpecDec alone: none of the orchestrator's or the
-    services' modules are imported by it."""
-    code = ("import sys, specdec.http.app, specdec.http.server, specdec.http.__main__\n"
-            "print(sorted(n for n in sys.modules if n.split('.')[0] in ('orchestrator', 'draft_service', "
-            "'target_service') or n.startswith(('specdec.launch', 'specdec.cli', 'specdec.engine'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
-    assert out.stdout.strip() == "[]"
+    services' modules are imported by it, nor the stacks, the command or the engine."""
+    assert loaded_by(["specdec.http.app", "specdec.http.server", "specdec.http.__main__"],
+                     ("orchestrator", "draft_service", "target_service", "specdec.launch", "specdec.cli",
+                      "specdec.engine")) == []
 
 
 def test_the_install_adds_one_namespace_and_the_services():

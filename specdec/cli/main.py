@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -86,31 +87,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+# `specdec bench`'s sweeps: (the flag that asks for it, its module in specdec.tools.bench, its entry point)
+BENCH_SWEEPS = (("concurrency", "concurrency", "run_concurrency_sweep"), ("tp_sweep", "tp", "run_tp_sweep"),
+                ("workloads", "workloads", "run_workloads"), ("http", "http_overhead", "run_http_overhead"),
+                ("overlap_rtt", "overlap", "run_overlap_sweep"), ("rtt_ms", "network", "run_rtt_sweep"))
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.concurrency:
-        from specdec.tools.bench.concurrency import run_concurrency_sweep
-
-        return run_concurrency_sweep(args)
-    if args.tp_sweep:
-        from specdec.tools.bench.tp import run_tp_sweep
-
-        return run_tp_sweep(args)
-    if args.workloads:
-        from specdec.tools.bench.workloads import run_workloads
-
-        return run_workloads(args)
-    if args.http:
-        from specdec.tools.bench.http_overhead import run_http_overhead
-
-        return run_http_overhead(args)
-    if args.overlap_rtt:
-        from specdec.tools.bench.overlap import run_overlap_sweep
-
-        return run_overlap_sweep(args)
-    if args.rtt_ms:
-        from specdec.tools.bench.network import run_rtt_sweep
-
-        return run_rtt_sweep(args)
+    """The first sweep the flags ask for, else the speed benchmark (each imports its own heavy code)."""
+    for flag, module, entry in BENCH_SWEEPS:
+        if getattr(args, flag):
+            return getattr(importlib.import_module(f"specdec.tools.bench.{module}"), entry)(args)
     from specdec.tools.bench.speed import run_bench
 
     return run_bench(args)

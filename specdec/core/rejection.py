@@ -48,17 +48,17 @@ def _draft_prob_of_tokens(draft_tokens: torch.Tensor, draft_probs: torch.Tensor 
     return q_x
 
 
-def _residual(p: torch.Tensor, q: torch.Tensor | None, rejected_token: int) -> torch.Tensor:
+def residual(p: torch.Tensor, q: torch.Tensor | None, rejected_token: int) -> torch.Tensor:
     """norm(max(0, p - q)): [V]; with a point-mass q, p with the rejected token removed."""
     if q is None:
-        residual = p.clone()
-        residual[rejected_token] = 0.0
+        rest = p.clone()
+        rest[rejected_token] = 0.0
     else:
-        residual = (p - q).clamp_min(0.0)
-    total = residual.sum()
+        rest = (p - q).clamp_min(0.0)
+    total = rest.sum()
     if total <= 0:  # p == q up to rounding: the rejection had probability ~0, p itself is the right law
         return p
-    return residual / total
+    return rest / total
 
 
 def verify_sampled(
@@ -83,28 +83,6 @@ def verify_sampled(
         last = target_probs[gamma]
     else:
         q_n = None if draft_probs is None else draft_probs[n]
-        last = _residual(target_probs[n], q_n, int(draft_tokens[n]))
+        last = residual(target_probs[n], q_n, int(draft_tokens[n]))
     final = int(torch.multinomial(last, 1, generator=generator).item())
     return Verdict(draft_tokens[:n].tolist() + [final], n)
-
-
-def verify_reference(
-    draft_tokens: list[int],
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    generator: torch.Generator,
-) -> Verdict:
-    """Slow, literal transcription of the algorithm; draws random numbers like `verify_sampled`."""
-    gamma = len(draft_tokens)
-    u = torch.rand(gamma, generator=generator, device=target_probs.device).tolist()
-    for i, x in enumerate(draft_tokens):
-        p = float(target_probs[i, x])
-        q = 1.0 if draft_probs is None else float(draft_probs[i, x])
-        if u[i] < p / q:
-            continue
-        q_row = None if draft_probs is None else draft_probs[i]
-        last = _residual(target_probs[i], q_row, x)
-        final = int(torch.multinomial(last, 1, generator=generator).item())
-        return Verdict(list(draft_tokens[:i]) + [final], i)
-    final = int(torch.multinomial(target_probs[gamma], 1, generator=generator).item())
-    return Verdict(list(draft_tokens) + [final], gamma)

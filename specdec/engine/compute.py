@@ -22,7 +22,7 @@ from torch import nn
 
 from specdec.engine import blockquant
 from specdec.engine.cpu import cpu_features
-from specdec.engine.kernels import PATHS, fastest_fp32_kernel, make_kernel
+from specdec.engine.kernels import PATHS, fastest_fp32_kernel
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.planning.controller import GAMMA_MAX
 
@@ -136,23 +136,3 @@ def runner_kernel_name(runner: ModelRunner) -> str:
     kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
     formats = dict.fromkeys(f for k in [*kernels, runner.lm_head] for f in k.name.removeprefix("gguf-").split("+"))
     return "gguf-" + "+".join(sorted(formats))
-
-
-def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Module:
-    """Replace every `nn.Linear` of a Hugging Face model by the kernel `path` uses, in place.
-
-    This gives the baselines (HF `generate`, assisted generation) the same linear kernels as our
-    runner, so that a comparison measures the serving system, not the matmul library.
-    """
-    linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-               if isinstance(child, nn.Linear)]
-    for parent, name, child in linears:
-        if path == "gguf":  # a GGUF model loaded packed (`load_hf_model(..., packed=True)`)
-            setattr(parent, name, blockquant.BlockQuantKernel([child.block_weight], child.bias))
-        else:
-            setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel))
-    if path == "gguf":
-        model.model.embed_tokens = blockquant.BlockEmbedding(model.model.embed_tokens.block_weight)
-    if path == "bf16":
-        model.to(torch.bfloat16)
-    return model

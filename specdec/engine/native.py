@@ -1,4 +1,4 @@
-"""Building and loading the C kernel of the "gguf" compute path (`specdec/csrc/blockquant.c`).
+"""Building and loading the C kernel of the "gguf" compute path (`specdec/engine/csrc/blockquant.c`).
 
 The kernel is plain C with GCC's generic vectors, built once per x86 level with the system
 compiler (about 2-5 s) into the cache, keyed by the source's hash, and loaded with ctypes: no

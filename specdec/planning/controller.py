@@ -1,4 +1,4 @@
-"""Cost model and γ controller (DESIGN.md, "Cost model with the network").
+"""The γ controller and its cost model: Leviathan et al.'s walltime model, with measured costs, the network and load.
 
 Round time  T(γ) = rtt_target + s_t·C_t(γ+1) + [γ > 0]·(rtt_draft + s_d·γ·C_d(1))
 Pass cost   C(k) = P(f·n·k)/f: n live sessions, a share f of them per pass, k tokens each (n = 1: P(k))

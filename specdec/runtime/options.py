@@ -6,7 +6,8 @@ default, help and choices come from that one declaration:
     add_options(parser, Config)          the flags, with the field defaults (or an environment variable's)
     from_options(Config, args)           the parsed flags as a Config
     option_argv(config)                  the flags that reproduce `config`: what a parent hands a child
-                                         (every option, so that the child's environment cannot change it)
+                                         (the options that differ from their defaults; for the others a
+                                         child, like its parent, reads the environment variables)
 
 `from_options(C, parser.parse_args(option_argv(c))) == c` for every config `c` (tested). No argparse
 Namespace travels past the `from_options` call.
@@ -90,11 +91,12 @@ def from_options(config_cls, args: argparse.Namespace, **fixed):
 
 
 def option_argv(config, only=None, skip=()) -> list[str]:
-    """The flags that set each option field of `config` (those in `only`, if given; none in `skip`)."""
+    """The flags that set each option field of `config` that differs from its default (those in `only`,
+    if given; none in `skip`)."""
     argv = []
     for name, (f, opt, kind) in options_of(type(config)).items():
         value = getattr(config, name)
-        if (only is not None and name not in only) or name in skip:
+        if (only is not None and name not in only) or name in skip or value == f.default:
             continue
         if kind is bool:
             argv.append(flag_of(name, opt) if value else "--no-" + flag_of(name, opt)[2:])

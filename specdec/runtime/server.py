@@ -58,8 +58,8 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def start_server(register: Callable[[grpc.Server], None], service_names: list[str], host: str, port: int,
-                 max_concurrent: int = 64, max_receive_bytes: int = MAX_MESSAGE_BYTES,
+def start_server(register: Callable[[grpc.Server], None], service_names: list[str], host: str, port: int, *,
+                 max_concurrent: int, max_receive_bytes: int = MAX_MESSAGE_BYTES,
                  health_port: int = 0) -> RunningServer:
     """Start a server with the given servicers plus grpc.health.v1 and reflection; returns its bound port.
 

@@ -21,7 +21,8 @@ from specdec import weights
 from specdec.cli.client import make_request
 from specdec.runtime.security import open_channel
 from specdec.runtime.server import CHANNEL_OPTIONS
-from specdec.tools.bench.speed import hf_baseline, load_prompts, save_rows, service_infos, warm_up
+from specdec.tools.bench.baseline import hf_baseline
+from specdec.tools.bench.speed import load_prompts, save_rows, service_infos, warm_up
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """`specdec bench`: target-only vs fixed-γ and adaptive speculation vs Hugging Face assisted generation.
 
 Everything runs in one process tree and one run, on the same prompts and models, greedy, on one
-compute path; the Hugging Face baseline gets the same linear kernels (`specdec.engine.compute.swap_linears`).
+compute path; the Hugging Face baseline gets the same linear kernels (`specdec.tools.bench.baseline`).
 It prints the machine, the path, both models' cost profiles (forward time against tokens per
 forward), and for each γ the speed-up Theorem 3.8 predicts (verify = one step) and the one the
 measured profiles predict, beside the measured one.
@@ -24,6 +24,7 @@ from specdec import weights
 from specdec.cli.client import generate, make_request
 from specdec.core.rounds import AcceptanceEstimate, overhead_s
 from specdec.runtime.wire import cost_profile_from_pb
+from specdec.tools.bench.baseline import hf_baseline
 from specdec.tools.bench.theory import profile_speedup, theorem_speedup
 from specdec.tools.bench.tracing import tracing_cost_us
 
@@ -82,15 +83,6 @@ def load_prompts(path: str, limit: int) -> list[dict]:
     text = Path(path).read_text() if path else resources.files("specdec.tools.bench").joinpath("prompts.json").read_text()
     prompts = json.loads(text)
     return prompts[:limit] if limit else prompts
-
-
-def hf_baseline(spec: str, device, path: str, kernel: str):
-    """A Hugging Face model for a baseline, with the linear kernels our runner uses on `path`."""
-    from specdec.engine.compute import WEIGHT_DTYPE, swap_linears
-    from specdec.engine.models import load_hf_model
-
-    return swap_linears(load_hf_model(weights.resolve(spec), device, WEIGHT_DTYPE[path], packed=path == "gguf"),
-                        path, kernel)
 
 
 class HFAssisted:

@@ -21,7 +21,8 @@ from tqdm import tqdm
 
 from specdec import weights
 from specdec.cli.client import generate, make_request
-from specdec.tools.bench.speed import ConfigResult, hf_baseline, save_rows, service_infos, warm_up
+from specdec.tools.bench.baseline import hf_baseline
+from specdec.tools.bench.speed import ConfigResult, save_rows, service_infos, warm_up
 
 CONFIGS = (("target-only", 0, "model", "off"), ("model", None, "model", "off"), ("ngram", None, "ngram", "off"),
            ("hybrid", None, "hybrid", "off"), ("hybrid+overlap", None, "hybrid", "on"))

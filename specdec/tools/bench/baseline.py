@@ -1,0 +1,38 @@
+"""The Hugging Face baselines' models, on the same linear kernels as our runner: a slow baseline is no win."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specdec import weights
+from specdec.engine import blockquant
+from specdec.engine.compute import WEIGHT_DTYPE
+from specdec.engine.kernels import make_kernel
+from specdec.engine.models import load_hf_model
+
+
+def hf_baseline(spec: str, device, path: str, kernel: str):
+    """A Hugging Face model for a baseline, with the linear kernels our runner uses on `path`."""
+    return swap_linears(load_hf_model(weights.resolve(spec), device, WEIGHT_DTYPE[path], packed=path == "gguf"),
+                        path, kernel)
+
+
+def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Module:
+    """Replace every `nn.Linear` of a Hugging Face model by the kernel `path` uses, in place.
+
+    This gives the baselines (HF `generate`, assisted generation) the same linear kernels as our
+    runner, so that a comparison measures the serving system, not the matmul library.
+    """
+    linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+               if isinstance(child, nn.Linear)]
+    for parent, name, child in linears:
+        if path == "gguf":  # a GGUF model loaded packed (`load_hf_model(..., packed=True)`)
+            setattr(parent, name, blockquant.BlockQuantKernel([child.block_weight], child.bias))
+        else:
+            setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel))
+    if path == "gguf":
+        model.model.embed_tokens = blockquant.BlockEmbedding(model.model.embed_tokens.block_weight)
+    if path == "bf16":
+        model.to(torch.bfloat16)
+    return model
