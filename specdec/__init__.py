@@ -1,0 +1,1 @@
+"""specdec: distributed speculative decoding, one namespace split by job (docs/ARCHITECTURE.md, "Packages")."""

@@ -1,0 +1,1 @@
+"""What the servers share: start-up, settings as flags, guards, security, telemetry, the wire, Redis state."""

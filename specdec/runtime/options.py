@@ -50,7 +50,7 @@ def flag_of(name: str, opt: Option) -> str:
     return opt.flag or "--" + name.replace("_", "-")
 
 
-class _Deprecated(argparse.Action):
+class _Store(argparse.Action):
     """Stores like the default action; an old spelling also prints a warning."""
 
     def __init__(self, option_strings, dest, deprecated=(), **kwargs):
@@ -75,13 +75,13 @@ def add_options(parser: argparse.ArgumentParser, config_cls, only=None, skip=(),
         if opt.env and opt.env in os.environ:
             default = kind(os.environ[opt.env])
         names = [flag_of(name, opt), *opt.deprecated]
-        extra = {"choices": opt.choices} if opt.choices else {}
+        extra = {"choices": opt.choices} if opt.choices else {"metavar": names[0][2:].replace("-", "_").upper()}
         if kind is bool:
             parser.add_argument(*names, dest=name, action=argparse.BooleanOptionalAction, default=default,
                                 help=opt.help)
         else:
             parser.add_argument(*names, dest=name, type=kind, default=default, help=opt.help,
-                                action=_Deprecated, deprecated=opt.deprecated, **extra)
+                                action=_Store, deprecated=opt.deprecated, **extra)
 
 
 def from_options(config_cls, args: argparse.Namespace, **fixed):

@@ -1,0 +1,2 @@
+"""Benchmarks (`specdec bench`) and profiling (`specdec profile`), driving the services through their
+public interfaces."""
