@@ -12,6 +12,8 @@ from draft_service.__main__ import build_parser as draft_parser
 from orchestrator.__main__ import build_parser as orchestrator_parser
 from orchestrator.flags import orchestrator_config
 from orchestrator.servicer import OrchestratorConfig
+from specdec.cli.main import build_parser as cli_parser
+from specdec.cli.options import stack_options
 from specdec.http.flags import HttpConfig, add_http_args, http_config
 from specdec.launch.stack import StackOptions
 from specdec.runtime.model_service import DRAFT_ONLY, ModelServiceConfig, model_service_config
@@ -119,3 +121,18 @@ def test_the_old_spelling_of_the_gamma_limit_still_works_with_a_warning(capsys):
     assert "--max-gamma is deprecated" in capsys.readouterr().err
     assert model_service_config(draft_parser().parse_args(["--gamma-max", "7"])).gamma_max == 7
     assert "deprecated" not in capsys.readouterr().err
+
+
+def test_the_commands_flags_reach_the_right_config():
+    """`specdec serve` holds the orchestrator's and the services' options in one parser: --gamma-max and
+    --port are the orchestrator's, the compute path and telemetry the services', --max-concurrent both."""
+    args = cli_parser().parse_args(["serve", "--gamma-max", "5", "--port", "1234", "--device", "cpu", "--dtype",
+                                    "float32", "--max-concurrent", "7", "--trace-file", "t.jsonl", "--log-level",
+                                    "info", "--proposer", "ngram", "--redis-url", "redis://r"])
+    opts = stack_options(args, port=args.port)
+    assert opts.orchestrator == OrchestratorConfig(gamma_max=5, max_concurrent=7, proposer="ngram")
+    assert opts.service == ModelServiceConfig(device="cpu", dtype="float32", max_sessions=7, trace_file="t.jsonl",
+                                              log_level="info", redis_url="redis://r")
+    assert opts.port == 1234 and opts.service.gamma_max == ModelServiceConfig.gamma_max
+    defaults = stack_options(cli_parser().parse_args(["generate", "--prompt", "x"]))
+    assert (defaults.service, defaults.orchestrator) == (StackOptions.service, StackOptions.orchestrator)

@@ -55,7 +55,8 @@ def stack_options(args: argparse.Namespace, max_sessions: int | None = None, gam
     if gamma_max is not None:
         orchestrator = dataclasses.replace(orchestrator, gamma_max=gamma_max)
     sessions = max_sessions or orchestrator.max_concurrent
-    service = from_options(ModelServiceConfig, args, max_sessions=sessions, redis_url=args.redis_url)
+    service = from_options(ModelServiceConfig, args, only=STACK_SERVICE_OPTIONS, max_sessions=sessions,
+                           redis_url=args.redis_url)
     fields = dict(draft_model=args.draft_model, target_model=args.target_model, service=service,
                   orchestrator=dataclasses.replace(orchestrator, max_concurrent=sessions), target_tp=args.target_tp,
                   security_flags=tuple(security_flags(args)), draft_cpus=args.draft_cpus,

@@ -68,9 +68,12 @@ def add_options(parser: argparse.ArgumentParser, config_cls, only=None, skip=(),
     """Add the flags of `config_cls` (those named in `only`, if given; none in `skip`). `defaults`
     overrides field defaults for this parser (a service's own model, say)."""
     defaults = defaults or {}
+    taken = {action.dest for action in parser._actions}
     for name, (f, opt, kind) in options_of(config_cls).items():
         if (only is not None and name not in only) or name in skip:
             continue
+        if name in taken:  # two configs' fields of one name in one parser: pick one with `only`
+            raise ValueError(f"{config_cls.__name__}.{name}: the parser already has an option stored as {name!r}")
         default = defaults.get(name, f.default)
         if opt.env and opt.env in os.environ:
             default = kind(os.environ[opt.env])
@@ -84,9 +87,11 @@ def add_options(parser: argparse.ArgumentParser, config_cls, only=None, skip=(),
                                 action=_Store, deprecated=opt.deprecated, **extra)
 
 
-def from_options(config_cls, args: argparse.Namespace, **fixed):
-    """`config_cls` from the parsed flags (those the parser has); `fixed` sets other fields."""
-    values = {name: getattr(args, name) for name in options_of(config_cls) if hasattr(args, name)}
+def from_options(config_cls, args: argparse.Namespace, only=None, **fixed):
+    """`config_cls` from the parsed flags (those the parser has, of those named in `only` if given: a
+    parser that holds two configs' options may hold two fields of one name); `fixed` sets other fields."""
+    values = {name: getattr(args, name) for name in options_of(config_cls)
+              if hasattr(args, name) and (only is None or name in only)}
     return config_cls(**{**values, **fixed})
 
 
