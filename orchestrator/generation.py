@@ -141,7 +141,7 @@ class Generation:
                 committed.extend(new_tokens)
                 generated += len(new_tokens)
                 delta = text.push(new_tokens)
-                at_eos = len(new_tokens) < min(len(verdict.tokens), remaining)
+                at_eos = len(new_tokens) < min(len(verdict.tokens), remaining)  # cut short at an EOS
                 finish = self._finish_reason(at_eos or text.stopped, generated, len(committed))
                 stats.rounds.append(record)
                 if self.metrics is not None:

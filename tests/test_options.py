@@ -136,3 +136,11 @@ def test_the_commands_flags_reach_the_right_config():
     assert opts.port == 1234 and opts.service.gamma_max == ModelServiceConfig.gamma_max
     defaults = stack_options(cli_parser().parse_args(["generate", "--prompt", "x"]))
     assert (defaults.service, defaults.orchestrator) == (StackOptions.service, StackOptions.orchestrator)
+
+
+def test_a_benchmark_meets_each_prompt_fresh():
+    """`specdec bench` keeps no lookup memory across requests (a config would look up the outputs of the
+    configs that ran the prompt before it); `specdec serve` keeps the default."""
+    assert stack_options(cli_parser().parse_args(["bench"])).orchestrator.lookup_memory_tokens == 0
+    served = stack_options(cli_parser().parse_args(["serve"])).orchestrator
+    assert served.lookup_memory_tokens == OrchestratorConfig.lookup_memory_tokens > 0

@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--output", default="bench_results.json")
     # Every config meets each prompt fresh: with a memory, a config would look up the outputs of the
     # configs that ran the prompt before it.
-    bench.set_defaults(lookup_memory=0)
+    bench.set_defaults(lookup_memory_tokens=0)
     bench.set_defaults(func=cmd_bench)
     prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "
                                           "an OTLP JSON span file)")
