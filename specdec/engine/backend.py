@@ -35,6 +35,8 @@ class Rollback:
 
 @dataclass(frozen=True)
 class Proposal:
+    """A draft call's answer: the tokens and the q they were drawn with."""
+
     tokens: list[int]
     probs: torch.Tensor | None  # [γ, V] float32 on CPU; None for greedy
     compute_s: float  # the whole round on this service, rollback included
@@ -44,6 +46,8 @@ class Proposal:
 
 @dataclass(frozen=True)
 class Verification:
+    """A verify call's answer: the rejection sampler's verdict and what the call cost."""
+
     verdict: Verdict
     compute_s: float
     rollback: Rollback = Rollback()
