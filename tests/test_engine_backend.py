@@ -20,7 +20,7 @@ def members(protocol) -> dict[str, object]:
     """The Protocol's methods and properties (its own and its bases'), and its declared attributes."""
     found = {}
     for cls in reversed(protocol.__mro__):
-        if cls in (object, inspect.Parameter) or not getattr(cls, "_is_protocol", False):
+        if not getattr(cls, "_is_protocol", False):  # object, and typing's own classes
             continue
         found.update({name: None for name in getattr(cls, "__annotations__", {})})
         found.update({name: value for name, value in vars(cls).items()

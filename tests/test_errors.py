@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
-
 import grpc
 import pytest
+from conftest import wait_until
 
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2 as pb
@@ -75,10 +74,7 @@ def test_service_stream_errors(stack):
 
 
 def wait_for_no_sessions(*clients, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while any(c.info().live_sessions for c in clients):
-        assert time.monotonic() < deadline, "sessions were not released"
-        time.sleep(0.05)
+    wait_until(lambda: not any(c.info().live_sessions for c in clients), timeout, "the sessions to be released")
 
 
 def test_cancelled_stream_frees_caches_on_both_services(stack):

@@ -11,7 +11,7 @@ import time
 
 import grpc
 import pytest
-from conftest import TINY_DRAFT, TINY_TARGET, tiny_options
+from conftest import TINY_DRAFT, TINY_TARGET, tiny_options, wait_until
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_errors import wait_for_no_sessions
 
@@ -149,10 +149,8 @@ def test_a_dead_target_ends_the_stream_and_health_says_so(small_stack):
             for _ in call:
                 pass
     assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-    deadline = time.monotonic() + 10
-    while health(small_stack.endpoint) == SERVING:
-        assert time.monotonic() < deadline, "health still SERVING with the target gone"
-        time.sleep(0.1)
+    wait_until(lambda: health(small_stack.endpoint) != SERVING, 10, "health to stop SERVING with the target gone",
+               every_s=0.1)
     assert health(small_stack.endpoint) == health_pb2.HealthCheckResponse.NOT_SERVING
 
 

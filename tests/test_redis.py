@@ -33,14 +33,14 @@ def redis_url():
     server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
                               stdout=subprocess.DEVNULL)
     client = redis.Redis(port=port)
-    deadline = time.monotonic() + 20
-    while True:
+
+    def answers() -> bool:
         try:
-            client.ping()
-            break
+            return client.ping()
         except redis.ConnectionError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.1)
+            return False
+
+    wait_until(answers, 20, "redis-server to start", every_s=0.1)
     yield f"redis://127.0.0.1:{port}/0"
     server.terminate()
     server.wait(10)

@@ -78,8 +78,8 @@ class StepBatcher:
         self._worker.start()
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the worker thread after the pass it is running; a step submitted later raises
-        `BatcherClosed`. Idempotent."""
+        """Stop the worker thread once it has run the steps already submitted; a step submitted later
+        raises `BatcherClosed`. Idempotent."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()

@@ -128,7 +128,7 @@ def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend]) ->
     return engine
 
 
-def serve_engine(engine, config: ModelServiceConfig, service_name: str,
+def serve_engine(engine: Backend, config: ModelServiceConfig, service_name: str,
                  register: Callable[[grpc.Server, Backend], None]) -> RunningServer:
     """Start the gRPC server for `engine` (any `Backend`: a model engine, a lookup engine, a
     tensor-parallel front)."""

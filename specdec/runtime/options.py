@@ -39,11 +39,12 @@ def option(default, help: str = "", *, flag: str = "", choices=(), env: str = ""
     return field(default=default, metadata={OPTION: Option(flag, help, tuple(choices), env, tuple(deprecated))})
 
 
-def options_of(config_cls) -> dict[str, tuple[dataclasses.Field, Option, type]]:
-    """name -> (field, its Option, its type), for the fields of `config_cls` that are flags."""
+def options_of(config_cls, only=None, skip=()) -> dict[str, tuple[dataclasses.Field, Option, type]]:
+    """name -> (field, its Option, its type), for the fields of `config_cls` that are flags (those named
+    in `only`, if given; none named in `skip`)."""
     hints = typing.get_type_hints(config_cls)
     return {f.name: (f, f.metadata[OPTION], hints[f.name]) for f in dataclasses.fields(config_cls)
-            if OPTION in f.metadata}
+            if OPTION in f.metadata and (only is None or f.name in only) and f.name not in skip}
 
 
 def flag_of(name: str, opt: Option) -> str:
@@ -69,9 +70,7 @@ def add_options(parser: argparse.ArgumentParser, config_cls, only=None, skip=(),
     overrides field defaults for this parser (a service's own model, say)."""
     defaults = defaults or {}
     taken = {action.dest for action in parser._actions}
-    for name, (f, opt, kind) in options_of(config_cls).items():
-        if (only is not None and name not in only) or name in skip:
-            continue
+    for name, (f, opt, kind) in options_of(config_cls, only, skip).items():
         if name in taken:  # two configs' fields of one name in one parser: pick one with `only`
             raise ValueError(f"{config_cls.__name__}.{name}: the parser already has an option stored as {name!r}")
         default = defaults.get(name, f.default)
@@ -90,8 +89,7 @@ def add_options(parser: argparse.ArgumentParser, config_cls, only=None, skip=(),
 def from_options(config_cls, args: argparse.Namespace, only=None, **fixed):
     """`config_cls` from the parsed flags (those the parser has, of those named in `only` if given: a
     parser that holds two configs' options may hold two fields of one name); `fixed` sets other fields."""
-    values = {name: getattr(args, name) for name in options_of(config_cls)
-              if hasattr(args, name) and (only is None or name in only)}
+    values = {name: getattr(args, name) for name in options_of(config_cls, only) if hasattr(args, name)}
     return config_cls(**{**values, **fixed})
 
 
@@ -99,9 +97,9 @@ def option_argv(config, only=None, skip=()) -> list[str]:
     """The flags that set each option field of `config` that differs from its default (those in `only`,
     if given; none in `skip`)."""
     argv = []
-    for name, (f, opt, kind) in options_of(type(config)).items():
+    for name, (f, opt, kind) in options_of(type(config), only, skip).items():
         value = getattr(config, name)
-        if (only is not None and name not in only) or name in skip or value == f.default:
+        if value == f.default:
             continue
         if kind is bool:
             argv.append(flag_of(name, opt) if value else "--no-" + flag_of(name, opt)[2:])
