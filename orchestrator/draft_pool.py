@@ -112,5 +112,7 @@ class DraftPool:
                 self._opened[client.address] = max(self._opened.get(client.address, 1) - 1, 0)
 
     def failed(self, client: ServiceClient) -> None:
+        """`client`'s replica failed a call: new sessions skip it for `cooldown_s`."""
         with self._lock:
             self._failed_at[client.address] = time.monotonic()
+        log.warning("draft replica %s failed a call; skipping it for %.1f s", client.address, self.cooldown_s)

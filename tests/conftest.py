@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -85,3 +86,31 @@ def holds_for(condition, seconds: float, what: str, every_s: float = 0.05) -> No
     while time.monotonic() < end:
         assert condition(), f"{what} stopped holding"
         time.sleep(every_s)
+
+
+def assert_speculated(result, what: str = "") -> None:
+    """A greedy-identity claim means something only if drafts were accepted: a path whose draft never
+    agreed with the target would run target-only and match trivially."""
+    stats = result.stats
+    assert stats["draft_tokens"] > 0 and stats["accepted_tokens"] > 0, \
+        f"no draft was accepted {what}: {stats['draft_tokens']} drafted, {stats['accepted_tokens']} accepted"
+
+
+class Worker(threading.Thread):
+    """A thread whose exception is raised again by `join()` instead of being lost."""
+
+    def __init__(self, target, *args):
+        super().__init__(target=target, args=args)
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the joining thread
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        assert not self.is_alive(), f"thread {self.name} still running after {timeout} s"
+        if self.error is not None:
+            raise self.error

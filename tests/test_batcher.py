@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 import torch
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import TINY_DRAFT, TINY_TARGET, Worker
 
 from specdec.core.errors import Unavailable
 from specdec.core.sampling import SamplingParams
@@ -40,7 +39,7 @@ def test_concurrent_steps_share_passes_and_keep_their_bits(closing):
             out.append(logits)
 
     alone = [[] for _ in prompts]
-    for prompt, out in zip(prompts, alone):
+    for prompt, out in zip(prompts, alone, strict=True):
         decode(lambda step: runner.forward([step])[0], prompt, out)
 
     batcher = closing(StepBatcher(runner, max_wait_s=0.05))
@@ -50,13 +49,14 @@ def test_concurrent_steps_share_passes_and_keep_their_bits(closing):
         with batcher.taking_part():
             decode(batcher.forward, prompt, out)
 
-    threads = [threading.Thread(target=session, args=(p, o)) for p, o in zip(prompts, together)]
+    threads = [Worker(session, p, o) for p, o in zip(prompts, together, strict=True)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
-    for a, b in zip(alone, together):
-        assert all(torch.equal(x, y) for x, y in zip(a, b)), "a batched step's logits differ from its lone run"
+        thread.join(120)
+    for a, b in zip(alone, together, strict=True):
+        assert len(a) == len(b) == 7
+        assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), "a batched step's logits differ from its lone run"
     assert batcher.steps == sum(len(o) for o in together) and batcher.forwards < batcher.steps / 2, \
         (batcher.forwards, batcher.steps)
 
@@ -102,11 +102,11 @@ def test_concurrent_engine_rounds_match_sequential_rounds(closing):
     # shared however the threads are scheduled (a busy machine can otherwise run them one after another).
     target.batcher.runner = HoldFirstPass(target.runner, target.batcher, pending=2)
     together: dict = {}
-    threads = [threading.Thread(target=run, args=("-together", sid, p, together)) for sid, p in prompts.items()]
+    threads = [Worker(run, "-together", sid, p, together) for sid, p in prompts.items()]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(120)
     assert together == alone
     assert target.batcher.forwards < target.batcher.steps
 
@@ -134,11 +134,11 @@ def test_a_step_that_fails_fails_alone(closing):
             except MemoryError as error:
                 errors[i] = error
 
-    threads = [threading.Thread(target=session, args=(i,)) for i in range(len(steps))]
+    threads = [Worker(session, i) for i in range(len(steps))]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(120)
     assert list(errors) == [3], errors
     assert all(torch.equal(results[i], alone[i]) for i in range(3))
     assert [s.cache.length for s in steps[:3]] == [len(p) for p in prompts], "each good cache advanced once"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,10 +14,11 @@ from specdec.engine.compute import build_runner, resolve_path
 from specdec.engine.cpu import cpu_features
 from specdec.engine.kernels import Int8Kernel, make_kernel
 from specdec.engine.kvcache import KVCache
+import specdec.engine.measure as measure_module
 from specdec.engine.measure import measure
 from specdec.engine.models import build_tiny_model
 from specdec.engine.runner import ModelRunner, Step, UnsupportedModel
-from specdec.planning.cost import CostProfile
+from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
 
 TOKENS = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31, 77, 64, 2, 99]
 PATHS = [("fp32", "onednn"), ("bf16", "dense"), ("int8", "dense")]
@@ -162,10 +164,37 @@ def test_kv_cache_grows_in_blocks_and_crops_without_copying():
         cache.reserve(1001)
 
 
-def test_cost_profile_measures_every_size():
-    profile = measure(runner(), max_tokens=4, repeats=1)
-    assert len(profile.seconds) == 4 and all(s > 0 for s in profile.seconds)
-    assert profile.forward_s(6) >= profile.forward_s(4) and profile.ratio(1) == 1.0
+def test_cost_profile_measures_every_size(monkeypatch):
+    """Each size is timed as one forward of that many tokens after the PROFILE_CONTEXT prefix, best of
+    the repeats: checked against a clock that each forward advances by a cost the test chose."""
+    real = runner()
+    real_forward = real.forward
+    clock = [0.0]
+    timed: dict[int, list[float]] = {}
+    rng = torch.Generator().manual_seed(3)
+
+    def forward(steps):
+        (step,) = steps
+        size, before = len(step.tokens), step.cache.length
+        out = real_forward(steps)
+        if before == 0:  # the prefix
+            assert size == PROFILE_CONTEXT
+            return out
+        assert before == PROFILE_CONTEXT and step.logits == size, "a timed forward must follow the prefix alone"
+        cost = 1e-3 * size * (1 + float(torch.rand((), generator=rng)))  # noisy, so "best of" matters
+        timed.setdefault(size, []).append(cost)
+        clock[0] += cost
+        return out
+
+    monkeypatch.setattr(real, "forward", forward)
+    monkeypatch.setattr(measure_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    profile = measure(real, max_tokens=4, batch_tokens=16, repeats=2)
+    assert profile.tokens == (1, 2, 3, 4, 8, 16)
+    assert [len(timed[s]) for s in profile.tokens] == [3, 3, 3, 3, 2, 2], "repeats, plus one warm-up each"
+    assert profile.seconds == pytest.approx([min(timed[s]) for s in profile.tokens], rel=1e-9)
+    monkeypatch.undo()
+    unpatched = measure(runner(), max_tokens=4, repeats=1)
+    assert unpatched.tokens == (1, 2, 3, 4) and all(s > 0 for s in unpatched.seconds)
     assert CostProfile((1.0, 2.0)).forward_s(4) == 4.0, "past the measured sizes: linear extrapolation"
 
 

@@ -153,11 +153,16 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
     source = build_tiny_model(TINY_GGUF)
     write_gguf(source, tmp_path / "tiny.gguf")
     ours = load_gguf_model(tmp_path / "tiny.gguf", source.config, packed=True)
-    q_proj = ours.model.layers[1].self_attn.q_proj.block_weight
-    assert q_proj.qtype == Q4_K and torch.equal(q_proj.data, source.model.layers[1].self_attn.q_proj.block_weight.data)
+    written = {name: m.block_weight for name, m in source.named_modules() if hasattr(m, "block_weight")}
+    loaded = {name: m.block_weight for name, m in ours.named_modules() if hasattr(m, "block_weight")}
+    assert set(loaded) == set(written) and len(written) == 7 * source.config.num_hidden_layers + 2
+    for name, block in written.items():
+        assert loaded[name].qtype == block.qtype and torch.equal(loaded[name].data, block.data), name
+    assert ours.model.layers[1].self_attn.q_proj.block_weight.qtype == Q4_K
     floats = load_gguf_model(tmp_path / "tiny.gguf", source.config, packed=False)
     theirs = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="tiny.gguf", dtype=torch.float32)
-    for (name, mine), (_, hf) in zip(sorted(floats.state_dict().items()), sorted(theirs.state_dict().items())):
+    for (name, mine), (_, hf) in zip(sorted(floats.state_dict().items()), sorted(theirs.state_dict().items()),
+                                     strict=True):
         assert torch.equal(mine, hf), name
 
 
@@ -198,11 +203,13 @@ def test_without_a_compiler_the_kernel_is_refused_clearly(tmp_path, monkeypatch)
         native.build("x86-64-v2")
 
 
-def test_without_the_kernel_a_gguf_model_runs_on_fp32_with_the_same_weights(monkeypatch):
+def test_without_the_kernel_a_gguf_model_runs_on_fp32_with_the_same_weights(monkeypatch, caplog):
     with_kernel = load_model(TINY_GGUF, "cpu", dtype="float32").runner
     monkeypatch.setattr(blockquant, "available", lambda: False)  # as on a machine with no compiler
-    loaded = load_model(TINY_GGUF, "cpu")
+    with caplog.at_level("WARNING", logger="specdec.engine.compute"):
+        loaded = load_model(TINY_GGUF, "cpu")
     assert loaded.choice.path == "fp32"
+    assert "the gguf kernel cannot be built here" in caplog.text, "the fallback must be said, not silent"
     with pytest.raises(ValueError, match="C kernel"):
         resolve_path("gguf", "none", "cpu", packed_source=True)
     tokens = [5, 17, 101, 3]
@@ -210,10 +217,12 @@ def test_without_the_kernel_a_gguf_model_runs_on_fp32_with_the_same_weights(monk
     assert torch.equal(logits[0], logits[1]), "gguf-py's numpy dequantizer gives the kernel's values"
 
 
-def test_tensor_parallel_shards_a_gguf_model_on_fp32():
+def test_tensor_parallel_shards_a_gguf_model_on_fp32(caplog):
     """A Q4_K row splits only at 256-column blocks, which the MLP width need not give each rank: a
     sharded GGUF model runs on fp32 weights (the same values) instead of failing."""
     from specdec.engine.runner import Collectives
 
-    loaded = load_model(TINY_GGUF, "cpu", shard=lambda model: Collectives())
+    with caplog.at_level("INFO", logger="specdec.engine.models"):
+        loaded = load_model(TINY_GGUF, "cpu", shard=lambda model: Collectives())
     assert loaded.choice.path == "fp32"
+    assert "runs on the fp32 path" in caplog.text, "the switch to fp32 must be logged"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx2 as httpx
 import openai
 import pytest
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import TINY_DRAFT, TINY_TARGET, wait_until
 
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2 as pb
@@ -32,8 +33,8 @@ TOKEN = "http-test-token"
 class Serve:
     """`specdec serve --http-port 0` as a child process; its endpoints read from its stdout."""
 
-    def __init__(self, *flags: str):
-        cmd = [sys.executable, "-m", "specdec.cli.main", "serve", "--draft-model", TINY_DRAFT, "--target-model", TINY_TARGET,
+    def __init__(self, *flags: str, draft: str = TINY_DRAFT, target: str = TINY_TARGET):
+        cmd = [sys.executable, "-m", "specdec.cli.main", "serve", "--draft-model", draft, "--target-model", target,
                "--device", "cpu", "--port", "0", "--gamma-max", "6", "--max-new-tokens-limit", "1024",
                "--http-port", "0", *flags]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -268,22 +269,24 @@ def test_a_disconnect_mid_stream_frees_the_sessions_everywhere(serve):
 
 
 def test_a_disconnect_before_a_plain_reply_cancels_it(serve):
-    """Not streamed: the client gives up after 0.3 s of a ~500-token generation; the gateway notices
-    (answering 499 to nobody, counted in its metrics) and the sessions are freed."""
+    """Not streamed: the client hangs up once its ~1000-token generation is running; the gateway
+    notices (answering 499 to nobody, counted in its metrics) and the sessions are freed."""
     def cancelled() -> float:
         text = httpx.get(serve.base_url.removesuffix("/v1") + "/metrics", timeout=5).text
         found = re.search(r'http_requests_total\{[^}]*route="/v1/completions",status="499"\} ([0-9.]+)', text)
         return float(found.group(1)) if found else 0.0
 
-    before = cancelled()
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(serve.base_url + "/completions", timeout=httpx.Timeout(30, read=0.3),
-                   json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "gamma": 3})
     assert _wait_idle(serve) == (0, 0)
-    deadline = time.monotonic() + 10
-    while cancelled() == before and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert cancelled() == before + 1
+    before = cancelled()
+    url = httpx.URL(serve.base_url)
+    body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "gamma": 3}).encode()
+    head = (f"POST {url.path}/completions HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection((url.host, url.port)) as conn:
+        conn.sendall(head + body)
+        wait_until(lambda: _live(serve)[0] > 0, 30, "the generation to start on the target")
+    assert _wait_idle(serve) == (0, 0)
+    wait_until(lambda: cancelled() == before + 1, 10, "the gateway to count the disconnect as a 499")
 
 
 def test_at_capacity_a_request_gets_429(serve):
@@ -356,7 +359,7 @@ def _children(pid: int, module: str) -> list[int]:
 
 def test_zz_health_is_503_once_the_target_is_gone(serve):
     """Last in this module: it kills the target. The orchestrator's health follows its target, and
-    /health follows the orchestrator's, answering within a second."""
+    /health follows the orchestrator's answer."""
     base = serve.base_url.removesuffix("/v1")
     assert httpx.get(base + "/health", timeout=5).status_code == 200
     (target,) = _children(serve.proc.pid, "target_service")
@@ -365,8 +368,9 @@ def test_zz_health_is_503_once_the_target_is_gone(serve):
     while (status := httpx.get(base + "/health", timeout=5).status_code) == 200 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert status == 503
-    began = time.monotonic()
-    assert httpx.get(base + "/health", timeout=5).status_code == 503 and time.monotonic() - began < 1.5
+    reply = httpx.get(base + "/health", timeout=5)
+    # The orchestrator answered NOT_SERVING itself: the 503 waited on no timeout.
+    assert (reply.status_code, reply.json()) == (503, {"status": "unavailable", "orchestrator": "NOT_SERVING"})
     with pytest.raises(openai.APIStatusError) as caught:
         serve.client().completions.create(model=MODEL, prompt=PROMPT, max_tokens=4)
     assert caught.value.status_code in (503, 504)

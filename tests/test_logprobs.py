@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -9,11 +10,12 @@ import pytest
 import torch
 from conftest import PATH_SERVICE, tiny_models
 
+from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
-from specdec.core.logprobs import row_logprobs, token_logprobs
-from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.core.logprobs import token_logprobs
+from specdec.core.sampling import SamplingParams, filtered_logits, probs_from_logits
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.runtime.server import CHANNEL_OPTIONS
@@ -45,12 +47,41 @@ def test_sampled_logprobs_are_log_p_after_the_filters():
         assert [v for _, v in lp.top] == sorted((v for _, v in lp.top), reverse=True)
 
 
+def _processed_logprobs(row: list[float], temperature: float, top_p: float) -> dict[int, float]:
+    """Temperature then top-p, written out in float64: log p of every token the filter keeps."""
+    scaled = [x / temperature for x in row]
+    top = max(scaled)
+    weights = [math.exp(x - top) for x in scaled]
+    probs = [w / sum(weights) for w in weights]
+    kept, mass = [], 0.0
+    for token in sorted(range(len(row)), key=lambda t: -probs[t]):
+        if mass >= top_p:
+            break
+        kept.append(token)
+        mass += probs[token]
+    total = sum(probs[t] for t in kept)
+    return {t: math.log(probs[t] / total) for t in kept}
+
+
 def test_rows_do_not_depend_on_their_neighbours():
-    logits = torch.randn(5, 300)
+    """A row's numbers are the same bits computed alone, among neighbours or after a shuffle, both as
+    logprobs and as the batched filter the rejection sampler applies to all γ+1 rows at once; and
+    they equal a float64 transcription of the definition."""
+    logits = torch.randn(5, 300, generator=torch.Generator().manual_seed(4))
     params = SamplingParams(temperature=0.9, top_p=0.8)
-    alone = [row_logprobs(logits[i:i + 1], params) for i in range(5)]
-    together = token_logprobs(logits, [0, 1, 2, 3, 4], params, top=4)
-    assert [lp.logprob for lp in together] == [float(a[0, i]) for i, a in enumerate(alone)]
+    tokens = [int(logits[i].argmax()) if i % 2 else int(logits[i].topk(3).indices[-1]) for i in range(5)]
+    together = token_logprobs(logits, tokens, params, top=4)
+    alone = [token_logprobs(logits[i:i + 1], tokens[i:i + 1], params, top=4)[0] for i in range(5)]
+    order = [3, 0, 4, 1, 2]
+    shuffled = token_logprobs(logits[order], [tokens[i] for i in order], params, top=4)
+    assert together == alone and [together[i] for i in order] == shuffled
+    batched = filtered_logits(logits, params)  # [5, V], as the rejection sampler computes p
+    for i in range(5):
+        assert torch.equal(batched[i:i + 1], filtered_logits(logits[i:i + 1], params))
+        assert torch.equal(batched[i].log_softmax(-1)[tokens[i]], torch.tensor(together[i].logprob))
+        want = _processed_logprobs(logits[i].tolist(), 0.9, 0.8)
+        assert abs(together[i].logprob - want[tokens[i]]) < 1e-5
+        assert [t for t, _ in together[i].top] == sorted(want, key=lambda t: -want[t])[:4]
 
 
 def _run(endpoint: str, prompt: list[int], top: int, **kw):
@@ -74,23 +105,40 @@ def _assert_close(got: list[pb.TokenLogprob], want, tol: float = 1e-5) -> None:
         assert max((abs(a - b) for a, (_, b) in zip(g.top_logprobs, w.top)), default=0.0) <= tol
 
 
+# Each way of proposing, and what a run of it must show for its rounds to have been exercised.
+PROPOSALS = {
+    "model-gamma3": (dict(gamma=3), lambda r: r.proposer == "model" and r.accepted > 0),
+    "model-adaptive": (dict(), None),  # the adaptive policy may rightly choose target-only here
+    "ngram": (dict(gamma=3, proposer="ngram"), lambda r: r.proposer == "ngram" and r.accepted > 0),
+    "hybrid": (dict(proposer="hybrid"), lambda r: r.proposer == "ngram" and r.accepted > 0),
+    "overlap": (dict(gamma=3, overlap="on"), lambda r: r.overlapped and r.accepted > 0),
+}
+
+
 @pytest.mark.parametrize("path", ["fp32", "gguf"])
-def test_greedy_logprobs_equal_target_only_under_any_gamma_and_batch(request, path):
-    """Bit-identical (protobuf float32 equality) to γ = 0, for fixed and adaptive γ and for 4 sessions
-    sharing passes; and equal to a local prefill's within 1e-5."""
+def test_greedy_logprobs_equal_target_only_under_any_gamma_proposer_and_batch(request, path):
+    """Bit-identical (protobuf float32 equality) to γ = 0 for fixed and adaptive γ, for lookups (ngram,
+    hybrid: the prompts' target-only runs are in the server's memory, so lookups find them), for rounds
+    drafted during the last verify (overlap), and for 4 sessions sharing passes; and equal to a local
+    prefill's within 1e-5."""
     stack = request.getfixturevalue({"fp32": "stack", "gguf": "gguf_stack"}[path])
     baseline = [_run(stack.endpoint, prompt, 5, gamma=0) for prompt in PROMPTS]
-    for gamma in (3, None):
-        accepted = 0
+    for name, (fields, exercised) in PROPOSALS.items():
+        rounds = []
         for prompt, want in zip(PROMPTS, baseline):
-            got = _run(stack.endpoint, prompt, 5, gamma=gamma)
+            got = _run(stack.endpoint, prompt, 5, **fields)
             assert got.token_ids == want.token_ids
-            assert got.logprobs == want.logprobs, f"logprobs changed under γ={gamma}"
-            accepted += sum(r.accepted for r in got.rounds)
-        assert gamma is None or accepted > 0, "nothing was accepted: speculation was not exercised"
+            assert got.logprobs == want.logprobs, f"logprobs changed under {name}"
+            rounds += got.rounds
+        assert exercised is None or any(map(exercised, rounds)), f"{name}: no round of its kind was accepted"
+    target = target_client(stack.target_address)
+    before = target.info()
     with ThreadPoolExecutor(4) as pool:
-        batched = list(pool.map(lambda prompt: _run(stack.endpoint, prompt, 5), PROMPTS * 2))
-    assert [r.logprobs for r in batched] == [r.logprobs for r in baseline * 2], "logprobs changed under batching"
+        batched = list(pool.map(lambda prompt: _run(stack.endpoint, prompt, 5, gamma=0), PROMPTS * 4))
+    after = target.info()
+    steps, passes = after.forward_steps - before.forward_steps, after.forward_passes - before.forward_passes
+    assert steps > passes, f"the 4 sessions never shared a pass: {steps} steps in {passes} passes"
+    assert [r.logprobs for r in batched] == [r.logprobs for r in baseline * 4], "logprobs changed under batching"
     for prompt, want in zip(PROMPTS, baseline):
         _assert_close(want.logprobs, _reference(path, prompt, want.token_ids, SamplingParams(), 5))
 

@@ -199,4 +199,7 @@ def test_a_stack_with_no_draft_model_at_all():
         baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
         lookup = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48))
         assert lookup.token_ids == baseline.token_ids
+        looked_up = [r for r in lookup.rounds if r.proposer == "ngram"]
+        assert looked_up and sum(r.accepted for r in looked_up) > 0, "the lookup never proposed an accepted token"
+        assert all(r.proposer in ("ngram", "") for r in lookup.rounds)
 

@@ -9,7 +9,7 @@ import sys
 
 import grpc
 import pytest
-from conftest import tiny_options
+from conftest import assert_speculated, tiny_options
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
@@ -71,4 +71,6 @@ def test_ray_placed_services_generate_like_target_only(stack, ray_stack):
         for gamma in (3, None):
             out = generate(running.endpoint, make_request(prompt=prompt, max_new_tokens=40, gamma=gamma))
             assert out.token_ids == reference, (prompt, gamma)
+            if gamma is not None:
+                assert_speculated(out, f"at γ={gamma} on {prompt!r}")
         assert out.stats["draft_replica"] == running.draft_addresses[0]

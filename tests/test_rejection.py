@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specdec.core.errors import InvalidArgument
-from specdec.core.rejection import Verdict, residual, verify_greedy, verify_sampled
+from specdec.core.rejection import Verdict, verify_greedy, verify_sampled
 from specdec.core.sampling import SamplingParams, probs_from_logits
 
 V = 8
@@ -121,6 +121,19 @@ def test_point_mass_proposer_is_lossless():
     assert 0.5 * (hist - p[0]).abs().sum().item() < tv_bound(samples)
 
 
+def residual_reference(p: torch.Tensor, q: torch.Tensor | None, rejected: int) -> torch.Tensor:
+    """norm(max(0, p − q)) written out element by element; a point-mass q (None) removes the rejected token."""
+    values = p.tolist()
+    if q is None:
+        rest = [0.0 if i == rejected else v for i, v in enumerate(values)]
+    else:
+        rest = [max(v - w, 0.0) for v, w in zip(values, q.tolist(), strict=True)]
+    if sum(rest) <= 0:  # p == q: the rejection had probability 0 up to rounding
+        return p
+    rest = torch.tensor(rest, dtype=torch.float32)
+    return rest / rest.sum()
+
+
 def verify_reference(
     draft_tokens: list[int],
     draft_probs: torch.Tensor | None,
@@ -136,7 +149,7 @@ def verify_reference(
         if u[i] < p / q:
             continue
         q_row = None if draft_probs is None else draft_probs[i]
-        last = residual(target_probs[i], q_row, x)
+        last = residual_reference(target_probs[i], q_row, x)
         final = int(torch.multinomial(last, 1, generator=generator).item())
         return Verdict(list(draft_tokens[:i]) + [final], i)
     final = int(torch.multinomial(target_probs[gamma], 1, generator=generator).item())

@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 import torch
-from conftest import TINY_TARGET, tiny_options
+from conftest import TINY_TARGET, Worker, assert_speculated, tiny_options
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from protos import specdec_pb2 as pb
@@ -67,8 +67,9 @@ def test_sharded_logits_match_unsharded_through_the_kv_cache():
     got = dict((rank, (logits, size)) for rank, logits, size in (results.get(timeout=120) for _ in procs))
     for proc in procs:
         proc.join(30)
+    assert [proc.exitcode for proc in procs] == [0, 0]
     for rank in (0, 1):
-        for step, (want, have) in enumerate(zip(expected, got[rank][0])):
+        for step, (want, have) in enumerate(zip(expected, got[rank][0], strict=True)):
             torch.testing.assert_close(torch.from_numpy(have), want, rtol=1e-4, atol=1e-5, msg=f"rank {rank}, step {step}")
     # Each rank keeps half of every attention and MLP projection and of the LM head; embeddings and
     # norms stay whole.
@@ -108,8 +109,10 @@ def tp_stack():
 def test_tp2_greedy_matches_tp1_and_target_only(stack, tp_stack, gamma):
     for prompt in PROMPTS:
         reference = generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=0)).token_ids
-        tp2 = generate(tp_stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=gamma)).token_ids
-        assert tp2 == reference, f"γ={gamma}, prompt {prompt!r}"
+        tp2 = generate(tp_stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=gamma))
+        assert tp2.token_ids == reference, f"γ={gamma}, prompt {prompt!r}"
+        if gamma:
+            assert_speculated(tp2, f"at γ={gamma} on {prompt!r}")
 
 
 def test_tp2_logprobs_do_not_change_under_speculation(tp_stack):
@@ -117,6 +120,7 @@ def test_tp2_logprobs_do_not_change_under_speculation(tp_stack):
     runs = [generate(tp_stack.endpoint, make_request(prompt=PROMPTS[0], max_new_tokens=24, gamma=gamma,
                                                      top_logprobs=3)) for gamma in (0, 3)]
     assert runs[0].token_ids == runs[1].token_ids and len(runs[0].logprobs) == 24
+    assert_speculated(runs[1])
     assert runs[0].logprobs == runs[1].logprobs
 
 
@@ -136,7 +140,7 @@ def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
         while not done.is_set():
             snapshots.append([(r.live_sessions, r.cached_tokens) for r in _target_info(tp_stack).ranks])
 
-    poller = threading.Thread(target=poll)
+    poller = Worker(poll)
     poller.start()
     try:
         for prompt in PROMPTS:
@@ -147,7 +151,7 @@ def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
             stream.cancel()
     finally:
         done.set()
-        poller.join()
+        poller.join(60)
     assert any(s[0][0] for s in snapshots), "no snapshot saw a live session"
     assert all(s[0] == s[1] for s in snapshots), [s for s in snapshots if s[0] != s[1]][:3]
     deadline = time.monotonic() + 10

@@ -9,7 +9,8 @@ A spec is one of:
 - "tiny:key=value,...": a tiny randomly initialised Qwen2 model built in code (tests).
   Keys: seed, layers, hidden, heads, kv_heads, vocab, ctx, perturb (relative weight noise,
   seeded by perturb_seed, used to make a draft that disagrees with its target now and then),
-  gguf (1: weights quantized as a Q4_K_M file would be, so that the model is a GGUF source).
+  gguf (1: weights quantized as a Q4_K_M file would be, so that the model is a GGUF source),
+  eos (a token id that ends generation; -1, the default, for none).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from specdec.weights.sources import model_path
 log = logging.getLogger(__name__)
 
 TINY_DEFAULTS = {"seed": 0, "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 260,
-                 "ctx": 512, "perturb": 0.0, "perturb_seed": 1, "gguf": 0}
+                 "ctx": 512, "perturb": 0.0, "perturb_seed": 1, "gguf": 0, "eos": -1}
 
 
 @dataclass(frozen=True)
@@ -163,7 +164,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
         path = "fp32"
         model = load_hf_model(spec, dev, WEIGHT_DTYPE[path])
     config = model.config
-    eos = () if spec.startswith("tiny:") else _eos_ids(model)
+    eos = _tiny_eos(spec) if spec.startswith("tiny:") else _eos_ids(model)
     collectives = shard(model) if shard is not None else None
     runner, choice = build_runner(model, path, max_tokens, collectives)
     return LoadedModel(runner, choice, spec, config.vocab_size, config.max_position_embeddings, eos, dev)
@@ -179,6 +180,11 @@ def _into_private_memory(model: torch.nn.Module) -> None:
     with torch.no_grad():
         for tensor in itertools.chain(model.parameters(), model.buffers()):
             tensor.data = tensor.data.clone()
+
+
+def _tiny_eos(spec: str) -> tuple[int, ...]:
+    eos = parse_tiny_spec(spec)["eos"]
+    return () if eos < 0 else (eos,)
 
 
 def _eos_ids(model) -> tuple[int, ...]:

@@ -238,14 +238,17 @@ class ClientGone(Exception):
 
 
 async def health(request: Request) -> Response:
-    """200 while the orchestrator reports SERVING (within a second), 503 otherwise."""
+    """200 while the orchestrator reports SERVING (within a second), 503 otherwise; `orchestrator` says
+    what it answered (a health status), or the gRPC code of its failure to answer."""
     gateway: Gateway = request.app.state.gateway
     try:
         reply = await gateway.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=HEALTH_TIMEOUT_S)
-        serving = reply.status == health_pb2.HealthCheckResponse.SERVING
-    except grpc.RpcError:
-        serving = False
-    return JSONResponse({"status": "ok" if serving else "unavailable"}, 200 if serving else 503)
+        answer = health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+    except grpc.RpcError as exc:
+        answer = exc.code().name
+    serving = answer == "SERVING"
+    return JSONResponse({"status": "ok" if serving else "unavailable", "orchestrator": answer},
+                        200 if serving else 503)
 
 
 async def prometheus(request: Request) -> Response:
