@@ -174,13 +174,14 @@ def test_cost_profile_measures_every_size(monkeypatch):
     rng = torch.Generator().manual_seed(3)
 
     def forward(steps):
-        (step,) = steps
-        size, before = len(step.tokens), step.cache.length
+        size, before = sum(len(s.tokens) for s in steps), {s.cache.length for s in steps}
         out = real_forward(steps)
-        if before == 0:  # the prefix
-            assert size == PROFILE_CONTEXT
+        if before == {0}:  # a prefix
+            assert [len(s.tokens) for s in steps] == [PROFILE_CONTEXT]
             return out
-        assert before == PROFILE_CONTEXT and step.logits == size, "a timed forward must follow the prefix alone"
+        assert before == {PROFILE_CONTEXT} and all(s.logits == len(s.tokens) <= 4 for s in steps), \
+            "a timed forward must follow the prefix alone, in sessions of at most max_tokens"
+        assert len({id(s.cache) for s in steps}) == len(steps) == -(-size // 4)
         cost = 1e-3 * size * (1 + float(torch.rand((), generator=rng)))  # noisy, so "best of" matters
         timed.setdefault(size, []).append(cost)
         clock[0] += cost

@@ -16,15 +16,16 @@ from specdec.runtime.model_service import ModelServiceConfig
 from specdec.runtime.options import add_options, from_options
 from specdec.runtime.security import add_security_args, security_flags
 
-STACK_SERVICE_OPTIONS = ("device", "dtype", "quantize", "log_level", "otlp_endpoint", "trace_file")  # both models
+STACK_SERVICE_OPTIONS = ("device", "dtype", "quantize", "runner", "context", "log_level", "otlp_endpoint",
+                         "trace_file")  # both models
 
 
 def add_stack_args(parser: argparse.ArgumentParser) -> None:
     """Models, compute path, the orchestrator's settings, telemetry and security of a local stack."""
     parser.add_argument("--draft-model", default=StackOptions.draft_model,
-                        help="packaged:draft (default), a Hugging Face folder, a .gguf file or tiny:...")
+                        help="packaged:draft (default), a Hugging Face folder, a .gguf file, synthetic:draft or tiny:...")
     parser.add_argument("--target-model", default=StackOptions.target_model,
-                        help="packaged:target (default), a Hugging Face folder, a .gguf file or tiny:...")
+                        help="packaged:target (default), a Hugging Face folder, a .gguf file, synthetic:target or tiny:...")
     add_options(parser, ModelServiceConfig, only=STACK_SERVICE_OPTIONS,
                 defaults={"log_level": StackOptions.service.log_level})
     parser.add_argument("--target-tp", type=int, default=StackOptions.target_tp,

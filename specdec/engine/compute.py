@@ -100,10 +100,30 @@ def choose_fp32_kernel(model: nn.Module, max_tokens: int) -> tuple[str, dict[str
     return fastest, seconds
 
 
+RUNNERS = ("auto", "ragged", "static")
+
+
+def resolve_runner(runner: str, device: torch.device | str, path: str) -> str:
+    """auto: "static" (`specdec.engine.static`: KV pool, fixed shapes, CUDA graphs) on CUDA, "ragged"
+    (`specdec.engine.runner`) on CPU, whose kernels are row-invariant at any row count."""
+    if runner not in RUNNERS:
+        raise ValueError(f"unknown runner {runner!r}; choose {', '.join(RUNNERS)}")
+    if runner == "static" and path == "gguf":
+        raise ValueError("the static runner runs dense weights; the gguf path runs on the ragged runner")
+    if runner == "auto":
+        return "static" if torch.device(device).type == "cuda" else "ragged"
+    return runner
+
+
 def build_runner(model: nn.Module, path: str, max_tokens: int = GAMMA_MAX + 1,
-                 collectives: Collectives | None = None) -> tuple[ModelRunner, PathChoice]:
-    """Rebuild `model`'s linear layers for `path` (measuring where there is a choice)."""
+                 collectives: Collectives | None = None, runner: str = "ragged", slots: int = 64,
+                 context: int = 0) -> tuple[ModelRunner, PathChoice]:
+    """Rebuild `model`'s linear layers for `path` (measuring where there is a choice), on the
+    "ragged" or "static" runner (`resolve_runner`); the static one gets `slots` sessions of `context`
+    positions (0: its default) and decode pieces of `max_tokens` rows."""
     device = torch.device("cpu") if path == "gguf" else next(model.parameters()).device
+    if runner == "static":
+        return _build_static(model, path, max_tokens, collectives, slots, context, device)
     described = describe_device(device)
     kernel, seconds = "dense", {}
     if device.type == "cpu":
@@ -136,3 +156,19 @@ def runner_kernel_name(runner: ModelRunner) -> str:
     kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
     formats = dict.fromkeys(f for k in [*kernels, runner.lm_head] for f in k.name.removeprefix("gguf-").split("+"))
     return "gguf-" + "+".join(sorted(formats))
+
+
+def _build_static(model: nn.Module, path: str, max_tokens: int, collectives: Collectives | None, slots: int,
+                  context: int, device: torch.device) -> tuple[ModelRunner, PathChoice]:
+    from specdec.engine.static.runner import DEFAULT_CONTEXT, StaticRunner
+
+    # On CPU the static runner is for tests of its logic; oneDNN keeps fp32 rows invariant there.
+    kernel = "onednn" if device.type == "cpu" and path == "fp32" and torch.backends.mkldnn.is_available() else "dense"
+    runner = StaticRunner(model, path, collectives, slots=slots, context=context or DEFAULT_CONTEXT,
+                          rows=max_tokens, fp32_kernel=kernel)
+    runner.capture()
+    name = f"static-{kernel}" + ("-compiled" if runner.compiled else "") + ("-graphs" if runner.graphs is not None else "")
+    choice = PathChoice(path, name, describe_device(device), device.type == "cuda" or path == "fp32")
+    log.info("compute path %s on the static runner (%s), %d slots of %d positions (%.0f MiB of KV), on %s",
+             path, name, slots, runner.max_context, runner.pool.slot_bytes() * (slots + 1) / 2**20, choice.device)
+    return runner, choice

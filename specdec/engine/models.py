@@ -6,6 +6,8 @@ A spec is one of:
 - a local .gguf file, or a folder holding one .gguf beside its config.json and tokenizer (the
   packaged pair): a GGUF source, whose weights the "gguf" path keeps in their blocks
   (`specdec.engine.gguf_model`) and the float32 path dequantizes to the same values;
+- "synthetic:draft|target,...": random weights in the packaged pair's shapes (or a small pair), the
+  draft's agreement with the target set by one number (`specdec.engine.synthetic`), for benchmarks;
 - "tiny:key=value,...": a tiny randomly initialised Qwen2 model built in code (tests).
   Keys: seed, layers, hidden, heads, kv_heads, vocab, ctx, perturb (relative weight noise,
   seeded by perturb_seed, used to make a draft that disagrees with its target now and then),
@@ -23,9 +25,10 @@ from typing import Callable
 
 import torch
 
-from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path
+from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.runner import Collectives, ModelRunner
+from specdec.engine.synthetic import build_synthetic_model, is_synthetic
 from specdec.planning.controller import GAMMA_MAX
 from specdec.weights.sources import model_path
 
@@ -102,6 +105,8 @@ def gguf_file(spec: str) -> Path | None:
 
 
 def is_packed_source(spec: str) -> bool:
+    if is_synthetic(spec):
+        return False
     return parse_tiny_spec(spec)["gguf"] == 1 if spec.startswith("tiny:") else gguf_file(spec) is not None
 
 
@@ -123,6 +128,8 @@ def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = t
 
     if spec.startswith("tiny:"):
         return build_tiny_model(spec).to(weight_dtype).to(device).eval()
+    if is_synthetic(spec):
+        return build_synthetic_model(spec, device, weight_dtype)
     path, file = model_path(spec), gguf_file(spec)
     kwargs = {"dtype": weight_dtype, "local_files_only": True}
     if file is not None:
@@ -144,14 +151,20 @@ def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = t
 
 
 def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: str = "none",
-               shard: Callable[[torch.nn.Module], Collectives] | None = None, max_tokens: int = GAMMA_MAX + 1) -> LoadedModel:
+               shard: Callable[[torch.nn.Module], Collectives] | None = None, max_tokens: int = GAMMA_MAX + 1,
+               runner: str = "auto", slots: int = 64, context: int = 0) -> LoadedModel:
     """Load `spec` and build its runner on the compute path the flags name (`specdec.engine.compute`).
 
     shard: for tensor parallelism, slices the loaded model in place and returns its collectives.
-    max_tokens: the largest forward the fp32 kernel race weighs (γ_max + 1).
+    max_tokens: the largest forward the fp32 kernel race weighs (γ_max + 1), and the static runner's
+    decode rows. runner: "auto", "ragged" or "static" (`resolve_runner`); slots and context size the
+    static runner's KV pool.
     """
     dev = resolve_device(device)
     path = resolve_path(dtype, quantize, dev, is_packed_source(spec))
+    if runner == "auto" and path == "gguf":
+        runner = "ragged"
+    runner = resolve_runner(runner, dev, path)
     if path == "gguf" and shard is not None:
         log.info("tensor parallelism shards float32 weights: this GGUF model runs on the fp32 path")
         path = "fp32"  # a Q4_K row splits only at 256-column blocks, which the MLP width need not have
@@ -164,10 +177,10 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
         path = "fp32"
         model = load_hf_model(spec, dev, WEIGHT_DTYPE[path])
     config = model.config
-    eos = _tiny_eos(spec) if spec.startswith("tiny:") else _eos_ids(model)
+    eos = _tiny_eos(spec) if spec.startswith("tiny:") else () if is_synthetic(spec) else _eos_ids(model)
     collectives = shard(model) if shard is not None else None
-    runner, choice = build_runner(model, path, max_tokens, collectives)
-    return LoadedModel(runner, choice, spec, config.vocab_size, config.max_position_embeddings, eos, dev)
+    built, choice = build_runner(model, path, max_tokens, collectives, runner, slots, context)
+    return LoadedModel(built, choice, spec, config.vocab_size, built.max_context, eos, dev)
 
 
 def _into_private_memory(model: torch.nn.Module) -> None:

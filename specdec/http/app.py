@@ -109,11 +109,12 @@ def served_name(spec: str) -> str:
     """The id a model spec is served under: the packaged model's name, or a path's file or folder name."""
     from specdec.weights import PACKAGED_PREFIX
     from specdec.weights.packaged import BUNDLE_DIR, PACKAGED
+    from specdec.weights.sources import BUILT_IN
 
     if spec.startswith(PACKAGED_PREFIX):
         packaged = PACKAGED.get(spec.removeprefix(PACKAGED_PREFIX))
         return packaged.name if packaged else spec
-    if spec.startswith("tiny:"):
+    if spec.startswith(BUILT_IN):
         return spec
     parts = spec.rstrip("/").rsplit("/", 2)
     if len(parts) == 3 and parts[-1] == BUNDLE_DIR:  # a packaged model's folder: <cache>/<name>/bundle

@@ -39,14 +39,19 @@ log = logging.getLogger(__name__)
 class ModelServiceConfig(ServerConfig):
     """A draft or target service's settings; each field with `option` is also its flag."""
 
-    model: str = option("", "packaged:draft|packaged:target, a Hugging Face folder, a .gguf file or tiny:... "
-                            "(the draft service also takes `lookup`: no model, n-gram lookups)")
+    model: str = option("", "packaged:draft|packaged:target, a Hugging Face folder, a .gguf file, "
+                            "synthetic:draft|target or tiny:... (the draft service also takes `lookup`: no model, "
+                            "n-gram lookups)")
     security: Security = Security()
     device: str = option("auto", "auto (CUDA when present), cpu, cuda, cuda:N")
     dtype: str = option("auto", "auto (on CPU: gguf for a GGUF model, else fp32; bf16 on CUDA), float32, bfloat16, "
                                 "float16, gguf (a GGUF model's own weight blocks, exact float32 arithmetic)")
     quantize: str = option("none", "int8: the fast, lossy CPU path (int8 weights, per-token int8 activations; "
                                    "see docs/PERFORMANCE.md)", choices=("none", "int8"))
+    runner: str = option("auto", "auto (static on CUDA, ragged on CPU), ragged (any shape, per-session caches) or "
+                                 "static (a preallocated KV pool, fixed shapes, CUDA graphs on a GPU)",
+                         choices=("auto", "ragged", "static"))
+    context: int = option(0, "with the static runner: positions per session in its KV pool (0 = min(model's, 4096))")
     profile_tokens: int = option(GAMMA_MAX + 1, "at start-up, time forwards of 1..N new tokens (the cost profile the "
                                                 "γ controller plans with; γ_max + 1)")
     profile_cache: str = option("auto", "folder that keeps measured cost profiles per model, path and CPU, so a "
@@ -112,7 +117,8 @@ def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: st
                 shard=None) -> Engine:
     """The model of `config` on its compute path, in an engine with the configured limits."""
     loaded = load_model(weights.resolve(config.model), device or config.device, config.dtype, config.quantize,
-                        shard=shard, max_tokens=config.profile_tokens)
+                        shard=shard, max_tokens=config.profile_tokens, runner=config.runner,
+                        slots=config.max_sessions, context=config.context)
     return engine_cls(loaded, max_sessions=config.max_sessions, gamma_max=config.gamma_max)
 
 

@@ -24,6 +24,9 @@ def import_model_code() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2ForCausalLM  # noqa: F401
 
 
+BUILT_IN = ("tiny:", "synthetic:")  # models built in code (`specdec.engine.models`): the byte tokenizer
+
+
 def build_byte_tokenizer():
     """A byte-level tokenizer built in code: ids 0-255 are bytes, 256 is <|endoftext|>; a ChatML
     chat template."""
@@ -56,7 +59,7 @@ def gpt2_byte_chars() -> dict[int, str]:
 def load_tokenizer(spec: str):
     from transformers import AutoTokenizer
 
-    if spec.startswith("tiny:"):
+    if spec.startswith(BUILT_IN):
         return build_byte_tokenizer()
     path = model_path(spec)
     if path.suffix == ".gguf":

@@ -1,0 +1,180 @@
+"""`StaticRunner`: `ModelRunner`'s model and kernels, run at fixed shapes over a preallocated KV pool.
+
+Every pass is cut into segments of at most `rows` tokens (γ_max + 1): a draft step or a verify block
+is one segment, a prompt several consecutive ones. Segments are packed into pieces of shape
+[sessions, rows] with sessions ∈ `SESSION_BUCKETS`, padded with zero tokens and with scratch
+segments. Consecutive segments of one prompt may share a piece: every segment's keys and values are
+written before any row attends, so a later segment sees an earlier one's.
+
+A token's logits therefore come from one kernel sequence whatever γ, the batch, the prompt's
+chunking or the other sessions: a one-token step and a γ+1 verify run the same kernels, and rows
+never mix inside a kernel (each output row is its own dot products, each query row its own softmax).
+On CUDA each bucket is a CUDA graph captured at start-up (`graphs.GraphBank`) and replayed: one
+launch per piece instead of hundreds. Opt-in (SPECDEC_STATIC_COMPILE=1), the piece runs through
+torch.compile with dynamic shapes, and the smallest bucket is two segments, so that no piece is the
+size-1 case a compiler specialises apart. On CPU the same code runs eagerly.
+
+Attention reads each segment's slot (all of it, masked to key position ≤ query position) through
+`scaled_dot_product_attention`; padding rows write past their session's length, where the next real
+token overwrites them before anything reads them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.engine.runner import Collectives, ModelRunner, Step
+from specdec.engine.static.graphs import GraphBank
+from specdec.engine.static.pool import KVPool, SlotCache
+
+log = logging.getLogger(__name__)
+
+SESSION_BUCKETS = (2, 4, 8)  # segments per piece (and 1 when not compiled)
+DEFAULT_CONTEXT = 4096  # positions per slot unless the model's context is shorter
+
+
+@dataclass
+class _Segment:
+    step: int  # index of its step in the pass
+    slot: int
+    start: int  # position of its first token
+    tokens: list[int]
+
+
+class StaticRunner(ModelRunner):
+    """slots: sessions the pool holds; context: positions per session (capped at the model's);
+    rows: tokens per segment (γ_max + 1, so a verify is one segment); graphs: capture CUDA graphs (default: on CUDA);
+    compile: run the piece through torch.compile (default: with graphs, unless SPECDEC_STATIC_COMPILE=0)."""
+
+    def __init__(self, model: nn.Module, path: str = "bf16", collectives: Collectives | None = None,
+                 slots: int = 64, context: int = DEFAULT_CONTEXT, rows: int = 9,
+                 fp32_kernel: str = "dense", graphs: bool | None = None, compile: bool | None = None):
+        super().__init__(model, path, fp32_kernel=fp32_kernel, collectives=collectives)
+        self.max_context = min(self.max_context, context)
+        self.rows = rows
+        self.gqa = self.heads != self.kv_heads  # a Python bool: a traced comparison of ints would not be
+        self.pool = KVPool(len(self.layers), slots, self.max_context + self.rows, self.kv_heads, self.head_dim,
+                           self.act_dtype, self.device)
+        use_graphs = self.device.type == "cuda" if graphs is None else graphs
+        if compile is None:
+            compile = use_graphs and os.environ.get("SPECDEC_STATIC_COMPILE", "0") == "1"
+        # torch.compile would fuse the norms, rotary embeddings, activations and residual adds, with
+        # dynamic shapes giving every bucket the same kernels; measured on an H100 it made the target's
+        # step 2.5x slower (the pool's in-place writes), so it is opt-in until that is solved.
+        piece = torch.compile(self._piece, dynamic=True) if compile else self._piece
+        self.compiled = compile
+        # Compiled, a bucket of one would be specialised apart; eager, cuBLAS gave the same row bits
+        # for 1..72 rows at these shapes (tested on the GPU: tests/test_cuda.py).
+        self.session_buckets = SESSION_BUCKETS if compile else (1, *SESSION_BUCKETS)
+        self.graphs = GraphBank(piece) if use_graphs else None
+        self.vocab = self.embed.num_embeddings
+
+    # -- caches --------------------------------------------------------------------------
+    def new_cache(self) -> SlotCache:
+        return self.pool.allocate(self.max_context)
+
+    def shapes(self) -> list[tuple[int, int]]:
+        """Every piece shape a pass can use: (segments, rows)."""
+        return [(b, self.rows) for b in self.session_buckets]
+
+    @torch.inference_mode()
+    def capture(self) -> None:
+        """Capture every shape's graph now (on scratch rows), so no request pays for a capture."""
+        if self.graphs is None:
+            return
+        for sessions, rows in self.shapes():
+            self.graphs.capture(*self._inputs([], sessions))
+        torch.cuda.synchronize(self.device)
+        log.info("captured %d CUDA graphs: %s", len(self.graphs), self.shapes())
+
+    # -- the forward pass ------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward(self, steps: list[Step]) -> list[torch.Tensor]:
+        """As `ModelRunner.forward`: each step's logits [step.logits, V] float32; caches grow."""
+        lengths = [len(s.tokens) for s in steps]
+        assert all(n > 0 for n in lengths) and all(0 <= s.logits <= n for s, n in zip(steps, lengths))
+        assert len({id(s.cache) for s in steps}) == len(steps), "steps must use distinct caches"
+        for step, n in zip(steps, lengths):
+            step.cache.reserve(step.cache.length + n)
+        segments = [_Segment(i, step.cache.slot, step.cache.length + begin, step.tokens[begin:begin + self.rows])
+                    for i, step in enumerate(steps) for begin in range(0, len(step.tokens), self.rows)]
+        rows: list[list[torch.Tensor]] = [[] for _ in steps]  # per step, its segments' logits in order
+        largest = self.session_buckets[-1]
+        for begin in range(0, len(segments), largest):
+            piece = segments[begin:begin + largest]
+            logits = self._run(piece)  # [B, rows, V]
+            for b, segment in enumerate(piece):
+                rows[segment.step].append(logits[b, :len(segment.tokens)])
+        out = []
+        for step, n, parts in zip(steps, lengths, rows):
+            step.cache.length += n
+            tail, kept = step.logits, []
+            for part in reversed(parts):  # the last `logits` rows, from as many segments as they span
+                if tail <= 0:
+                    break
+                kept.insert(0, part[-tail:].clone() if tail < len(part) else part.clone())
+                tail -= len(part)
+            out.append(torch.cat(kept) if kept else torch.empty(0, self.vocab, device=self.device))
+        return out
+
+    def _inputs(self, piece: list[_Segment], sessions: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """ids, positions [sessions, rows] and slots [sessions] on the device; scratch past the piece."""
+        ids = torch.zeros(sessions, self.rows, dtype=torch.long)
+        positions = torch.arange(self.rows).repeat(sessions, 1)
+        slots = torch.full((sessions,), self.pool.scratch, dtype=torch.long)
+        for b, segment in enumerate(piece):
+            ids[b, :len(segment.tokens)] = torch.tensor(segment.tokens)
+            positions[b] += segment.start
+            slots[b] = segment.slot
+        return tuple(t.to(self.device, non_blocking=True) for t in (ids, positions, slots))
+
+    def _run(self, piece: list[_Segment]) -> torch.Tensor:
+        """One piece padded to its bucket: logits [bucket, rows, V] float32 (on CUDA the graph's own
+        output, valid until that graph's next replay)."""
+        sessions = next(b for b in self.session_buckets if b >= len(piece))
+        inputs = self._inputs(piece, sessions)
+        return self.graphs.run(*inputs) if self.graphs is not None else self._piece(*inputs)
+
+    def _piece(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        """ids, positions: [B, S]; slots: [B] -> logits [B, S, V] float32. Static shapes, no host sync."""
+        B, S = ids.shape
+        h = self.embed(ids.reshape(-1))[None].to(self.act_dtype)  # [1, B·S, hidden]
+        cos, sin = self.rotary(h, positions.reshape(1, -1))
+        keys = torch.arange(self.pool.length, device=ids.device)
+        visible = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, L]
+        for index, layer in enumerate(self.layers):
+            h = h + self._attention(index, layer, h, cos, sin, positions, slots, visible)
+            mlp_in = layer.post_norm(h)[0]  # [B·S, hidden]
+            gate, up = layer.gate_up(mlp_in).chunk(2, dim=-1)
+            h = h + self.collectives.all_reduce(layer.down(layer.act(gate) * up))[None]
+        logits = self.collectives.gather_vocab(self.lm_head(self.norm(h[0])).float())  # [B·S, V]
+        return logits.view(B, S, -1)
+
+    def _attention(self, index: int, layer, h: torch.Tensor, cos, sin, positions: torch.Tensor,
+                   slots: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+        D, H, KV = self.head_dim, self.heads, self.kv_heads
+        B, S = positions.shape
+        qkv = layer.qkv(layer.input_norm(h)[0])  # [B·S, (H + 2·KV)·D]
+        q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
+        q, k = q.view(B * S, H, D), k.view(B * S, KV, D)
+        if layer.q_norm is not None:
+            q, k = layer.q_norm(q), layer.k_norm(k)
+        q, k = self.apply_rotary(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)  # [1, H|KV, B·S, D]
+        q = q[0].view(H, B, S, D).transpose(0, 1)  # [B, H, S, D]
+        k = k[0].view(KV, B, S, D).permute(1, 2, 0, 3)  # [B, S, KV, D]
+        pool_keys, pool_values = self.pool.keys[index], self.pool.values[index]  # [slots + 1, L, KV, D]
+        where = (slots[:, None].expand(B, S), positions)
+        pool_keys.index_put_(where, k.to(pool_keys.dtype))
+        pool_values.index_put_(where, v.view(B, S, KV, D).to(pool_values.dtype))
+        keys = pool_keys[slots].transpose(1, 2)  # [B, KV, L, D]
+        values = pool_values[slots].transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=self.scale,
+                                             enable_gqa=self.gqa)  # [B, H, S, D]
+        out = out.transpose(1, 2).reshape(B * S, H * D)
+        return self.collectives.all_reduce(layer.out(out.to(h.dtype)))[None]

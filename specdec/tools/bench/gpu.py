@@ -1,0 +1,196 @@
+"""`specdec bench --gpu`: the GPU path in one command, on a host that can download nothing.
+
+On the synthetic pair by default (`specdec.engine.synthetic`: the packaged pair's shapes, random
+weights, the draft's greedy agreement set by eps), all in one run on one device:
+1. each model's step curve on the static runner (CUDA graphs) for S = 1..γ_max+1 and shared passes,
+   the ragged runner's one-token step beside it, and the floor: weight bytes ÷ measured bandwidth;
+2. teacher-forced greedy agreement of the draft with the target;
+3. Hugging Face `generate` on the target, eager and with a static cache compiled (CUDA graphs), each
+   prompt warmed once so that compilation is not timed;
+4. through the services: target-only, fixed γ and adaptive, one user, with α, accepted length, c,
+   per-round overhead and identity with target-only; then 8 users at once, target-only and adaptive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from specdec.cli.client import generate, make_request
+from specdec.engine.models import load_hf_model, load_model
+from specdec.engine.runner import Step
+from specdec.planning.cost import PROFILE_CONTEXT, batch_sizes
+from specdec.tools.bench.concurrency import run_level
+from specdec.tools.bench.speed import load_prompts, print_table, run_configs, service_infos, summarise, warm_up
+
+SYNTHETIC_DRAFT, SYNTHETIC_TARGET = "synthetic:draft", "synthetic:target"
+
+
+def bandwidth_bytes_per_s(device: torch.device, size: int = 2**30) -> float:
+    """Device memory bandwidth from a large copy (bytes read plus bytes written, per second)."""
+    src = torch.empty(size, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    torch.cuda.synchronize(device)
+    began = time.perf_counter()
+    for _ in range(10):
+        dst.copy_(src)
+    torch.cuda.synchronize(device)
+    return 2 * 10 * size / (time.perf_counter() - began)
+
+
+def time_forward(runner, sizes: list[int], rows: int, repeats: int = 20) -> list[float]:
+    """Median seconds of one pass of `size` tokens (sessions of at most `rows`) after a PROFILE_CONTEXT prefix."""
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, runner.embed.num_embeddings, (PROFILE_CONTEXT + rows,), generator=gen).tolist()
+    caches = [runner.new_cache() for _ in range(-(-max(sizes) // rows))]
+    for cache in caches:
+        runner.forward([Step(cache, tokens[:PROFILE_CONTEXT])])
+    out = []
+    for size in sizes:
+        shares = [rows] * (size // rows) + ([size % rows] if size % rows else [])
+        times = []
+        for _ in range(repeats):
+            steps = [Step(c, tokens[PROFILE_CONTEXT:PROFILE_CONTEXT + n], logits=1) for c, n in zip(caches, shares)]
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            runner.forward(steps)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - began)
+            for cache in caches:
+                cache.crop(PROFILE_CONTEXT)
+        out.append(statistics.median(times))
+    return out
+
+
+def step_curves(args, rows: int) -> dict:
+    device = torch.device("cuda")
+    bandwidth = bandwidth_bytes_per_s(device)
+    sizes = batch_sizes(rows, 8 * rows)
+    curves = {"bandwidth_GBps": round(bandwidth / 1e9, 1), "sizes": sizes}
+    for role, spec in (("draft", args.draft_model), ("target", args.target_model)):
+        began = time.perf_counter()
+        static = load_model(spec, "cuda", runner="static", slots=8, max_tokens=rows).runner
+        start_s = time.perf_counter() - began
+        floor = static.weight_bytes() / bandwidth
+        curve = time_forward(static, sizes, rows)
+        del static
+        gc.collect()
+        ragged = load_model(spec, "cuda", runner="ragged", max_tokens=rows).runner
+        ragged_step = time_forward(ragged, [1], rows)[0]
+        del ragged
+        gc.collect()
+        torch.cuda.empty_cache()
+        curves[role] = {"static_ms": [round(1e3 * s, 3) for s in curve], "ragged_step_ms": round(1e3 * ragged_step, 3),
+                        "floor_ms": round(1e3 * floor, 3), "static_start_s": round(start_s, 1)}
+        print(f"{role}: floor {1e3 * floor:.2f} ms; ragged runner S=1 {1e3 * ragged_step:.2f} ms; static runner "
+              f"(start {start_s:.0f} s) " + ", ".join(f"S={s} {1e3 * t:.2f} ms" for s, t in zip(sizes, curve)),
+              flush=True)
+    return curves
+
+
+@torch.inference_mode()
+def agreement(args, prompts: list[str], n: int) -> float:
+    """Teacher-forced greedy agreement: the share of the target's greedy tokens the draft also picks."""
+    from specdec.weights.sources import load_tokenizer
+
+    tokenizer = load_tokenizer(args.target_model)
+    target = load_model(args.target_model, "cuda", runner="static", slots=2).runner
+    draft = load_model(args.draft_model, "cuda", runner="static", slots=2).runner
+    same = total = 0
+    for prompt in prompts:
+        ids = tokenizer(prompt).input_ids
+        t_cache, d_cache = target.new_cache(), draft.new_cache()
+        t_logits, d_logits = target.forward([Step(t_cache, ids)])[0], draft.forward([Step(d_cache, ids)])[0]
+        for _ in range(n):
+            token = int(t_logits[-1].argmax())
+            same += int(d_logits[-1].argmax()) == token
+            total += 1
+            t_logits, d_logits = target.forward([Step(t_cache, [token])])[0], draft.forward([Step(d_cache, [token])])[0]
+    del target, draft
+    gc.collect()
+    torch.cuda.empty_cache()
+    return same / total
+
+
+def hf_generate(args, prompts: list[str], n: int, compiled: bool) -> dict:
+    """Hugging Face `generate` on the target in bf16; compiled: a static cache and torch.compile."""
+    from specdec.weights.sources import load_tokenizer
+
+    tokenizer = load_tokenizer(args.target_model)
+    model = load_hf_model(args.target_model, torch.device("cuda"), torch.bfloat16)
+    kwargs = dict(do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
+    if compiled:
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    tokens = seconds = 0.0
+    outputs = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids.cuda()
+        with torch.inference_mode():
+            model.generate(ids, **kwargs)  # warm: compiles for this prompt length
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            out = model.generate(ids, **kwargs)
+            torch.cuda.synchronize()
+        seconds += time.perf_counter() - began
+        tokens += out.shape[1] - ids.shape[1]
+        outputs.append(out[0, ids.shape[1]:].tolist())
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return {"tokens_per_s": round(tokens / seconds, 2), "outputs": outputs}
+
+
+def run_gpu_bench(args: argparse.Namespace) -> int:
+    from specdec.cli.options import stack_options
+    from specdec.launch.stack import EmbeddedStack
+
+    if args.draft_model.startswith("packaged:") and args.target_model.startswith("packaged:"):
+        args.draft_model, args.target_model = SYNTHETIC_DRAFT, SYNTHETIC_TARGET
+    args.device = "cuda"
+    chosen = load_prompts(args.prompts, args.limit_prompts or 3)
+    prompts = [p["prompt"] for p in chosen]
+    gammas = [int(g) for g in args.gammas.split(",") if g]
+    gamma_max = max([args.gamma_max, *gammas])
+    n = args.max_new_tokens
+    payload: dict = {"device": torch.cuda.get_device_name(), "draft": args.draft_model, "target": args.target_model,
+                     "prompts": len(prompts), "max_new_tokens": n}
+    payload["step_curves"] = step_curves(args, gamma_max + 1)
+    payload["greedy_agreement"] = round(agreement(args, prompts, n), 3)
+    print(f"teacher-forced greedy agreement of the draft: {payload['greedy_agreement']}", flush=True)
+    hf = {"hf-eager": hf_generate(args, prompts, n, compiled=False)}
+    if not args.no_hf_compiled:
+        hf["hf-static-compiled"] = hf_generate(args, prompts, n, compiled=True)
+    for name, result in hf.items():
+        print(f"{name}: {result['tokens_per_s']} tok/s", flush=True)
+    with EmbeddedStack(stack_options(args, gamma_max=gamma_max, max_sessions=16)) as stack:
+        draft_info, target_info = service_infos(stack)
+        warm_up(stack.endpoint, prompts[0], gamma_max)
+        configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
+        results = run_configs(stack.endpoint, configs, chosen, n)
+        users = [prompts[i % len(prompts)] for i in range(8)]
+        levels = {name: run_level(stack.endpoint, users, n, gamma) for name, gamma in (("target-only", 0),
+                                                                                      ("adaptive", None))}
+    rows = summarise(results, None, draft_info, target_info)
+    print_table(rows)
+    base = results[0]
+    for name, result in hf.items():
+        print(f"{name}: {result['tokens_per_s']} tok/s; ours target-only ×{base.tokens_per_s / result['tokens_per_s']:.2f}, "
+              f"adaptive ×{results[-1].tokens_per_s / result['tokens_per_s']:.2f}; output identical to ours: "
+              f"{result['outputs'] == base.outputs}")
+    for name, level in levels.items():
+        print(f"8 users, {name}: {level.tokens / level.seconds:.1f} tok/s aggregate "
+              f"(×{level.tokens / level.seconds / base.tokens_per_s:.2f} one user's target-only)")
+    payload.update(rows=rows, hf={k: v["tokens_per_s"] for k, v in hf.items()},
+                   eight_users={k: round(v.tokens / v.seconds, 2) for k, v in levels.items()},
+                   target_kernel=target_info.kernel, adaptive_gammas=[r.gamma for r in results[-1].rounds])
+    Path(args.output).write_text(json.dumps(payload, indent=2))
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,76 @@
+"""The GPU path on CUDA (marker `cuda`; skipped without a GPU): the static runner's graphs, its batch
+invariance bit for bit, and greedy speculative output identical to target-only through the services,
+for every γ, adaptive γ and 8 concurrent users, on a synthetic pair."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from conftest import assert_speculated, tiny_options
+
+from specdec.cli.client import generate, make_request
+from specdec.engine.models import load_model
+from specdec.engine.runner import Step
+from specdec.launch.stack import EmbeddedStack
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+DRAFT, TARGET = "synthetic:draft,shape=small,eps=0.1", "synthetic:target,shape=small,eps=0.1"
+PROMPTS = ["def fibonacci(n):", "The quick brown fox", "x = [1, 2, 3]\nfor"]
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return load_model(TARGET, "cuda", runner="static", slots=16).runner
+
+
+def test_every_shape_is_a_captured_graph(runner):
+    assert runner.graphs is not None and len(runner.graphs) == len(runner.shapes())
+
+
+def test_logits_do_not_depend_on_gamma_bucket_or_neighbours(runner):
+    prompt = list(range(40, 75))
+
+    def fresh():
+        cache = runner.new_cache()
+        runner.forward([Step(cache, prompt)])
+        return cache
+
+    alone = runner.forward([Step(fresh(), [11], logits=1)])[0]
+    for gamma in range(1, runner.rows):
+        block = runner.forward([Step(fresh(), [11, *range(12, 12 + gamma)], logits=gamma + 1)])[0]
+        assert torch.equal(block[:1], alone), f"the first row changed in a verify of γ={gamma}"
+    for others in (1, 3, 7):
+        steps = [Step(fresh(), [3 + i, 9][: 1 + i % 2], logits=1) for i in range(others)] + [Step(fresh(), [11], logits=1)]
+        assert torch.equal(runner.forward(steps)[-1], alone), f"changed beside {others} other sessions"
+
+
+@pytest.fixture(scope="module")
+def cuda_stack():
+    opts = tiny_options(DRAFT, TARGET, service=dict(device="cuda"), orchestrator=dict(gamma_max=8))
+    with EmbeddedStack(opts) as running:
+        yield running
+
+
+def test_greedy_speculation_equals_target_only_on_cuda(cuda_stack):
+    for prompt in PROMPTS:
+        baseline = generate(cuda_stack.endpoint, make_request(prompt=prompt, max_new_tokens=96, gamma=0)).token_ids
+        for gamma in (*range(1, 9), None):
+            result = generate(cuda_stack.endpoint, make_request(prompt=prompt, max_new_tokens=96, gamma=gamma))
+            assert result.token_ids == baseline, f"γ={gamma} diverged from target-only on {prompt!r}"
+            if gamma is not None:
+                assert_speculated(result, f"at γ={gamma} on {prompt!r}")
+
+
+def test_eight_concurrent_users_equal_target_only_on_cuda(cuda_stack):
+    baseline = {p: generate(cuda_stack.endpoint, make_request(prompt=p, max_new_tokens=64, gamma=0)).token_ids
+                for p in PROMPTS}
+    work = [(PROMPTS[i % len(PROMPTS)], (None, 0, 3, 6)[i % 4]) for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda w: generate(cuda_stack.endpoint, make_request(prompt=w[0], max_new_tokens=64,
+                                                                                      gamma=w[1])), work))
+    for (prompt, gamma), result in zip(work, results, strict=True):
+        assert result.token_ids == baseline[prompt], f"γ={gamma} among 8 users diverged on {prompt!r}"

@@ -1,0 +1,138 @@
+"""The static runner (`specdec.engine.static`) on CPU: the same logic CUDA runs with graphs. Its KV pool
+and slots, rollback by length, buckets and padding, prefill pieces, agreement with the ragged runner,
+and greedy identity through the services. CUDA-only checks are in test_cuda.py."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from conftest import assert_speculated, tiny_options
+
+from specdec.cli.client import generate, make_request
+from specdec.core.errors import ResourceExhausted
+from specdec.engine.models import load_model
+from specdec.engine.runner import Step
+from specdec.launch.stack import EmbeddedStack
+
+SPEC = "tiny:seed=0"
+PROMPT = list(range(40, 75))
+
+
+@pytest.fixture(scope="module")
+def static():
+    return load_model(SPEC, "cpu", runner="static", slots=6).runner
+
+
+@pytest.fixture(scope="module")
+def ragged():
+    return load_model(SPEC, "cpu", runner="ragged").runner
+
+
+def _decode(runner, prompt: list[int], steps: int) -> tuple[list[int], list[torch.Tensor]]:
+    cache = runner.new_cache()
+    logits = runner.forward([Step(cache, prompt)])[0]
+    tokens, rows = [], [logits]
+    for _ in range(steps):
+        tokens.append(int(logits[-1].argmax()))
+        logits = runner.forward([Step(cache, tokens[-1:])])[0]
+        rows.append(logits)
+    return tokens, rows
+
+
+def test_it_computes_what_the_ragged_runner_computes(static, ragged):
+    """The same model and kernels; only the attention differs (fused over the pool vs blocked): the
+    greedy tokens agree and the logits within float32 rounding."""
+    mine, my_rows = _decode(static, PROMPT, 20)
+    theirs, their_rows = _decode(ragged, PROMPT, 20)
+    assert mine == theirs
+    for a, b in zip(my_rows, their_rows, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_a_long_prompt_goes_in_segments_over_several_pieces(static, ragged):
+    """8 segments of `rows` tokens fill a piece: 10 segments and a part need two pieces, and the logits
+    asked for span several segments."""
+    prompt = [(7 * i) % 250 for i in range(10 * static.rows + 5)]
+    asked = 3 * static.rows + 2
+    mine = static.forward([Step(static.new_cache(), prompt, logits=asked)])[0]
+    theirs = ragged.forward([Step(ragged.new_cache(), prompt, logits=asked)])[0]
+    assert mine.shape == theirs.shape == (asked, static.vocab)
+    torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_a_prompts_chunking_does_not_change_its_bits(static):
+    """Alone in one step, or fed in chunks of 4 and 13 beside another session's steps (as the batcher
+    feeds a prompt while others decode): the prompt's last logits are the same bits."""
+    prompt = [(5 * i) % 250 for i in range(40)]
+    whole = static.forward([Step(static.new_cache(), prompt)])[0]
+    cache, other = static.new_cache(), static.new_cache()
+    static.forward([Step(other, PROMPT)])
+    for begin, end in ((0, 4), (4, 17), (17, 30), (30, 40)):
+        last = static.forward([Step(other, [9]), Step(cache, prompt[begin:end])])[1]
+    assert torch.equal(last, whole)
+
+
+def test_a_tokens_logits_do_not_depend_on_gamma_or_the_other_sessions(static):
+    """Bit for bit: one token alone, the same token at the head of a γ+1 block, and the same step among
+    1, 3 or 5 other sessions (buckets of 2, 4 and 8) give the same logits."""
+    def fresh():
+        cache = static.new_cache()
+        static.forward([Step(cache, PROMPT)])
+        return cache
+
+    def others(count: int) -> list[Step]:
+        return [Step(fresh(), [3 + i, 9, 27][: 1 + i % 3], logits=1) for i in range(count)]
+
+    alone = static.forward([Step(fresh(), [11], logits=1)])[0]
+    block = static.forward([Step(fresh(), [11, 12, 13, 14, 15], logits=5)])[0]
+    assert torch.equal(block[:1], alone)
+    for count in (1, 3, 5):
+        crowd = others(count)
+        shared = static.forward([*crowd[: count // 2], Step(fresh(), [11], logits=1), *crowd[count // 2:]])
+        assert torch.equal(shared[count // 2], alone), f"changed beside {count} other sessions"
+        del crowd, shared
+        gc.collect()
+
+
+def test_rollback_is_setting_the_length(static):
+    cache = static.new_cache()
+    static.forward([Step(cache, PROMPT)])
+    first = static.forward([Step(cache, [5, 6, 7], logits=3)])[0]
+    assert cache.crop(len(PROMPT) + 1) == 2 and cache.length == len(PROMPT) + 1
+    again = static.forward([Step(cache, [6, 7], logits=2)])[0]
+    assert torch.equal(again, first[1:]), "a rolled-back cache must give the same bits as before"
+    rejected = static.forward([Step(cache, [99], logits=1)])[0]
+    assert not torch.equal(rejected, first[2:])
+
+
+def test_slots_are_taken_and_given_back():
+    runner = load_model(SPEC, "cpu", runner="static", slots=2).runner
+    a, b = runner.new_cache(), runner.new_cache()
+    assert {a.slot, b.slot} == {0, 1} and runner.pool.free_slots == 0
+    with pytest.raises(ResourceExhausted, match="2 slots"):
+        runner.new_cache()
+    del a
+    gc.collect()
+    c = runner.new_cache()
+    assert c.slot != b.slot and runner.pool.free_slots == 0
+    with pytest.raises(ValueError, match="context"):
+        c.reserve(runner.max_context + 1)
+
+
+def test_the_context_is_the_pools():
+    loaded = load_model(SPEC, "cpu", runner="static", slots=1, context=100)
+    assert loaded.max_context == loaded.runner.max_context == 100
+    assert loaded.runner.pool.keys.shape[2] == 100 + loaded.runner.rows
+
+
+def test_greedy_speculation_equals_target_only_through_the_services():
+    opts = tiny_options(service=dict(runner="static"))
+    with EmbeddedStack(opts) as running:
+        for prompt in ("def fibonacci(n):", "The quick brown fox"):
+            baseline = generate(running.endpoint, make_request(prompt=prompt, max_new_tokens=40, gamma=0))
+            for gamma in (1, 3, 6):
+                result = generate(running.endpoint, make_request(prompt=prompt, max_new_tokens=40, gamma=gamma))
+                assert result.token_ids == baseline.token_ids, f"γ={gamma} diverged on {prompt!r}"
+                assert_speculated(result, f"at γ={gamma}")
