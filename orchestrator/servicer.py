@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import queue
 import re
 import threading
 import uuid
 from dataclasses import dataclass
+from typing import Iterator
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -36,6 +39,7 @@ log = logging.getLogger(__name__)
 FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
 
 
+MAX_CHOICES = 8  # n per request: each choice holds a session on every service
 SESSION_ID = re.compile(r"[A-Za-z0-9._:~-]+")
 PROPOSERS = {pb.PROPOSER_MODEL: "model", pb.PROPOSER_NGRAM: "ngram", pb.PROPOSER_HYBRID: "hybrid"}
 OVERLAPS = {pb.OVERLAP_AUTO: "auto", pb.OVERLAP_ON: "on", pb.OVERLAP_OFF: "off"}
@@ -133,7 +137,14 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if not 1 <= request.max_new_tokens <= limit:
             raise InvalidArgument(f"max_new_tokens must be in [1, {limit}], got {request.max_new_tokens}")
         top_p = request.top_p if request.HasField("top_p") else 1.0
-        params = SamplingParams(request.temperature, request.top_k, top_p, request.seed).validate()
+        repetition = request.repetition_penalty if request.HasField("repetition_penalty") else 1.0
+        outside = sorted(t for t in request.logit_bias if not 0 <= t < self.vocab_size)
+        if outside:
+            raise InvalidArgument(f"logit_bias names tokens outside the vocabulary [0, {self.vocab_size}): "
+                                  f"{outside[:5]}")
+        params = SamplingParams(request.temperature, request.top_k, top_p, request.seed, request.presence_penalty,
+                                request.frequency_penalty, repetition, tuple(request.logit_bias.items()),
+                                len(prompt_ids)).validate()
         gamma = request.gamma if request.HasField("gamma") else None
         if gamma is not None and not 0 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")
@@ -144,6 +155,10 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         overlap = config.overlap if request.overlap == pb.OVERLAP_UNSPECIFIED else OVERLAPS.get(request.overlap)
         if overlap is None:
             raise InvalidArgument(f"unknown overlap {request.overlap}: use OVERLAP_AUTO, _ON or _OFF")
+        if request.n > MAX_CHOICES:
+            raise InvalidArgument(f"n must be in [1, {MAX_CHOICES}], got {request.n}")
+        if request.n > 1 and request.session_id:
+            raise InvalidArgument("n > 1 is not resumable: leave session_id unset")
         return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
                                  top_logprobs=top_logprobs, proposer=proposer, overlap=overlap)
 
@@ -175,6 +190,10 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                     span.set_attributes({"specdec.prompt_tokens": len(parsed.prompt_ids),
                                          "specdec.max_new_tokens": parsed.max_new_tokens,
                                          "specdec.gamma_policy": "adaptive" if parsed.gamma is None else str(parsed.gamma)})
+                choices = max(request.n, 1)
+                if choices > 1:
+                    yield from self._choices(parsed, choices, cancelled, span)
+                    return
                 generation = Generation(parsed, self.drafts, self.target, self.tokenizer, self.eos_ids,
                                         self.max_context, controller, is_cancelled=cancelled.is_set,
                                         metrics=self.metrics, trace_context=trace.set_span_in_context(span),
@@ -194,6 +213,58 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         finally:
             span.set_attributes({"specdec.generated_tokens": emitted, "specdec.finish_reason": finish})
             span.end()
+
+    def _choices(self, parsed: GenerationRequest, n: int, cancelled: threading.Event,
+                 span) -> Iterator[pb.GenerateResponse]:
+        """n choices of one prompt, each its own generation with seed + i, their messages interleaved
+        (`GenerateResponse.choice`). Choice 0 starts first; the others start once its first round has
+        prefilled the prompt, so that each service copies the prompt's KV from it instead of computing
+        it again (`Engine._reuse_prefix`). A failure in any choice ends the call with its error."""
+        results: queue.Queue = queue.Queue()
+        prefilled = threading.Event()
+
+        def run(index: int) -> None:
+            params = dataclasses.replace(parsed.params, seed=(parsed.params.seed + index) % 2**64)
+            controller = self._new_controller(parsed.proposer)
+            generation = Generation(dataclasses.replace(parsed, params=params), self.drafts, self.target,
+                                    self.tokenizer, self.eos_ids, self.max_context, controller,
+                                    is_cancelled=cancelled.is_set, metrics=self.metrics,
+                                    trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
+                                    lookup_prior=self.lookup_prior, recent=self.recent)
+            try:
+                for chunk in generation.run():
+                    prefilled.set()
+                    results.put((index, chunk))
+                self._absorb(controller, parsed.proposer)
+            except BaseException as exc:  # noqa: BLE001 - handed to the streaming thread
+                results.put((index, exc))
+            finally:
+                prefilled.set()
+                results.put((index, None))
+
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+        threads[0].start()
+        prefilled.wait()
+        for thread in threads[1:]:
+            thread.start()
+        running = n
+        try:
+            while running:
+                index, item = results.get()
+                if item is None:
+                    running -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    message = chunk_to_pb(item)
+                    message.choice = index
+                    yield message
+        finally:
+            if running:  # the client went away, or a choice failed: stop the others
+                cancelled.set()
+            for thread in threads:
+                if thread.is_alive():
+                    thread.join(timeout=30)
 
     def _new_controller(self, proposer: str):
         """A γ controller seeded from the proposer's shared prior (the model's refreshed from Redis when

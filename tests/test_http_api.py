@@ -190,8 +190,31 @@ def test_logprobs_equal_with_speculation_on_and_off(serve):
         assert got == expected
 
 
+def test_penalties_and_bias_equal_the_grpc_generation_under_speculation(serve):
+    """OpenAI's presence_penalty, frequency_penalty and logit_bias and the repetition_penalty extension reach
+    the generation: γ = 3 through HTTP gives the tokens target-only gRPC gives with the same processing."""
+    from test_processing import PROCESSING, processed_request
+
+    want = generate(serve.grpc, processed_request(prompt=PROMPT, max_new_tokens=24, gamma=0), timeout=60).text
+    plain = generate(serve.grpc, make_request(prompt=PROMPT, max_new_tokens=24, gamma=0), timeout=60).text
+    assert want != plain
+    for stream in (False, True):
+        reply = serve.client().completions.create(
+            model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0, stream=stream,
+            presence_penalty=PROCESSING["presence_penalty"], frequency_penalty=PROCESSING["frequency_penalty"],
+            logit_bias={str(t): v for t, v in PROCESSING["logit_bias"].items()},
+            extra_body={"repetition_penalty": PROCESSING["repetition_penalty"], "gamma": 3, "proposer": "model"})
+        text = "".join(c.choices[0].text for c in reply if c.choices) if stream else reply.choices[0].text
+        assert text == want
+
+
 @pytest.mark.parametrize("path,body,status,message", [
     ("/completions", {"prompt": "x", "n": 2}, 400, "n must be 1"),
+    ("/completions", {"prompt": "x", "logit_bias": {"100000": 1.0}}, 400, "outside the vocabulary"),
+    ("/completions", {"prompt": "x", "logit_bias": {"a": 1.0}}, 400, "token ids"),
+    ("/completions", {"prompt": "x", "logit_bias": {"5": 300.0}}, 400, "[-100, 100]"),
+    ("/completions", {"prompt": "x", "presence_penalty": 3.0}, 400, "presence_penalty"),
+    ("/completions", {"prompt": "x", "repetition_penalty": 0.0}, 400, "repetition_penalty"),
     ("/completions", {"prompt": "x", "echo": True}, 400, "echo"),
     ("/completions", {"prompt": ["a", "b"]}, 400, "one string or one list of token ids"),
     ("/completions", {"prompt": "x", "temperature": -1}, 400, "temperature"),

@@ -13,22 +13,39 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.errors import InvalidArgument
+from specdec.core.processing import check_processing
 
 MIN_TEMPERATURE = 1e-4
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature 0 means greedy; top_k 0 means no top-k; top_p 1.0 means no top-p."""
+    """temperature 0 means greedy; top_k 0 means no top-k; top_p 1.0 means no top-p. The penalties and
+    the bias are processed per position before them (`specdec.core.processing`); `prompt_tokens` says
+    where the prompt ends in the committed tokens, for the penalties that count the output only."""
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias), by token
+    prompt_tokens: int = 0
+
+    def __post_init__(self):  # a record read back from JSON gives lists
+        object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(v)) for t, v in self.logit_bias)))
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def processes(self) -> bool:
+        """Whether any penalty or bias applies (else the logits go to the filters as they are)."""
+        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+                    or self.logit_bias)
 
     def validate(self) -> "SamplingParams":
         if not math.isfinite(self.temperature) or self.temperature < 0:
@@ -41,6 +58,9 @@ class SamplingParams:
             raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
         if not (0 <= self.seed < 2**64):
             raise InvalidArgument(f"seed must fit in 64 bits, got {self.seed}")
+        check_processing(self.presence_penalty, self.frequency_penalty, self.repetition_penalty, self.logit_bias)
+        if self.prompt_tokens < 0:
+            raise InvalidArgument(f"prompt_tokens must be >= 0, got {self.prompt_tokens}")
         return self
 
 

@@ -22,10 +22,11 @@ import torch
 
 from specdec.core.errors import InvalidArgument, OutOfRange
 from specdec.core.logprobs import check_top_logprobs, token_logprobs
+from specdec.core.processing import process_logits
 from specdec.core.rejection import verify_greedy, verify_sampled
 from specdec.core.rounds import PassLoad
 from specdec.core.sampling import SamplingParams, position_generator, probs_from_logits, sample
-from specdec.core.sequence import SequenceState
+from specdec.core.sequence import SequenceState, common_prefix
 from specdec.engine.backend import GAMMA_LIMIT, Proposal, Rollback, Verification, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
 from specdec.engine.kvcache import KVCache
@@ -41,6 +42,7 @@ PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds
 # steps: a long prompt then delays everyone's next token by one small chunk's compute, not a stall.
 SHARED_PREFILL_CHUNK = 32
 BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify blocks
+REUSE_MIN_TOKENS = 16  # a shorter shared prefix is recomputed rather than copied
 PROB_SUM_TOLERANCE = 1e-3  # float32 sums over a 152k vocabulary stay well inside this
 
 
@@ -153,7 +155,31 @@ class Engine:
                              f"context of {self.loaded.max_context}")
         began = time.perf_counter()
         dropped = session.cache.crop(session.state.commit(start, tokens))
+        if session.cache.length == 0:
+            self._reuse_prefix(session)
         return Rollback(dropped, time.perf_counter() - began)
+
+    def _reuse_prefix(self, session: Session) -> None:
+        """A fresh session whose tokens start like another live session's copies that session's cached
+        KV for the shared prefix instead of computing it (n choices of one prompt, a repeated prompt).
+        On a row-invariant path the copy is the very bits a prefill would give. The donor is the live
+        session with the longest shared prefix (the first such one opened), chosen the same way on
+        every tensor-parallel rank; its lock is held while its cache is read."""
+        state = session.state
+        best, shared = None, REUSE_MIN_TOKENS - 1
+        for other in self._sessions.values():
+            if other is session or other.cache.length == 0:
+                continue
+            common = common_prefix(state.tokens, other.state.tokens[:other.cache.length])
+            if common > shared:
+                best, shared = other, common
+        if best is None:
+            return
+        with best.lock:
+            length = min(common_prefix(state.tokens, best.state.tokens[:best.cache.length]), len(state.tokens) - 1)
+            if length >= REUSE_MIN_TOKENS:
+                self.runner.copy_prefix(best.cache, session.cache, length)
+                state.cached = length
 
     def _forward(self, session: Session, tokens: list[int], logits: int = 1) -> torch.Tensor:
         """Feed `tokens` after the cached prefix; returns the last `logits` positions' logits [logits, V].
@@ -220,7 +246,9 @@ class DraftEngine(Engine):
             drafted: list[int] = []
             probs: list[torch.Tensor] = []
             confidence = 1.0
+            committed = state.tokens[:state.committed]
             for i in range(gamma):
+                logits = process_logits(logits, params, committed + drafted)  # the counts at this position
                 if params.greedy:
                     token = int(logits[0].argmax())
                     if min_confidence > 0:
@@ -257,6 +285,8 @@ class TargetEngine(Engine):
             committed, logits, rollback = self._score(session, start, tokens, draft_tokens)
             drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]
             params = session.params
+            # Row i is processed with the committed tokens and the first i drafts: target-only's counts.
+            logits = process_logits(logits, params, session.state.tokens[:committed], draft_tokens)
             if params.greedy:
                 verdict = verify_greedy(drafts, logits)
             else:

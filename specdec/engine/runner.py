@@ -166,6 +166,13 @@ class ModelRunner:
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, self.act_dtype, self.device,
                        self.max_context)
 
+    def copy_prefix(self, source: KVCache, target: KVCache, length: int) -> None:
+        """Give `target` (empty) the first `length` positions of `source`'s cache."""
+        target.reserve(length)
+        target.keys[:, :, :length] = source.keys[:, :, :length]
+        target.values[:, :, :length] = source.values[:, :, :length]
+        target.length = length
+
     def weight_bytes(self) -> int:
         kernels = [k for layer in self.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
         small = sum(t.numel() * t.element_size() for m in (self.embed, self.norm)

@@ -3,12 +3,13 @@
 Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`, `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
 `logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
-`stream_options.include_usage`, `n` = 1, and the extensions `gamma` (unset = adaptive, 0 =
-target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting
-during verification); unset = the server's default.
+`stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` = 1, and
+the extensions `repetition_penalty`, `gamma` (unset = adaptive, 0 = target-only), `proposer` ("model",
+"ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting during verification); unset = the
+server's default. Penalties and bias are exact under speculation (`specdec.core.processing`).
 Refused with a 400 when set to anything but their neutral value: `n` > 1, `best_of` > 1, `echo`,
-`suffix`, penalties, `logit_bias`, tools and functions, a response format other than text, and
-non-text message parts. Unknown fields are ignored, as OpenAI's own server does.
+`suffix`, tools and functions, a response format other than text, and non-text message parts.
+Unknown fields are ignored, as OpenAI's own server does.
 """
 
 from __future__ import annotations
@@ -51,9 +52,10 @@ class _Common(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1)
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    logit_bias: dict[str, float] | None = None
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)  # extension (vLLM's): unset = 1, off
+    logit_bias: dict[str, float] | None = None  # token id (as a string, OpenAI's shape) -> bias in [-100, 100]
     gamma: int | None = Field(None, ge=0, le=INT32_MAX)  # extension: unset = adaptive, 0 = target-only, N = fixed
     proposer: Literal["model", "ngram", "hybrid"] | None = None  # extension: unset = the server's default
     overlap: Literal["auto", "on", "off"] | None = None  # extension: unset = the server's default
@@ -61,12 +63,22 @@ class _Common(BaseModel):
     def refuse_unsupported(self) -> None:
         if self.n != 1:
             raise BadRequest("n must be 1: one choice per request is supported", "n")
-        if self.presence_penalty or self.frequency_penalty:
-            raise BadRequest("presence and frequency penalties are not supported", "presence_penalty")
-        if self.logit_bias:
-            raise BadRequest("logit_bias is not supported", "logit_bias")
         if self.stream_options is not None and not self.stream:
             raise BadRequest("stream_options needs stream: true", "stream_options")
+
+    def bias(self) -> dict[int, float]:
+        """logit_bias with integer ids; the orchestrator checks them against the vocabulary."""
+        bias = {}
+        for key, value in (self.logit_bias or {}).items():
+            try:
+                token = int(key)
+            except ValueError:
+                raise BadRequest(f"logit_bias keys must be token ids, got {key!r}", "logit_bias") from None
+            if not 0 <= token <= INT32_MAX or not -100.0 <= value <= 100.0:
+                raise BadRequest(f"logit_bias needs ids in [0, {INT32_MAX}] and biases in [-100, 100], got "
+                                 f"{key}: {value}", "logit_bias")
+            bias[token] = value
+        return bias
 
     def stops(self) -> list[str]:
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
@@ -82,8 +94,12 @@ class _Common(BaseModel):
         temperature = 1.0 if self.temperature is None else self.temperature
         seed = secrets.randbits(63) if self.seed is None else self.seed
         request = pb.GenerateRequest(max_new_tokens=max_tokens, temperature=temperature, top_k=max(self.top_k or 0, 0),
-                                     seed=seed, stop=self.stops(), **logprob_request_to_pb(top_logprobs),
+                                     seed=seed, stop=self.stops(), presence_penalty=self.presence_penalty,
+                                     frequency_penalty=self.frequency_penalty, logit_bias=self.bias(),
+                                     **logprob_request_to_pb(top_logprobs),
                                      **speculation_to_pb(self.proposer, self.overlap), **prompt)
+        if self.repetition_penalty is not None:
+            request.repetition_penalty = self.repetition_penalty
         if self.top_p is not None:
             request.top_p = self.top_p
         if self.gamma is not None:

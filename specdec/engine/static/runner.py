@@ -79,6 +79,13 @@ class StaticRunner(ModelRunner):
     def new_cache(self) -> SlotCache:
         return self.pool.allocate(self.max_context)
 
+    def copy_prefix(self, source: SlotCache, target: SlotCache, length: int) -> None:
+        """Give `target` (empty) the first `length` positions of `source`'s slot."""
+        target.reserve(length)
+        for pool in (self.pool.keys, self.pool.values):
+            pool[:, target.slot, :length] = pool[:, source.slot, :length]
+        target.length = length
+
     def shapes(self) -> list[tuple[int, int]]:
         """Every piece shape a pass can use: (segments, rows)."""
         return [(b, self.rows) for b in self.session_buckets]
