@@ -208,8 +208,33 @@ def test_penalties_and_bias_equal_the_grpc_generation_under_speculation(serve):
         assert text == want
 
 
+def test_n_choices_through_the_official_client(serve):
+    """n = 2 greedy (the stack's services hold 2 sessions): two choices, each the n = 1 text, plain and streamed (chunks tell the choices
+    apart by index, each with its finish reason), usage counting every choice's tokens; chat with
+    n = 2 and a seed: choice 0 is the n = 1 reply for that seed."""
+    client = serve.client()
+    args = dict(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"gamma": 2})
+    one = client.completions.create(**args).choices[0].text
+    reply = client.completions.create(n=2, **args)
+    assert [c.index for c in reply.choices] == [0, 1] and {c.text for c in reply.choices} == {one}
+    assert reply.usage.completion_tokens == 24
+    chunks = list(client.completions.create(n=2, stream=True, **args))
+    texts, finishes = {}, {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+            if choice.finish_reason:
+                finishes[choice.index] = choice.finish_reason
+    assert texts == {0: one, 1: one} and finishes == {0: "length", 1: "length"}
+    chat = dict(model=MODEL, messages=MESSAGES, max_tokens=12, temperature=1.0, seed=7,
+                extra_body={"gamma": 2, "proposer": "model", "overlap": "off"})  # one trajectory per seed
+    single = client.chat.completions.create(**chat).choices[0].message.content
+    pair = client.chat.completions.create(n=2, **chat).choices
+    assert [c.index for c in pair] == [0, 1] and pair[0].message.content == single
+
+
 @pytest.mark.parametrize("path,body,status,message", [
-    ("/completions", {"prompt": "x", "n": 2}, 400, "n must be 1"),
+    ("/completions", {"prompt": "x", "n": 9}, 400, "n must be in [1, 8]"),
     ("/completions", {"prompt": "x", "logit_bias": {"100000": 1.0}}, 400, "outside the vocabulary"),
     ("/completions", {"prompt": "x", "logit_bias": {"a": 1.0}}, 400, "token ids"),
     ("/completions", {"prompt": "x", "logit_bias": {"5": 300.0}}, 400, "[-100, 100]"),

@@ -167,10 +167,10 @@ async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateReq
         return StreamingResponse(stream(call, first, reply, body.include_usage()), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     try:
-        text, logprobs = await until_disconnected(request, gather(call, first, reply))
+        texts, logprobs = await until_disconnected(request, gather(call, first, reply))
     finally:
         call.cancel()  # a no-op once the call is done
-    return JSONResponse(reply.whole(text, reply.merge_logprobs(logprobs)))
+    return JSONResponse(reply.whole(texts, {i: reply.merge_logprobs(parts) for i, parts in logprobs.items()}))
 
 
 async def messages(call, first, reply: Reply) -> AsyncIterator[pb.GenerateResponse]:
@@ -178,31 +178,34 @@ async def messages(call, first, reply: Reply) -> AsyncIterator[pb.GenerateRespon
     message = first
     while message is not grpc.aio.EOF:
         if message.HasField("stats"):
-            reply.stats = message.stats
+            reply.stats[message.choice] = message.stats
         yield message
         message = await call.read()
 
 
-async def gather(call, first, reply: Reply) -> tuple[str, list]:
-    text, logprobs = [], []
+async def gather(call, first, reply: Reply) -> tuple[dict[int, str], dict[int, list]]:
+    """Each choice's text and its messages' logprobs, by choice index."""
+    texts: dict[int, list[str]] = {}
+    logprobs: dict[int, list] = {}
     async for message in messages(call, first, reply):
-        text.append(message.text)
-        logprobs.append(reply.logprobs(message))
-    return "".join(text), logprobs
+        texts.setdefault(message.choice, []).append(message.text)
+        logprobs.setdefault(message.choice, []).append(reply.logprobs(message))
+    return {i: "".join(parts) for i, parts in texts.items()}, logprobs
 
 
 async def stream(call, first, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
     """Server-sent events: a chunk per round, the finish reason, usage if asked for, then [DONE].
     An error after the first message arrives as an OpenAI error event. Closing the stream (the
     client went away) cancels the call."""
-    opening = True  # the chat stream's first chunk names the role
+    opened: set[int] = set()  # choices whose first chunk (naming the role, in chat) has gone out
     try:
         async for message in messages(call, first, reply):
-            logprobs = reply.logprobs(message)
-            if message.text or logprobs or opening:
-                yield sse(reply.chunk(message.text, logprobs, first=opening))
-                opening = False
-        yield sse(reply.chunk("", None, reply.finish_reason()))
+            logprobs, index = reply.logprobs(message), message.choice
+            if message.text or logprobs or index not in opened:
+                yield sse(reply.chunk(message.text, logprobs, first=index not in opened, index=index))
+                opened.add(index)
+        for index in sorted(opened):
+            yield sse(reply.chunk("", None, reply.finish_reason(index), index=index))
         if include_usage:
             yield sse(reply.usage_chunk())
     except grpc.RpcError as exc:

@@ -40,8 +40,8 @@ class Reply:
         self.kind, self.model, self.tokens, self.top = kind, model, tokens, top  # kind: "completion" | "chat"
         self.id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
-        self.text_offset = 0  # completions: characters emitted so far
-        self.stats: pb.GenerationStats | None = None
+        self.text_offset: dict[int, int] = {}  # completions: characters emitted so far, per choice
+        self.stats: dict[int, pb.GenerationStats] = {}  # each choice's final stats
 
     def _envelope(self, obj: str, choices: list[dict]) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
@@ -55,8 +55,8 @@ class Reply:
         texts = [self.tokens.text(t) for t in message.token_ids]
         offsets = []
         for text in texts:
-            offsets.append(self.text_offset)
-            self.text_offset += len(text)
+            offsets.append(self.text_offset.get(message.choice, 0))
+            self.text_offset[message.choice] = offsets[-1] + len(text)
         return {"tokens": texts, "token_logprobs": [lp.logprob for lp in message.logprobs],
                 "top_logprobs": [self._top_by_text(lp) for lp in message.logprobs],
                 "text_offset": offsets}
@@ -86,34 +86,43 @@ class Reply:
 
     # -- bodies --------------------------------------------------------------------
     def usage(self) -> dict:
-        s = self.stats or pb.GenerationStats()
-        return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated_tokens,
-                "total_tokens": s.prompt_tokens + s.generated_tokens,
-                "speculation": {"drafted": s.draft_tokens, "accepted": s.accepted_tokens,
-                                "acceptance_rate": s.acceptance_rate, "mean_accepted_length": s.mean_accepted_length,
-                                "rounds": s.rounds}}
+        """Tokens over all choices (the prompt once); speculation figures summed over them."""
+        stats = list(self.stats.values()) or [pb.GenerationStats()]
+        generated = sum(s.generated_tokens for s in stats)
+        drafted, accepted = sum(s.draft_tokens for s in stats), sum(s.accepted_tokens for s in stats)
+        rounds = sum(s.rounds for s in stats)
+        mean_length = sum(s.mean_accepted_length * s.rounds for s in stats) / rounds if rounds else 0.0
+        return {"prompt_tokens": stats[0].prompt_tokens, "completion_tokens": generated,
+                "total_tokens": stats[0].prompt_tokens + generated,
+                "speculation": {"drafted": drafted, "accepted": accepted,
+                                "acceptance_rate": accepted / drafted if drafted else 0.0,
+                                "mean_accepted_length": mean_length, "rounds": rounds}}
 
-    def finish_reason(self) -> str | None:
-        return FINISH.get(self.stats.finish_reason) if self.stats is not None else None
+    def finish_reason(self, choice: int = 0) -> str | None:
+        stats = self.stats.get(choice)
+        return FINISH.get(stats.finish_reason) if stats is not None else None
 
-    def whole(self, text: str, logprobs: dict | None) -> dict:
-        """The non-streamed reply."""
-        if self.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs,
-                      "finish_reason": self.finish_reason()}
-            body = self._envelope("chat.completion", [choice])
-        else:
-            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": self.finish_reason()}
-            body = self._envelope("text_completion", [choice])
+    def whole(self, texts: dict[int, str], logprobs: dict[int, dict | None]) -> dict:
+        """The non-streamed reply: one choice per index."""
+        choices = []
+        for index in sorted(texts):
+            if self.kind == "chat":
+                choices.append({"index": index, "message": {"role": "assistant", "content": texts[index]},
+                                "logprobs": logprobs.get(index), "finish_reason": self.finish_reason(index)})
+            else:
+                choices.append({"index": index, "text": texts[index], "logprobs": logprobs.get(index),
+                                "finish_reason": self.finish_reason(index)})
+        body = self._envelope("chat.completion" if self.kind == "chat" else "text_completion", choices)
         return {**body, "usage": self.usage()}
 
-    def chunk(self, text: str, logprobs: dict | None, finish_reason: str | None = None, first: bool = False) -> dict:
-        """One streamed chunk; the chat stream's first chunk names the role."""
+    def chunk(self, text: str, logprobs: dict | None, finish_reason: str | None = None, first: bool = False,
+              index: int = 0) -> dict:
+        """One streamed chunk of choice `index`; the chat stream's first chunk of a choice names the role."""
         if self.kind == "chat":
             delta = {"role": "assistant", "content": text} if first else ({"content": text} if text else {})
-            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+            choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
             return self._envelope("chat.completion.chunk", [choice])
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
         return self._envelope("text_completion", [choice])
 
     def usage_chunk(self) -> dict:

@@ -3,11 +3,11 @@
 Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`, `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
 `logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
-`stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` = 1, and
+`stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` (1-8), and
 the extensions `repetition_penalty`, `gamma` (unset = adaptive, 0 = target-only), `proposer` ("model",
 "ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting during verification); unset = the
 server's default. Penalties and bias are exact under speculation (`specdec.core.processing`).
-Refused with a 400 when set to anything but their neutral value: `n` > 1, `best_of` > 1, `echo`,
+Refused with a 400 when set to anything but their neutral value: `best_of` > 1, `echo`,
 `suffix`, tools and functions, a response format other than text, and non-text message parts.
 Unknown fields are ignored, as OpenAI's own server does.
 """
@@ -51,7 +51,7 @@ class _Common(BaseModel):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=INT32_MAX)  # the orchestrator takes at most 8
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)  # extension (vLLM's): unset = 1, off
@@ -61,8 +61,6 @@ class _Common(BaseModel):
     overlap: Literal["auto", "on", "off"] | None = None  # extension: unset = the server's default
 
     def refuse_unsupported(self) -> None:
-        if self.n != 1:
-            raise BadRequest("n must be 1: one choice per request is supported", "n")
         if self.stream_options is not None and not self.stream:
             raise BadRequest("stream_options needs stream: true", "stream_options")
 
@@ -98,6 +96,7 @@ class _Common(BaseModel):
                                      frequency_penalty=self.frequency_penalty, logit_bias=self.bias(),
                                      **logprob_request_to_pb(top_logprobs),
                                      **speculation_to_pb(self.proposer, self.overlap), **prompt)
+        request.n = self.n
         if self.repetition_penalty is not None:
             request.repetition_penalty = self.repetition_penalty
         if self.top_p is not None:

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from specdec.cli.client import generate, make_request
 from specdec.engine.models import load_hf_model, load_model
 from specdec.engine.runner import Step
 from specdec.planning.cost import PROFILE_CONTEXT, batch_sizes
