@@ -24,6 +24,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.core.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences
 from specdec.core.sampling import SamplingParams
+from specdec.core.grammar import compile_constraint
 from specdec.planning.controller import GAMMA_MAX
 from specdec.planning.cost import CostProfile
 from specdec.planning.deadline import RoundTimeout
@@ -142,9 +143,11 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if outside:
             raise InvalidArgument(f"logit_bias names tokens outside the vocabulary [0, {self.vocab_size}): "
                                   f"{outside[:5]}")
+        kind = request.constraint.WhichOneof("kind") if request.HasField("constraint") else None
+        grammar = compile_constraint(kind, str(getattr(request.constraint, kind))) if kind else ""
         params = SamplingParams(request.temperature, request.top_k, top_p, request.seed, request.presence_penalty,
                                 request.frequency_penalty, repetition, tuple(request.logit_bias.items()),
-                                len(prompt_ids)).validate()
+                                len(prompt_ids), grammar).validate()
         gamma = request.gamma if request.HasField("gamma") else None
         if gamma is not None and not 0 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")
@@ -194,7 +197,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                 if choices > 1:
                     yield from self._choices(parsed, choices, cancelled, span)
                     return
-                generation = Generation(parsed, self.drafts, self.target, self.tokenizer, self.eos_ids,
+                generation = Generation(parsed, self.drafts, self.target, self.tokenizer, self._eos(parsed),
                                         self.max_context, controller, is_cancelled=cancelled.is_set,
                                         metrics=self.metrics, trace_context=trace.set_span_in_context(span),
                                         session_id=session_id,
@@ -227,7 +230,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             params = dataclasses.replace(parsed.params, seed=(parsed.params.seed + index) % 2**64)
             controller = self._new_controller(parsed.proposer)
             generation = Generation(dataclasses.replace(parsed, params=params), self.drafts, self.target,
-                                    self.tokenizer, self.eos_ids, self.max_context, controller,
+                                    self.tokenizer, self._eos(parsed), self.max_context, controller,
                                     is_cancelled=cancelled.is_set, metrics=self.metrics,
                                     trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
                                     lookup_prior=self.lookup_prior, recent=self.recent)
@@ -265,6 +268,12 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             for thread in threads:
                 if thread.is_alive():
                     thread.join(timeout=30)
+
+    def _eos(self, parsed: GenerationRequest) -> frozenset[int]:
+        """The tokens that end a generation: the model's EOS, and under a grammar also the tokenizer's,
+        the only token a completed grammar allows."""
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return self.eos_ids | {eos} if parsed.params.grammar and eos is not None else self.eos_ids
 
     def _new_controller(self, proposer: str):
         """A γ controller seeded from the proposer's shared prior (the model's refreshed from Redis when

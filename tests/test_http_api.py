@@ -209,9 +209,9 @@ def test_penalties_and_bias_equal_the_grpc_generation_under_speculation(serve):
 
 
 def test_n_choices_through_the_official_client(serve):
-    """n = 2 greedy (the stack's services hold 2 sessions): two choices, each the n = 1 text, plain and streamed (chunks tell the choices
-    apart by index, each with its finish reason), usage counting every choice's tokens; chat with
-    n = 2 and a seed: choice 0 is the n = 1 reply for that seed."""
+    """n = 2 greedy (the stack's services hold 2 sessions): two choices, each the n = 1 text, plain and
+    streamed (chunks tell the choices apart by index, each with its finish reason), usage counting every
+    choice's tokens; chat with n = 2 and a seed: choice 0 is the n = 1 reply for that seed."""
     client = serve.client()
     args = dict(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"gamma": 2})
     one = client.completions.create(**args).choices[0].text
@@ -233,8 +233,39 @@ def test_n_choices_through_the_official_client(serve):
     assert [c.index for c in pair] == [0, 1] and pair[0].message.content == single
 
 
+SCHEMA = {"type": "object", "properties": {"name": {"enum": ["ada", "bob"]}, "ok": {"type": "boolean"}},
+          "required": ["name", "ok"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_json_schema_reply_validates_under_speculation(serve, stream):
+    """response_format json_schema through the official client: the reply parses and follows the schema,
+    the same with speculation (γ = 3) as target-only; json_object gives an object; guided_regex matches."""
+    client = serve.client()
+
+    def text(**kw) -> str:
+        reply = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=60, temperature=0,
+                                               stream=stream, **kw)
+        if stream:
+            return "".join(c.choices[0].delta.content or "" for c in reply if c.choices)
+        assert reply.choices[0].finish_reason == "stop"
+        return reply.choices[0].message.content
+
+    schema = {"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}
+    spec = text(response_format=schema, extra_body={"gamma": 3, "proposer": "model"})
+    assert spec == text(response_format=schema, extra_body={"gamma": 0})
+    value = json.loads(spec)
+    assert set(value) == {"name", "ok"} and value["name"] in ("ada", "bob") and isinstance(value["ok"], bool)
+    assert isinstance(json.loads(text(response_format={"type": "json_object"}, extra_body={"gamma": 3})), dict)
+    assert re.fullmatch(r"[0-9]{2}:[0-9]{2}", text(extra_body={"guided_regex": r"[0-9]{2}:[0-9]{2}", "gamma": 2}))
+
+
 @pytest.mark.parametrize("path,body,status,message", [
     ("/completions", {"prompt": "x", "n": 9}, 400, "n must be in [1, 8]"),
+    ("/completions", {"prompt": "x", "guided_regex": "[0-"}, 400, "invalid regex"),
+    ("/completions", {"prompt": "x", "guided_regex": "a", "guided_grammar": "start: \"a\""}, 400, "at most one"),
+    ("/chat/completions", {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "nonsense"}}}}, 400, "invalid json schema"),
     ("/completions", {"prompt": "x", "logit_bias": {"100000": 1.0}}, 400, "outside the vocabulary"),
     ("/completions", {"prompt": "x", "logit_bias": {"a": 1.0}}, 400, "token ids"),
     ("/completions", {"prompt": "x", "logit_bias": {"5": 300.0}}, 400, "[-100, 100]"),

@@ -88,7 +88,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 # `specdec bench`'s sweeps: (the flag that asks for it, its module in specdec.tools.bench, its entry point)
-BENCH_SWEEPS = (("gpu", "gpu", "run_gpu_bench"), ("concurrency", "concurrency", "run_concurrency_sweep"), ("tp_sweep", "tp", "run_tp_sweep"),
+BENCH_SWEEPS = (("gpu", "gpu", "run_gpu_bench"), ("constrained", "constrained", "run_constrained"),
+                ("concurrency", "concurrency", "run_concurrency_sweep"), ("tp_sweep", "tp", "run_tp_sweep"),
                 ("workloads", "workloads", "run_workloads"), ("http", "http_overhead", "run_http_overhead"),
                 ("overlap_rtt", "overlap", "run_overlap_sweep"), ("rtt_ms", "network", "run_rtt_sweep"))
 
@@ -163,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "bandwidth floor, HF eager and compiled static-cache generate, target-only, fixed and adaptive "
                        "γ, 8 users (on the synthetic pair unless models are given)")
     bench.add_argument("--no-hf-compiled", action="store_true", help="with --gpu: skip HF's compiled static cache")
+    bench.add_argument("--constrained", action="store_true", help="structured output: target-only and adaptive, "
+                       "with and without a JSON schema, answers checked against it, and the mask's cost per row")
     bench.add_argument("--output", default="bench_results.json")
     # Every config meets each prompt fresh: with a memory, a config would look up the outputs of the
     # configs that ran the prompt before it.

@@ -33,6 +33,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias), by token
     prompt_tokens: int = 0
+    grammar: str = ""  # an llguidance grammar the output follows (`specdec.engine.constraint`); "" = none
 
     def __post_init__(self):  # a record read back from JSON gives lists
         object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(v)) for t, v in self.logit_bias)))

@@ -29,6 +29,7 @@ from specdec.core.sampling import SamplingParams, position_generator, probs_from
 from specdec.core.sequence import SequenceState, common_prefix
 from specdec.engine.backend import GAMMA_LIMIT, Proposal, Rollback, Verification, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
+from specdec.engine.constraint import Grammars, GrammarState
 from specdec.engine.kvcache import KVCache
 from specdec.engine.measure import measure
 from specdec.engine.models import LoadedModel
@@ -53,6 +54,7 @@ class Session:
     state: SequenceState = field(default_factory=SequenceState)
     lock: threading.Lock = field(default_factory=threading.Lock)  # held for a round
     passes: list[PassShape] = field(default_factory=list)  # the shared passes of the current round
+    grammar: GrammarState | None = None  # a constrained session's matcher
 
 
 class Engine:
@@ -67,6 +69,7 @@ class Engine:
         self.cost_profile: CostProfile | None = None
         self._sessions: SessionTable[Session] = SessionTable(max_sessions)  # rounds hold their session's lock
         self.batcher = StepBatcher(self.runner)
+        self.grammars = Grammars(loaded.name, loaded.vocab_size)
 
     @property
     def max_sessions(self) -> int:
@@ -101,7 +104,8 @@ class Engine:
     # -- session lifecycle -------------------------------------------------
     def open(self, session_id: str, params: SamplingParams) -> None:
         params.validate()
-        self._sessions.add(session_id, lambda: Session(params, self.runner.new_cache()))
+        grammar = self.grammars.state(params.grammar) if params.grammar else None
+        self._sessions.add(session_id, lambda: Session(params, self.runner.new_cache(), grammar=grammar))
 
     def release(self, session_id: str) -> bool:
         self.batcher.forget(session_id)
@@ -181,6 +185,16 @@ class Engine:
                 self.runner.copy_prefix(best.cache, session.cache, length)
                 state.cached = length
 
+    def _constrain(self, session: Session, logits: torch.Tensor, tokens: list[int],
+                   proposed: list[int]) -> torch.Tensor:
+        """logits [N, V] with what the grammar refuses at each row set to -inf (row i after tokens +
+        proposed[:i]); unchanged for a session without a grammar."""
+        if session.grammar is None:
+            return logits
+        output = tokens[session.params.prompt_tokens:]
+        allowed = session.grammar.masks(output, proposed, logits.shape[0]).to(logits.device)  # [N, V]
+        return logits.float().masked_fill(~allowed, float("-inf"))
+
     def _forward(self, session: Session, tokens: list[int], logits: int = 1) -> torch.Tensor:
         """Feed `tokens` after the cached prefix; returns the last `logits` positions' logits [logits, V].
 
@@ -249,6 +263,7 @@ class DraftEngine(Engine):
             committed = state.tokens[:state.committed]
             for i in range(gamma):
                 logits = process_logits(logits, params, committed + drafted)  # the counts at this position
+                logits = self._constrain(session, logits, committed + drafted, [])
                 if params.greedy:
                     token = int(logits[0].argmax())
                     if min_confidence > 0:
@@ -287,6 +302,7 @@ class TargetEngine(Engine):
             params = session.params
             # Row i is processed with the committed tokens and the first i drafts: target-only's counts.
             logits = process_logits(logits, params, session.state.tokens[:committed], draft_tokens)
+            logits = self._constrain(session, logits, session.state.tokens[:committed], draft_tokens)
             if params.greedy:
                 verdict = verify_greedy(drafts, logits)
             else:

@@ -3,17 +3,19 @@
 Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`, `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
 `logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
-`stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` (1-8), and
-the extensions `repetition_penalty`, `gamma` (unset = adaptive, 0 = target-only), `proposer` ("model",
+`stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` (1-8),
+`response_format` (text, json_object, json_schema), and the extensions `repetition_penalty`,
+`guided_regex`, `guided_grammar` (Lark), `gamma` (unset = adaptive, 0 = target-only), `proposer` ("model",
 "ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting during verification); unset = the
-server's default. Penalties and bias are exact under speculation (`specdec.core.processing`).
+server's default. Penalties, bias and constraints are exact under speculation.
 Refused with a 400 when set to anything but their neutral value: `best_of` > 1, `echo`,
-`suffix`, tools and functions, a response format other than text, and non-text message parts.
+`suffix`, tools and functions, and non-text message parts.
 Unknown fields are ignored, as OpenAI's own server does.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any, Literal
 
@@ -40,6 +42,19 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    name: str = "response"
+    schema_: dict = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["text", "json_object", "json_schema"] = "text"
+    json_schema: JsonSchemaFormat | None = None
+
+
 class _Common(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -59,6 +74,27 @@ class _Common(BaseModel):
     gamma: int | None = Field(None, ge=0, le=INT32_MAX)  # extension: unset = adaptive, 0 = target-only, N = fixed
     proposer: Literal["model", "ngram", "hybrid"] | None = None  # extension: unset = the server's default
     overlap: Literal["auto", "on", "off"] | None = None  # extension: unset = the server's default
+    response_format: ResponseFormat | None = None
+    guided_regex: str | None = None  # extension (vLLM's name): the output matches this regex
+    guided_grammar: str | None = None  # extension (vLLM's name): the output follows this Lark grammar
+
+    def constraint(self) -> tuple[str, str] | None:
+        """The one structured-output constraint the body asks for, as (kind, value), or None."""
+        asked = []
+        if self.response_format is not None and self.response_format.type == "json_object":
+            asked.append(("json_object", "true"))
+        if self.response_format is not None and self.response_format.type == "json_schema":
+            if self.response_format.json_schema is None:
+                raise BadRequest("response_format json_schema needs its json_schema", "response_format")
+            asked.append(("json_schema", json.dumps(self.response_format.json_schema.schema_)))
+        if self.guided_regex is not None:
+            asked.append(("regex", self.guided_regex))
+        if self.guided_grammar is not None:
+            asked.append(("lark", self.guided_grammar))
+        if len(asked) > 1:
+            raise BadRequest("at most one of response_format (JSON), guided_regex and guided_grammar",
+                             "response_format")
+        return asked[0] if asked else None
 
     def refuse_unsupported(self) -> None:
         if self.stream_options is not None and not self.stream:
@@ -97,6 +133,10 @@ class _Common(BaseModel):
                                      **logprob_request_to_pb(top_logprobs),
                                      **speculation_to_pb(self.proposer, self.overlap), **prompt)
         request.n = self.n
+        constraint = self.constraint()
+        if constraint is not None:
+            kind, value = constraint
+            setattr(request.constraint, kind, value == "true" if kind == "json_object" else value)
         if self.repetition_penalty is not None:
             request.repetition_penalty = self.repetition_penalty
         if self.top_p is not None:
@@ -158,11 +198,6 @@ class Message(BaseModel):
         return {**(self.model_extra or {}), "role": role, "content": content or ""}
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: str = "text"
-
-
 class ChatCompletionRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1, le=UINT32_MAX)
@@ -171,14 +206,11 @@ class ChatCompletionRequest(_Common):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list | None = None
     functions: list | None = None
-    response_format: ResponseFormat | None = None
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
         if self.tools or self.functions:
             raise BadRequest("tools and functions are not supported", "tools")
-        if self.response_format is not None and self.response_format.type != "text":
-            raise BadRequest("only the text response format is supported", "response_format")
         if self.top_logprobs is not None and not self.logprobs:
             raise BadRequest("top_logprobs needs logprobs: true", "top_logprobs")
 

@@ -1,0 +1,39 @@
+"""Structured-output constraints compiled to llguidance grammars (text in, grammar text out).
+
+The engine (`specdec.engine.constraint`) turns a grammar into masks; the orchestrator compiles a
+request's constraint here, so a bad schema is refused before any service is called.
+"""
+
+from __future__ import annotations
+
+from specdec.core.errors import InvalidArgument
+
+KINDS = ("json_schema", "json_object", "regex", "lark")
+# JSON as json.dumps writes it: ", " and ": " and no other whitespace, so a model cannot spend its tokens on
+# blanks (a schema's own "x-guidance" options override this).
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def compile_constraint(kind: str, value: str) -> str:
+    """A request's constraint as an llguidance grammar: kind "json_schema" (value: the schema as
+    JSON), "json_object" (any object), "regex" or "lark". Raises InvalidArgument if it is invalid."""
+    import json
+
+    import llguidance
+
+    try:
+        if kind in ("json_object", "json_schema"):
+            schema = {"type": "object"} if kind == "json_object" else json.loads(value)
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)
+        elif kind == "regex":
+            grammar = llguidance.LLMatcher.grammar_from_regex(value)
+        elif kind == "lark":
+            grammar = llguidance.LLMatcher.grammar_from_lark(value)
+        else:
+            raise InvalidArgument(f"unknown constraint kind {kind!r}")
+    except (ValueError, TypeError) as exc:
+        raise InvalidArgument(f"invalid {kind.replace('_', ' ')}: {exc}") from None
+    message = llguidance.LLMatcher.validate_grammar(grammar)
+    if message:
+        raise InvalidArgument(f"invalid {kind.replace('_', ' ')}: {message}")
+    return grammar
