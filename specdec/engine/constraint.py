@@ -66,22 +66,24 @@ class GrammarState:
                 raise InvalidArgument(f"committed token {token} breaks the grammar: {self.matcher.get_error()}")
         self.consumed = list(committed)
 
-    def _mask(self) -> torch.Tensor:
-        """[V] bool: the tokens the grammar allows next."""
-        words = torch.frombuffer(bytearray(self.matcher.compute_bitmask()), dtype=torch.int32)  # [⌈V/32⌉]
-        return ((words[:, None] >> self._bits) & 1).reshape(-1)[:self.vocab].bool()
+    def _words(self) -> torch.Tensor:
+        """[⌈V/32⌉] int32: the grammar's bitmask of the tokens allowed next (bit t % 32 of word t // 32)."""
+        return torch.frombuffer(bytearray(self.matcher.compute_bitmask()), dtype=torch.int32)
 
-    def masks(self, committed: list[int], proposed: list[int], rows: int) -> torch.Tensor:
-        """[rows, V] bool: row i allows what may follow committed + proposed[:i]. `committed` are the
-        tokens after the prompt (the grammar constrains the output only)."""
+    def masks(self, committed: list[int], proposed: list[int], rows: int,
+              device: torch.device | str = "cpu") -> torch.Tensor:
+        """[rows, V] bool on `device`: row i allows what may follow committed + proposed[:i]. `committed`
+        are the tokens after the prompt (the grammar constrains the output only). The packed bitmask
+        crosses to the device (V/8 bytes a row) and is expanded there."""
         self.sync(committed)
-        out = torch.ones(rows, self.vocab, dtype=torch.bool)
+        words = torch.full((rows, (self.vocab + 31) // 32), -1, dtype=torch.int32)  # [rows, W]; -1: all allowed
         taken = 0
         for i in range(rows):
-            out[i] = self._mask()
+            words[i] = self._words()
             if i + 1 == rows or i >= len(proposed):
                 break
-            if proposed[i] == self.eos or not out[i, proposed[i]]:
+            token = proposed[i]
+            if token == self.eos or not (int(words[i, token // 32]) >> (token % 32)) & 1:
                 break  # an EOS ends the output (and a stopped matcher cannot roll back); a refused draft is
                 # rejected at row i: either way the later rows are never used
             if not self.matcher.consume_token(proposed[i]):
@@ -90,4 +92,6 @@ class GrammarState:
             taken += 1
         if taken:
             self.matcher.rollback(taken)
-        return out
+        words = words.to(device, non_blocking=True)
+        bits = (words[:, :, None] >> self._bits.to(words.device)) & 1  # [rows, W, 32]
+        return bits.reshape(rows, -1)[:, :self.vocab].bool()

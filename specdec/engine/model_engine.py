@@ -192,7 +192,7 @@ class Engine:
         if session.grammar is None:
             return logits
         output = tokens[session.params.prompt_tokens:]
-        allowed = session.grammar.masks(output, proposed, logits.shape[0]).to(logits.device)  # [N, V]
+        allowed = session.grammar.masks(output, proposed, logits.shape[0], logits.device)  # [N, V]
         return logits.float().masked_fill(~allowed, float("-inf"))
 
     def _forward(self, session: Session, tokens: list[int], logits: int = 1) -> torch.Tensor:
