@@ -187,7 +187,6 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         try:
             with grpc_errors(context):
                 parsed = self.parse(request, credential_of(context))
-                controller = self._new_controller(parsed.proposer)
                 session_id = request.session_id or uuid.uuid4().hex
                 if span.is_recording():
                     span.set_attributes({"specdec.prompt_tokens": len(parsed.prompt_ids),
@@ -197,14 +196,11 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                 if choices > 1:
                     yield from self._choices(parsed, choices, cancelled, span)
                     return
-                generation = Generation(parsed, self.drafts, self.target, self.tokenizer, self._eos(parsed),
-                                        self.max_context, controller, is_cancelled=cancelled.is_set,
-                                        metrics=self.metrics, trace_context=trace.set_span_in_context(span),
-                                        session_id=session_id,
-                                        round_timeout=self.round_timeout, lookup_prior=self.lookup_prior,
-                                        recent=self.recent,
-                                        on_round=RecordWriter(self.sessions, session_id, parsed, credential_of(context))
-                                        if self.sessions else None)
+                controller = self._new_controller(parsed.proposer)
+                generation = self._generation(
+                    parsed, controller, cancelled, span, session_id=session_id,
+                    on_round=RecordWriter(self.sessions, session_id, parsed, credential_of(context))
+                    if self.sessions else None)
                 try:
                     for chunk in generation.run():
                         emitted += len(chunk.token_ids)
@@ -229,11 +225,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         def run(index: int) -> None:
             params = dataclasses.replace(parsed.params, seed=(parsed.params.seed + index) % 2**64)
             controller = self._new_controller(parsed.proposer)
-            generation = Generation(dataclasses.replace(parsed, params=params), self.drafts, self.target,
-                                    self.tokenizer, self._eos(parsed), self.max_context, controller,
-                                    is_cancelled=cancelled.is_set, metrics=self.metrics,
-                                    trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
-                                    lookup_prior=self.lookup_prior, recent=self.recent)
+            generation = self._generation(dataclasses.replace(parsed, params=params), controller, cancelled, span)
             try:
                 for chunk in generation.run():
                     prefilled.set()
@@ -268,6 +260,15 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             for thread in threads:
                 if thread.is_alive():
                     thread.join(timeout=30)
+
+    def _generation(self, parsed: GenerationRequest, controller, cancelled: threading.Event, span,
+                    **extra) -> Generation:
+        """A generation of `parsed` on this orchestrator's services, tokenizer, priors and memory;
+        `extra`: Generation's own fields (session_id, on_round)."""
+        return Generation(parsed, self.drafts, self.target, self.tokenizer, self._eos(parsed), self.max_context,
+                          controller, is_cancelled=cancelled.is_set, metrics=self.metrics,
+                          trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
+                          lookup_prior=self.lookup_prior, recent=self.recent, **extra)
 
     def _eos(self, parsed: GenerationRequest) -> frozenset[int]:
         """The tokens that end a generation: the model's EOS, and under a grammar also the tokenizer's,

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 import torch
 from conftest import assert_speculated, tiny_models
-from test_lossless_e2e import SAMPLES, assert_follows
+from test_lossless_e2e import SAMPLES, assert_follows, sampled_runs
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
@@ -118,20 +117,12 @@ def test_sampled_constrained_tokens_follow_the_masked_target(stack, proposer):
         logits = target.forward([Step(target.new_cache(), tokens)])[0].masked_fill(~allowed, float("-inf"))
         return probs_from_logits(logits, params)[0]
 
-    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
-        stub = pb_grpc.SpecDecStub(channel)
+    def request_of(seed: int) -> pb.GenerateRequest:
+        request = constrained(prompt_token_ids=prompt, max_new_tokens=3, seed=seed, gamma=2, temperature=0.8)
+        request.proposer = proposer
+        return request
 
-        def three(seed: int):
-            tokens, accepted = [], 0
-            request = constrained(prompt_token_ids=prompt, max_new_tokens=3, seed=seed, gamma=2, temperature=0.8)
-            request.proposer = proposer
-            for reply in stub.Generate(request, timeout=60):
-                tokens += reply.token_ids
-                accepted += reply.round.accepted
-            return tokens, accepted
-
-        with ThreadPoolExecutor(8) as pool:
-            drawn = list(pool.map(three, range(SAMPLES)))
+    drawn = sampled_runs(stack.endpoint, request_of, range(SAMPLES))
     assert 0 < sum(a for _, a in drawn) < 2 * SAMPLES, "want acceptances and rejections"
     assert_follows([(t[0], None) for t, _ in drawn], p_masked(prompt, letters), support=6)
     pair = max({tuple(t[:2]) for t, _ in drawn}, key=lambda p: sum(tuple(t[:2]) == p for t, _ in drawn))

@@ -38,6 +38,23 @@ def first_tokens(endpoint: str, prompt: list[int], seeds, concurrency: int, prop
             return list(pool.map(first, seeds))
 
 
+def sampled_runs(endpoint: str, request_of, seeds, concurrency: int = 8) -> list[tuple[list[int], int]]:
+    """(emitted tokens, drafts accepted) of the generation `request_of(seed)` asks for, per seed,
+    `concurrency` generations at a time."""
+    with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
+        stub = pb_grpc.SpecDecStub(channel)
+
+        def run(seed: int) -> tuple[list[int], int]:
+            tokens, accepted = [], 0
+            for reply in stub.Generate(request_of(seed), timeout=60):
+                tokens += reply.token_ids
+                accepted += reply.round.accepted
+            return tokens, accepted
+
+        with ThreadPoolExecutor(concurrency) as pool:
+            return list(pool.map(run, seeds))
+
+
 def assert_follows(drawn: list[tuple[int, pb.RoundStats]], p: torch.Tensor, support: int = 8) -> None:
     """The histogram of the first tokens is within the TV bound of p (support: tokens p keeps), and no
     token p excludes was emitted."""

@@ -5,13 +5,12 @@ proposer, and sampled tokens that follow the processed target distribution at ea
 from __future__ import annotations
 
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 import torch
 from conftest import assert_speculated, tiny_models
-from test_lossless_e2e import SAMPLES, assert_follows
+from test_lossless_e2e import SAMPLES, assert_follows, sampled_runs
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
@@ -100,21 +99,13 @@ def test_bias_outside_the_vocabulary_is_refused(stack):
 
 
 def _two_tokens(endpoint: str, prompt: list[int], proposer: int, **sampling) -> list[tuple[int, int, int]]:
-    """(first token, second token, drafts accepted) of a γ = 2 generation per seed, 8 at a time."""
-    with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
-        stub = pb_grpc.SpecDecStub(channel)
+    """(first token, second token, drafts accepted) of a γ = 2 generation per seed."""
+    def request_of(seed: int) -> pb.GenerateRequest:
+        request = processed_request(prompt_token_ids=prompt, max_new_tokens=2, seed=seed, gamma=2, **sampling)
+        request.proposer = proposer
+        return request
 
-        def two(seed: int):
-            request = processed_request(prompt_token_ids=prompt, max_new_tokens=2, seed=seed, gamma=2, **sampling)
-            request.proposer = proposer
-            tokens, accepted = [], 0
-            for reply in stub.Generate(request, timeout=60):
-                tokens += reply.token_ids
-                accepted += reply.round.accepted
-            return tokens[0], tokens[1], accepted
-
-        with ThreadPoolExecutor(8) as pool:
-            return list(pool.map(two, range(SAMPLES)))
+    return [(tokens[0], tokens[1], accepted) for tokens, accepted in sampled_runs(endpoint, request_of, range(SAMPLES))]
 
 
 @pytest.mark.parametrize("proposer", [pb.PROPOSER_MODEL, pb.PROPOSER_NGRAM], ids=["model", "ngram"])

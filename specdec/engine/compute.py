@@ -105,13 +105,14 @@ RUNNERS = ("auto", "ragged", "static")
 
 def resolve_runner(runner: str, device: torch.device | str, path: str) -> str:
     """auto: "static" (`specdec.engine.static`: KV pool, fixed shapes, CUDA graphs) on CUDA, "ragged"
-    (`specdec.engine.runner`) on CPU, whose kernels are row-invariant at any row count."""
+    (`specdec.engine.runner`) on CPU, whose kernels are row-invariant at any row count, and for the
+    gguf path, whose block kernels only the ragged runner runs."""
     if runner not in RUNNERS:
         raise ValueError(f"unknown runner {runner!r}; choose {', '.join(RUNNERS)}")
     if runner == "static" and path == "gguf":
         raise ValueError("the static runner runs dense weights; the gguf path runs on the ragged runner")
     if runner == "auto":
-        return "static" if torch.device(device).type == "cuda" else "ragged"
+        return "static" if torch.device(device).type == "cuda" and path != "gguf" else "ragged"
     return runner
 
 

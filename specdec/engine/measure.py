@@ -23,34 +23,50 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
     and steady, so they are timed once after the warm-up: repeating them would add seconds to every
     start-up. A device's queue is drained before each clock reading.
     """
-    vocab = vocab or runner.embed.num_embeddings
     sizes = batch_sizes(max_tokens, batch_tokens)
-    gen = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, vocab, (PROFILE_CONTEXT + max_tokens,), generator=gen).tolist()
-    sessions = -(-sizes[-1] // max_tokens)
-    caches = [runner.new_cache() for _ in range(sessions)]
     began = time.perf_counter()
-    for cache in caches:
-        runner.forward([Step(cache, tokens[:PROFILE_CONTEXT])])
+    bench = PassTimer(runner, max_tokens, sizes[-1], vocab)
     best = [float("inf")] * len(sizes)
     for repeat in range(repeats + 1):  # the first pass warms up every size
         for i, size in enumerate(sizes):
             if repeat > 1 and size > max_tokens:
                 continue
-            shares = [max_tokens] * (size // max_tokens) + ([size % max_tokens] if size % max_tokens else [])
-            steps = [Step(cache, tokens[PROFILE_CONTEXT:PROFILE_CONTEXT + n], logits=n) for cache, n in zip(caches, shares)]
-            _synchronize(runner)
-            t0 = time.perf_counter()
-            runner.forward(steps)
-            _synchronize(runner)
-            best[i] = min(best[i], time.perf_counter() - t0)
-            for cache in caches:
-                cache.crop(PROFILE_CONTEXT)
+            best[i] = min(best[i], bench.seconds(size))
     profile = CostProfile(tuple(best), tuple(sizes))
     log.info("cost profile (%.1f s): forward of %s tokens = %s ms; S=%d costs %.2fx S=1",
              time.perf_counter() - began, ",".join(map(str, sizes)), " ".join(f"{s * 1e3:.0f}" for s in best),
              max_tokens, profile.ratio(max_tokens))
     return profile
+
+
+class PassTimer:
+    """Times one forward pass of `size` new tokens after a PROFILE_CONTEXT-token prefix: a verify of
+    `size` tokens up to `rows`, past it sessions of `rows` tokens each sharing the pass."""
+
+    def __init__(self, runner: ModelRunner, rows: int, largest: int, vocab: int | None = None):
+        self.runner, self.rows = runner, rows
+        gen = torch.Generator().manual_seed(0)
+        vocab = vocab or runner.embed.num_embeddings
+        self.tokens = torch.randint(0, vocab, (PROFILE_CONTEXT + rows,), generator=gen).tolist()
+        self.caches = [runner.new_cache() for _ in range(-(-largest // rows))]
+        for cache in self.caches:
+            runner.forward([Step(cache, self.tokens[:PROFILE_CONTEXT])])
+
+    def seconds(self, size: int) -> float:
+        """One pass of `size` tokens, the device's queue drained before each clock reading; the caches
+        are cropped back to the prefix after it."""
+        rows = self.rows
+        shares = [rows] * (size // rows) + ([size % rows] if size % rows else [])
+        steps = [Step(cache, self.tokens[PROFILE_CONTEXT:PROFILE_CONTEXT + n], logits=n)
+                 for cache, n in zip(self.caches, shares)]
+        _synchronize(self.runner)
+        began = time.perf_counter()
+        self.runner.forward(steps)
+        _synchronize(self.runner)
+        elapsed = time.perf_counter() - began
+        for cache in self.caches:
+            cache.crop(PROFILE_CONTEXT)
+        return elapsed
 
 
 def _synchronize(runner: ModelRunner) -> None:

@@ -185,14 +185,16 @@ class Engine:
                 self.runner.copy_prefix(best.cache, session.cache, length)
                 state.cached = length
 
-    def _constrain(self, session: Session, logits: torch.Tensor, tokens: list[int],
-                   proposed: list[int]) -> torch.Tensor:
-        """logits [N, V] with what the grammar refuses at each row set to -inf (row i after tokens +
-        proposed[:i]); unchanged for a session without a grammar."""
+    def _process(self, session: Session, logits: torch.Tensor, tokens: list[int],
+                 proposed: list[int] = ()) -> torch.Tensor:
+        """logits [N, V] as the session's distribution of row i's token, which follows tokens +
+        proposed[:i]: penalties and bias (`specdec.core.processing`), then what the grammar refuses
+        set to -inf. Unchanged for a session with neither."""
+        logits = process_logits(logits, session.params, tokens, proposed)
         if session.grammar is None:
             return logits
         output = tokens[session.params.prompt_tokens:]
-        allowed = session.grammar.masks(output, proposed, logits.shape[0], logits.device)  # [N, V]
+        allowed = session.grammar.masks(output, list(proposed), logits.shape[0], logits.device)  # [N, V]
         return logits.float().masked_fill(~allowed, float("-inf"))
 
     def _forward(self, session: Session, tokens: list[int], logits: int = 1) -> torch.Tensor:
@@ -262,8 +264,7 @@ class DraftEngine(Engine):
             confidence = 1.0
             committed = state.tokens[:state.committed]
             for i in range(gamma):
-                logits = process_logits(logits, params, committed + drafted)  # the counts at this position
-                logits = self._constrain(session, logits, committed + drafted, [])
+                logits = self._process(session, logits, committed + drafted)  # this position's distribution
                 if params.greedy:
                     token = int(logits[0].argmax())
                     if min_confidence > 0:
@@ -300,9 +301,8 @@ class TargetEngine(Engine):
             committed, logits, rollback = self._score(session, start, tokens, draft_tokens)
             drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]
             params = session.params
-            # Row i is processed with the committed tokens and the first i drafts: target-only's counts.
-            logits = process_logits(logits, params, session.state.tokens[:committed], draft_tokens)
-            logits = self._constrain(session, logits, session.state.tokens[:committed], draft_tokens)
+            # Row i is processed with the committed tokens and the first i drafts: target-only's state.
+            logits = self._process(session, logits, session.state.tokens[:committed], draft_tokens)
             if params.greedy:
                 verdict = verify_greedy(drafts, logits)
             else:

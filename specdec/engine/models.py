@@ -162,8 +162,6 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     """
     dev = resolve_device(device)
     path = resolve_path(dtype, quantize, dev, is_packed_source(spec))
-    if runner == "auto" and path == "gguf":
-        runner = "ragged"
     runner = resolve_runner(runner, dev, path)
     if path == "gguf" and shard is not None:
         log.info("tensor parallelism shards float32 weights: this GGUF model runs on the fp32 path")

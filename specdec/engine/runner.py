@@ -200,9 +200,7 @@ class ModelRunner:
         spans = self._spans(steps, lengths)
         for index, layer in enumerate(self.layers):
             h = h + self._attention(index, layer, h, cos, sin, spans)
-            mlp_in = layer.post_norm(h)[0]  # [T, hidden]
-            gate, up = layer.gate_up(mlp_in).chunk(2, dim=-1)
-            h = h + self.collectives.all_reduce(layer.down(layer.act(gate) * up))[None]
+            h = h + self._mlp(layer, h)
         for step, n in zip(steps, lengths):
             step.cache.length += n
         rows = torch.tensor([end - k for (_, end), s in zip(_offsets(lengths), steps) for k in range(s.logits, 0, -1)],
@@ -221,7 +219,14 @@ class ModelRunner:
             spans.append((begin, end, start, step.cache, visibility(start, n, groups, keys, self.device)))
         return spans
 
-    def _attention(self, index: int, layer: _Layer, h: torch.Tensor, cos, sin, spans) -> torch.Tensor:
+    def _mlp(self, layer: _Layer, h: torch.Tensor) -> torch.Tensor:
+        """The MLP's contribution to the residual stream h [1, T, hidden]: [1, T, hidden]."""
+        gate, up = layer.gate_up(layer.post_norm(h)[0]).chunk(2, dim=-1)  # [T, intermediate] each
+        return self.collectives.all_reduce(layer.down(layer.act(gate) * up))[None]
+
+    def _project(self, layer: _Layer, h: torch.Tensor, cos, sin) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries and keys with their norms and rotary embeddings, and values, of h [1, T, hidden]:
+        q [1, H, T, D], k [1, KV, T, D], v [T, KV, D]."""
         D, H, KV = self.head_dim, self.heads, self.kv_heads
         T = h.shape[1]
         qkv = layer.qkv(layer.input_norm(h)[0])  # [T, (H + 2·KV)·D]
@@ -229,8 +234,14 @@ class ModelRunner:
         q, k = q.view(T, H, D), k.view(T, KV, D)
         if layer.q_norm is not None:
             q, k = layer.q_norm(q), layer.k_norm(k)
-        q, k = self.apply_rotary(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)  # [1, H|KV, T, D]
-        v = v.view(T, KV, D).transpose(0, 1)  # [KV, T, D]
+        q, k = self.apply_rotary(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)
+        return q, k, v.view(T, KV, D)
+
+    def _attention(self, index: int, layer: _Layer, h: torch.Tensor, cos, sin, spans) -> torch.Tensor:
+        D, H, KV = self.head_dim, self.heads, self.kv_heads
+        T = h.shape[1]
+        q, k, v = self._project(layer, h, cos, sin)  # [1, H|KV, T, D], v [T, KV, D]
+        v = v.transpose(0, 1)  # [KV, T, D]
         out = torch.empty(T, H, D, dtype=torch.float32, device=h.device)
         groups = H // KV
         for begin, end, start, cache, visible in spans:

@@ -78,11 +78,12 @@ class _Common(BaseModel):
     guided_regex: str | None = None  # extension (vLLM's name): the output matches this regex
     guided_grammar: str | None = None  # extension (vLLM's name): the output follows this Lark grammar
 
-    def constraint(self) -> tuple[str, str] | None:
-        """The one structured-output constraint the body asks for, as (kind, value), or None."""
-        asked = []
+    def constraint(self) -> tuple[str, str | bool] | None:
+        """The one structured-output constraint the body asks for, as (kind, value): a field of
+        `pb.Constraint` and its value; or None."""
+        asked: list[tuple[str, str | bool]] = []
         if self.response_format is not None and self.response_format.type == "json_object":
-            asked.append(("json_object", "true"))
+            asked.append(("json_object", True))
         if self.response_format is not None and self.response_format.type == "json_schema":
             if self.response_format.json_schema is None:
                 raise BadRequest("response_format json_schema needs its json_schema", "response_format")
@@ -101,16 +102,16 @@ class _Common(BaseModel):
             raise BadRequest("stream_options needs stream: true", "stream_options")
 
     def bias(self) -> dict[int, float]:
-        """logit_bias with integer ids; the orchestrator checks them against the vocabulary."""
+        """logit_bias with integer ids that fit the wire's int32; the orchestrator checks them against the
+        vocabulary and the biases' range (`specdec.core.processing.check_processing`)."""
         bias = {}
         for key, value in (self.logit_bias or {}).items():
             try:
                 token = int(key)
             except ValueError:
                 raise BadRequest(f"logit_bias keys must be token ids, got {key!r}", "logit_bias") from None
-            if not 0 <= token <= INT32_MAX or not -100.0 <= value <= 100.0:
-                raise BadRequest(f"logit_bias needs ids in [0, {INT32_MAX}] and biases in [-100, 100], got "
-                                 f"{key}: {value}", "logit_bias")
+            if not 0 <= token <= INT32_MAX:
+                raise BadRequest(f"logit_bias needs ids in [0, {INT32_MAX}], got {key}", "logit_bias")
             bias[token] = value
         return bias
 
@@ -135,8 +136,7 @@ class _Common(BaseModel):
         request.n = self.n
         constraint = self.constraint()
         if constraint is not None:
-            kind, value = constraint
-            setattr(request.constraint, kind, value == "true" if kind == "json_object" else value)
+            setattr(request.constraint, *constraint)
         if self.repetition_penalty is not None:
             request.repetition_penalty = self.repetition_penalty
         if self.top_p is not None:

@@ -50,7 +50,7 @@ class _Segment:
 class StaticRunner(ModelRunner):
     """slots: sessions the pool holds; context: positions per session (capped at the model's);
     rows: tokens per segment (γ_max + 1, so a verify is one segment); graphs: capture CUDA graphs (default: on CUDA);
-    compile: run the piece through torch.compile (default: with graphs, unless SPECDEC_STATIC_COMPILE=0)."""
+    compile: run the piece through torch.compile (default: only with graphs and SPECDEC_STATIC_COMPILE=1)."""
 
     def __init__(self, model: nn.Module, path: str = "bf16", collectives: Collectives | None = None,
                  slots: int = 64, context: int = DEFAULT_CONTEXT, rows: int = 9,
@@ -95,7 +95,7 @@ class StaticRunner(ModelRunner):
         """Capture every shape's graph now (on scratch rows), so no request pays for a capture."""
         if self.graphs is None:
             return
-        for sessions, rows in self.shapes():
+        for sessions, _ in self.shapes():
             self.graphs.capture(*self._inputs([], sessions))
         torch.cuda.synchronize(self.device)
         log.info("captured %d CUDA graphs: %s", len(self.graphs), self.shapes())
@@ -157,9 +157,7 @@ class StaticRunner(ModelRunner):
         visible = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, L]
         for index, layer in enumerate(self.layers):
             h = h + self._attention(index, layer, h, cos, sin, positions, slots, visible)
-            mlp_in = layer.post_norm(h)[0]  # [B·S, hidden]
-            gate, up = layer.gate_up(mlp_in).chunk(2, dim=-1)
-            h = h + self.collectives.all_reduce(layer.down(layer.act(gate) * up))[None]
+            h = h + self._mlp(layer, h)
         logits = self.collectives.gather_vocab(self.lm_head(self.norm(h[0])).float())  # [B·S, V]
         return logits.view(B, S, -1)
 
@@ -167,12 +165,7 @@ class StaticRunner(ModelRunner):
                    slots: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
         D, H, KV = self.head_dim, self.heads, self.kv_heads
         B, S = positions.shape
-        qkv = layer.qkv(layer.input_norm(h)[0])  # [B·S, (H + 2·KV)·D]
-        q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
-        q, k = q.view(B * S, H, D), k.view(B * S, KV, D)
-        if layer.q_norm is not None:
-            q, k = layer.q_norm(q), layer.k_norm(k)
-        q, k = self.apply_rotary(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos, sin)  # [1, H|KV, B·S, D]
+        q, k, v = self._project(layer, h, cos, sin)  # [1, H|KV, B·S, D], v [B·S, KV, D]
         q = q[0].view(H, B, S, D).transpose(0, 1)  # [B, H, S, D]
         k = k[0].view(KV, B, S, D).permute(1, 2, 0, 3)  # [B, S, KV, D]
         pool_keys, pool_values = self.pool.keys[index], self.pool.values[index]  # [slots + 1, L, KV, D]

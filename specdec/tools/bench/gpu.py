@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
+from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_hf_model, load_model
 from specdec.engine.runner import Step
-from specdec.planning.cost import PROFILE_CONTEXT, batch_sizes
+from specdec.planning.cost import batch_sizes
 from specdec.tools.bench.concurrency import run_level
 from specdec.tools.bench.speed import load_prompts, print_table, run_configs, service_infos, summarise, warm_up
 
@@ -45,27 +46,10 @@ def bandwidth_bytes_per_s(device: torch.device, size: int = 2**30) -> float:
 
 
 def time_forward(runner, sizes: list[int], rows: int, repeats: int = 20) -> list[float]:
-    """Median seconds of one pass of `size` tokens (sessions of at most `rows`) after a PROFILE_CONTEXT prefix."""
-    gen = torch.Generator().manual_seed(0)
-    tokens = torch.randint(0, runner.embed.num_embeddings, (PROFILE_CONTEXT + rows,), generator=gen).tolist()
-    caches = [runner.new_cache() for _ in range(-(-max(sizes) // rows))]
-    for cache in caches:
-        runner.forward([Step(cache, tokens[:PROFILE_CONTEXT])])
-    out = []
-    for size in sizes:
-        shares = [rows] * (size // rows) + ([size % rows] if size % rows else [])
-        times = []
-        for _ in range(repeats):
-            steps = [Step(c, tokens[PROFILE_CONTEXT:PROFILE_CONTEXT + n], logits=1) for c, n in zip(caches, shares)]
-            torch.cuda.synchronize()
-            began = time.perf_counter()
-            runner.forward(steps)
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - began)
-            for cache in caches:
-                cache.crop(PROFILE_CONTEXT)
-        out.append(statistics.median(times))
-    return out
+    """Median seconds of one pass of each size (`specdec.engine.measure.PassTimer`: after a
+    PROFILE_CONTEXT prefix, sessions of at most `rows` tokens)."""
+    timer = PassTimer(runner, rows, max(sizes))
+    return [statistics.median(timer.seconds(size) for _ in range(repeats)) for size in sizes]
 
 
 def step_curves(args, rows: int) -> dict:
@@ -181,8 +165,9 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     print_table(rows)
     base = results[0]
     for name, result in hf.items():
-        print(f"{name}: {result['tokens_per_s']} tok/s; ours target-only ×{base.tokens_per_s / result['tokens_per_s']:.2f}, "
-              f"adaptive ×{results[-1].tokens_per_s / result['tokens_per_s']:.2f}; output identical to ours: "
+        rate = result["tokens_per_s"]
+        print(f"{name}: {rate} tok/s; ours target-only ×{base.tokens_per_s / rate:.2f}, "
+              f"adaptive ×{results[-1].tokens_per_s / rate:.2f}; output identical to ours: "
               f"{result['outputs'] == base.outputs}")
     for name, level in levels.items():
         print(f"8 users, {name}: {level.tokens / level.seconds:.1f} tok/s aggregate "
