@@ -14,10 +14,12 @@ from specdec.runtime.model_service import ModelServiceConfig
 TINY_TARGET = "tiny:seed=0"
 TINY_DRAFT = "tiny:seed=0,perturb=0.05"  # agrees with the target on about half the tokens
 # GGUF sources (weights quantized as a Q4_K_M file's are; 256 wide, so Q4_K and Q6_K blocks): on CPU
-# their default path is "gguf"; `dtype: float32` runs the same dequantized weights on fp32.
+# their default path is "gguf-q8" (integer dots), `dtype: gguf` the exact one, `dtype: float32` the
+# same dequantized weights on fp32.
 GGUF_TARGET = "tiny:seed=0,hidden=256,gguf=1"
 GGUF_DRAFT = "tiny:seed=0,hidden=256,gguf=1,perturb=0.05"
-PATH_SERVICE = {"fp32": {}, "bf16": {"dtype": "bfloat16"}, "int8": {"quantize": "int8"}, "gguf": {}}
+PATH_SERVICE = {"fp32": {}, "bf16": {"dtype": "bfloat16"}, "int8": {"quantize": "int8"}, "gguf": {"dtype": "gguf"},
+                "gguf-q8": {}}
 # Test stacks draft with the model and never overlap unless a request says otherwise: their tests are
 # about the draft model's rounds, which lookups of earlier tests' outputs (the server's default, hybrid)
 # would replace. The defaults have tests of their own (test_ngram, test_overlap).
@@ -26,7 +28,7 @@ MODEL_DRAFTING = dict(proposer="model", overlap="off")
 
 def tiny_models(path: str) -> tuple[str, str]:
     """(draft, target) specs for a compute path's tests."""
-    return (GGUF_DRAFT, GGUF_TARGET) if path == "gguf" else (TINY_DRAFT, TINY_TARGET)
+    return (GGUF_DRAFT, GGUF_TARGET) if path.startswith("gguf") else (TINY_DRAFT, TINY_TARGET)
 
 
 def tiny_options(draft: str = TINY_DRAFT, target: str = TINY_TARGET, service: dict | None = None,
@@ -60,6 +62,12 @@ def int8_stack():
 @pytest.fixture(scope="session")
 def gguf_stack():
     with tiny_stack("gguf") as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def gguf_q8_stack():
+    with tiny_stack("gguf-q8") as running:
         yield running
 
 

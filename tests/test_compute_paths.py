@@ -56,12 +56,12 @@ def test_lossy_paths_track_fp32(path, kernel):
     assert torch.nn.functional.cosine_similarity(got, full, dim=-1).min() > 0.99
 
 
-@pytest.mark.parametrize("path,kernel", [*PATHS, ("gguf", "gguf")])
+@pytest.mark.parametrize("path,kernel", [*PATHS, ("gguf", "gguf"), ("gguf-q8", "gguf")])
 def test_a_tokens_logits_do_not_depend_on_what_is_computed_with_it(path, kernel):
     """Decoded alone, verified in a block, batched with another session, or prefilled in chunks that
     cross an attention block: the same bits. This is what makes greedy speculative output equal
-    target-only output exactly on these paths (gguf: a model quantized as a Q4_K_M file is)."""
-    model = runner(path, kernel, "tiny:seed=0,hidden=256,gguf=1" if path == "gguf" else "tiny:seed=0")
+    target-only output exactly on these paths (gguf, gguf-q8: a model quantized as a Q4_K_M file is)."""
+    model = runner(path, kernel, "tiny:seed=0,hidden=256,gguf=1" if path.startswith("gguf") else "tiny:seed=0")
     prefix, tail = TOKENS[:5], TOKENS[5:]
 
     cache = model.new_cache()

@@ -89,8 +89,8 @@ def test_quantizers_round_trip_through_gguf():
 
 def test_tiny_gguf_model_on_both_paths():
     """Per layer the gguf kernels give the float32 products of the dequantized weights; the model's
-    logits match the float32 path's on those weights, and GGUF sources default to gguf on CPU."""
-    gguf_model = load_model(TINY_GGUF, "cpu")
+    logits match the float32 path's on those weights (the default, gguf-q8, has tests/test_q8dot.py)."""
+    gguf_model = load_model(TINY_GGUF, "cpu", dtype="gguf")
     fp32_model = load_model(TINY_GGUF, "cpu", dtype="float32")
     assert gguf_model.choice.path == "gguf" and gguf_model.choice.kernel == "gguf-Q4_K+Q6_K"
     assert fp32_model.choice.path == "fp32" and gguf_model.choice.row_invariant
@@ -179,14 +179,16 @@ def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
         load_model(str(tmp_path / "other.gguf"), "cpu", dtype="gguf")
 
 
-def test_hf_baseline_gets_the_same_kernels():
-    """The benchmark's Hugging Face baseline runs on the gguf kernels too (a slow baseline is no win)."""
+@pytest.mark.parametrize("path", ["gguf", "gguf-q8"])
+def test_hf_baseline_gets_the_same_kernels(path):
+    """The benchmark's Hugging Face baseline runs on the same block kernels (a slow baseline is no win)."""
     from specdec.engine.models import load_hf_model
+    from specdec.engine.q8dot import Q8Kernel
     from specdec.tools.bench.baseline import swap_linears
 
-    hf = swap_linears(load_hf_model(TINY_GGUF, torch.device("cpu"), packed=True), "gguf")
-    assert isinstance(hf.model.layers[0].mlp.down_proj, BlockQuantKernel)
-    ours = load_model(TINY_GGUF, "cpu").runner
+    hf = swap_linears(load_hf_model(TINY_GGUF, torch.device("cpu"), packed=True), path)
+    assert isinstance(hf.model.layers[0].mlp.down_proj, Q8Kernel if path == "gguf-q8" else BlockQuantKernel)
+    ours = load_model(TINY_GGUF, "cpu", dtype=path).runner
     tokens = [5, 17, 101, 3, 250, 42]
     with torch.inference_mode():
         theirs = hf(input_ids=torch.tensor([tokens])).logits[0]
@@ -209,7 +211,7 @@ def test_without_the_kernel_a_gguf_model_runs_on_fp32_with_the_same_weights(monk
     with caplog.at_level("WARNING", logger="specdec.engine.compute"):
         loaded = load_model(TINY_GGUF, "cpu")
     assert loaded.choice.path == "fp32"
-    assert "the gguf kernel cannot be built here" in caplog.text, "the fallback must be said, not silent"
+    assert "the gguf kernels cannot be built here" in caplog.text, "the fallback must be said, not silent"
     with pytest.raises(ValueError, match="C kernel"):
         resolve_path("gguf", "none", "cpu", packed_source=True)
     tokens = [5, 17, 101, 3]

@@ -115,13 +115,13 @@ PROPOSALS = {
 }
 
 
-@pytest.mark.parametrize("path", ["fp32", "gguf"])
+@pytest.mark.parametrize("path", ["fp32", "gguf", "gguf-q8"])
 def test_greedy_logprobs_equal_target_only_under_any_gamma_proposer_and_batch(request, path):
     """Bit-identical (protobuf float32 equality) to γ = 0 for fixed and adaptive γ, for lookups (ngram,
     hybrid: the prompts' target-only runs are in the server's memory, so lookups find them), for rounds
     drafted during the last verify (overlap), and for 4 sessions sharing passes; and equal to a local
     prefill's within 1e-5."""
-    stack = request.getfixturevalue({"fp32": "stack", "gguf": "gguf_stack"}[path])
+    stack = request.getfixturevalue({"fp32": "stack", "gguf": "gguf_stack", "gguf-q8": "gguf_q8_stack"}[path])
     baseline = [_run(stack.endpoint, prompt, 5, gamma=0) for prompt in PROMPTS]
     for name, (fields, exercised) in PROPOSALS.items():
         rounds = []

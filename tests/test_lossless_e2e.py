@@ -67,11 +67,12 @@ def assert_follows(drawn: list[tuple[int, pb.RoundStats]], p: torch.Tensor, supp
     assert counts[p == 0].sum() == 0, "a token outside the target's top-k was emitted"
 
 
-@pytest.mark.parametrize("path,concurrency", [("fp32", 8), ("int8", 1), ("gguf", 8)])
+@pytest.mark.parametrize("path,concurrency", [("fp32", 8), ("int8", 1), ("gguf", 8), ("gguf-q8", 8)])
 def test_first_token_histogram_matches_target(request, path, concurrency):
     """The target distribution p comes from the target as served on that path (same kernels). On fp32
     the samples come from 8 sessions at a time, whose steps share forward passes."""
-    stack = request.getfixturevalue({"fp32": "stack", "int8": "int8_stack", "gguf": "gguf_stack"}[path])
+    stack = request.getfixturevalue({"fp32": "stack", "int8": "int8_stack", "gguf": "gguf_stack",
+                                     "gguf-q8": "gguf_q8_stack"}[path])
     prompt = [40, 41, 42, 43]
     params = SamplingParams(temperature=1.0, top_k=8)
     target = load_model(tiny_models(path)[1], "cpu", **PATH_SERVICE[path]).runner

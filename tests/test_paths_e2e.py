@@ -12,6 +12,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.engine.cpu import cpu_features
 from specdec.engine.model_engine import BATCH_PROFILE
+from specdec.engine.native import q8_variant_for
 from specdec.planning.cost import batch_sizes
 
 PROMPTS = ["def fibonacci(n):", "The quick brown fox", "x = [1, 2, 3]\nfor"]
@@ -23,9 +24,11 @@ def bf16_stack():
         yield running
 
 
-@pytest.fixture(params=["fp32", "bf16", "int8", "gguf"])
-def path_stack(request, stack, bf16_stack, int8_stack, gguf_stack):
-    return request.param, {"fp32": stack, "bf16": bf16_stack, "int8": int8_stack, "gguf": gguf_stack}[request.param]
+@pytest.fixture(params=["fp32", "bf16", "int8", "gguf", "gguf-q8"])
+def path_stack(request):
+    fixture = {"fp32": "stack", "bf16": "bf16_stack", "int8": "int8_stack", "gguf": "gguf_stack",
+               "gguf-q8": "gguf_q8_stack"}[request.param]
+    return request.param, request.getfixturevalue(fixture)
 
 
 def test_greedy_speculative_equals_target_only_on_every_path(path_stack):
@@ -51,5 +54,7 @@ def test_services_report_path_hardware_and_cost_profile(path_stack):
         assert list(info.forward_tokens[:verify]) == list(range(1, verify + 1))
         assert len(info.forward_ns) == len(info.forward_tokens) and all(ns > 0 for ns in info.forward_ns)
         assert info.row_invariant or path == "bf16", "fp32 (oneDNN) and int8 compute each row on its own"
-        assert info.kernel == {"fp32": "onednn", "gguf": "gguf-Q4_K+Q6_K", "int8": "onednn-int8-vnni" if cpu_features().vnni else "onednn-int8-w7a8",
+        assert info.kernel == {"fp32": "onednn", "gguf": "gguf-Q4_K+Q6_K",
+                               "gguf-q8": f"gguf-q8-{q8_variant_for(cpu_features())}-Q4_K+Q6_K",
+                               "int8": "onednn-int8-vnni" if cpu_features().vnni else "onednn-int8-w7a8",
                                "bf16": "dense" if cpu_features().native_bf16 else "dense-emulated"}[path], info.kernel

@@ -8,8 +8,12 @@ Paths (`specdec.engine.kernels` has the numerics):
   bf16 (avx512_bf16 / AMX) it is emulated and scales badly with tokens per forward: a warning says so.
 - "int8": W8A8 with per-token activation scales, CPU only, lossy (one flag away: --quantize int8).
 - "gguf": the weights of a GGUF model kept in their block formats (Q4_K, Q6_K, ...) and expanded
-  in registers to their exact float32 values; float32 activations and sums (`specdec.engine.blockquant`).
-  The default on CPU for a GGUF-sourced model: the float32 path's numbers at a fraction of the bytes.
+  in registers to their exact float32 values; float32 activations and sums (`specdec.engine.blockquant`):
+  the float32 path's numbers at a fraction of the bytes.
+- "gguf-q8": the same blocks against activations quantized to 8 bits per 32 values, with integer dot
+  products (`specdec.engine.q8dot`), as llama.cpp computes them; row-invariant, and the same bits on
+  every CPU level. The default on CPU for a GGUF-sourced model, by the rule in docs/PERFORMANCE.md:
+  the fastest row-invariant path whose teacher-forced greedy agreement with "gguf" is ≥ 0.98.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from specdec.engine import blockquant
+from specdec.engine import blockquant, q8dot
 from specdec.engine.cpu import cpu_features
 from specdec.engine.kernels import PATHS, fastest_fp32_kernel
+from specdec.engine.q8dot import PACKED_PATHS
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.planning.controller import GAMMA_MAX
 
@@ -30,9 +35,10 @@ log = logging.getLogger(__name__)
 
 MKL_MARGIN = 0.9  # MKL must take under 90% of oneDNN's time to be chosen over it
 RACE_MIN_BYTES = 64 * 2**20  # smaller weights stay in cache and time nothing real: oneDNN without a race
-ALL_PATHS = (*PATHS, "fp16", "gguf")
+ALL_PATHS = (*PATHS, "fp16", "gguf", "gguf-q8")
 WEIGHT_DTYPE = {"fp32": torch.float32, "int8": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                "gguf": torch.float32}
+                "gguf": torch.float32, "gguf-q8": torch.float32}
+DEFAULT_PACKED_PATH = "gguf-q8"  # the rule's pick (docs/PERFORMANCE.md, "The integer path")
 
 
 @dataclass(frozen=True)
@@ -48,8 +54,9 @@ class PathChoice:
 
 def resolve_path(dtype: str = "auto", quantize: str = "none", device: torch.device | str = "cpu",
                  packed_source: bool = False) -> str:
-    """Flags -> path name: --quantize int8 wins; else the dtype. auto: bf16 on CUDA; on CPU gguf for a
-    model whose weights come in GGUF blocks (`packed_source`) where the kernel can run, else fp32."""
+    """Flags -> path name: --quantize int8 wins; else the dtype. auto: bf16 on CUDA; on CPU, for a model
+    whose weights come in GGUF blocks (`packed_source`), DEFAULT_PACKED_PATH where its kernel can run,
+    else fp32."""
     device = torch.device(device)
     if quantize not in ("none", "", "int8"):
         raise ValueError(f"unknown --quantize {quantize!r}; choose none or int8")
@@ -57,21 +64,25 @@ def resolve_path(dtype: str = "auto", quantize: str = "none", device: torch.devi
         if device.type != "cpu":
             raise ValueError("--quantize int8 is a CPU path; on CUDA use --dtype bfloat16 (the default)")
         return "int8"
-    if dtype == "gguf":
+    if dtype in PACKED_PATHS:
         if device.type != "cpu" or not packed_source:
-            raise ValueError("--dtype gguf runs a GGUF model's own weight blocks, on CPU")
-        if not blockquant.available():
-            raise ValueError("--dtype gguf needs its C kernel, which cannot be built here (no C compiler?)")
-        return "gguf"
+            raise ValueError(f"--dtype {dtype} runs a GGUF model's own weight blocks, on CPU")
+        if not _kernel_available(dtype):
+            raise ValueError(f"--dtype {dtype} needs its C kernel, which cannot be built here (no C compiler?)")
+        return dtype
     if dtype == "auto" and device.type == "cpu" and packed_source:
-        if blockquant.available():
-            return "gguf"
-        log.warning("the gguf kernel cannot be built here (no C compiler?): this GGUF model runs on float32")
+        if _kernel_available(DEFAULT_PACKED_PATH):
+            return DEFAULT_PACKED_PATH
+        log.warning("the gguf kernels cannot be built here (no C compiler?): this GGUF model runs on float32")
     names = {"auto": "bf16" if device.type == "cuda" else "fp32", "float32": "fp32", "fp32": "fp32",
              "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16"}
     if dtype not in names:
-        raise ValueError(f"unknown --dtype {dtype!r}; choose auto, float32, bfloat16, float16 or gguf")
+        raise ValueError(f"unknown --dtype {dtype!r}; choose auto, float32, bfloat16, float16, gguf or gguf-q8")
     return names[dtype]
+
+
+def _kernel_available(path: str) -> bool:
+    return blockquant.available() and (path != "gguf-q8" or q8dot.available())
 
 
 def describe_device(device: torch.device) -> str:
@@ -109,10 +120,10 @@ def resolve_runner(runner: str, device: torch.device | str, path: str) -> str:
     gguf path, whose block kernels only the ragged runner runs."""
     if runner not in RUNNERS:
         raise ValueError(f"unknown runner {runner!r}; choose {', '.join(RUNNERS)}")
-    if runner == "static" and path == "gguf":
-        raise ValueError("the static runner runs dense weights; the gguf path runs on the ragged runner")
+    if runner == "static" and path in PACKED_PATHS:
+        raise ValueError(f"the static runner runs dense weights; the {path} path runs on the ragged runner")
     if runner == "auto":
-        return "static" if torch.device(device).type == "cuda" and path != "gguf" else "ragged"
+        return "static" if torch.device(device).type == "cuda" and path not in PACKED_PATHS else "ragged"
     return runner
 
 
@@ -122,7 +133,7 @@ def build_runner(model: nn.Module, path: str, max_tokens: int = GAMMA_MAX + 1,
     """Rebuild `model`'s linear layers for `path` (measuring where there is a choice), on the
     "ragged" or "static" runner (`resolve_runner`); the static one gets `slots` sessions of `context`
     positions (0: its default) and decode pieces of `max_tokens` rows."""
-    device = torch.device("cpu") if path == "gguf" else next(model.parameters()).device
+    device = torch.device("cpu") if path in PACKED_PATHS else next(model.parameters()).device
     if runner == "static":
         return _build_static(model, path, max_tokens, collectives, slots, context, device)
     described = describe_device(device)
@@ -137,13 +148,13 @@ def build_runner(model: nn.Module, path: str, max_tokens: int = GAMMA_MAX + 1,
         runner = ModelRunner(model, path, fp32_kernel=kernel, collectives=collectives)
         if path == "int8":
             kernel = runner.lm_head.name
-        elif path == "gguf":
+        elif path in PACKED_PATHS:
             kernel = runner_kernel_name(runner)
         elif path in ("bf16", "fp16") and not features.native_bf16:
             kernel = "dense-emulated"  # said in Info, so a user sees why this path is slow here
     else:
         runner = ModelRunner(model, path, collectives=collectives)
-    invariant = device.type == "cpu" and (path in ("int8", "gguf") or (path == "fp32" and kernel == "onednn")
+    invariant = device.type == "cpu" and (path in ("int8", *PACKED_PATHS) or (path == "fp32" and kernel == "onednn")
                                           or (path == "bf16" and cpu_features().native_bf16))
     choice = PathChoice(path, kernel, described, invariant, seconds)
     log.info("compute path %s, kernel %s, on %s%s", path, kernel, described,
@@ -153,10 +164,13 @@ def build_runner(model: nn.Module, path: str, max_tokens: int = GAMMA_MAX + 1,
 
 
 def runner_kernel_name(runner: ModelRunner) -> str:
-    """The gguf path's kernel with the block formats it reads, e.g. "gguf-Q4_K+Q6_K"."""
+    """A packed path's kernel with the block formats it reads, e.g. "gguf-Q4_K+Q6_K", or for gguf-q8 its
+    build too, e.g. "gguf-q8-avx512-vnni-Q4_K+Q6_K"."""
     kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
-    formats = dict.fromkeys(f for k in [*kernels, runner.lm_head] for f in k.name.removeprefix("gguf-").split("+"))
-    return "gguf-" + "+".join(sorted(formats))
+    prefix = "gguf-q8-" if runner.path == "gguf-q8" else "gguf-"
+    formats = dict.fromkeys(f for k in [*kernels, runner.lm_head] for f in k.name.removeprefix(prefix).split("+"))
+    build = f"{q8dot.library().q8_level().decode()}-" if runner.path == "gguf-q8" else ""
+    return prefix + build + "+".join(sorted(formats))
 
 
 def _build_static(model: nn.Module, path: str, max_tokens: int, collectives: Collectives | None, slots: int,

@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner
+from specdec.engine.q8dot import PACKED_PATHS
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.engine.synthetic import build_synthetic_model, is_synthetic
@@ -163,13 +164,13 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     dev = resolve_device(device)
     path = resolve_path(dtype, quantize, dev, is_packed_source(spec))
     runner = resolve_runner(runner, dev, path)
-    if path == "gguf" and shard is not None:
+    if path in PACKED_PATHS and shard is not None:
         log.info("tensor parallelism shards float32 weights: this GGUF model runs on the fp32 path")
         path = "fp32"  # a Q4_K row splits only at 256-column blocks, which the MLP width need not have
     try:
-        model = load_hf_model(spec, dev, WEIGHT_DTYPE[path], packed=path == "gguf")
+        model = load_hf_model(spec, dev, WEIGHT_DTYPE[path], packed=path in PACKED_PATHS)
     except UnsupportedGguf as error:
-        if path != "gguf" or dtype == "gguf":
+        if path not in PACKED_PATHS or dtype in PACKED_PATHS:
             raise
         log.warning("%s: this model runs on the fp32 path", error)
         path = "fp32"

@@ -1,11 +1,12 @@
-"""Building and loading the C kernel of the "gguf" compute path (`specdec/engine/csrc/blockquant.c`).
+"""Building and loading the C kernels of the gguf paths (`specdec/engine/csrc/`).
 
-The kernel is plain C with GCC's generic vectors, built once per x86 level with the system
-compiler (about 2-5 s) into the cache, keyed by the source's hash, and loaded with ctypes: no
-torch headers, so no minute-long extension build. Its OpenMP regions run on the libgomp that
-torch already loaded (same soname), so the two share one thread pool instead of fighting over cores.
+Two sources: `blockquant.c` (the exact "gguf" path) and `q8dot.c` (the integer "gguf-q8" path). Each is
+plain C with GCC's generic vectors, built once per instruction-set variant with the system compiler
+(about 2-5 s) into the cache, keyed by the source's hash and flags, and loaded with ctypes: no torch
+headers, so no minute-long extension build. Their OpenMP regions run on the libgomp that torch
+already loaded (same soname), so the two share one thread pool instead of fighting over cores.
 
-`scripts/setup.sh` builds the variant for this machine; a missing one is built on first use.
+`scripts/setup.sh` builds this machine's variants; a missing one is built on first use.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,9 +27,30 @@ from specdec.weights import cache_root
 
 log = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).resolve().parent / "csrc" / "blockquant.c"
+CSRC = Path(__file__).resolve().parent / "csrc"
+COMMON = ("-O3", "-fopenmp", "-fPIC", "-shared", "-Wno-psabi")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One kernel source and the flags every build of it gets."""
+
+    name: str
+    flags: tuple[str, ...]
+
+    @property
+    def path(self) -> Path:
+        return CSRC / f"{self.name}.c"
+
+
+BLOCKQUANT = Source("blockquant", ("-ffp-contract=fast", *COMMON))
+Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON))  # its float steps are defined without fused multiply-adds
+SOURCE = BLOCKQUANT.path
+
 MARCH = {"sse41": "x86-64-v2", "avx2": "x86-64-v3"}  # every AVX-512 level (and AMX): x86-64-v4
-FLAGS = ("-O3", "-ffp-contract=fast", "-fopenmp", "-fPIC", "-shared", "-Wno-psabi")
+# The integer path's variants, fastest first, and what each is compiled with.
+Q8_VARIANTS = {"avx512-vnni": ("-march=x86-64-v4", "-mavx512vnni"), "avx-vnni": ("-march=x86-64-v3", "-mavxvnni"),
+               "avx2": ("-march=x86-64-v3",), "sse4.1": ("-march=x86-64-v2",), "portable": ("-DQ8_PORTABLE",)}
 
 
 class KernelUnavailable(RuntimeError):
@@ -40,18 +63,32 @@ def march_for(level: str | None) -> str:
     return MARCH.get(level, "x86-64-v4")
 
 
-def build_digest() -> str:
-    """What a build of the kernel depends on here: its source and compiler flags (16 hex digits)."""
-    return hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+def q8_variant_for(features) -> str:
+    """The integer path's variant for `features` (`specdec.engine.cpu.CpuFeatures`)."""
+    if features.has("avx512_vnni"):
+        return "avx512-vnni"
+    if features.has("avx2"):
+        return "avx-vnni" if features.vnni else "avx2"
+    return "sse4.1" if features.has("sse41") else "portable"
 
 
-def library_path(march: str) -> Path:
-    return cache_root() / "kernels" / f"blockquant-{build_digest()}-{march}.so"
+def build_digest(source: Source = BLOCKQUANT) -> str:
+    """What a build of `source` depends on here: its text and compiler flags (16 hex digits)."""
+    return hashlib.sha256(source.path.read_bytes() + " ".join(source.flags).encode()).hexdigest()[:16]
 
 
-def build(march: str) -> Path:
-    """Compile the kernel for `march` into the cache unless it is there; returns the library's path."""
-    target = library_path(march)
+def library_path(variant: str, source: Source = BLOCKQUANT) -> Path:
+    return cache_root() / "kernels" / f"{source.name}-{build_digest(source)}-{variant}.so"
+
+
+def _target_flags(variant: str, source: Source) -> tuple[str, ...]:
+    return Q8_VARIANTS[variant] if source is Q8DOT else (f"-march={variant}",)
+
+
+def build(variant: str, source: Source = BLOCKQUANT) -> Path:
+    """Compile `source` for `variant` (a -march for blockquant, a Q8_VARIANTS key for q8dot) into the
+    cache unless it is there; returns the library's path."""
+    target = library_path(variant, source)
     if target.exists():
         return target
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
@@ -64,41 +101,45 @@ def build(march: str) -> Path:
             return target
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             partial = Path(tmp) / target.name
-            run = subprocess.run([compiler, *FLAGS, f"-march={march}", "-o", str(partial), str(SOURCE)],
-                                 capture_output=True, text=True)
+            command = [compiler, *source.flags, *_target_flags(variant, source), "-o", str(partial), str(source.path)]
+            run = subprocess.run(command, capture_output=True, text=True)
             if run.returncode != 0:
-                raise KernelUnavailable(f"building the gguf kernel for {march} failed:\n{run.stderr[-2000:]}")
+                raise KernelUnavailable(f"building the {source.name} kernel for {variant} failed:\n{run.stderr[-2000:]}")
             partial.rename(target)
-    log.info("built the gguf kernel for %s: %s", march, target)
+    log.info("built the %s kernel for %s: %s", source.name, variant, target)
     return target
 
 
 @lru_cache(maxsize=None)
-def load(march: str) -> ctypes.CDLL:
-    """The kernel library for `march`, built if needed, with its functions' signatures declared."""
+def load(variant: str, source: Source = BLOCKQUANT) -> ctypes.CDLL:
+    """The kernel library for `variant`, built if needed, with its functions' signatures declared."""
     import torch  # noqa: F401  (its libgomp must be loaded first, so the kernel shares it)
 
-    lib = ctypes.CDLL(str(build(march)))
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    lib.bq_matmul.argtypes = [ctypes.c_int, ptr, i64, i64, ptr, i64, ptr, i64, ctypes.c_int]
-    lib.bq_matmul.restype = ctypes.c_int
-    lib.bq_dequantize_rows.argtypes = [ctypes.c_int, ptr, i64, ptr, i64, ptr]
-    lib.bq_dequantize_rows.restype = ctypes.c_int
-    for name in ("bq_block_bytes", "bq_block_weights"):
-        getattr(lib, name).argtypes = [ctypes.c_int]
-        getattr(lib, name).restype = i64
+    lib = ctypes.CDLL(str(build(variant, source)))
+    i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    signatures = {"bq_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, c_int], c_int),
+                  "bq_dequantize_rows": ([c_int, ptr, i64, ptr, i64, ptr], c_int),
+                  "bq_block_bytes": ([c_int], i64), "bq_block_weights": ([c_int], i64)}
+    if source is Q8DOT:
+        signatures = {"q8_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, c_int], c_int),
+                      "q8_repack": ([c_int, ptr, i64, i64, ptr], c_int), "q8_quantize": ([ptr, i64, i64, ptr], None),
+                      "q8_row_bytes": ([c_int, i64], i64), "q8_act_bytes": ([i64], i64), "q8_level": ([], ctypes.c_char_p)}
+    for name, (argtypes, restype) in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes, function.restype = argtypes, restype
     return lib
 
 
 def main() -> None:
-    """`python -m specdec.engine.native`: build the kernel for this machine's level (scripts/setup.sh runs it)."""
+    """`python -m specdec.engine.native`: build both kernels for this machine (scripts/setup.sh runs it)."""
     from specdec.engine.cpu import cpu_features
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         print(build(march_for(cpu_features().level)))
+        print(build(q8_variant_for(cpu_features()), Q8DOT))
     except KernelUnavailable as error:
-        print(f"warning: {error}; the gguf path falls back to float32")
+        print(f"warning: {error}; the gguf paths fall back to float32")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,11 @@ def profile_key(spec: str, path: str, kernel: str, device: str, sizes: list[int]
     """Everything a measured profile depends on; the gguf path adds its C kernel's build (source and flags)."""
     return {"format": FORMAT, "weights": weights_fingerprint(spec), "path": path, "kernel": kernel, "device": device,
             "torch": torch.__version__, "threads": torch.get_num_threads(), "world": world, "sizes": sizes,
-            "context": PROFILE_CONTEXT, "kernel_build": native.build_digest() if path == "gguf" else ""}
+            "context": PROFILE_CONTEXT, "kernel_build": _kernel_build(path)}
+
+
+def _kernel_build(path: str) -> str:
+    return {"gguf": native.build_digest(), "gguf-q8": native.build_digest(native.Q8DOT)}.get(path, "")
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,9 @@ import torch
 from torch import nn
 
 from specdec.engine.attention import BLOCK, attend, visibility
-from specdec.engine.blockquant import BlockEmbedding, BlockQuantKernel
+from specdec.engine.blockquant import BlockEmbedding
 from specdec.engine.kernels import Kernel, make_kernel
+from specdec.engine.q8dot import PACKED_PATHS, block_kernel
 from specdec.engine.kvcache import KVCache
 
 
@@ -74,8 +75,8 @@ def _fused(path: str, linears: list[nn.Linear], fp32_kernel: str) -> Kernel:
     if given:
         bias = torch.cat([b.detach() if b is not None else given[0].new_zeros(lin.out_features)
                           for b, lin in zip(biases, linears)])
-    if path == "gguf":
-        return BlockQuantKernel([lin.block_weight for lin in linears], bias)
+    if path in PACKED_PATHS:
+        return block_kernel(path, [lin.block_weight for lin in linears], bias)
     weight = torch.cat([lin.weight.detach() for lin in linears])
     return make_kernel(path, weight, bias, fp32_kernel)
 
@@ -112,8 +113,9 @@ def check_supported(model: nn.Module) -> None:
 class ModelRunner:
     """Owns a model's compute path and runs ragged multi-session forward passes.
 
-    path: "fp32", "bf16", "int8" (see `specdec.engine.kernels`) or "gguf" (`specdec.engine.blockquant`: every linear
-    layer and the embedding carry a `block_weight`); fp32_kernel: "dense" or "onednn".
+    path: "fp32", "bf16", "int8" (see `specdec.engine.kernels`), "gguf" (`specdec.engine.blockquant`) or "gguf-q8"
+    (`specdec.engine.q8dot`); on the last two every linear layer and the embedding carry a `block_weight`.
+    fp32_kernel: "dense" or "onednn".
     `collectives` joins tensor-parallel shards (`specdec.engine.tp`); the default is one worker.
     """
 
@@ -127,7 +129,7 @@ class ModelRunner:
         self.collectives = collectives or Collectives()
         if path == "bf16":
             model.to(torch.bfloat16)
-        if path == "gguf":  # weights in their GGUF blocks (`specdec.engine.blockquant`); float32 activations
+        if path in PACKED_PATHS:  # weights in their GGUF blocks (`specdec.engine.blockquant`, `.q8dot`)
             self.act_dtype, self.device = torch.float32, torch.device("cpu")
             self.embed = BlockEmbedding(decoder.embed_tokens.block_weight)
         else:

@@ -44,8 +44,9 @@ class ModelServiceConfig(ServerConfig):
                             "n-gram lookups)")
     security: Security = Security()
     device: str = option("auto", "auto (CUDA when present), cpu, cuda, cuda:N")
-    dtype: str = option("auto", "auto (on CPU: gguf for a GGUF model, else fp32; bf16 on CUDA), float32, bfloat16, "
-                                "float16, gguf (a GGUF model's own weight blocks, exact float32 arithmetic)")
+    dtype: str = option("auto", "auto (on CPU: gguf-q8 for a GGUF model, else fp32; bf16 on CUDA), float32, "
+                                "bfloat16, float16, gguf (a GGUF model's own weight blocks, exact float32 "
+                                "arithmetic), gguf-q8 (those blocks, 8-bit activations, integer dot products)")
     quantize: str = option("none", "int8: the fast, lossy CPU path (int8 weights, per-token int8 activations; "
                                    "see docs/PERFORMANCE.md)", choices=("none", "int8"))
     runner: str = option("auto", "auto (static on CUDA, ragged on CPU), ragged (any shape, per-session caches) or "

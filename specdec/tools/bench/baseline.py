@@ -10,11 +10,12 @@ from specdec.engine import blockquant
 from specdec.engine.compute import WEIGHT_DTYPE
 from specdec.engine.kernels import make_kernel
 from specdec.engine.models import load_hf_model
+from specdec.engine.q8dot import PACKED_PATHS, block_kernel
 
 
 def hf_baseline(spec: str, device, path: str, kernel: str):
     """A Hugging Face model for a baseline, with the linear kernels our runner uses on `path`."""
-    return swap_linears(load_hf_model(weights.resolve(spec), device, WEIGHT_DTYPE[path], packed=path == "gguf"),
+    return swap_linears(load_hf_model(weights.resolve(spec), device, WEIGHT_DTYPE[path], packed=path in PACKED_PATHS),
                         path, kernel)
 
 
@@ -27,11 +28,11 @@ def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Modu
     linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if isinstance(child, nn.Linear)]
     for parent, name, child in linears:
-        if path == "gguf":  # a GGUF model loaded packed (`load_hf_model(..., packed=True)`)
-            setattr(parent, name, blockquant.BlockQuantKernel([child.block_weight], child.bias))
+        if path in PACKED_PATHS:  # a GGUF model loaded packed (`load_hf_model(..., packed=True)`)
+            setattr(parent, name, block_kernel(path, [child.block_weight], child.bias))
         else:
             setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel))
-    if path == "gguf":
+    if path in PACKED_PATHS:
         model.model.embed_tokens = blockquant.BlockEmbedding(model.model.embed_tokens.block_weight)
     if path == "bf16":
         model.to(torch.bfloat16)

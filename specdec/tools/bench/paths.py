@@ -23,10 +23,11 @@ from specdec.runtime.wire import cost_profile_from_pb
 from specdec.tools.bench.speed import HFAssisted, load_prompts, run_configs, service_infos, warm_up
 
 PATH_FLAGS = {"fp32": ("float32", "none"), "bf16": ("bfloat16", "none"), "fp16": ("float16", "none"),
-              "int8": ("auto", "int8"), "gguf": ("gguf", "none")}
+              "int8": ("auto", "int8"), "gguf": ("gguf", "none"),
+              "gguf-q8": ("gguf-q8", "none")}
 
 
-def _greedy(runner, prompt_ids: list[int], n: int) -> list[int]:
+def greedy(runner, prompt_ids: list[int], n: int) -> list[int]:
     from specdec.engine.runner import Step
 
     cache = runner.new_cache()
@@ -49,7 +50,7 @@ def teacher_forced_agreement(args: argparse.Namespace, prompts: list[dict], path
     prompt_ids = [tokenizer.encode(p["prompt"], add_special_tokens=False) for p in prompts]
     if fp32_outputs is None:
         reference = load_model(weights.resolve(args.target_model), args.device, "float32").runner
-        fp32_outputs = [_greedy(reference, ids, args.max_new_tokens) for ids in tqdm(prompt_ids, desc="fp32 greedy")]
+        fp32_outputs = [greedy(reference, ids, args.max_new_tokens) for ids in tqdm(prompt_ids, desc="fp32 greedy")]
         del reference
         gc.collect()
     agreement = {}

@@ -1,0 +1,482 @@
+/* y[S, N] = x[S, K] · W[N, K]ᵀ with W in a GGML block format and x quantized to 8 bits per row: the
+ * "gguf-q8" compute path. Integer dot products, like llama.cpp's, with a definition of our own.
+ *
+ * Definition (specdec/engine/q8dot.py states it in one sentence; tests/test_q8dot.py transcribes it):
+ * - Activations: each row in groups of 32 values; dx = amax / 127, u = round-half-even(x · (127 / amax))
+ *   clamped to ±127 (all zero where amax is 0).
+ * - Weights: integers q with a float scale per 16 weights (s = d·sc for Q4_K / Q6_K, d for Q5_0 / Q8_0,
+ *   exact in float32) and, for Q4_K, a min per 16 (m = dmin·min). Per group g of 16 weights the
+ *   integer sums I = Σ (q − offset)·u and M = Σ u are exact (offset 32 for Q6_K, 16 for Q5_0, else 0).
+ * - Float steps, each rounded to float32, no fused multiply-add: t = (s·dx)·I, minus m·(dx·M) for Q4_K;
+ *   group g feeds accumulator g mod 16 in order (acc += t); y = the 16 accumulators summed by halves
+ *   ((a[i] + a[i + 8]), then + 4, + 2, + 1).
+ * Every output is that fixed sequence whatever the rows beside it: the path is row-invariant.
+ *
+ * Layout: the weights are repacked once at load (`q8_repack`) into super-blocks of 256 weights (8
+ * blocks for the 32-weight formats, zero-padded at a row's end), their quants in "vector order": byte
+ * p of vector t (t < 4, p < 64) is the weight 16·(p / 4) + 4·t + p % 4, so a 4-byte dot product at
+ * lane p / 4 always stays inside one 16-weight group. The activations are quantized into the same
+ * order. Each weight super-block is unpacked once per pass and dotted with every row in it.
+ *
+ * Built per level by specdec/engine/native.py: VNNI (vpdpbusd on 512 or 256 bits), AVX2 and SSE4.1
+ * (vpmaddubsw: u8·s8 pairs summed in int16, which never saturates here: |q|·|u| ≤ 128·127), portable C.
+ */
+#include <stdint.h>
+#include <string.h>
+#if !defined(Q8_PORTABLE)
+#include <immintrin.h>
+#endif
+
+enum { F32 = 0, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
+enum { SB = 256, LANES = 16 };
+
+typedef float vf __attribute__((vector_size(64)));
+typedef int32_t vi __attribute__((vector_size(64)));
+typedef uint8_t vb __attribute__((vector_size(64)));
+
+/* One activation super-block: 256 quants in vector order, and per lane (16-weight group) dx, Σu and dx·Σu. */
+typedef struct {
+    int8_t u[SB];
+    float dx[LANES];
+    int32_t bsum[LANES];
+    float dx_bsum[LANES]; /* dx · Σu, the factor of Q4_K's min term */
+} act_block;
+
+/* ---- the integer dot of 256 u8 weights with 256 s8 activations, lane by lane, per level ---- */
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define NATIVE 64
+typedef __m512i nv;
+#define NV_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define DP(acc, w, x) _mm512_dpbusd_epi32(acc, w, x)
+#define NV_ABS(q) _mm512_abs_epi8(q)
+#define NV_SIGN_OF(q) _mm512_movm_epi8(_mm512_movepi8_mask(q)) /* −1 where q < 0 */
+#define NV_SIGN(x, s) _mm512_sub_epi8(_mm512_xor_si512(x, s), s)
+#elif defined(__AVXVNNI__)
+#define NATIVE 32
+typedef __m256i nv;
+#define NV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define DP(acc, w, x) _mm256_dpbusd_avx_epi32(acc, w, x)
+#define NV_ABS(q) _mm256_abs_epi8(q)
+#define NV_SIGN_OF(q) (q)
+#define NV_SIGN(x, s) _mm256_sign_epi8(x, s) /* x where s > 0, −x where s < 0, 0 where s = 0 (then |q| is 0) */
+#elif defined(__AVX2__)
+#define NATIVE 32
+typedef __m256i nv;
+#define NV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define DP(acc, w, x) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)))
+#define NV_ABS(q) _mm256_abs_epi8(q)
+#define NV_SIGN_OF(q) (q)
+#define NV_SIGN(x, s) _mm256_sign_epi8(x, s) /* x where s > 0, −x where s < 0, 0 where s = 0 (then |q| is 0) */
+#elif defined(__SSE4_1__)
+#define NATIVE 16
+typedef __m128i nv;
+#define NV_LOAD(p) _mm_loadu_si128((const __m128i *)(p))
+#define DP(acc, w, x) _mm_add_epi32(acc, _mm_madd_epi16(_mm_maddubs_epi16(w, x), _mm_set1_epi16(1)))
+#define NV_ABS(q) _mm_abs_epi8(q)
+#define NV_SIGN_OF(q) (q)
+#define NV_SIGN(x, s) _mm_sign_epi8(x, s)
+#endif
+
+#ifdef NATIVE
+enum { CHUNKS = SB / NATIVE, RANGES = 64 / NATIVE }; /* native vectors a super-block; lane ranges a vector */
+
+/* Lane l of the result: Σ over t of the 4-byte dot at bytes 4l..4l+3 of vector t (w unsigned, u signed);
+ * with `sign` (0 or −1 a byte), u's bytes are negated where sign is −1 first. */
+static inline vi dot_lanes(const nv *w, const nv *sign, const int8_t *u) {
+    nv acc[RANGES];
+    memset(acc, 0, sizeof acc);
+    for (int c = 0; c < CHUNKS; c++) {
+        const nv x = sign ? NV_SIGN(NV_LOAD(u + c * NATIVE), sign[c]) : NV_LOAD(u + c * NATIVE);
+        acc[c % RANGES] = DP(acc[c % RANGES], w[c], x);
+    }
+    vi out;
+    memcpy(&out, acc, sizeof out);
+    return out;
+}
+
+static inline void load_weights(nv *w, const uint8_t *bytes) {
+    for (int c = 0; c < CHUNKS; c++) w[c] = NV_LOAD(bytes + c * NATIVE);
+}
+
+/* Signed int8 weights as |q| (the unsigned operand) and what moves their sign onto the activations. */
+static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
+    for (int c = 0; c < CHUNKS; c++) {
+        const nv v = NV_LOAD(q + c * NATIVE);
+        w[c] = NV_ABS(v);
+        sign[c] = NV_SIGN_OF(v);
+    }
+}
+#define LEVEL_NAME (NATIVE == 64 ? "avx512-vnni" : NATIVE == 16 ? "sse4.1" : VNNI256 ? "avx-vnni" : "avx2")
+#ifdef __AVXVNNI__
+#define VNNI256 1
+#else
+#define VNNI256 0
+#endif
+#else /* portable C */
+typedef uint8_t nv;
+enum { CHUNKS = SB };
+static inline vi dot_lanes(const nv *w, const nv *sign, const int8_t *u) {
+    vi out = {0};
+    for (int k = 0; k < SB; k++) out[(k % 64) / 4] += (int32_t)w[k] * (sign && sign[k] ? -u[k] : u[k]);
+    return out;
+}
+static inline void load_weights(nv *w, const uint8_t *bytes) { memcpy(w, bytes, SB); }
+static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
+    for (int k = 0; k < SB; k++) {
+        w[k] = (uint8_t)(q[k] < 0 ? -q[k] : q[k]);
+        sign[k] = q[k] < 0;
+    }
+}
+#define LEVEL_NAME "portable"
+#endif
+
+const char *q8_level(void) { return LEVEL_NAME; }
+
+/* ---- repacked super-block layouts ---- */
+enum {
+    Q4K_BYTES = 148, /* d, dmin (f16), sc[8], m[8] (6-bit values in bytes), 128 bytes of nibbles */
+    Q6K_BYTES = 210, /* d (f16), sc[16] (int8), 128 bytes of low nibbles, 64 of high bit pairs */
+    Q5_0_BYTES = 176, /* d[8] (f16), 128 bytes of low nibbles, 32 of 5th bits */
+    Q8_0_BYTES = 272, /* d[8] (f16), 256 int8 */
+};
+
+static inline int64_t sb_bytes(int type) {
+    switch (type) {
+    case Q4_K: return Q4K_BYTES;
+    case Q6_K: return Q6K_BYTES;
+    case Q5_0: return Q5_0_BYTES;
+    case Q8_0: return Q8_0_BYTES;
+    default: return 0;
+    }
+}
+
+static inline int64_t block_weights(int type) { return type == Q4_K || type == Q6_K ? 256 : 32; }
+static inline int64_t block_bytes(int type) {
+    switch (type) {
+    case Q4_K: return 144;
+    case Q6_K: return 210;
+    case Q5_0: return 22;
+    case Q8_0: return 34;
+    default: return 0;
+    }
+}
+
+static inline int64_t superblocks(int64_t K) { return (K + SB - 1) / SB; }
+
+int64_t q8_row_bytes(int type, int64_t K) { return sb_bytes(type) ? superblocks(K) * sb_bytes(type) : 0; }
+int64_t q8_act_bytes(int64_t K) { return superblocks(K) * (int64_t)sizeof(act_block); }
+
+static inline int vector_pos(int k) { return 64 * ((k % 16) / 4) + 4 * (k / 16) + k % 4; } /* k < 256 -> t·64 + p */
+
+static inline float half_to_float(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+#ifdef __F16C__
+    return _cvtsh_ss(h);
+#else
+    _Float16 f;
+    memcpy(&f, &h, 2);
+    return (float)f;
+#endif
+}
+
+static void q4_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
+/* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
+static void decode_block(int type, const uint8_t *b, int8_t *q) {
+    if (type == Q4_K) {
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                q[64 * j + l] = b[16 + 32 * j + l] & 15;
+                q[64 * j + 32 + l] = b[16 + 32 * j + l] >> 4;
+            }
+    } else if (type == Q6_K) {
+        for (int c = 0; c < 2; c++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t a = b[64 * c + l], e = b[64 * c + 32 + l], hi = b[128 + 32 * c + l];
+                q[128 * c + l] = (a & 15) | ((hi & 3) << 4);
+                q[128 * c + 32 + l] = (e & 15) | (((hi >> 2) & 3) << 4);
+                q[128 * c + 64 + l] = (a >> 4) | (((hi >> 4) & 3) << 4);
+                q[128 * c + 96 + l] = (e >> 4) | (((hi >> 6) & 3) << 4);
+            }
+    } else if (type == Q5_0) {
+        uint32_t high;
+        memcpy(&high, b + 2, 4);
+        for (int l = 0; l < 16; l++) {
+            q[l] = (b[6 + l] & 15) | (((high >> l) & 1) << 4);
+            q[16 + l] = (b[6 + l] >> 4) | (((high >> (16 + l)) & 1) << 4);
+        }
+    } else { /* Q8_0 */
+        memcpy(q, b + 2, 32);
+    }
+}
+
+/* Nibbles of 256 quants in vector order: byte p of half h holds vector 2h's (low) and 2h+1's (high). */
+static void pack_nibbles(const int8_t *ordered, uint8_t *out) {
+    for (int h = 0; h < 2; h++)
+        for (int p = 0; p < 64; p++)
+            out[64 * h + p] = (ordered[128 * h + p] & 15) | ((ordered[128 * h + 64 + p] & 15) << 4);
+}
+
+/* W [N, K] in GGML blocks -> the super-block layout above (`q8_row_bytes(type, K)` bytes a row).
+ * Returns 0, or -1 for a type this path does not take or a K that is not a whole number of blocks. */
+int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
+    if (!sb_bytes(type) || K % block_weights(type)) return -1;
+    const int64_t in_row = K / block_weights(type) * block_bytes(type), out_row = q8_row_bytes(type, K);
+    const int64_t nsb = superblocks(K);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *src = w + n * in_row;
+        uint8_t *dst = out + n * out_row;
+        memset(dst, 0, out_row);
+        for (int64_t i = 0; i < nsb; i++) {
+            int8_t natural[SB] = {0}, ordered[SB];
+            uint8_t *o = dst + i * sb_bytes(type);
+            if (type == Q4_K || type == Q6_K) {
+                const uint8_t *b = src + i * block_bytes(type);
+                decode_block(type, b, natural);
+                if (type == Q4_K) {
+                    memcpy(o, b, 4); /* d, dmin */
+                    for (int j = 0; j < 8; j++) q4_k_scale_min(b + 4, j, o + 4 + j, o + 12 + j);
+                } else {
+                    memcpy(o, b + 208, 2);
+                    memcpy(o + 2, b + 192, 16);
+                }
+            } else {
+                for (int j = 0; j < 8 && (i * 8 + j) * 32 < K; j++) {
+                    const uint8_t *b = src + (i * 8 + j) * block_bytes(type);
+                    decode_block(type, b, natural + 32 * j);
+                    memcpy(o + 2 * j, b, 2);
+                }
+            }
+            for (int k = 0; k < SB; k++) ordered[vector_pos(k)] = natural[k];
+            if (type == Q4_K) {
+                pack_nibbles(ordered, o + 20);
+            } else if (type == Q6_K) {
+                pack_nibbles(ordered, o + 18);
+                for (int p = 0; p < 64; p++)
+                    for (int t = 0; t < 4; t++) o[146 + p] |= ((ordered[64 * t + p] >> 4) & 3) << (2 * t);
+            } else if (type == Q5_0) {
+                pack_nibbles(ordered, o + 16);
+                for (int t = 0; t < 4; t++) /* the 5th bit of vector t's byte p: byte 8t + p % 8, bit p / 8 */
+                    for (int p = 0; p < 64; p++) o[144 + 8 * t + p % 8] |= ((ordered[64 * t + p] >> 4) & 1) << (p / 8);
+            } else {
+                memcpy(o + 16, ordered, SB);
+            }
+        }
+    }
+    return 0;
+}
+
+/* x [S, K] float32 -> S rows of `superblocks(K)` activation blocks (the definition's quantization). */
+void q8_quantize(const float *x, int64_t S, int64_t K, act_block *out) {
+    const int64_t nsb = superblocks(K);
+    for (int64_t s = 0; s < S; s++) {
+        const float *row = x + s * K;
+        for (int64_t i = 0; i < nsb; i++) {
+            act_block *a = out + s * nsb + i;
+            int8_t natural[SB];
+            for (int g = 0; g < SB / 32; g++) {
+                const int64_t k0 = i * SB + 32 * g;
+                float amax = 0.0f, dx = 0.0f, inv = 0.0f;
+                if (k0 < K) {
+                    for (int k = 0; k < 32; k++) {
+                        const float v = row[k0 + k] < 0 ? -row[k0 + k] : row[k0 + k];
+                        amax = v > amax ? v : amax;
+                    }
+                    dx = amax / 127.0f;
+                    inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+                }
+                int32_t sums[2] = {0, 0};
+                for (int k = 0; k < 32; k++) {
+                    float v = k0 < K ? __builtin_roundevenf(row[k0 + k] * inv) : 0.0f;
+                    v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
+                    natural[32 * g + k] = (int8_t)v;
+                    sums[k / 16] += (int8_t)v;
+                }
+                for (int h = 0; h < 2; h++) {
+                    a->dx[2 * g + h] = dx;
+                    a->bsum[2 * g + h] = sums[h];
+                    a->dx_bsum[2 * g + h] = dx * (float)sums[h];
+                }
+            }
+            for (int k = 0; k < SB; k++) a->u[vector_pos(k)] = natural[k];
+        }
+    }
+}
+
+/* ---- the matmul ---- */
+static inline vf splat(float f) { return (vf){0} + f; }
+
+static inline float lanes_sum(vf a) {
+    float h[8], q[4];
+    for (int i = 0; i < 8; i++) h[i] = a[i] + a[i + 8];
+    for (int i = 0; i < 4; i++) q[i] = h[i] + h[i + 4];
+    return (q[0] + q[2]) + (q[1] + q[3]);
+}
+
+/* Byte arithmetic in 64-bit lanes: x86 has no 8-bit shifts, and masking first keeps bits inside their bytes. */
+typedef uint64_t v64 __attribute__((vector_size(64)));
+#define BYTES(b) (0x0101010101010101ull * (b))
+
+static inline v64 load64(const uint8_t *p) {
+    v64 v;
+    memcpy(&v, p, 64);
+    return v;
+}
+
+static inline v64 nibbles(const uint8_t *p, int high) { return (high ? load64(p) >> 4 : load64(p)) & BYTES(15); }
+
+/* 16 bytes widened to 16 int32 lanes (GCC scalarizes __builtin_convertvector from bytes). */
+static inline vi widen_bytes(const uint8_t *p, int is_signed) {
+    vi out;
+#if defined(__AVX512F__)
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    const __m512i w = is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+    memcpy(&out, &w, 64);
+#elif defined(__AVX2__)
+    for (int h = 0; h < 2; h++) {
+        const __m128i b = _mm_loadl_epi64((const __m128i *)(p + 8 * h));
+        const __m256i w = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+        memcpy((char *)&out + 32 * h, &w, 32);
+    }
+#else
+    for (int l = 0; l < LANES; l++) out[l] = is_signed ? (int32_t)(int8_t)p[l] : (int32_t)p[l];
+#endif
+    return out;
+}
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline vf pairs_of(vf v, int upper) { /* lanes 2j, 2j+1 <- v[j] (upper: v[8 + j]) */
+    return upper ? __builtin_shufflevector(v, v, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)
+                 : __builtin_shufflevector(v, v, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+}
+
+static inline v8f halves_to_float(const uint8_t *p) { /* 8 float16 values */
+#ifdef __F16C__
+    v8f out;
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&out, &f, 32);
+    return out;
+#else
+    v8f out;
+    for (int j = 0; j < 8; j++) out[j] = half_to_float(p + 2 * j);
+    return out;
+#endif
+}
+
+/* 8 float16 block scales, each for the two lanes of its 32 weights. */
+static inline vf block_scales(const uint8_t *p) {
+    const v8f d = halves_to_float(p);
+    return __builtin_shufflevector(d, d, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+}
+
+enum { MAX_ROWS = 16 };
+
+/* One super-block of one weight row against G activation rows: acc[g] += its terms. */
+static inline __attribute__((always_inline)) void superblock(const int type, const uint8_t *o, const act_block *a,
+                                                             int64_t lda, vf *acc, int G) {
+    uint8_t bytes[SB] __attribute__((aligned(64)));
+    vf s, m = {0};
+    int32_t offset = 0; /* I = dot − offset·Σu: 32 for Q6_K, 16 for Q5_0 */
+    if (type == Q4_K) {
+        const float d = half_to_float(o), dmin = half_to_float(o + 2);
+        const vf both = __builtin_convertvector(widen_bytes(o + 4, 0), vf) * /* sc[8], m[8] */
+                        (vf){d, d, d, d, d, d, d, d, dmin, dmin, dmin, dmin, dmin, dmin, dmin, dmin};
+        s = pairs_of(both, 0);
+        m = pairs_of(both, 1);
+        for (int t = 0; t < 4; t++) {
+            const v64 q = nibbles(o + 20 + 64 * (t / 2), t % 2);
+            memcpy(bytes + 64 * t, &q, 64);
+        }
+    } else if (type == Q6_K) {
+        s = __builtin_convertvector(widen_bytes(o + 2, 1), vf) * half_to_float(o);
+        const v64 high = load64(o + 146);
+        for (int t = 0; t < 4; t++) {
+            const v64 q = nibbles(o + 18 + 64 * (t / 2), t % 2) | (((high >> (2 * t)) & BYTES(3)) << 4);
+            memcpy(bytes + 64 * t, &q, 64);
+        }
+        offset = 32;
+    } else if (type == Q5_0) {
+        s = block_scales(o);
+        const v64 lane = {0, 1, 2, 3, 4, 5, 6, 7}; /* byte p's 5th bit is bit p / 8 of qh byte p % 8 */
+        for (int t = 0; t < 4; t++) {
+            uint64_t word;
+            memcpy(&word, o + 144 + 8 * t, 8);
+            const v64 q = nibbles(o + 16 + 64 * (t / 2), t % 2) | ((((v64){0} + word) >> lane) & BYTES(1)) << 4;
+            memcpy(bytes + 64 * t, &q, 64);
+        }
+        offset = 16;
+    } else { /* Q8_0: |q| is the unsigned operand, and q's sign moves onto the activations */
+        s = block_scales(o);
+    }
+    nv w[CHUNKS], sign[CHUNKS];
+    if (type == Q8_0)
+        load_signed_weights(w, sign, (const int8_t *)o + 16);
+    else
+        load_weights(w, bytes);
+    for (int g = 0; g < G; g++) {
+        const act_block *x = a + g * lda;
+        vi dot = dot_lanes(w, type == Q8_0 ? sign : 0, x->u);
+        vf dx, term;
+        vi bsum;
+        memcpy(&dx, x->dx, 64);
+        memcpy(&bsum, x->bsum, 64);
+        if (offset) dot -= bsum * offset;
+        term = (s * dx) * __builtin_convertvector(dot, vf);
+        if (type == Q4_K) {
+            vf dx_bsum;
+            memcpy(&dx_bsum, x->dx_bsum, 64);
+            term = term - m * dx_bsum;
+        }
+        acc[g] = acc[g] + term;
+    }
+}
+
+static inline __attribute__((always_inline)) void row_pass(const int type, const uint8_t *row, int64_t nsb,
+                                                           const act_block *a, float *y, int64_t ldy, int G) {
+    vf acc[MAX_ROWS];
+    for (int g = 0; g < G; g++) acc[g] = splat(0.0f);
+    for (int64_t i = 0; i < nsb; i++) superblock(type, row + i * sb_bytes(type), a + i, nsb, acc, G);
+    for (int g = 0; g < G; g++) y[g * ldy] = lanes_sum(acc[g]);
+}
+
+#define PASS(T, G) \
+    case G: row_pass(T, row, nsb, a, out, ldy, G); break;
+#define PASSES(T) \
+    switch (G) { \
+        PASS(T, 1) PASS(T, 2) PASS(T, 3) PASS(T, 4) PASS(T, 5) PASS(T, 6) PASS(T, 7) PASS(T, 8) \
+        PASS(T, 9) PASS(T, 10) PASS(T, 11) PASS(T, 12) PASS(T, 13) PASS(T, 14) PASS(T, 15) PASS(T, 16) \
+    }
+
+/* y[s * ldy + n] = the definition's x[s] · W[n] for s < S, n < N, with `act` from q8_quantize(x) and W
+ * repacked by q8_repack. Threads split n. Returns 0, or -1 for a type this path does not take. */
+int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_block *act, int64_t S, float *y,
+              int64_t ldy, int threads) {
+    if (!sb_bytes(type)) return -1;
+    const int64_t nsb = superblocks(K), row_bytes = q8_row_bytes(type, K);
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
+            const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
+            const uint8_t *row = w + n * row_bytes;
+            const act_block *a = act + s0 * nsb;
+            float *out = y + s0 * ldy + n;
+            switch (type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
+            case Q4_K: PASSES(Q4_K); break;
+            case Q6_K: PASSES(Q6_K); break;
+            case Q5_0: PASSES(Q5_0); break;
+            default: PASSES(Q8_0); break;
+            }
+        }
+    }
+    return 0;
+}

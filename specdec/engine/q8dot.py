@@ -1,0 +1,109 @@
+"""The "gguf-q8" compute path: GGUF weight blocks against 8-bit activations, with integer dot products.
+
+Definition (`csrc/q8dot.c` states every step): each activation row is quantized per 32 values
+(dx = amax / 127, u = round-half-even(x · 127 / amax)); each 16-weight group's dot of its integer quants
+with u is exact, scaled in float32 by (s·dx) (less (m·dx)·Σu for Q4_K's mins), and fed to accumulator
+g mod 16 in order; the 16 accumulators are summed by halves. Each output is that one sequence of
+operations whatever rows share the pass, so the path is row-invariant, and it is the same on every
+CPU level: the AVX-512 VNNI, AVX-VNNI, AVX2, SSE4.1 and portable builds give identical bits.
+
+Formats: Q4_K, Q6_K, Q5_0, Q8_0, repacked at load (the same bytes, reordered so that a 4-byte integer dot
+stays inside one 16-weight group). A tensor in any other format runs on the exact gguf kernel
+(`specdec.engine.blockquant`), float32 activations.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import torch
+
+from specdec.engine import native
+from specdec.engine.blockquant import NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor, stack_rows
+from specdec.engine.cpu import cpu_features
+from specdec.engine.kernels import Kernel
+
+log = logging.getLogger(__name__)
+
+FORMATS = (Q4_K, Q6_K, Q5_0, Q8_0)  # what the integer kernel takes
+
+
+def library(variant: str | None = None):
+    """The integer kernel built for `variant` (a `native.Q8_VARIANTS` key; default: this CPU's)."""
+    return native.load(variant or native.q8_variant_for(cpu_features()), native.Q8DOT)
+
+
+@lru_cache(maxsize=None)
+def available() -> bool:
+    try:
+        library()
+        return True
+    except native.KernelUnavailable as error:
+        log.warning("%s", error)
+        return False
+
+
+class RepackedTensor:
+    """A `BlockTensor`'s rows in the integer kernel's super-block layout (the same bytes, reordered)."""
+
+    def __init__(self, tensor: BlockTensor, lib):
+        self.qtype, self.rows, self.cols = tensor.qtype, tensor.rows, tensor.cols
+        self.data = torch.empty(self.rows, lib.q8_row_bytes(self.qtype, self.cols), dtype=torch.uint8)
+        status = lib.q8_repack(self.qtype, tensor.data.data_ptr(), self.rows, self.cols, self.data.data_ptr())
+        assert status == 0, f"q8_repack refused {NAMES[self.qtype]} [{self.rows}, {self.cols}]"
+
+
+class Q8Kernel(Kernel):
+    """y = x·Wᵀ + b on the gguf-q8 path, W given as row blocks (e.g. q, k, v of one layer) in their formats."""
+
+    def __init__(self, parts: list[BlockTensor], bias: torch.Tensor | None = None, variant: str | None = None):
+        super().__init__()
+        self.lib = library(variant)
+        self.in_features = parts[0].cols
+        if any(p.cols != self.in_features for p in parts):
+            raise ValueError("every part of a fused block kernel must have the same input width")
+        self.parts: list[RepackedTensor | BlockQuantKernel] = []
+        for index, part in enumerate(stack_rows(parts)):
+            if part.qtype in FORMATS:
+                repacked = RepackedTensor(part, self.lib)
+                self.register_buffer(f"part{index}", repacked.data)
+                self.parts.append(repacked)
+            else:  # float32 weights (or a format without integer kernel): the exact kernel, float activations
+                self.parts.append(BlockQuantKernel([part]))
+        self.out_features = sum(p.rows if isinstance(p, RepackedTensor) else p.out_features for p in self.parts)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+        formats = dict.fromkeys(NAMES[p.qtype] if isinstance(p, RepackedTensor) else p.name.removeprefix("gguf-")
+                                for p in self.parts)
+        self.name = "gguf-q8-" + "+".join(formats)
+
+    def quantize(self, x: torch.Tensor) -> torch.Tensor:
+        """The activation blocks of x [T, K] (uint8 [T, act bytes]): what every part's integer dot reads."""
+        act = torch.empty(x.shape[0], self.lib.q8_act_bytes(self.in_features), dtype=torch.uint8)
+        self.lib.q8_quantize(x.data_ptr(), x.shape[0], self.in_features, act.data_ptr())
+        return act
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float().contiguous()  # [T, K]
+        rows = x.shape[0]
+        y = torch.empty(rows, self.out_features, dtype=torch.float32)  # [T, N]
+        act = self.quantize(x) if any(isinstance(p, RepackedTensor) for p in self.parts) else None
+        threads, offset = torch.get_num_threads(), 0
+        for part in self.parts:
+            if isinstance(part, RepackedTensor):
+                status = self.lib.q8_matmul(part.qtype, part.data.data_ptr(), part.rows, part.cols, act.data_ptr(),
+                                            rows, y.data_ptr() + 4 * offset, self.out_features, threads)
+                assert status == 0, f"q8_matmul refused {NAMES[part.qtype]} [{part.rows}, {part.cols}]"
+                offset += part.rows
+            else:
+                y[:, offset:offset + part.out_features] = part.matmul(x)
+                offset += part.out_features
+        return y if self.bias is None else y + self.bias
+
+
+PACKED_PATHS = ("gguf", "gguf-q8")  # the paths that compute with a GGUF model's own weight blocks
+
+
+def block_kernel(path: str, parts: list[BlockTensor], bias: torch.Tensor | None = None) -> Kernel:
+    """The kernel of a packed path over `parts`: integer dots on "gguf-q8", exact float32 on "gguf"."""
+    return Q8Kernel(parts, bias) if path == "gguf-q8" else BlockQuantKernel(parts, bias)

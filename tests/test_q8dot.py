@@ -1,0 +1,183 @@
+"""The gguf-q8 path: GGUF blocks against 8-bit activations, with integer dot products.
+
+Its kernel is checked bit for bit against a plain transcription of its definition (below, from the
+raw GGUF bytes, sharing no code with the kernel), on every build this CPU can run (AVX-512 VNNI,
+AVX-VNNI, AVX2, SSE4.1, portable C); its rows against themselves computed alone; and the model on it
+against the exact gguf path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_gguf_path import random_blocks
+
+from specdec.engine import native, q8dot
+from specdec.engine.blockquant import F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
+from specdec.engine.cpu import cpu_features
+from specdec.engine.models import load_model
+from specdec.engine.q8dot import Q8Kernel
+from specdec.engine.runner import Step
+
+FORMATS = [Q4_K, Q6_K, Q5_0, Q8_0]
+# What each build needs of the CPU (/proc/cpuinfo flag names).
+NEEDS = {"avx512-vnni": ("avx512_vnni", "avx512bw"), "avx-vnni": ("avx_vnni", "avx2"), "avx2": ("avx2",),
+         "sse4.1": ("sse4_1",), "portable": ()}
+
+
+def runnable(variant: str) -> bool:
+    flags = set(next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), []))
+    return all(flag in flags for flag in NEEDS[variant])
+
+
+VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not runnable(v), reason=f"this CPU cannot run {v}"))
+            for v in native.Q8_VARIANTS]
+
+
+# -- the definition, transcribed -------------------------------------------------------------------
+def _half(raw: np.ndarray, offset: int) -> np.ndarray:
+    return raw[..., offset:offset + 2].copy().view(np.float16)[..., 0].astype(np.float32)
+
+
+def integer_weights(qtype: int, raw: np.ndarray, cols: int):
+    """From GGUF bytes [N, row bytes]: quants q [N, K] (offset removed), the scale s and the min m of
+    every 16-weight group [N, K/16] (m only for Q4_K), all as the definition has them."""
+    n = raw.shape[0]
+    if qtype == Q4_K:
+        b = raw.reshape(n, -1, 144)
+        d, dmin, packed = _half(b, 0), _half(b, 2), b[..., 4:16].astype(np.int32)
+        sc, mn = np.empty(b.shape[:2] + (8,), np.int32), np.empty(b.shape[:2] + (8,), np.int32)
+        sc[..., :4], mn[..., :4] = packed[..., 0:4] & 63, packed[..., 4:8] & 63
+        sc[..., 4:] = (packed[..., 8:12] & 15) | ((packed[..., 0:4] >> 6) << 4)
+        mn[..., 4:] = (packed[..., 8:12] >> 4) | ((packed[..., 4:8] >> 6) << 4)
+        qs = b[..., 16:].reshape(n, -1, 4, 32).astype(np.int32)
+        q = np.stack([qs & 15, qs >> 4], axis=3).reshape(n, cols)  # chunk j: 32 low nibbles, then 32 high
+        s = np.repeat(d[..., None] * sc.astype(np.float32), 2, axis=-1).reshape(n, -1)
+        m = np.repeat(dmin[..., None] * mn.astype(np.float32), 2, axis=-1).reshape(n, -1)
+        return q, s, m
+    if qtype == Q6_K:
+        b = raw.reshape(n, -1, 210)
+        ql, qh = b[..., :128].reshape(n, -1, 2, 64).astype(np.int32), b[..., 128:192].reshape(n, -1, 2, 32).astype(np.int32)
+        low = np.stack([ql[..., :32] & 15, ql[..., 32:] & 15, ql[..., :32] >> 4, ql[..., 32:] >> 4], axis=3)
+        high = np.stack([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], axis=3)
+        q = (low | (high << 4)).reshape(n, cols) - 32
+        s = _half(b, 208)[..., None] * b[..., 192:208].view(np.int8).astype(np.float32)
+        return q, s.reshape(n, -1), None
+    b = raw.reshape(n, -1, 22 if qtype == Q5_0 else 34)
+    d = _half(b, 0)
+    if qtype == Q5_0:
+        bits = np.unpackbits(b[..., 2:6], axis=-1, bitorder="little").astype(np.int32)  # [.., 32]
+        nibbles = b[..., 6:22].astype(np.int32)
+        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1) | (bits << 4)
+        q = q.reshape(n, cols) - 16
+    else:
+        q = b[..., 2:34].view(np.int8).astype(np.int32).reshape(n, cols)
+    return q, np.repeat(d, 2, axis=-1).reshape(n, -1), None
+
+
+def reference(qtype: int, raw: np.ndarray, cols: int, x: torch.Tensor) -> torch.Tensor:
+    """y [S, N] by the definition: every float step rounded to float32, in the stated order."""
+    q, s, m = integer_weights(qtype, raw, cols)
+    rows = x.shape[0]
+    groups = x.float().view(rows, -1, 32)
+    amax = groups.abs().amax(-1, keepdim=True)
+    dx = amax / 127
+    inv = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    u = (groups * inv).round().clamp(-127, 127).view(rows, -1, 16).to(torch.int64)  # [S, K/16, 16]
+    dx16 = dx.repeat_interleave(2, dim=1)[..., 0]  # [S, K/16]
+    q16 = torch.from_numpy(q).view(q.shape[0], -1, 16).to(torch.int64)  # [N, K/16, 16]
+    dots = torch.einsum("sgk,ngk->sng", u, q16).float()  # exact: |dot| < 2^24
+    s, terms = torch.from_numpy(s), None
+    terms = (s[None] * dx16[:, None]) * dots  # [S, N, K/16]
+    if m is not None:
+        dx_sum = dx16 * u.sum(-1).float()  # [S, K/16]
+        terms = terms - torch.from_numpy(m)[None] * dx_sum[:, None]
+    lanes = torch.zeros(rows, q.shape[0], 16)
+    for g in range(terms.shape[-1]):
+        lanes[..., g % 16] = lanes[..., g % 16] + terms[..., g]
+    for width in (8, 4, 2, 1):  # by halves: (a[i] + a[i + width])
+        lanes = lanes[..., :width] + lanes[..., width:2 * width]
+    return lanes[..., 0]
+
+
+def activations(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
+    """Rows of every scale, with an all-zero group, exact ties at .5 and a lone large value."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, cols, generator=generator) * torch.logspace(-3, 2, rows)[:, None]
+    x[0, :32] = 0.0
+    x[-1, 32:64] = torch.cat([torch.tensor([127.0]), torch.arange(31) - 14.5])  # scale 1: u on .5 ties
+    x[-1, 100] = 1e4
+    return x
+
+
+# -- the kernel --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("qtype,cols", [(Q4_K, 512), (Q6_K, 768), (Q5_0, 896), (Q8_0, 896), (Q5_0, 160), (Q8_0, 544)],
+                         ids=lambda v: NAMES.get(v, v) if isinstance(v, int) and v < 20 else str(v))
+def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols):
+    """Every build, every format, rows of a super-block and a half (Q5_0, Q8_0 at 896) or one block
+    short of one, against the transcription: the same bits, whatever the level."""
+    raw = random_blocks(qtype, 37, cols, seed=qtype)
+    if qtype == Q8_0:  # every int8 code, −128 included
+        codes = raw.reshape(37, -1, 34)[..., 2:]
+        codes[...] = np.resize(np.arange(256, dtype=np.uint8), codes.shape)
+    x = activations(6, cols)
+    kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, cols)], variant=variant)
+    assert torch.equal(kernel(x), reference(qtype, raw, cols, x))
+
+
+def test_each_row_is_the_same_whatever_it_is_computed_with():
+    """1..14 rows, in formats side by side (and a float32 part, which runs on the exact kernel)."""
+    parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
+    parts.append(BlockTensor.from_float(torch.randn(8, 512)))
+    kernel = Q8Kernel(parts, torch.randn(16 * 4 + 8))
+    assert kernel.name == "gguf-q8-Q4_K+Q6_K+Q5_0+Q8_0+F32"
+    x = torch.randn(17, 512)
+    alone = torch.cat([kernel(row[None]) for row in x])
+    for rows in range(1, 18):
+        assert torch.equal(kernel(x[:rows]), alone[:rows]), f"{rows} rows"
+    assert torch.equal(kernel(x.flip(0)), alone.flip(0))
+
+
+def test_products_track_the_exact_weights():
+    """The path's error is the activations' 8-bit rounding: small against x·Wᵀ of the exact weights."""
+    weight = torch.randn(64, 1024)
+    for qtype in FORMATS:
+        tensor = quantize(weight, qtype)
+        x = torch.randn(4, 1024)
+        exact = x @ tensor.dequantize().T
+        error = (Q8Kernel([tensor])(x) - exact).norm() / exact.norm()
+        assert error < 0.01, f"{NAMES[qtype]}: relative error {error:.4f}"
+
+
+def test_formats_without_an_integer_kernel_run_exact():
+    tensor = BlockTensor.from_float(torch.randn(8, 64))
+    kernel = Q8Kernel([tensor])
+    x = torch.randn(3, 64)
+    torch.testing.assert_close(kernel(x), x @ tensor.dequantize().T, rtol=1e-5, atol=1e-5)
+    assert tensor.qtype == F32 and kernel.name == "gguf-q8-F32"
+
+
+def test_the_machines_variant_is_its_level():
+    features = cpu_features()
+    expected = native.q8_variant_for(features)
+    assert q8dot.library().q8_level().decode() == expected
+    assert expected == ("avx512-vnni" if features.has("avx512_vnni") else
+                        "avx-vnni" if features.has("avx2") and features.vnni else
+                        "avx2" if features.has("avx2") else "sse4.1")
+
+
+# -- the model on it ---------------------------------------------------------------------------------
+def test_gguf_models_default_to_the_integer_path_and_track_the_exact_one():
+    """A GGUF source runs on gguf-q8 by default (`--dtype gguf` keeps the exact path), names its build,
+    and its logits and greedy choices track the exact path's."""
+    q8 = load_model("tiny:seed=0,hidden=256,gguf=1", "cpu")
+    exact = load_model("tiny:seed=0,hidden=256,gguf=1", "cpu", dtype="gguf")
+    level = native.q8_variant_for(cpu_features())
+    assert (q8.choice.path, q8.choice.kernel) == ("gguf-q8", f"gguf-q8-{level}-Q4_K+Q6_K")
+    assert (exact.choice.path, exact.choice.kernel) == ("gguf", "gguf-Q4_K+Q6_K") and q8.choice.row_invariant
+    tokens = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31]
+    logits = [m.runner.forward([Step(m.runner.new_cache(), tokens, logits=len(tokens))])[0] for m in (q8, exact)]
+    assert torch.nn.functional.cosine_similarity(logits[0], logits[1], dim=-1).min() > 0.995
+    assert (logits[0].argmax(-1) == logits[1].argmax(-1)).float().mean() >= 0.9
