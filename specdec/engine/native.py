@@ -121,7 +121,7 @@ def load(variant: str, source: Source = BLOCKQUANT) -> ctypes.CDLL:
                   "bq_dequantize_rows": ([c_int, ptr, i64, ptr, i64, ptr], c_int),
                   "bq_block_bytes": ([c_int], i64), "bq_block_weights": ([c_int], i64)}
     if source is Q8DOT:
-        signatures = {"q8_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, c_int], c_int),
+        signatures = {"q8_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, ptr, c_int], c_int),
                       "q8_repack": ([c_int, ptr, i64, i64, ptr], c_int), "q8_quantize": ([ptr, i64, i64, ptr], None),
                       "q8_row_bytes": ([c_int, i64], i64), "q8_act_bytes": ([i64], i64), "q8_level": ([], ctypes.c_char_p)}
     for name, (argtypes, restype) in signatures.items():

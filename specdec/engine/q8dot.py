@@ -73,6 +73,7 @@ class Q8Kernel(Kernel):
                 self.parts.append(BlockQuantKernel([part]))
         self.out_features = sum(p.rows if isinstance(p, RepackedTensor) else p.out_features for p in self.parts)
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+        self.integer_parts = any(isinstance(p, RepackedTensor) for p in self.parts)
         formats = dict.fromkeys(NAMES[p.qtype] if isinstance(p, RepackedTensor) else p.name.removeprefix("gguf-")
                                 for p in self.parts)
         self.name = "gguf-q8-" + "+".join(formats)
@@ -84,21 +85,28 @@ class Q8Kernel(Kernel):
         return act
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float().contiguous()  # [T, K]
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            x = x.float().contiguous()  # [T, K]
         rows = x.shape[0]
         y = torch.empty(rows, self.out_features, dtype=torch.float32)  # [T, N]
-        act = self.quantize(x) if any(isinstance(p, RepackedTensor) for p in self.parts) else None
+        act = self.quantize(x) if self.integer_parts else None
         threads, offset = torch.get_num_threads(), 0
         for part in self.parts:
             if isinstance(part, RepackedTensor):
+                bias = 0 if self.bias is None else self.bias.data_ptr() + 4 * offset
                 status = self.lib.q8_matmul(part.qtype, part.data.data_ptr(), part.rows, part.cols, act.data_ptr(),
-                                            rows, y.data_ptr() + 4 * offset, self.out_features, threads)
+                                            rows, y.data_ptr() + 4 * offset, self.out_features, bias or None, threads)
+                if status == -2:
+                    raise MemoryError(f"q8_matmul: no memory for the accumulators of {rows} rows x {part.rows}")
                 assert status == 0, f"q8_matmul refused {NAMES[part.qtype]} [{part.rows}, {part.cols}]"
                 offset += part.rows
-            else:
-                y[:, offset:offset + part.out_features] = part.matmul(x)
+            else:  # the exact kernel, and the bias added as the other parts' is
+                part_y = part.matmul(x)
+                if self.bias is not None:
+                    part_y = part_y + self.bias[offset:offset + part.out_features]
+                y[:, offset:offset + part.out_features] = part_y
                 offset += part.out_features
-        return y if self.bias is None else y + self.bias
+        return y
 
 
 PACKED_PATHS = ("gguf", "gguf-q8")  # the paths that compute with a GGUF model's own weight blocks

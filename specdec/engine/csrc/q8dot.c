@@ -22,6 +22,7 @@
  * (vpmaddubsw: u8·s8 pairs summed in int16, which never saturates here: |q|·|u| ≤ 128·127), portable C.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #if !defined(Q8_PORTABLE)
 #include <immintrin.h>
@@ -441,40 +442,74 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
     }
 }
 
-static inline __attribute__((always_inline)) void row_pass(const int type, const uint8_t *row, int64_t nsb,
-                                                           const act_block *a, float *y, int64_t ldy, int G) {
+/* Activations beyond L1_BYTES go in chunks of CHUNK_BYTES, which stay in the L1 cache while every column
+ * passes over them (measured on a Zen 5: the down projection's 35 super-blocks, 5 rows, 1.9x faster). */
+enum { L1_BYTES = 49152, CHUNK_BYTES = 24576 };
+
+/* Accumulators between chunks: this thread's buffer, grown when needed and kept (no allocation a call). */
+static vf *keep_buffer(int64_t count) {
+    static __thread vf *buffer;
+    static __thread int64_t capacity;
+    if (count > capacity) {
+        free(buffer);
+        buffer = aligned_alloc(64, count * sizeof(vf));
+        capacity = buffer ? count : 0;
+    }
+    return buffer;
+}
+
+/* One weight row's super-blocks [i0, i1) against G activation rows. The first chunk (i0 = 0) starts
+ * the 16 accumulators at zero, a later one from `keep`; the last (i1 = nsb) writes y, an earlier one
+ * leaves the accumulators in `keep`. Chunking changes no term's order. */
+static inline __attribute__((always_inline)) void row_pass(const int type, const uint8_t *row, int64_t i0,
+                                                           int64_t i1, int64_t nsb, const act_block *a, vf *keep,
+                                                           float *y, int64_t ldy, const float *bias, int G) {
     vf acc[MAX_ROWS];
-    for (int g = 0; g < G; g++) acc[g] = splat(0.0f);
-    for (int64_t i = 0; i < nsb; i++) superblock(type, row + i * sb_bytes(type), a + i, nsb, acc, G);
-    for (int g = 0; g < G; g++) y[g * ldy] = lanes_sum(acc[g]);
+    for (int g = 0; g < G; g++) acc[g] = i0 == 0 ? splat(0.0f) : keep[g];
+    for (int64_t i = i0; i < i1; i++) superblock(type, row + i * sb_bytes(type), a + i, nsb, acc, G);
+    if (i1 < nsb) {
+        for (int g = 0; g < G; g++) keep[g] = acc[g];
+        return;
+    }
+    for (int g = 0; g < G; g++) y[g * ldy] = bias ? lanes_sum(acc[g]) + *bias : lanes_sum(acc[g]);
 }
 
 #define PASS(T, G) \
-    case G: row_pass(T, row, nsb, a, out, ldy, G); break;
+    case G: row_pass(T, w + n * row_bytes, i0, i1, nsb, a, keep + n * G, out + n, ldy, bias ? bias + n : 0, G); break;
 #define PASSES(T) \
     switch (G) { \
         PASS(T, 1) PASS(T, 2) PASS(T, 3) PASS(T, 4) PASS(T, 5) PASS(T, 6) PASS(T, 7) PASS(T, 8) \
         PASS(T, 9) PASS(T, 10) PASS(T, 11) PASS(T, 12) PASS(T, 13) PASS(T, 14) PASS(T, 15) PASS(T, 16) \
     }
 
-/* y[s * ldy + n] = the definition's x[s] · W[n] for s < S, n < N, with `act` from q8_quantize(x) and W
- * repacked by q8_repack. Threads split n. Returns 0, or -1 for a type this path does not take. */
+/* y[s * ldy + n] = the definition's x[s] · W[n] (+ bias[n], one float32 addition, if bias is not NULL)
+ * for s < S, n < N, with `act` from q8_quantize(x) and W repacked by q8_repack. Threads split n.
+ * Returns 0, -1 for a type this path does not take, -2 if out of memory. */
 int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_block *act, int64_t S, float *y,
-              int64_t ldy, int threads) {
+              int64_t ldy, const float *bias, int threads) {
     if (!sb_bytes(type)) return -1;
     const int64_t nsb = superblocks(K), row_bytes = q8_row_bytes(type, K);
+    for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
+        const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
+        const act_block *a = act + s0 * nsb;
+        float *out = y + s0 * ldy;
+        int64_t chunk = nsb;
+        vf *keep = 0; /* accumulators between chunks, G a column */
+        if (G * nsb * (int64_t)sizeof(act_block) > L1_BYTES) {
+            chunk = CHUNK_BYTES / (G * (int64_t)sizeof(act_block));
+            chunk = chunk < 1 ? 1 : chunk;
+            if (!(keep = keep_buffer(N * G))) return -2;
+        }
+        for (int64_t i0 = 0; i0 < nsb; i0 += chunk) {
+            const int64_t i1 = i0 + chunk < nsb ? i0 + chunk : nsb;
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t n = 0; n < N; n++) {
-        for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
-            const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
-            const uint8_t *row = w + n * row_bytes;
-            const act_block *a = act + s0 * nsb;
-            float *out = y + s0 * ldy + n;
-            switch (type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
-            case Q4_K: PASSES(Q4_K); break;
-            case Q6_K: PASSES(Q6_K); break;
-            case Q5_0: PASSES(Q5_0); break;
-            default: PASSES(Q8_0); break;
+            for (int64_t n = 0; n < N; n++) {
+                switch (type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
+                case Q4_K: PASSES(Q4_K); break;
+                case Q6_K: PASSES(Q6_K); break;
+                case Q5_0: PASSES(Q5_0); break;
+                default: PASSES(Q8_0); break;
+                }
             }
         }
     }
