@@ -33,6 +33,7 @@ enum { SB = 256, LANES = 16 };
 
 typedef float vf __attribute__((vector_size(64)));
 typedef int32_t vi __attribute__((vector_size(64)));
+typedef uint32_t vu __attribute__((vector_size(64)));
 typedef uint8_t vb __attribute__((vector_size(64)));
 
 /* One activation super-block: 256 quants in vector order, and per lane (16-weight group) dx, Σu and dx·Σu. */
@@ -387,7 +388,7 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
                                                              int64_t lda, vf *acc, int G) {
     uint8_t bytes[SB] __attribute__((aligned(64)));
     vf s, m = {0};
-    int32_t offset = 0; /* I = dot − offset·Σu: 32 for Q6_K, 16 for Q5_0 */
+    int offset_bits = 0; /* I = dot − Σu · 2^bits: 32 for Q6_K, 16 for Q5_0 */
     if (type == Q4_K) {
         const float d = half_to_float(o), dmin = half_to_float(o + 2);
         const vf both = __builtin_convertvector(widen_bytes(o + 4, 0), vf) * /* sc[8], m[8] */
@@ -405,7 +406,7 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
             const v64 q = nibbles(o + 18 + 64 * (t / 2), t % 2) | (((high >> (2 * t)) & BYTES(3)) << 4);
             memcpy(bytes + 64 * t, &q, 64);
         }
-        offset = 32;
+        offset_bits = 5;
     } else if (type == Q5_0) {
         s = block_scales(o);
         const v64 lane = {0, 1, 2, 3, 4, 5, 6, 7}; /* byte p's 5th bit is bit p / 8 of qh byte p % 8 */
@@ -415,7 +416,7 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
             const v64 q = nibbles(o + 16 + 64 * (t / 2), t % 2) | ((((v64){0} + word) >> lane) & BYTES(1)) << 4;
             memcpy(bytes + 64 * t, &q, 64);
         }
-        offset = 16;
+        offset_bits = 4;
     } else { /* Q8_0: |q| is the unsigned operand, and q's sign moves onto the activations */
         s = block_scales(o);
     }
@@ -431,7 +432,7 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
         vi bsum;
         memcpy(&dx, x->dx, 64);
         memcpy(&bsum, x->bsum, 64);
-        if (offset) dot -= bsum * offset;
+        if (offset_bits) dot -= (vi)((vu)bsum << offset_bits); /* a shift, unsigned: defined for negative sums */
         term = (s * dx) * __builtin_convertvector(dot, vf);
         if (type == Q4_K) {
             vf dx_bsum;
