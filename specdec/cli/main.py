@@ -53,6 +53,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def say_what_runs(stack) -> None:
+    """One line a service on stderr: which weights, on which compute path and kernel, on what hardware."""
+    from specdec.tools.bench.speed import service_infos
+
+    if not stack.draft_address:  # no draft service to ask
+        return
+    for role, info in zip(("draft", "target"), service_infos(stack)):
+        print(f"{role}: {info.model or 'n-gram lookups'} on path {info.compute_path or '-'} "
+              f"(kernel {info.kernel or '-'}), {info.hardware}", file=sys.stderr, flush=True)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     import grpc
 
@@ -80,6 +91,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             from specdec.launch.stack import EmbeddedStack
 
             with EmbeddedStack(stack_options(args)) as stack:
+                say_what_runs(stack)
                 run(stack.endpoint)  # the result is out before the services stop
     except grpc.RpcError as exc:
         print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)

