@@ -8,6 +8,8 @@ against the exact gguf path.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -27,7 +29,8 @@ NEEDS = {"avx512-vnni": ("avx512_vnni", "avx512bw"), "avx-vnni": ("avx_vnni", "a
 
 
 def runnable(variant: str) -> bool:
-    flags = set(next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), []))
+    lines = Path("/proc/cpuinfo").read_text().splitlines()
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
     return all(flag in flags for flag in NEEDS[variant])
 
 
@@ -181,3 +184,32 @@ def test_gguf_models_default_to_the_integer_path_and_track_the_exact_one():
     logits = [m.runner.forward([Step(m.runner.new_cache(), tokens, logits=len(tokens))])[0] for m in (q8, exact)]
     assert torch.nn.functional.cosine_similarity(logits[0], logits[1], dim=-1).min() > 0.995
     assert (logits[0].argmax(-1) == logits[1].argmax(-1)).float().mean() >= 0.9
+
+
+@pytest.mark.parametrize("exact", [False, True], ids=["gguf-q8", "gguf"])
+def test_the_same_bits_from_any_thread_and_from_two_at_once(exact):
+    """The kernels split columns over threads from whichever thread calls (libgomp on the initial one,
+    a worker pool of ours elsewhere; a second caller meanwhile runs alone): never a different result."""
+    import threading
+
+    from specdec.engine.blockquant import BlockQuantKernel
+
+    parts = [BlockTensor.from_numpy(q, random_blocks(q, 96, 512, seed=q), 512) for q in FORMATS]
+    kernel = BlockQuantKernel(parts) if exact else Q8Kernel(parts)
+    x = torch.randn(7, 512)
+    want = kernel(x)
+    results, errors = [], []
+
+    def compute():
+        try:
+            results.extend(kernel(x) for _ in range(30))
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=compute) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors and len(results) == 60
+    assert all(torch.equal(got, want) for got in results)

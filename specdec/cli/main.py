@@ -101,6 +101,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # `specdec bench`'s sweeps: (the flag that asks for it, its module in specdec.tools.bench, its entry point)
 BENCH_SWEEPS = (("gpu", "gpu", "run_gpu_bench"), ("constrained", "constrained", "run_constrained"),
+                ("cpu_curve", "cpu_curve", "run_cpu_curve"),
                 ("concurrency", "concurrency", "run_concurrency_sweep"), ("tp_sweep", "tp", "run_tp_sweep"),
                 ("workloads", "workloads", "run_workloads"), ("http", "http_overhead", "run_http_overhead"),
                 ("overlap_rtt", "overlap", "run_overlap_sweep"), ("rtt_ms", "network", "run_rtt_sweep"))
@@ -178,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-hf-compiled", action="store_true", help="with --gpu: skip HF's compiled static cache")
     bench.add_argument("--constrained", action="store_true", help="structured output: target-only and adaptive, "
                        "with and without a JSON schema, answers checked against it, and the mask's cost per row")
+    bench.add_argument("--cpu-curve", default="", help="e.g. gguf-q8,gguf: the target's forward time for 1, 2, 5 "
+                       "and 9 tokens on each CPU path against its bandwidth and compute floors")
+    bench.add_argument("--llama-bench", default="", help="with --cpu-curve: llama-bench's JSON (-p 1,2,5,9 -n 0 "
+                       "-o json) on the same GGUF, drawn beside")
     bench.add_argument("--output", default="bench_results.json")
     # Every config meets each prompt fresh: with a memory, a config would look up the outputs of the
     # configs that ran the prompt before it.

@@ -73,8 +73,10 @@ def q8_variant_for(features) -> str:
 
 
 def build_digest(source: Source = BLOCKQUANT) -> str:
-    """What a build of `source` depends on here: its text and compiler flags (16 hex digits)."""
-    return hashlib.sha256(source.path.read_bytes() + " ".join(source.flags).encode()).hexdigest()[:16]
+    """What a build of `source` depends on here: its text, the headers beside it and the compiler flags
+    (16 hex digits)."""
+    text = source.path.read_bytes() + b"".join(h.read_bytes() for h in sorted(CSRC.glob("*.h")))
+    return hashlib.sha256(text + " ".join(source.flags).encode()).hexdigest()[:16]
 
 
 def library_path(variant: str, source: Source = BLOCKQUANT) -> Path:

@@ -7,7 +7,8 @@
  *
  * Row invariance: each output y[s, n] is summed in one fixed order (V lanes over the row's blocks in
  * storage order, then the lanes by a fixed tree) whatever S is and whichever rows share the pass, so
- * a token's result does not depend on what it is computed with. Threads split the output columns.
+ * a token's result does not depend on what it is computed with. Threads split the output columns
+ * (workers.h: libgomp's team on the initial thread, a small pool of our own on any other).
  *
  * Built once per x86 level by specdec/native.py: x86-64-v4 (AVX-512, V = 16 lanes), -v3 (AVX2 + FMA,
  * V = 8) and -v2 (SSE4.1, V = 4); each uses its own register width, so values stay in registers.
@@ -15,6 +16,8 @@
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "workers.h"
 
 enum { F32 = 0, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
 
@@ -217,14 +220,22 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
         PASS(T, 1) PASS(T, 2) PASS(T, 3) PASS(T, 4) PASS(T, 5) PASS(T, 6) PASS(T, 7) PASS(T, 8) PASS_ABOVE_8(T) \
     }
 
-/* y[s * ldy + n] = Σ_k x[s * K + k] · W[n, k] for s < S, n < N. K must be a whole number of blocks;
- * threads split n. Returns 0, or -1 for an unknown type or a K that is not a multiple of the block. */
-int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t S, float *y, int64_t ldy,
-              int threads) {
-    if (block_weights(type) == 0 || K % block_weights(type)) return -1;
-    const int64_t row_bytes = K / block_weights(type) * block_bytes(type);
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t n = 0; n < N; n++) {
+typedef struct {
+    int type;
+    const uint8_t *w;
+    int64_t K, row_bytes, S, ldy;
+    const float *x;
+    float *y;
+} job;
+
+static void columns(void *ctx, int64_t begin, int64_t end) {
+    const job *j = ctx;
+    const int type = j->type;
+    const uint8_t *w = j->w;
+    const int64_t K = j->K, row_bytes = j->row_bytes, S = j->S, ldy = j->ldy;
+    const float *x = j->x;
+    float *y = j->y;
+    for (int64_t n = begin; n < end; n++) {
         const uint8_t *row = w + n * row_bytes;
         for (int64_t s0 = 0; s0 < S; s0 += ROWS_PER_PASS) {
             const float *xs = x + s0 * K;
@@ -239,6 +250,16 @@ int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, 
             }
         }
     }
+}
+
+/* y[s * ldy + n] = Σ_k x[s * K + k] · W[n, k] for s < S, n < N. K must be a whole number of blocks;
+ * `threads` split n (specdec/engine/csrc/workers.h). Returns 0, or -1 for an unknown type or a K that
+ * is not a multiple of the block. */
+int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t S, float *y, int64_t ldy,
+              int threads) {
+    if (block_weights(type) == 0 || K % block_weights(type)) return -1;
+    job j = {type, w, K, K / block_weights(type) * block_bytes(type), S, ldy, x, y};
+    parallel_for(threads, N, columns, &j);
     return 0;
 }
 

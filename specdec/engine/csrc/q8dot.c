@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "workers.h"
 #if !defined(Q8_PORTABLE)
 #include <immintrin.h>
 #endif
@@ -476,15 +478,40 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
 }
 
 #define PASS(T, G) \
-    case G: row_pass(T, w + n * row_bytes, i0, i1, nsb, a, keep + n * G, out + n, ldy, bias ? bias + n : 0, G); break;
+    case G: row_pass(T, j->w + n * j->row_bytes, j->i0, j->i1, j->nsb, j->a, j->keep + n * G, j->out + n, j->ldy, \
+                     j->bias ? j->bias + n : 0, G); break;
 #define PASSES(T) \
     switch (G) { \
         PASS(T, 1) PASS(T, 2) PASS(T, 3) PASS(T, 4) PASS(T, 5) PASS(T, 6) PASS(T, 7) PASS(T, 8) \
         PASS(T, 9) PASS(T, 10) PASS(T, 11) PASS(T, 12) PASS(T, 13) PASS(T, 14) PASS(T, 15) PASS(T, 16) \
     }
 
+/* One chunk of super-blocks [i0, i1) for G rows: what the workers split by columns. */
+typedef struct {
+    int type, G;
+    const uint8_t *w;
+    int64_t row_bytes, i0, i1, nsb, ldy;
+    const act_block *a;
+    vf *keep;
+    float *out;
+    const float *bias;
+} job;
+
+static void columns(void *ctx, int64_t begin, int64_t end) {
+    const job *j = ctx;
+    const int G = j->G;
+    for (int64_t n = begin; n < end; n++) {
+        switch (j->type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
+        case Q4_K: PASSES(Q4_K); break;
+        case Q6_K: PASSES(Q6_K); break;
+        case Q5_0: PASSES(Q5_0); break;
+        default: PASSES(Q8_0); break;
+        }
+    }
+}
+
 /* y[s * ldy + n] = the definition's x[s] · W[n] (+ bias[n], one float32 addition, if bias is not NULL)
- * for s < S, n < N, with `act` from q8_quantize(x) and W repacked by q8_repack. Threads split n.
+ * for s < S, n < N, with `act` from q8_quantize(x) and W repacked by q8_repack. `threads` split n.
  * Returns 0, -1 for a type this path does not take, -2 if out of memory. */
 int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_block *act, int64_t S, float *y,
               int64_t ldy, const float *bias, int threads) {
@@ -492,8 +519,6 @@ int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_block 
     const int64_t nsb = superblocks(K), row_bytes = q8_row_bytes(type, K);
     for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
         const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
-        const act_block *a = act + s0 * nsb;
-        float *out = y + s0 * ldy;
         int64_t chunk = nsb;
         vf *keep = 0; /* accumulators between chunks, G a column */
         if (G * nsb * (int64_t)sizeof(act_block) > L1_BYTES) {
@@ -502,16 +527,9 @@ int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_block 
             if (!(keep = keep_buffer(N * G))) return -2;
         }
         for (int64_t i0 = 0; i0 < nsb; i0 += chunk) {
-            const int64_t i1 = i0 + chunk < nsb ? i0 + chunk : nsb;
-#pragma omp parallel for schedule(static) num_threads(threads)
-            for (int64_t n = 0; n < N; n++) {
-                switch (type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
-                case Q4_K: PASSES(Q4_K); break;
-                case Q6_K: PASSES(Q6_K); break;
-                case Q5_0: PASSES(Q5_0); break;
-                default: PASSES(Q8_0); break;
-                }
-            }
+            job j = {type, G, w, row_bytes, i0, i0 + chunk < nsb ? i0 + chunk : nsb, nsb, ldy, act + s0 * nsb, keep,
+                     y + s0 * ldy, bias};
+            parallel_for(threads, N, columns, &j);
         }
     }
     return 0;
