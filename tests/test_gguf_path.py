@@ -69,10 +69,13 @@ def test_each_row_is_the_same_whatever_it_is_computed_with():
     """1..14 rows cross every pass size (12 rows a pass with AVX-512, 6 with AVX2, 3 otherwise), and
     parts in different formats share one output."""
     parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
-    kernel = BlockQuantKernel(parts)
-    x = torch.randn(14, 512)
+    assert_rows_invariant(BlockQuantKernel(parts), torch.randn(14, 512))
+
+
+def assert_rows_invariant(kernel, x: torch.Tensor) -> None:
+    """Each of x's rows gives the same bits alone, among its first 1..all neighbours, and in reverse order."""
     alone = torch.cat([kernel(row[None]) for row in x])
-    for rows in range(1, 15):
+    for rows in range(1, x.shape[0] + 1):
         assert torch.equal(kernel(x[:rows]), alone[:rows]), f"{rows} rows"
     assert torch.equal(kernel(x.flip(0)), alone.flip(0))
 

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import TINY_DRAFT, TINY_TARGET
 
 from specdec.engine.profile_cache import ProfileCache, profile_key, weights_fingerprint
@@ -35,14 +37,20 @@ def test_a_stored_profile_comes_back_only_for_its_own_key(tmp_path):
         assert cache.load(_key(**change)) is None, change
 
 
-def test_a_changed_gguf_kernel_measures_again(tmp_path, monkeypatch):
+@pytest.mark.parametrize("path", ["gguf", "gguf-q8"])
+def test_a_changed_gguf_kernel_measures_again(tmp_path, monkeypatch, path):
     from specdec.engine import native
 
     cache = ProfileCache(tmp_path)
-    cache.store(_key(path="gguf", kernel="gguf-Q4_K+Q6_K"), CostProfile((0.01,)))
-    assert cache.load(_key(path="gguf", kernel="gguf-Q4_K+Q6_K")) is not None
-    monkeypatch.setattr(native, "build_digest", lambda: "another-build")
-    assert cache.load(_key(path="gguf", kernel="gguf-Q4_K+Q6_K")) is None
+    cache.store(_key(path=path, kernel="gguf-Q4_K+Q6_K"), CostProfile((0.01,)))
+    assert cache.load(_key(path=path, kernel="gguf-Q4_K+Q6_K")) is not None
+    built = native.build_digest
+
+    def rebuilt(source=native.BLOCKQUANT):  # only this path's kernel changed
+        return "another-build" if source is {"gguf": native.BLOCKQUANT, "gguf-q8": native.Q8DOT}[path] else built(source)
+
+    monkeypatch.setattr(native, "build_digest", rebuilt)
+    assert cache.load(_key(path=path, kernel="gguf-Q4_K+Q6_K")) is None
 
 
 def test_expired_or_damaged_entries_are_measured_again(tmp_path):

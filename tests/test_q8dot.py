@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_gguf_path import random_blocks
+from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine import native, q8dot
 from specdec.engine.blockquant import F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
@@ -136,11 +136,7 @@ def test_each_row_is_the_same_whatever_it_is_computed_with():
     parts.append(BlockTensor.from_float(torch.randn(8, 512)))
     kernel = Q8Kernel(parts, torch.randn(16 * 4 + 8))
     assert kernel.name == "gguf-q8-Q4_K+Q6_K+Q5_0+Q8_0+F32"
-    x = torch.randn(17, 512)
-    alone = torch.cat([kernel(row[None]) for row in x])
-    for rows in range(1, 18):
-        assert torch.equal(kernel(x[:rows]), alone[:rows]), f"{rows} rows"
-    assert torch.equal(kernel(x.flip(0)), alone.flip(0))
+    assert_rows_invariant(kernel, torch.randn(17, 512))
 
 
 def test_products_track_the_exact_weights():

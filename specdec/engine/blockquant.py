@@ -11,7 +11,6 @@ other type, dequantized once at load).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -23,7 +22,6 @@ from specdec.engine import native
 from specdec.engine.cpu import cpu_features
 from specdec.engine.kernels import Kernel
 
-log = logging.getLogger(__name__)
 
 F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14  # GGML's type numbers
 NAMES = {F32: "F32", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
@@ -38,12 +36,7 @@ def library():
 @lru_cache(maxsize=None)
 def available() -> bool:
     """Whether the gguf kernel can run here (an x86 CPU and a C compiler, or a prebuilt library)."""
-    try:
-        library()
-        return True
-    except native.KernelUnavailable as error:
-        log.warning("%s", error)
-        return False
+    return native.loadable(library)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 from specdec.weights import cache_root
 
@@ -130,6 +131,16 @@ def load(variant: str, source: Source = BLOCKQUANT) -> ctypes.CDLL:
         function = getattr(lib, name)
         function.argtypes, function.restype = argtypes, restype
     return lib
+
+
+def loadable(load: Callable[[], ctypes.CDLL]) -> bool:
+    """Whether `load()` gets its kernel library here; why not is logged."""
+    try:
+        load()
+        return True
+    except KernelUnavailable as error:
+        log.warning("%s", error)
+        return False
 
 
 def main() -> None:

@@ -47,7 +47,9 @@ def profile_key(spec: str, path: str, kernel: str, device: str, sizes: list[int]
 
 
 def _kernel_build(path: str) -> str:
-    return {"gguf": native.build_digest(), "gguf-q8": native.build_digest(native.Q8DOT)}.get(path, "")
+    """The C kernel build a packed path's timings depend on (its source, headers and flags); "" for others."""
+    sources = {"gguf": native.BLOCKQUANT, "gguf-q8": native.Q8DOT}
+    return native.build_digest(sources[path]) if path in sources else ""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ stays inside one 16-weight group). A tensor in any other format runs on the exac
 
 from __future__ import annotations
 
-import logging
 from functools import lru_cache
 
 import torch
@@ -24,7 +23,6 @@ from specdec.engine.blockquant import NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantK
 from specdec.engine.cpu import cpu_features
 from specdec.engine.kernels import Kernel
 
-log = logging.getLogger(__name__)
 
 FORMATS = (Q4_K, Q6_K, Q5_0, Q8_0)  # what the integer kernel takes
 
@@ -36,12 +34,8 @@ def library(variant: str | None = None):
 
 @lru_cache(maxsize=None)
 def available() -> bool:
-    try:
-        library()
-        return True
-    except native.KernelUnavailable as error:
-        log.warning("%s", error)
-        return False
+    """Whether the integer kernel can run here (a C compiler, or a prebuilt library)."""
+    return native.loadable(library)
 
 
 class RepackedTensor:

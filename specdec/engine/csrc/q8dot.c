@@ -339,48 +339,68 @@ static inline v64 load64(const uint8_t *p) {
 
 static inline v64 nibbles(const uint8_t *p, int high) { return (high ? load64(p) >> 4 : load64(p)) & BYTES(15); }
 
-/* 16 bytes widened to 16 int32 lanes (GCC scalarizes __builtin_convertvector from bytes). */
-static inline vi widen_bytes(const uint8_t *p, int is_signed) {
+/* The 16 lanes' values from 8 bytes at p, each for two adjacent lanes (a lane per 16 weights, a byte per 32),
+ * as int32; by byte shuffle and widening, because GCC lowers shuffles of 16 floats and conversions from
+ * bytes to scalar stores and reloads on AVX2 (measured: 4x slower verify). */
+static inline vi pairs_of_bytes(const uint8_t *p, int is_signed) {
+    vi out;
+#if defined(__SSSE3__)
+    const __m128i pairs = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)p),
+                                           _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+#if defined(__AVX512F__)
+    const __m512i w = is_signed ? _mm512_cvtepi8_epi32(pairs) : _mm512_cvtepu8_epi32(pairs);
+    memcpy(&out, &w, 64);
+#elif defined(__AVX2__)
+    const __m256i lo = is_signed ? _mm256_cvtepi8_epi32(pairs) : _mm256_cvtepu8_epi32(pairs);
+    const __m128i high_bytes = _mm_srli_si128(pairs, 8);
+    const __m256i hi = is_signed ? _mm256_cvtepi8_epi32(high_bytes) : _mm256_cvtepu8_epi32(high_bytes);
+    memcpy(&out, &lo, 32);
+    memcpy((char *)&out + 32, &hi, 32);
+#else
+    for (int l = 0; l < LANES; l++) out[l] = is_signed ? (int32_t)(int8_t)p[l / 2] : (int32_t)p[l / 2];
+    (void)pairs;
+#endif
+#else
+    for (int l = 0; l < LANES; l++) out[l] = is_signed ? (int32_t)(int8_t)p[l / 2] : (int32_t)p[l / 2];
+#endif
+    return out;
+}
+
+/* 16 int8 values at p, one a lane, as int32. */
+static inline vi signed_lanes(const uint8_t *p) {
     vi out;
 #if defined(__AVX512F__)
-    const __m128i b = _mm_loadu_si128((const __m128i *)p);
-    const __m512i w = is_signed ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b);
+    const __m512i w = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
     memcpy(&out, &w, 64);
 #elif defined(__AVX2__)
     for (int h = 0; h < 2; h++) {
-        const __m128i b = _mm_loadl_epi64((const __m128i *)(p + 8 * h));
-        const __m256i w = is_signed ? _mm256_cvtepi8_epi32(b) : _mm256_cvtepu8_epi32(b);
+        const __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h)));
         memcpy((char *)&out + 32 * h, &w, 32);
     }
 #else
-    for (int l = 0; l < LANES; l++) out[l] = is_signed ? (int32_t)(int8_t)p[l] : (int32_t)p[l];
+    for (int l = 0; l < LANES; l++) out[l] = (int8_t)p[l];
 #endif
     return out;
 }
-typedef float v8f __attribute__((vector_size(32)));
 
-static inline vf pairs_of(vf v, int upper) { /* lanes 2j, 2j+1 <- v[j] (upper: v[8 + j]) */
-    return upper ? __builtin_shufflevector(v, v, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15)
-                 : __builtin_shufflevector(v, v, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-}
-
-static inline v8f halves_to_float(const uint8_t *p) { /* 8 float16 values */
-#ifdef __F16C__
-    v8f out;
-    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    memcpy(&out, &f, 32);
-    return out;
-#else
-    v8f out;
-    for (int j = 0; j < 8; j++) out[j] = half_to_float(p + 2 * j);
-    return out;
-#endif
-}
-
-/* 8 float16 block scales, each for the two lanes of its 32 weights. */
+/* 8 float16 block scales at p, each for the two lanes of its 32 weights. */
 static inline vf block_scales(const uint8_t *p) {
-    const v8f d = halves_to_float(p);
-    return __builtin_shufflevector(d, d, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    vf out;
+#if defined(__F16C__)
+    const __m128i halves = _mm_loadu_si128((const __m128i *)p);
+    const __m128i lo = _mm_unpacklo_epi16(halves, halves), hi = _mm_unpackhi_epi16(halves, halves);
+#if defined(__AVX512F__)
+    const __m512 f = _mm512_cvtph_ps(_mm256_set_m128i(hi, lo));
+    memcpy(&out, &f, 64);
+#else
+    const __m256 flo = _mm256_cvtph_ps(lo), fhi = _mm256_cvtph_ps(hi);
+    memcpy(&out, &flo, 32);
+    memcpy((char *)&out + 32, &fhi, 32);
+#endif
+#else
+    for (int l = 0; l < LANES; l++) out[l] = half_to_float(p + 2 * (l / 2));
+#endif
+    return out;
 }
 
 enum { MAX_ROWS = 16 };
@@ -392,17 +412,14 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
     vf s, m = {0};
     int offset_bits = 0; /* I = dot − Σu · 2^bits: 32 for Q6_K, 16 for Q5_0 */
     if (type == Q4_K) {
-        const float d = half_to_float(o), dmin = half_to_float(o + 2);
-        const vf both = __builtin_convertvector(widen_bytes(o + 4, 0), vf) * /* sc[8], m[8] */
-                        (vf){d, d, d, d, d, d, d, d, dmin, dmin, dmin, dmin, dmin, dmin, dmin, dmin};
-        s = pairs_of(both, 0);
-        m = pairs_of(both, 1);
+        s = __builtin_convertvector(pairs_of_bytes(o + 4, 0), vf) * half_to_float(o);      /* d · sc */
+        m = __builtin_convertvector(pairs_of_bytes(o + 12, 0), vf) * half_to_float(o + 2); /* dmin · m */
         for (int t = 0; t < 4; t++) {
             const v64 q = nibbles(o + 20 + 64 * (t / 2), t % 2);
             memcpy(bytes + 64 * t, &q, 64);
         }
     } else if (type == Q6_K) {
-        s = __builtin_convertvector(widen_bytes(o + 2, 1), vf) * half_to_float(o);
+        s = __builtin_convertvector(signed_lanes(o + 2), vf) * half_to_float(o);
         const v64 high = load64(o + 146);
         for (int t = 0; t < 4; t++) {
             const v64 q = nibbles(o + 18 + 64 * (t / 2), t % 2) | (((high >> (2 * t)) & BYTES(3)) << 4);

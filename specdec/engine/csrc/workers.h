@@ -30,7 +30,7 @@
 #endif
 
 enum { MAX_WORKERS = 63 };
-#define SPIN_S 0.0005 /* a worker idle this long sleeps until the next job */
+#define SPIN_S 0.0001 /* a worker idle this long sleeps until the next job */
 
 static inline double now_s(void) {
     struct timespec t;
@@ -45,19 +45,29 @@ static struct {
     pthread_cond_t wake;
     pthread_t threads[MAX_WORKERS];
     int started;                 /* workers running */
-    atomic_uint generation;      /* bumped once per job */
-    atomic_int remaining;        /* parts of the job not finished */
-    atomic_int sleeping;         /* workers waiting on `wake` */
     unsigned born;               /* the generation when the workers were started */
+    atomic_uint generation;      /* bumped once per job, to wake the workers */
+    atomic_int sleeping;         /* workers waiting on `wake` */
+    /* Parts are claimed, by the caller and by whichever workers are awake: job (24 bits) | parts (8) |
+     * next part (32). A claim carries its own part count, so a late worker's claim on a finished job is
+     * seen to be past its end, and the caller never waits for a worker that is not running. */
+    _Atomic uint64_t claim;
+    atomic_int unfinished;       /* parts of the job not finished */
     range_fn fn;
     void *ctx;
     int64_t n;
-    int parts;
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
 
-static inline void run_part(int part) {
-    const int64_t begin = pool.n * part / pool.parts, end = pool.n * (part + 1) / pool.parts;
-    if (begin < end) pool.fn(pool.ctx, begin, end);
+/* Run parts of the current job until none is left to claim. */
+static void claim_parts(void) {
+    for (;;) {
+        const uint64_t claim = atomic_fetch_add_explicit(&pool.claim, 1, memory_order_acq_rel);
+        const int64_t parts = (claim >> 32) & 0xff, part = (uint32_t)claim;
+        if (part >= parts) return;
+        const int64_t begin = pool.n * part / parts, end = pool.n * (part + 1) / parts;
+        if (begin < end) pool.fn(pool.ctx, begin, end);
+        atomic_fetch_sub_explicit(&pool.unfinished, 1, memory_order_release);
+    }
 }
 
 /* A child forked after workers started has none of them: it starts its own. */
@@ -70,7 +80,7 @@ static void forget_workers(void) {
 }
 
 static void *worker_main(void *arg) {
-    const int index = (int)(intptr_t)arg; /* this worker runs part index + 1 */
+    (void)arg;
     unsigned seen = pool.born; /* the generation before its first job, whenever it gets to run */
     for (;;) {
         const double idle_since = now_s();
@@ -86,15 +96,14 @@ static void *worker_main(void *arg) {
             pthread_mutex_unlock(&pool.lock);
         }
         seen = atomic_load(&pool.generation);
-        if (index + 1 < pool.parts) run_part(index + 1);
-        atomic_fetch_sub_explicit(&pool.remaining, 1, memory_order_release);
+        claim_parts();
     }
     return 0;
 }
 
 void register_fork_handler(void) { pthread_atfork(0, 0, forget_workers); }
 
-/* fn(ctx, begin, end) over [0, n) in `threads` contiguous parts, part 0 on the calling thread. */
+/* fn(ctx, begin, end) over [0, n) in `threads` contiguous parts; the calling thread takes parts too. */
 static void parallel_for(int threads, int64_t n, range_fn fn, void *ctx) {
     threads = threads < 1 ? 1 : threads > MAX_WORKERS + 1 ? MAX_WORKERS + 1 : threads;
     if (threads > 1 && syscall(SYS_gettid) == getpid()) { /* the initial thread: libgomp's team */
@@ -110,21 +119,25 @@ static void parallel_for(int threads, int64_t n, range_fn fn, void *ctx) {
         return;
     }
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    void register_fork_handler(void);
+    static uint64_t job;
     pthread_once(&once, register_fork_handler);
     pool.born = atomic_load(&pool.generation); /* no job runs while workers are started */
     while (pool.started < threads - 1) {
-        if (pthread_create(&pool.threads[pool.started], 0, worker_main, (void *)(intptr_t)pool.started) != 0) break;
+        if (pthread_create(&pool.threads[pool.started], 0, worker_main, 0) != 0) break;
         pool.started++;
     }
-    pool.fn = fn, pool.ctx = ctx, pool.n = n, pool.parts = pool.started + 1 < threads ? pool.started + 1 : threads;
-    atomic_store(&pool.remaining, pool.started); /* every started worker reports, with or without a part */
+    const uint64_t parts = pool.started + 1 < threads ? pool.started + 1 : threads;
+    pool.fn = fn, pool.ctx = ctx, pool.n = n;
+    atomic_store(&pool.unfinished, (int)parts);
+    job = (job + 1) & 0xffffff;
+    atomic_store_explicit(&pool.claim, job << 40 | parts << 32, memory_order_release);
     pthread_mutex_lock(&pool.lock);
     atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
     if (atomic_load(&pool.sleeping)) pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
-    run_part(0);
-    while (atomic_load_explicit(&pool.remaining, memory_order_acquire) > 0) CPU_RELAX();
+    claim_parts();
+    for (int spins = 1; atomic_load_explicit(&pool.unfinished, memory_order_acquire) > 0; spins++)
+        if (spins % 64 == 0) sched_yield(); else CPU_RELAX(); /* a worker is running a part it claimed */
     pthread_mutex_unlock(&pool.busy);
 }
 
