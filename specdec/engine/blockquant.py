@@ -22,7 +22,6 @@ from specdec.engine import native
 from specdec.engine.cpu import cpu_features
 from specdec.engine.kernels import Kernel
 
-
 F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14  # GGML's type numbers
 NAMES = {F32: "F32", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
 BLOCK = {F32: (16, 64), Q5_0: (32, 22), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}  # weights, bytes
