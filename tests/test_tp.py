@@ -42,8 +42,7 @@ def _runner(collectives=None, rank: int = 0, world: int = 1) -> ModelRunner:
 
 def _kernel_bytes(runner: ModelRunner) -> int:
     """Bytes of the sharded weights: every projection and the LM head."""
-    kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
-    return sum(k.weight_bytes() for k in [*kernels, runner.lm_head])
+    return sum(k.weight_bytes() for k in runner.linear_kernels())
 
 
 def _rank_forward(rank: int, world: int, port: int, results) -> None:

@@ -166,9 +166,8 @@ def build_runner(model: nn.Module, path: str, max_tokens: int = GAMMA_MAX + 1,
 def runner_kernel_name(runner: ModelRunner) -> str:
     """A packed path's kernel with the block formats it reads, e.g. "gguf-Q4_K+Q6_K", or for gguf-q8 its
     build too, e.g. "gguf-q8-avx512-vnni-Q4_K+Q6_K"."""
-    kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
     prefix = "gguf-q8-" if runner.path == "gguf-q8" else "gguf-"
-    formats = dict.fromkeys(f for k in [*kernels, runner.lm_head] for f in k.name.removeprefix(prefix).split("+"))
+    formats = dict.fromkeys(f for k in runner.linear_kernels() for f in k.name.removeprefix(prefix).split("+"))
     build = f"{q8dot.library().q8_level().decode()}-" if runner.path == "gguf-q8" else ""
     return prefix + build + "+".join(sorted(formats))
 

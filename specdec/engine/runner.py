@@ -27,8 +27,8 @@ from torch import nn
 from specdec.engine.attention import BLOCK, attend, visibility
 from specdec.engine.blockquant import BlockEmbedding
 from specdec.engine.kernels import Kernel, make_kernel
-from specdec.engine.q8dot import PACKED_PATHS, block_kernel
 from specdec.engine.kvcache import KVCache
+from specdec.engine.q8dot import PACKED_PATHS, block_kernel
 
 
 class UnsupportedModel(ValueError):
@@ -175,13 +175,16 @@ class ModelRunner:
         target.values[:, :, :length] = source.values[:, :, :length]
         target.length = length
 
+    def linear_kernels(self) -> list[Kernel]:
+        """Every linear kernel a pass runs through: each layer's four, then the output layer."""
+        return [*(k for layer in self.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)), self.lm_head]
+
     def weight_bytes(self) -> int:
-        kernels = [k for layer in self.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
         small = sum(t.numel() * t.element_size() for m in (self.embed, self.norm)
                     for t in itertools.chain(m.parameters(), m.buffers()))
         norms = sum(p.numel() * p.element_size() for layer in self.layers
                     for m in (layer.input_norm, layer.post_norm) for p in m.parameters())
-        return sum(k.weight_bytes() for k in kernels) + self.lm_head.weight_bytes() + small + norms
+        return sum(k.weight_bytes() for k in self.linear_kernels()) + small + norms
 
     # -- the forward pass ------------------------------------------------------------------
     @torch.inference_mode()

@@ -21,6 +21,7 @@ import torch
 
 from specdec import weights
 from specdec.engine.blockquant import Q4_K, quantize
+from specdec.engine.kernels import time_kernel
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
 from specdec.engine.q8dot import Q8Kernel
@@ -42,15 +43,7 @@ def memory_bandwidth() -> float:
 
 def integer_peak(rows: int = 16, n: int = 2048, k: int = 1536) -> float:
     """Multiply-adds per second of the gguf-q8 kernel on a Q4_K matrix that stays in cache (best of 20)."""
-    kernel = Q8Kernel([quantize(torch.randn(n, k), Q4_K)])
-    x = torch.randn(rows, k)
-    kernel(x)
-    best = float("inf")
-    for _ in range(20):
-        began = time.perf_counter()
-        kernel(x)
-        best = min(best, time.perf_counter() - began)
-    return rows * n * k / best
+    return rows * n * k / time_kernel([Q8Kernel([quantize(torch.randn(n, k), Q4_K)])], rows, repeats=20)
 
 
 def read_llama_bench(path: str) -> dict[int, float]:
@@ -62,8 +55,7 @@ def read_llama_bench(path: str) -> dict[int, float]:
 
 def weight_traffic(runner) -> tuple[int, int]:
     """(bytes read, multiply-adds) of one token's pass through every linear kernel."""
-    kernels = [k for layer in runner.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)]
-    kernels.append(runner.lm_head)
+    kernels = runner.linear_kernels()
     return sum(k.weight_bytes() for k in kernels), sum(k.in_features * k.out_features for k in kernels)
 
 
