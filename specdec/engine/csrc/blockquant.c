@@ -17,9 +17,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "ggml_blocks.h"
 #include "workers.h"
 
-enum { F32 = 0, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
 
 /* Per level: V lanes a vector, a pass feeding up to ROWS_PER_PASS activation rows (one accumulator
  * register each), and how V bytes are loaded (LOAD_BYTES) and widened to V int32 lanes. */
@@ -55,11 +55,6 @@ static inline __m128i load4(const uint8_t *p) {
 static inline vi widen_u8(const uint8_t *p) { return (vi)WIDEN_U8(LOAD_BYTES(p)); } /* zero-extended */
 static inline vi widen_s8(const uint8_t *p) { return (vi)WIDEN_S8(LOAD_BYTES(p)); } /* sign-extended */
 
-static inline float half_to_float(const uint8_t *p) {
-    _Float16 h;
-    memcpy(&h, p, 2);
-    return (float)h;
-}
 
 static inline vf load_f32(const float *p) {
     vf v;
@@ -77,41 +72,16 @@ static inline vi lane_index(void) {
     return lane;
 }
 
-/* Bytes one block occupies, and weights it holds (inlined in the loops; exported below for Python). */
-static inline int64_t block_bytes(int type) {
-    switch (type) {
-    case F32: return 64;
-    case Q5_0: return 22;
-    case Q8_0: return 34;
-    case Q4_K: return 144;
-    case Q6_K: return 210;
-    default: return 0;
-    }
-}
-
-static inline int64_t block_weights(int type) {
-    switch (type) {
-    case F32: return 16;
-    case Q5_0: case Q8_0: return 32;
-    case Q4_K: case Q6_K: return 256;
-    default: return 0;
-    }
-}
-
+/* ggml_blocks.h's block sizes, for Python. */
 int64_t bq_block_bytes(int type) { return block_bytes(type); }
 int64_t bq_block_weights(int type) { return block_weights(type); }
 
-static inline void q4_k_scale_min(const uint8_t *s, int j, float d, float dmin, float *sc, float *m) {
-    uint8_t a, b;
-    if (j < 4) {
-        a = s[j] & 63;
-        b = s[j + 4] & 63;
-    } else {
-        a = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        b = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-    *sc = d * (float)a; /* gguf-py: d * sc, then * q - dmin * m */
-    *m = dmin * (float)b;
+/* Sub-block j's step d·sc and offset dmin·m, as gguf-py computes them. */
+static inline void q4_k_step_offset(const uint8_t *s, int j, float d, float dmin, float *step, float *offset) {
+    uint8_t sc, m;
+    q4_k_scale_min(s, j, &sc, &m);
+    *step = d * (float)sc; /* gguf-py: d * sc, then * q - dmin * m */
+    *offset = dmin * (float)m;
 }
 
 /* Feed one weight vector w (V consecutive weights at column k) to every activation row. */
@@ -133,8 +103,8 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
             const int64_t k0 = i * 256;
             for (int j = 0; j < 4; j++) {
                 float s_lo, m_lo, s_hi, m_hi;
-                q4_k_scale_min(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
-                q4_k_scale_min(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
+                q4_k_step_offset(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
+                q4_k_step_offset(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
                 for (int l = 0; l < 32; l += V) {
                     const vi q = widen_u8(b + 16 + 32 * j + l);
                     FEED(to_float(q & 15) * splat(s_lo) - splat(m_lo), k0 + 64 * j + l);
@@ -278,8 +248,8 @@ int bq_dequantize_rows(int type, const uint8_t *w, int64_t K, const int64_t *ids
                 const float d = half_to_float(b), dmin = half_to_float(b + 2);
                 for (int j = 0; j < 4; j++) {
                     float s_lo, m_lo, s_hi, m_hi;
-                    q4_k_scale_min(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
-                    q4_k_scale_min(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
+                    q4_k_step_offset(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
+                    q4_k_step_offset(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
                     for (int l = 0; l < 32; l++) {
                         const uint8_t q = b[16 + 32 * j + l];
                         ob[64 * j + l] = (float)(q & 15) * s_lo - m_lo;

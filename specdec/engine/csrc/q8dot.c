@@ -25,12 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ggml_blocks.h"
 #include "workers.h"
 #if !defined(Q8_PORTABLE)
 #include <immintrin.h>
 #endif
 
-enum { F32 = 0, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
 enum { SB = 256, LANES = 16 };
 
 typedef float vf __attribute__((vector_size(64)));
@@ -154,16 +154,6 @@ static inline int64_t sb_bytes(int type) {
     }
 }
 
-static inline int64_t block_weights(int type) { return type == Q4_K || type == Q6_K ? 256 : 32; }
-static inline int64_t block_bytes(int type) {
-    switch (type) {
-    case Q4_K: return 144;
-    case Q6_K: return 210;
-    case Q5_0: return 22;
-    case Q8_0: return 34;
-    default: return 0;
-    }
-}
 
 static inline int64_t superblocks(int64_t K) { return (K + SB - 1) / SB; }
 
@@ -172,27 +162,7 @@ int64_t q8_act_bytes(int64_t K) { return superblocks(K) * (int64_t)sizeof(act_bl
 
 static inline int vector_pos(int k) { return 64 * ((k % 16) / 4) + 4 * (k / 16) + k % 4; } /* k < 256 -> t·64 + p */
 
-static inline float half_to_float(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-#ifdef __F16C__
-    return _cvtsh_ss(h);
-#else
-    _Float16 f;
-    memcpy(&f, &h, 2);
-    return (float)f;
-#endif
-}
 
-static void q4_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
 
 /* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
 static void decode_block(int type, const uint8_t *b, int8_t *q) {

@@ -56,7 +56,7 @@ static struct {
     range_fn fn;
     void *ctx;
     int64_t n;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+} pool = {.busy = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 /* Run parts of the current job until none is left to claim. */
 static void claim_parts(void) {
@@ -101,7 +101,7 @@ static void *worker_main(void *arg) {
     return 0;
 }
 
-void register_fork_handler(void) { pthread_atfork(0, 0, forget_workers); }
+static void register_fork_handler(void) { pthread_atfork(0, 0, forget_workers); }
 
 /* fn(ctx, begin, end) over [0, n) in `threads` contiguous parts; the calling thread takes parts too. */
 static void parallel_for(int threads, int64_t n, range_fn fn, void *ctx) {
