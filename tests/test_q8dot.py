@@ -8,8 +8,6 @@ against the exact gguf path.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -17,7 +15,7 @@ from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine import native, q8dot
 from specdec.engine.blockquant import F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
-from specdec.engine.cpu import cpu_features
+from specdec.engine.cpu import cpu_features, cpuinfo
 from specdec.engine.models import load_model
 from specdec.engine.q8dot import Q8Kernel
 from specdec.engine.runner import Step
@@ -29,9 +27,7 @@ NEEDS = {"avx512-vnni": ("avx512_vnni", "avx512bw"), "avx-vnni": ("avx_vnni", "a
 
 
 def runnable(variant: str) -> bool:
-    lines = Path("/proc/cpuinfo").read_text().splitlines()
-    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-    return all(flag in flags for flag in NEEDS[variant])
+    return set(NEEDS[variant]) <= set(cpuinfo("flags").split())
 
 
 VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not runnable(v), reason=f"this CPU cannot run {v}"))
@@ -156,6 +152,7 @@ def test_formats_without_an_integer_kernel_run_exact():
     x = torch.randn(3, 64)
     torch.testing.assert_close(kernel(x), x @ tensor.dequantize().T, rtol=1e-5, atol=1e-5)
     assert tensor.qtype == F32 and kernel.name == "gguf-q8-F32"
+    assert kernel.weight_bytes() == 8 * 64 * 4, "the exact part's weights count as the kernel's"
 
 
 def test_the_machines_variant_is_its_level():

@@ -82,7 +82,7 @@ class CpuFeatures:
         return f"{self.model_name} [{level}" + (f", forced by {ENV}; native {self.native}]" if self.forced else "]")
 
 
-def _cpuinfo(field: str) -> str:
+def cpuinfo(field: str) -> str:
     """The first `field` line's value in /proc/cpuinfo ("" where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -110,7 +110,7 @@ def native_level(flags: set[str]) -> str | None:
 @functools.cache
 def cpu_features() -> CpuFeatures:
     """This CPU, capped at `$SPECDEC_CPU_ISA` when set (read once per process)."""
-    flags, name = set(_cpuinfo("flags").split()), _cpuinfo("model name") or "unknown CPU"
+    flags, name = set(cpuinfo("flags").split()), cpuinfo("model name") or "unknown CPU"
     native = level = native_level(flags)
     forced = os.environ.get(ENV, "").strip()
     if forced and forced != "native":

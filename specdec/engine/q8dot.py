@@ -23,7 +23,6 @@ from specdec.engine.blockquant import NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantK
 from specdec.engine.cpu import cpu_features
 from specdec.engine.kernels import Kernel
 
-
 FORMATS = (Q4_K, Q6_K, Q5_0, Q8_0)  # what the integer kernel takes
 
 
@@ -64,7 +63,9 @@ class Q8Kernel(Kernel):
                 self.register_buffer(f"part{index}", repacked.data)
                 self.parts.append(repacked)
             else:  # float32 weights (or a format without integer kernel): the exact kernel, float activations
-                self.parts.append(BlockQuantKernel([part]))
+                exact = BlockQuantKernel([part])
+                self.add_module(f"part{index}", exact)  # its weights counted in weight_bytes
+                self.parts.append(exact)
         self.out_features = sum(p.rows if isinstance(p, RepackedTensor) else p.out_features for p in self.parts)
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
         self.integer_parts = any(isinstance(p, RepackedTensor) for p in self.parts)
