@@ -71,6 +71,16 @@ def gguf_q8_stack():
         yield running
 
 
+# Each compute path's stack fixture (bf16's is test_paths_e2e's own).
+PATH_STACKS = {"fp32": "stack", "bf16": "bf16_stack", "int8": "int8_stack", "gguf": "gguf_stack",
+               "gguf-q8": "gguf_q8_stack"}
+
+
+def stack_on(request, path: str) -> EmbeddedStack:
+    """The running tiny stack of `path` (its fixture, started on first use)."""
+    return request.getfixturevalue(PATH_STACKS[path])
+
+
 def pytest_configure(config):
     """Measured cost profiles go to a folder of this run's own (the services inherit it), never to
     the user's weights cache: every run starts by measuring, as a fresh machine does."""

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
-from conftest import PATH_SERVICE, tiny_models
+from conftest import PATH_SERVICE, stack_on, tiny_models
 
 from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
@@ -121,7 +121,7 @@ def test_greedy_logprobs_equal_target_only_under_any_gamma_proposer_and_batch(re
     hybrid: the prompts' target-only runs are in the server's memory, so lookups find them), for rounds
     drafted during the last verify (overlap), and for 4 sessions sharing passes; and equal to a local
     prefill's within 1e-5."""
-    stack = request.getfixturevalue({"fp32": "stack", "gguf": "gguf_stack", "gguf-q8": "gguf_q8_stack"}[path])
+    stack = stack_on(request, path)
     baseline = [_run(stack.endpoint, prompt, 5, gamma=0) for prompt in PROMPTS]
     for name, (fields, exercised) in PROPOSALS.items():
         rounds = []

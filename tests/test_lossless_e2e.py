@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
-from conftest import PATH_SERVICE, tiny_models
+from conftest import PATH_SERVICE, stack_on, tiny_models
 
 from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
@@ -71,8 +71,7 @@ def assert_follows(drawn: list[tuple[int, pb.RoundStats]], p: torch.Tensor, supp
 def test_first_token_histogram_matches_target(request, path, concurrency):
     """The target distribution p comes from the target as served on that path (same kernels). On fp32
     the samples come from 8 sessions at a time, whose steps share forward passes."""
-    stack = request.getfixturevalue({"fp32": "stack", "int8": "int8_stack", "gguf": "gguf_stack",
-                                     "gguf-q8": "gguf_q8_stack"}[path])
+    stack = stack_on(request, path)
     prompt = [40, 41, 42, 43]
     params = SamplingParams(temperature=1.0, top_k=8)
     target = load_model(tiny_models(path)[1], "cpu", **PATH_SERVICE[path]).runner

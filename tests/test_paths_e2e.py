@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import assert_speculated, tiny_stack
+from conftest import assert_speculated, stack_on, tiny_stack
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
@@ -26,9 +26,7 @@ def bf16_stack():
 
 @pytest.fixture(params=["fp32", "bf16", "int8", "gguf", "gguf-q8"])
 def path_stack(request):
-    fixture = {"fp32": "stack", "bf16": "bf16_stack", "int8": "int8_stack", "gguf": "gguf_stack",
-               "gguf-q8": "gguf_q8_stack"}[request.param]
-    return request.param, request.getfixturevalue(fixture)
+    return request.param, stack_on(request, request.param)
 
 
 def test_greedy_speculative_equals_target_only_on_every_path(path_stack):
