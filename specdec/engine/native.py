@@ -34,19 +34,20 @@ COMMON = ("-O3", "-fopenmp", "-fPIC", "-shared", "-Wno-psabi")
 
 @dataclass(frozen=True)
 class Source:
-    """One kernel source and the flags every build of it gets."""
+    """One kernel library: its C files (the first names it) and the flags every build of it gets."""
 
     name: str
     flags: tuple[str, ...]
+    others: tuple[str, ...] = ("workers",)  # the library's other C files, beside `name`.c
 
     @property
-    def path(self) -> Path:
-        return CSRC / f"{self.name}.c"
+    def paths(self) -> list[Path]:
+        return [CSRC / f"{unit}.c" for unit in (self.name, *self.others)]
 
 
 BLOCKQUANT = Source("blockquant", ("-ffp-contract=fast", *COMMON))
-Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON))  # its float steps are defined without fused multiply-adds
-SOURCE = BLOCKQUANT.path
+# The integer path's float steps, its layer's included, are defined without fused multiply-adds.
+Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON), ("layer_ops", "workers"))
 
 MARCH = {"sse41": "x86-64-v2", "avx2": "x86-64-v3"}  # every AVX-512 level (and AMX): x86-64-v4
 # The integer path's variants, fastest first, and what each is compiled with.
@@ -74,9 +75,9 @@ def q8_variant_for(features) -> str:
 
 
 def build_digest(source: Source = BLOCKQUANT) -> str:
-    """What a build of `source` depends on here: its text, the headers beside it and the compiler flags
+    """What a build of `source` depends on here: its files, the headers beside them and the compiler flags
     (16 hex digits)."""
-    text = source.path.read_bytes() + b"".join(h.read_bytes() for h in sorted(CSRC.glob("*.h")))
+    text = b"".join(p.read_bytes() for p in source.paths) + b"".join(h.read_bytes() for h in sorted(CSRC.glob("*.h")))
     return hashlib.sha256(text + " ".join(source.flags).encode()).hexdigest()[:16]
 
 
@@ -104,7 +105,8 @@ def build(variant: str, source: Source = BLOCKQUANT) -> Path:
             return target
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             partial = Path(tmp) / target.name
-            command = [compiler, *source.flags, *_target_flags(variant, source), "-o", str(partial), str(source.path)]
+            command = [compiler, *source.flags, *_target_flags(variant, source), "-o", str(partial),
+                       *map(str, source.paths)]
             run = subprocess.run(command, capture_output=True, text=True)
             if run.returncode != 0:
                 raise KernelUnavailable(f"building the {source.name} kernel for {variant} failed:\n{run.stderr[-2000:]}")
@@ -126,7 +128,12 @@ def load(variant: str, source: Source = BLOCKQUANT) -> ctypes.CDLL:
     if source is Q8DOT:
         signatures = {"q8_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, ptr, c_int], c_int),
                       "q8_repack": ([c_int, ptr, i64, i64, ptr], c_int), "q8_quantize": ([ptr, i64, i64, ptr], None),
-                      "q8_row_bytes": ([c_int, i64], i64), "q8_act_bytes": ([i64], i64), "q8_level": ([], ctypes.c_char_p)}
+                      "q8_row_bytes": ([c_int, i64], i64), "q8_act_bytes": ([i64], i64),
+                      "q8_level": ([], ctypes.c_char_p),
+                      "lo_rms_norm": ([ptr, i64, i64, ptr, ctypes.c_float, ptr], None),
+                      "lo_silu_mul": ([ptr, i64, i64, ptr], None),
+                      "lo_attention": ([ptr, i64, i64, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, ptr, ptr, i64, i64,
+                                        ctypes.c_float, ptr, c_int], c_int)}
     for name, (argtypes, restype) in signatures.items():
         function = getattr(lib, name)
         function.argtypes, function.restype = argtypes, restype

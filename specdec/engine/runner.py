@@ -11,14 +11,17 @@ on whether it was decoded alone, verified among γ drafts or batched with other 
 
 The model's own modules supply embeddings, norms, rotary embeddings and the activation; its linear
 layers are rebuilt as fused kernels for the chosen compute path (`specdec.engine.kernels`), and the
-originals are released. Supported: models laid out like Llama / Qwen2 / Mistral / Qwen3
-(`self_attn.{q,k,v,o}_proj`, `mlp.{gate,up,down}_proj`), full attention only.
+originals are released. On the gguf-q8 path the steps between the kernels (norms, rotary embeddings,
+attention, SiLU gating) run in C instead (`specdec.engine.layer_ops`), row-invariant the same way.
+Supported: models laid out like Llama / Qwen2 / Mistral / Qwen3 (`self_attn.{q,k,v,o}_proj`,
+`mlp.{gate,up,down}_proj`), full attention only.
 """
 
 from __future__ import annotations
 
 import inspect
 import itertools
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +31,11 @@ from specdec.engine.attention import BLOCK, attend, visibility
 from specdec.engine.blockquant import BlockEmbedding
 from specdec.engine.kernels import Kernel, make_kernel
 from specdec.engine.kvcache import KVCache
+from specdec.engine.layer_ops import FusedLayers, unsupported_reason
 from specdec.engine.q8dot import PACKED_PATHS, block_kernel
+from specdec.engine.q8dot import library as q8_library
+
+log = logging.getLogger(__name__)
 
 
 class UnsupportedModel(ValueError):
@@ -162,6 +169,13 @@ class ModelRunner:
             self.lm_head = _fused(path, [head], fp32_kernel)
             if head.weight is not getattr(self.embed, "weight", None):
                 _release(head)
+        self.fused = None  # the gguf-q8 path's layers with their float steps in C (`specdec.engine.layer_ops`)
+        if path == "gguf-q8":
+            reason = unsupported_reason(self)
+            if reason is None:
+                self.fused = FusedLayers(self, q8_library())
+            else:
+                log.info("%s: its layers' float steps run as torch ops", reason)
 
     # -- caches --------------------------------------------------------------------------
     def new_cache(self) -> KVCache:
@@ -202,15 +216,19 @@ class ModelRunner:
         positions = positions.to(self.device)[None]  # [1, T]
         h = self.embed(ids)[None].to(self.act_dtype)  # [1, T, hidden]
         cos, sin = self.rotary(h, positions)
-        spans = self._spans(steps, lengths)
-        for index, layer in enumerate(self.layers):
-            h = h + self._attention(index, layer, h, cos, sin, spans)
-            h = h + self._mlp(layer, h)
+        if self.fused is not None:
+            h = self.fused.layers(h[0], cos[0], sin[0], steps)[None]
+        else:
+            spans = self._spans(steps, lengths)
+            for index, layer in enumerate(self.layers):
+                h = h + self._attention(index, layer, h, cos, sin, spans)
+                h = h + self._mlp(layer, h)
         for step, n in zip(steps, lengths):
             step.cache.length += n
         rows = torch.tensor([end - k for (_, end), s in zip(_offsets(lengths), steps) for k in range(s.logits, 0, -1)],
                             dtype=torch.long, device=self.device)
-        logits = self.collectives.gather_vocab(self.lm_head(self.norm(h[0, rows])).float())  # [Σ logits, V]
+        normed = self.fused.final(h[0, rows]) if self.fused is not None else self.norm(h[0, rows])
+        logits = self.collectives.gather_vocab(self.lm_head(normed).float())  # [Σ logits, V]
         return list(logits.split([s.logits for s in steps]))
 
     def _spans(self, steps: list[Step], lengths: list[int]) -> list[tuple[int, int, int, KVCache, torch.Tensor]]:

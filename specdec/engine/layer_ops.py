@@ -1,0 +1,108 @@
+"""The gguf-q8 path's decoder layers with their float steps in C (`csrc/layer_ops.c` defines them).
+
+Between the integer kernels a layer has RMS norms, rotary embeddings, KV-cache writes, attention and SiLU
+gating: about sixty small torch ops, 7 of a 1.5B model's 34 ms step on 2 cores. Here they are five C calls
+(one attention call per session), each row computed on its own in a fixed order, so the path stays
+row-invariant: a token's logits are the same bits alone, verified among drafts or batched.
+
+Used for models whose layers are the plain Llama / Qwen2 / Qwen3 / Mistral kind (`fused_layers_for`);
+anything else runs on the runner's torch ops.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+if TYPE_CHECKING:
+    from specdec.engine.runner import ModelRunner, Step
+
+RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm"}  # w · x / rms(x), nothing else
+SILU = {"SiLU", "SiLUActivation"}
+
+
+class _Norm:
+    """An RMS norm's weight (float32, contiguous) and epsilon."""
+
+    def __init__(self, module: nn.Module):
+        self.weight = module.weight.detach().float().contiguous()
+        self.eps = float(module.variance_epsilon)
+
+
+def unsupported_reason(runner: ModelRunner) -> str | None:
+    """Why the runner's layers cannot run on the C float steps, or None if they can."""
+    norms = [runner.norm] + [m for layer in runner.layers
+                             for m in (layer.input_norm, layer.post_norm, layer.q_norm, layer.k_norm) if m is not None]
+    if any(type(m).__name__ not in RMS_NORMS or not hasattr(m, "variance_epsilon") for m in norms):
+        return "its norms are not plain RMS norms"
+    if any(type(layer.act).__name__ not in SILU for layer in runner.layers):
+        return "its MLP activation is not SiLU"
+    if runner.head_dim % 16 or runner.head_dim > 512:
+        return f"head dimension {runner.head_dim} (the C attention takes multiples of 16 up to 512)"
+    if runner.heads // runner.kv_heads > 32:
+        return "more than 32 query heads per KV head"
+    if not hasattr(runner.rotary, "inv_freq"):
+        return "its rotary embedding is not the standard one"
+    return None
+
+
+class FusedLayers:
+    """Runs a `ModelRunner`'s decoder layers and final norm with the C float steps of library `lib`."""
+
+    def __init__(self, runner: ModelRunner, lib):
+        self.runner, self.lib = runner, lib
+        self.norms = [(_Norm(layer.input_norm), _Norm(layer.post_norm)) for layer in runner.layers]
+        self.head_norms = [tuple(_Norm(m) if m is not None else None for m in (layer.q_norm, layer.k_norm))
+                           for layer in runner.layers]
+        self.final_norm = _Norm(runner.norm)
+
+    def rms_norm(self, x: torch.Tensor, norm: _Norm) -> torch.Tensor:
+        """x [T, hidden] float32 contiguous → its norm [T, hidden]."""
+        out = torch.empty_like(x)
+        self.lib.lo_rms_norm(x.data_ptr(), x.shape[0], x.shape[1], norm.weight.data_ptr(), norm.eps, out.data_ptr())
+        return out
+
+    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """gate_up [T, 2·I] (gate | up) → SiLU(gate) · up [T, I]."""
+        rows, width = gate_up.shape
+        out = torch.empty(rows, width // 2, dtype=torch.float32)
+        self.lib.lo_silu_mul(gate_up.data_ptr(), rows, width // 2, out.data_ptr())
+        return out
+
+    def attention(self, index: int, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                  steps: list[Step]) -> torch.Tensor:
+        """Each step's attention in layer `index` over its cache, which gains the step's keys and values.
+        qkv [T, (H + 2·KV)·D]; cos, sin [T, D]. Returns [T, H·D]."""
+        r = self.runner
+        H, KV, D = r.heads, r.kv_heads, r.head_dim
+        out = torch.empty(qkv.shape[0], H * D, dtype=torch.float32)
+        q_norm, k_norm = self.head_norms[index]
+        eps = q_norm.eps if q_norm is not None else 0.0
+        threads, begin = torch.get_num_threads(), 0
+        for step in steps:
+            cache, n = step.cache, len(step.tokens)
+            layer_bytes = 4 * index * cache.keys.stride(0)
+            status = self.lib.lo_attention(
+                qkv.data_ptr() + 4 * begin * qkv.shape[1], n, H, KV, D,
+                q_norm.weight.data_ptr() if q_norm is not None else None,
+                k_norm.weight.data_ptr() if k_norm is not None else None, eps,
+                cos.data_ptr() + 4 * begin * D, sin.data_ptr() + 4 * begin * D,
+                cache.keys.data_ptr() + layer_bytes, cache.values.data_ptr() + layer_bytes, cache.capacity,
+                cache.length, r.scale, out.data_ptr() + 4 * begin * H * D, threads)
+            assert status == 0, f"lo_attention refused heads {H}/{KV}×{D} at {cache.length}+{n} of {cache.capacity}"
+            begin += n
+        return out
+
+    def layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, steps: list[Step]) -> torch.Tensor:
+        """Every decoder layer over the flattened rows h [T, hidden] (updated in place and returned);
+        cos, sin [T, D] at the rows' positions. The caches' lengths are left to the caller."""
+        for index, (layer, (input_norm, post_norm)) in enumerate(zip(self.runner.layers, self.norms)):
+            qkv = layer.qkv.matmul(self.rms_norm(h, input_norm))  # the kernels' own call: no module hooks
+            h += layer.out.matmul(self.attention(index, qkv, cos, sin, steps))
+            h += layer.down.matmul(self.silu_mul(layer.gate_up.matmul(self.rms_norm(h, post_norm))))
+        return h
+
+    def final(self, h: torch.Tensor) -> torch.Tensor:
+        return self.rms_norm(h.contiguous(), self.final_norm)
