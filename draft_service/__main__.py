@@ -7,10 +7,12 @@ import os
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
 import argparse  # noqa: E402
+import logging  # noqa: E402
 
 from draft_service.servicer import register  # noqa: E402
 from specdec.engine.lookup_engine import LOOKUP_MODEL, LookupEngine  # noqa: E402
 from specdec.engine.model_engine import DraftEngine  # noqa: E402
+from specdec.engine.models import draft_vocabulary  # noqa: E402
 from specdec.runtime.model_service import (  # noqa: E402
     ModelServiceConfig,
     load_engine,
@@ -18,6 +20,8 @@ from specdec.runtime.model_service import (  # noqa: E402
     model_service_parser,
     run_model_service,
 )
+
+log = logging.getLogger("draft_service")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
 def build_engine(config: ModelServiceConfig) -> DraftEngine | LookupEngine:
     if config.model == LOOKUP_MODEL:
         return LookupEngine(config.max_sessions, config.gamma_max, config.lookup_memory_tokens)
-    return load_engine(config, DraftEngine)
+    engine = load_engine(config, DraftEngine)
+    loaded = engine.loaded
+    ranges = draft_vocabulary(loaded.vocab_size, loaded.eos_token_ids, config.draft_vocab)
+    if ranges and loaded.runner.limit_vocabulary(ranges):
+        log.info("the output layer scores %d of %d token ids (--draft-vocab)", loaded.runner.scored_tokens(),
+                 loaded.vocab_size)
+    elif ranges and config.draft_vocab > 0:
+        log.warning("--draft-vocab %d: the %s path scores every token id", config.draft_vocab, loaded.choice.path)
+    return engine
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -151,6 +151,26 @@ def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = t
     return model.to(device).eval()
 
 
+DRAFT_VOCAB_AUTO = 65536  # measured in docs/PERFORMANCE.md ("The draft's output layer")
+
+
+def draft_vocabulary(vocab_size: int, eos_token_ids: tuple[int, ...], requested: int = -1) -> list[tuple[int, int]]:
+    """The token-id ranges a draft's output layer scores (`ModelRunner.limit_vocabulary`): ids below the
+    limit and the end-of-sequence ids. requested: the limit, 0 for every id, -1 for the rule (DRAFT_VOCAB_AUTO
+    where the vocabulary is more than twice that). Byte-pair vocabularies number their tokens in merge order,
+    so the low ids are the common ones. Empty: score every id."""
+    limit = (DRAFT_VOCAB_AUTO if vocab_size > 2 * DRAFT_VOCAB_AUTO else 0) if requested < 0 else requested
+    if not 0 < limit < vocab_size:
+        return []
+    ranges = [(0, limit)]
+    for eos in sorted(e for e in set(eos_token_ids) if limit <= e < vocab_size):
+        if ranges[-1][1] == eos:
+            ranges[-1] = (ranges[-1][0], eos + 1)
+        else:
+            ranges.append((eos, eos + 1))
+    return ranges
+
+
 def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: str = "none",
                shard: Callable[[torch.nn.Module], Collectives] | None = None, max_tokens: int = GAMMA_MAX + 1,
                runner: str = "auto", slots: int = 64, context: int = 0) -> LoadedModel:

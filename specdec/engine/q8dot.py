@@ -46,20 +46,28 @@ class RepackedTensor:
         status = lib.q8_repack(self.qtype, tensor.data.data_ptr(), self.rows, self.cols, self.data.data_ptr())
         assert status == 0, f"q8_repack refused {NAMES[self.qtype]} [{self.rows}, {self.cols}]"
 
+    def slice(self, begin: int, end: int) -> RepackedTensor:
+        """Rows [begin, end), sharing this tensor's bytes."""
+        view = object.__new__(RepackedTensor)
+        view.qtype, view.rows, view.cols, view.data = self.qtype, end - begin, self.cols, self.data[begin:end]
+        return view
+
 
 class Q8Kernel(Kernel):
     """y = x·Wᵀ + b on the gguf-q8 path, W given as row blocks (e.g. q, k, v of one layer) in their formats."""
 
-    def __init__(self, parts: list[BlockTensor], bias: torch.Tensor | None = None, variant: str | None = None):
+    def __init__(self, parts: list[BlockTensor] | list[RepackedTensor], bias: torch.Tensor | None = None,
+                 variant: str | None = None):
         super().__init__()
-        self.lib = library(variant)
+        self.variant, self.lib = variant, library(variant)
         self.in_features = parts[0].cols
         if any(p.cols != self.in_features for p in parts):
             raise ValueError("every part of a fused block kernel must have the same input width")
         self.parts: list[RepackedTensor | BlockQuantKernel] = []
-        for index, part in enumerate(stack_rows(parts)):
-            if part.qtype in FORMATS:
-                repacked = RepackedTensor(part, self.lib)
+        repacked_already = all(isinstance(p, RepackedTensor) for p in parts)
+        for index, part in enumerate(parts if repacked_already else stack_rows(parts)):
+            if isinstance(part, RepackedTensor) or part.qtype in FORMATS:
+                repacked = part if isinstance(part, RepackedTensor) else RepackedTensor(part, self.lib)
                 self.register_buffer(f"part{index}", repacked.data)
                 self.parts.append(repacked)
             else:  # float32 weights (or a format without integer kernel): the exact kernel, float activations
@@ -72,6 +80,14 @@ class Q8Kernel(Kernel):
         formats = dict.fromkeys(NAMES[p.qtype] if isinstance(p, RepackedTensor) else p.name.removeprefix("gguf-")
                                 for p in self.parts)
         self.name = "gguf-q8-" + "+".join(formats)
+
+    def row_subset(self, ranges: list[tuple[int, int]]) -> Q8Kernel | None:
+        """The kernel of this one's output rows [begin, end) for each range, side by side, on the same
+        repacked bytes (no copy); None unless every row is on the integer kernel in one part."""
+        if len(self.parts) != 1 or not isinstance(self.parts[0], RepackedTensor):
+            return None
+        bias = None if self.bias is None else torch.cat([self.bias[a:b] for a, b in ranges])
+        return Q8Kernel([self.parts[0].slice(a, b) for a, b in ranges], bias, self.variant)
 
     def quantize(self, x: torch.Tensor) -> torch.Tensor:
         """The activation blocks of x [T, K] (uint8 [T, act bytes]): what every part's integer dot reads."""

@@ -37,6 +37,8 @@ from specdec.engine.q8dot import library as q8_library
 
 log = logging.getLogger(__name__)
 
+UNSCORED = -1e4  # the logit of a token id the output layer does not score (`ModelRunner.limit_vocabulary`)
+
 
 class UnsupportedModel(ValueError):
     """The model's architecture is not one the runner implements."""
@@ -169,6 +171,7 @@ class ModelRunner:
             self.lm_head = _fused(path, [head], fp32_kernel)
             if head.weight is not getattr(self.embed, "weight", None):
                 _release(head)
+        self.head_subset: tuple[Kernel, list[tuple[int, int]]] | None = None  # `limit_vocabulary`
         self.fused = None  # the gguf-q8 path's layers with their float steps in C (`specdec.engine.layer_ops`)
         if path == "gguf-q8":
             reason = unsupported_reason(self)
@@ -191,7 +194,38 @@ class ModelRunner:
 
     def linear_kernels(self) -> list[Kernel]:
         """Every linear kernel a pass runs through: each layer's four, then the output layer."""
-        return [*(k for layer in self.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)), self.lm_head]
+        head = self.lm_head if self.head_subset is None else self.head_subset[0]
+        return [*(k for layer in self.layers for k in (layer.qkv, layer.out, layer.gate_up, layer.down)), head]
+
+    def limit_vocabulary(self, ranges: list[tuple[int, int]]) -> bool:
+        """From now on score only the token ids in `ranges` ([begin, end) each, ascending); every other
+        id gets the logit UNSCORED, so its probability is 0 (or the same tiny share as every other such
+        id, if nothing scored is allowed). For a draft model: the output layer is the largest single read
+        of a small model with a large vocabulary, and a proposal's law may be any law, so the output stays
+        lossless. Returns False (and changes nothing) where the output layer cannot be cut without a copy
+        (only the gguf-q8 path's can)."""
+        subset = getattr(self.lm_head, "row_subset", lambda ranges: None)(ranges)
+        if subset is None:
+            return False
+        self.head_subset = (subset, ranges)
+        return True
+
+    def scored_tokens(self) -> int | None:
+        """How many token ids the output layer scores after `limit_vocabulary`; None: every id."""
+        return None if self.head_subset is None else self.head_subset[0].out_features
+
+    def _head(self, normed: torch.Tensor) -> torch.Tensor:
+        """The output layer's logits [rows, V] for normed hidden states [rows, hidden]."""
+        if self.head_subset is None:
+            return self.lm_head(normed)
+        kernel, ranges = self.head_subset
+        scored = kernel(normed)  # [rows, scored ids]
+        logits = scored.new_full((normed.shape[0], self.lm_head.out_features), UNSCORED)
+        offset = 0
+        for begin, end in ranges:
+            logits[:, begin:end] = scored[:, offset:offset + end - begin]
+            offset += end - begin
+        return logits
 
     def weight_bytes(self) -> int:
         small = sum(t.numel() * t.element_size() for m in (self.embed, self.norm)
@@ -228,7 +262,7 @@ class ModelRunner:
         rows = torch.tensor([end - k for (_, end), s in zip(_offsets(lengths), steps) for k in range(s.logits, 0, -1)],
                             dtype=torch.long, device=self.device)
         normed = self.fused.final(h[0, rows]) if self.fused is not None else self.norm(h[0, rows])
-        logits = self.collectives.gather_vocab(self.lm_head(normed).float())  # [Σ logits, V]
+        logits = self.collectives.gather_vocab(self._head(normed).float())  # [Σ logits, V]
         return list(logits.split([s.logits for s in steps]))
 
     def _spans(self, steps: list[Step], lengths: list[int]) -> list[tuple[int, int, int, KVCache, torch.Tensor]]:

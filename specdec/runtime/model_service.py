@@ -21,7 +21,7 @@ from specdec import weights
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS
 from specdec.engine.backend import GAMMA_LIMIT, Backend
 from specdec.engine.model_engine import Engine
-from specdec.engine.models import load_model
+from specdec.engine.models import DRAFT_VOCAB_AUTO, load_model
 from specdec.engine.profile_cache import ProfileCache
 from specdec.engine.session_table import MAX_SESSIONS
 from specdec.planning.controller import GAMMA_MAX
@@ -70,6 +70,10 @@ class ModelServiceConfig(ServerConfig):
                                     flag="--heartbeat-ttl")
     lookup_memory_tokens: int = option(LOOKUP_MEMORY_TOKENS, "with --model lookup: tokens of ended sessions kept for "
                                                              "lookups across sessions", flag="--lookup-memory")
+    draft_vocab: int = option(-1, "the draft's output layer scores only token ids below N and the end-of-sequence "
+                                  "ids (proposals never pick the others; output stays lossless); -1 = auto "
+                                  f"({DRAFT_VOCAB_AUTO} for vocabularies of more than twice that, on the gguf-q8 "
+                                  "path), 0 = every id")
 
     def cost_profile_cache(self) -> ProfileCache | None:
         if self.profile_cache == "off":
@@ -87,7 +91,8 @@ class ModelServiceConfig(ServerConfig):
         return f"{host}:{port}"
 
 
-DRAFT_ONLY = ("redis_url", "advertise", "heartbeat_ttl_s", "lookup_memory_tokens")  # registry and lookup memory
+# The registry, lookup memory and the draft's output layer.
+DRAFT_ONLY = ("redis_url", "advertise", "heartbeat_ttl_s", "lookup_memory_tokens", "draft_vocab")
 
 
 def model_service_parser(what: str, default_model: str, skip=()) -> argparse.ArgumentParser:
