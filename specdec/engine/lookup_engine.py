@@ -40,6 +40,7 @@ class LookupModel:
     choice: PathChoice
     name: str = LOOKUP_MODEL
     vocab_size: int = 0  # any: a lookup proposes only token ids it was sent
+    scored_tokens: int = 0
     max_context: int = 0  # none of its own: the target's applies
     eos_token_ids: tuple[int, ...] = ()
     device: str = "cpu"

@@ -49,6 +49,11 @@ class LoadedModel:
     eos_token_ids: tuple[int, ...]
     device: torch.device
 
+    @property
+    def scored_tokens(self) -> int:
+        """Token ids the output layer scores: all, or fewer on a cut draft (`ModelRunner.limit_vocabulary`)."""
+        return self.runner.scored_tokens() or self.vocab_size
+
 
 def resolve_device(device: str = "auto") -> torch.device:
     if device == "auto":

@@ -120,7 +120,7 @@ def model_info_to_pb(engine) -> pb.ModelInfo:
                         compute_path=choice.path, kernel=choice.kernel, hardware=choice.device,
                         row_invariant=choice.row_invariant, forward_passes=engine.batcher.forwards,
                         forward_steps=engine.batcher.steps,
-                        scored_tokens=loaded.runner.scored_tokens() or loaded.vocab_size)
+                        scored_tokens=loaded.scored_tokens)
 
 
 def cost_profile_from_pb(info: pb.ModelInfo) -> CostProfile | None:
