@@ -14,7 +14,7 @@ import torch
 from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine import native, q8dot
-from specdec.engine.blockquant import F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
+from specdec.engine.blockquant import BLOCK, F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
 from specdec.engine.cpu import cpu_features, cpuinfo
 from specdec.engine.models import load_model
 from specdec.engine.q8dot import Q8Kernel
@@ -124,6 +124,25 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols):
     x = activations(6, cols)
     kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, cols)], variant=variant)
     assert torch.equal(kernel(x), reference(qtype, raw, cols, x))
+
+
+QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q8_0: slice(2, 34)}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("qtype", FORMATS, ids=NAMES.get)
+def test_largest_products_do_not_overflow(variant, qtype):
+    """Every quant at its largest code (Q8_0: −128, as 128 with its sign on the activations) against
+    activations at ±127: the builds without VNNI sum u8·s8 pairs in int16 (`vpmaddubsw`, saturating), whose
+    bound, 2·128·127, this reaches. (Adding those int16 sums before widening overflows here for Q6_K.)"""
+    raw = random_blocks(qtype, 8, 512, seed=7)
+    blocks = raw.reshape(8, -1, BLOCK[qtype][1])
+    blocks[..., QUANT_BYTES[qtype]] = 0x80 if qtype == Q8_0 else 0xFF
+    x = torch.full((3, 512), 2.0)
+    x[1] = -2.0
+    x[2, ::2] = -2.0
+    kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, 512)], variant=variant)
+    assert torch.equal(kernel(x), reference(qtype, raw, 512, x))
 
 
 def test_each_row_is_the_same_whatever_it_is_computed_with():
