@@ -4,6 +4,11 @@ never propose."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 from conftest import tiny_options
 from test_lossless_e2e import SAMPLES, assert_follows, first_tokens
@@ -69,3 +74,27 @@ def test_lossless_when_the_draft_cannot_propose_the_targets_likely_tokens():
             for gamma in (3, None):
                 assert generate(stack.endpoint, make_request(prompt=text, max_new_tokens=30, gamma=gamma)).token_ids \
                     == baseline, f"γ={gamma} diverged from target-only on {text!r}"
+
+
+def test_generate_names_the_cut_and_profiles_it_apart(tmp_path):
+    """`specdec generate --draft-vocab N` says on stderr that the draft's output layer scores N ids (the
+    target's line says nothing of it), and its cost profile is kept apart from the whole layer's."""
+    root = Path(__file__).resolve().parents[1]
+
+    def generate_with(limit: int) -> subprocess.CompletedProcess:
+        run = subprocess.run([sys.executable, "-m", "specdec.cli.main", "generate", "--device", "cpu",
+                              "--draft-model", GGUF_DRAFT, "--target-model", GGUF_TARGET, "--prompt", "hello",
+                              "--max-new-tokens", "4", "--draft-vocab", str(limit)],
+                             env={**os.environ, "SPECDEC_PROFILE_CACHE": str(tmp_path)}, cwd=root,
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        return run
+
+    lines = {line.split(":")[0]: line for line in generate_with(200).stderr.splitlines()
+             if line.startswith(("draft:", "target:"))}
+    assert "on path gguf-q8" in lines["draft"] and "output layer 200 of 260 token ids" in lines["draft"]
+    assert "output layer" not in lines["target"]
+    profiles = set(tmp_path.glob("*.json"))
+    assert len(profiles) == 2
+    generate_with(0)
+    assert len(set(tmp_path.glob("*.json")) - profiles) == 1, "the whole output layer is profiled apart"

@@ -60,8 +60,10 @@ def say_what_runs(stack) -> None:
     if not stack.draft_address:  # no draft service to ask
         return
     for role, info in zip(("draft", "target"), service_infos(stack)):
+        cut = f", output layer {info.scored_tokens:,} of {info.vocab_size:,} token ids" \
+            if 0 < info.scored_tokens < info.vocab_size else ""
         print(f"{role}: {info.model or 'n-gram lookups'} on path {info.compute_path or '-'} "
-              f"(kernel {info.kernel or '-'}), {info.hardware}", file=sys.stderr, flush=True)
+              f"(kernel {info.kernel or '-'}{cut}), {info.hardware}", file=sys.stderr, flush=True)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
