@@ -35,8 +35,7 @@ def build_engine(config: ModelServiceConfig) -> DraftEngine | LookupEngine:
     loaded = engine.loaded
     ranges = draft_vocabulary(loaded.vocab_size, loaded.eos_token_ids, config.draft_vocab)
     if ranges and loaded.runner.limit_vocabulary(ranges):
-        log.info("the output layer scores %d of %d token ids (--draft-vocab)", loaded.runner.scored_tokens(),
-                 loaded.vocab_size)
+        log.info("the output layer scores %d of %d token ids (--draft-vocab)", loaded.scored_tokens, loaded.vocab_size)
     elif ranges and config.draft_vocab > 0:
         log.warning("--draft-vocab %d: the %s path scores every token id", config.draft_vocab, loaded.choice.path)
     return engine

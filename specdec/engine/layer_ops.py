@@ -5,8 +5,8 @@ gating: about sixty small torch ops, 7 of a 1.5B model's 34 ms step on 2 cores. 
 (one attention call per session), each row computed on its own in a fixed order, so the path stays
 row-invariant: a token's logits are the same bits alone, verified among drafts or batched.
 
-Used for models whose layers are the plain Llama / Qwen2 / Qwen3 / Mistral kind (`fused_layers_for`);
-anything else runs on the runner's torch ops.
+Used for models whose layers are the plain Llama / Qwen2 / Qwen3 / Mistral kind (`unsupported_reason` says
+why not otherwise); anything else runs on the runner's torch ops.
 """
 
 from __future__ import annotations
