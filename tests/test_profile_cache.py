@@ -33,7 +33,8 @@ def test_a_stored_profile_comes_back_only_for_its_own_key(tmp_path):
     cache.store(_key(), profile)
     assert cache.load(_key()) == profile
     for change in ({"spec": "tiny:seed=1"}, {"path": "int8"}, {"kernel": "dense"},
-                   {"device": "cpu: X [avx2, forced by SPECDEC_CPU_ISA; native avx512]"}, {"sizes": [1, 2]}):
+                   {"device": "cpu: X [avx2, forced by SPECDEC_CPU_ISA; native avx512]"}, {"sizes": [1, 2]},
+                   {"scored_tokens": 200}):
         assert cache.load(_key(**change)) is None, change
 
 

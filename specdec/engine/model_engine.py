@@ -98,9 +98,8 @@ class Engine:
 
     def profile_key(self, max_tokens: int, world: int = 1) -> dict:
         choice = self.loaded.choice
-        key = profile_key(self.loaded.name, choice.path, choice.kernel, choice.device,
-                          batch_sizes(max_tokens, BATCH_PROFILE * max_tokens), world)
-        return {**key, "scored_tokens": self.runner.scored_tokens()}  # a draft's output layer may score fewer ids
+        return profile_key(self.loaded.name, choice.path, choice.kernel, choice.device,
+                           batch_sizes(max_tokens, BATCH_PROFILE * max_tokens), world, self.runner.scored_tokens())
 
     # -- session lifecycle -------------------------------------------------
     def open(self, session_id: str, params: SamplingParams) -> None:

@@ -39,11 +39,13 @@ def weights_fingerprint(spec: str) -> list:
     return [str(path.resolve())] + [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in files]
 
 
-def profile_key(spec: str, path: str, kernel: str, device: str, sizes: list[int], world: int = 1) -> dict:
-    """Everything a measured profile depends on; the gguf path adds its C kernel's build (source and flags)."""
+def profile_key(spec: str, path: str, kernel: str, device: str, sizes: list[int], world: int = 1,
+                scored_tokens: int | None = None) -> dict:
+    """Everything a measured profile depends on; the gguf path adds its C kernel's build (source and flags).
+    scored_tokens: how many ids a cut output layer scores (`ModelRunner.limit_vocabulary`; None: all)."""
     return {"format": FORMAT, "weights": weights_fingerprint(spec), "path": path, "kernel": kernel, "device": device,
             "torch": torch.__version__, "threads": torch.get_num_threads(), "world": world, "sizes": sizes,
-            "context": PROFILE_CONTEXT, "kernel_build": _kernel_build(path)}
+            "context": PROFILE_CONTEXT, "kernel_build": _kernel_build(path), "scored_tokens": scored_tokens}
 
 
 def _kernel_build(path: str) -> str:
