@@ -14,6 +14,7 @@ stays inside one 16-weight group). A tensor in any other format runs on the exac
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -37,20 +38,30 @@ def available() -> bool:
     return native.loadable(library)
 
 
+@dataclass(frozen=True, eq=False)  # eq=False: compared by identity, as tensors are
 class RepackedTensor:
-    """A `BlockTensor`'s rows in the integer kernel's super-block layout (the same bytes, reordered)."""
+    """Rows of GGUF blocks in the integer kernel's super-block layout (the same bytes, reordered): data is
+    uint8 [rows, q8_row_bytes(qtype, cols)]."""
 
-    def __init__(self, tensor: BlockTensor, lib):
-        self.qtype, self.rows, self.cols = tensor.qtype, tensor.rows, tensor.cols
-        self.data = torch.empty(self.rows, lib.q8_row_bytes(self.qtype, self.cols), dtype=torch.uint8)
-        status = lib.q8_repack(self.qtype, tensor.data.data_ptr(), self.rows, self.cols, self.data.data_ptr())
-        assert status == 0, f"q8_repack refused {NAMES[self.qtype]} [{self.rows}, {self.cols}]"
+    qtype: int
+    cols: int
+    data: torch.Tensor
+
+    @classmethod
+    def of(cls, tensor: BlockTensor, lib) -> RepackedTensor:
+        """`tensor` repacked by `lib`."""
+        data = torch.empty(tensor.rows, lib.q8_row_bytes(tensor.qtype, tensor.cols), dtype=torch.uint8)
+        status = lib.q8_repack(tensor.qtype, tensor.data.data_ptr(), tensor.rows, tensor.cols, data.data_ptr())
+        assert status == 0, f"q8_repack refused {NAMES[tensor.qtype]} [{tensor.rows}, {tensor.cols}]"
+        return cls(tensor.qtype, tensor.cols, data)
+
+    @property
+    def rows(self) -> int:
+        return self.data.shape[0]
 
     def slice(self, begin: int, end: int) -> RepackedTensor:
         """Rows [begin, end), sharing this tensor's bytes."""
-        view = object.__new__(RepackedTensor)
-        view.qtype, view.rows, view.cols, view.data = self.qtype, end - begin, self.cols, self.data[begin:end]
-        return view
+        return RepackedTensor(self.qtype, self.cols, self.data[begin:end])
 
 
 class Q8Kernel(Kernel):
@@ -67,7 +78,7 @@ class Q8Kernel(Kernel):
         repacked_already = all(isinstance(p, RepackedTensor) for p in parts)
         for index, part in enumerate(parts if repacked_already else stack_rows(parts)):
             if isinstance(part, RepackedTensor) or part.qtype in FORMATS:
-                repacked = part if isinstance(part, RepackedTensor) else RepackedTensor(part, self.lib)
+                repacked = part if isinstance(part, RepackedTensor) else RepackedTensor.of(part, self.lib)
                 self.register_buffer(f"part{index}", repacked.data)
                 self.parts.append(repacked)
             else:  # float32 weights (or a format without integer kernel): the exact kernel, float activations
