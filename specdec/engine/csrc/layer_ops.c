@@ -21,12 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vectors.h"
 #include "workers.h"
-
-enum { LANES = 16 };
-
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
 
 static inline vf load(const float *p) {
     vf v;
@@ -36,16 +32,7 @@ static inline vf load(const float *p) {
 
 static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
-static inline vf splat(float f) { return (vf){0} + f; }
-
 static inline vf pick(vi mask, vf yes, vf no) { return (vf)(((vi)yes & mask) | ((vi)no & ~mask)); }
-
-static inline float lanes_sum(vf a) {
-    float h[8], q[4];
-    for (int i = 0; i < 8; i++) h[i] = a[i] + a[i + 8];
-    for (int i = 0; i < 4; i++) q[i] = h[i] + h[i + 4];
-    return (q[0] + q[2]) + (q[1] + q[3]);
-}
 
 /* The first n (< 16) values at p, zeros after. */
 static inline vf load_part(const float *p, int64_t n) {

@@ -26,15 +26,14 @@
 #include <string.h>
 
 #include "ggml_blocks.h"
+#include "vectors.h"
 #include "workers.h"
 #if !defined(Q8_PORTABLE)
 #include <immintrin.h>
 #endif
 
-enum { SB = 256, LANES = 16 };
+enum { SB = 256 };
 
-typedef float vf __attribute__((vector_size(64)));
-typedef int32_t vi __attribute__((vector_size(64)));
 typedef uint32_t vu __attribute__((vector_size(64)));
 typedef uint8_t vb __attribute__((vector_size(64)));
 
@@ -154,15 +153,12 @@ static inline int64_t sb_bytes(int type) {
     }
 }
 
-
 static inline int64_t superblocks(int64_t K) { return (K + SB - 1) / SB; }
 
 int64_t q8_row_bytes(int type, int64_t K) { return sb_bytes(type) ? superblocks(K) * sb_bytes(type) : 0; }
 int64_t q8_act_bytes(int64_t K) { return superblocks(K) * (int64_t)sizeof(act_block); }
 
 static inline int vector_pos(int k) { return 64 * ((k % 16) / 4) + 4 * (k / 16) + k % 4; } /* k < 256 -> t·64 + p */
-
-
 
 /* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
 static void decode_block(int type, const uint8_t *b, int8_t *q) {
@@ -288,14 +284,6 @@ void q8_quantize(const float *x, int64_t S, int64_t K, act_block *out) {
 }
 
 /* ---- the matmul ---- */
-static inline vf splat(float f) { return (vf){0} + f; }
-
-static inline float lanes_sum(vf a) {
-    float h[8], q[4];
-    for (int i = 0; i < 8; i++) h[i] = a[i] + a[i + 8];
-    for (int i = 0; i < 4; i++) q[i] = h[i] + h[i + 4];
-    return (q[0] + q[2]) + (q[1] + q[3]);
-}
 
 /* Byte arithmetic in 64-bit lanes: x86 has no 8-bit shifts, and masking first keeps bits inside their bytes. */
 typedef uint64_t v64 __attribute__((vector_size(64)));
