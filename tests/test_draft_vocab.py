@@ -4,14 +4,12 @@ never propose."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import torch
-from conftest import tiny_options
+from conftest import GGUF_DRAFT, GGUF_TARGET, tiny_options
 from test_lossless_e2e import SAMPLES, assert_follows, first_tokens
+from test_profile_cache import generate_cli
 
 from orchestrator.clients import draft_client, target_client
 from specdec.cli.client import generate, make_request
@@ -19,9 +17,6 @@ from specdec.core.sampling import SamplingParams, probs_from_logits
 from specdec.engine.models import DRAFT_VOCAB_AUTO, draft_vocabulary, load_model
 from specdec.engine.runner import UNSCORED, Step
 from specdec.launch.stack import EmbeddedStack
-
-GGUF_DRAFT = "tiny:seed=0,hidden=256,gguf=1,perturb=0.05"
-GGUF_TARGET = "tiny:seed=0,hidden=256,gguf=1"
 
 
 def test_the_rule_keeps_the_low_ids_and_the_end_of_sequence_ids():
@@ -79,14 +74,9 @@ def test_lossless_when_the_draft_cannot_propose_the_targets_likely_tokens():
 def test_generate_names_the_cut_and_profiles_it_apart(tmp_path):
     """`specdec generate --draft-vocab N` says on stderr that the draft's output layer scores N ids (the
     target's line says nothing of it), and its cost profile is kept apart from the whole layer's."""
-    root = Path(__file__).resolve().parents[1]
 
     def generate_with(limit: int) -> subprocess.CompletedProcess:
-        run = subprocess.run([sys.executable, "-m", "specdec.cli.main", "generate", "--device", "cpu",
-                              "--draft-model", GGUF_DRAFT, "--target-model", GGUF_TARGET, "--prompt", "hello",
-                              "--max-new-tokens", "4", "--draft-vocab", str(limit)],
-                             env={**os.environ, "SPECDEC_PROFILE_CACHE": str(tmp_path)}, cwd=root,
-                             capture_output=True, text=True, timeout=300)
+        run = generate_cli(tmp_path, "--draft-vocab", str(limit), draft=GGUF_DRAFT, target=GGUF_TARGET)
         assert run.returncode == 0, run.stderr[-3000:]
         return run
 

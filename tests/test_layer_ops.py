@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import GGUF_TARGET
 from test_q8dot import VARIANTS
 
 from specdec.engine import q8dot
@@ -216,9 +217,9 @@ def test_attention_refuses_shapes_it_does_not_take(heads, kv_heads, dim, start):
 def test_the_integer_path_runs_its_layers_on_the_c_steps_and_they_track_torch_ops():
     """The tiny GGUF model on gguf-q8 uses the C steps; on the exact kernels, the C steps and the torch
     ops give nearly the same logits (they round differently), and greedy choices agree."""
-    q8 = load_model("tiny:seed=0,hidden=256,gguf=1", "cpu")
+    q8 = load_model(GGUF_TARGET, "cpu")
     assert q8.runner.fused is not None
-    exact = load_model("tiny:seed=0,hidden=256,gguf=1", "cpu", dtype="gguf").runner
+    exact = load_model(GGUF_TARGET, "cpu", dtype="gguf").runner
     assert exact.fused is None
     tokens = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31]
     on_torch = exact.forward([Step(exact.new_cache(), tokens, logits=len(tokens))])[0]
@@ -233,7 +234,7 @@ def test_the_integer_path_runs_its_layers_on_the_c_steps_and_they_track_torch_op
 def test_models_the_c_steps_do_not_cover_run_on_torch_ops():
     from specdec.engine.layer_ops import unsupported_reason
 
-    model = load_model("tiny:seed=0,hidden=256,gguf=1", "cpu")
+    model = load_model(GGUF_TARGET, "cpu")
     runner = model.runner
     assert unsupported_reason(runner) is None
     runner.layers[0].act = torch.nn.GELU()

@@ -74,19 +74,21 @@ def test_weight_files_are_part_of_the_key(tmp_path):
     assert weights_fingerprint("tiny:seed=0") == ["tiny:seed=0"]
 
 
-def _generate(cache: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specdec.cli.main", "generate", "--device", "cpu", "--draft-model", TINY_DRAFT,
-                           "--target-model", TINY_TARGET, "--prompt", "hello", "--max-new-tokens", "4", *extra],
+def generate_cli(cache: Path, *extra: str, draft: str = TINY_DRAFT, target: str = TINY_TARGET
+                 ) -> subprocess.CompletedProcess:
+    """`specdec generate` of 4 tokens on these models, as a fresh process keeping cost profiles in `cache`."""
+    return subprocess.run([sys.executable, "-m", "specdec.cli.main", "generate", "--device", "cpu", "--draft-model", draft,
+                           "--target-model", target, "--prompt", "hello", "--max-new-tokens", "4", *extra],
                           env={**os.environ, "SPECDEC_PROFILE_CACHE": str(cache)}, cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
 
 
 def test_one_shot_generate_measures_once_and_reuses_the_profile(tmp_path):
-    first = _generate(tmp_path)
+    first = generate_cli(tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     stored = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")}
     assert len(stored) == 2, "one profile each for the draft and the target"
-    second = _generate(tmp_path)
+    second = generate_cli(tmp_path)
     assert second.returncode == 0 and second.stdout == first.stdout
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")} == stored, "the second start measured again"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import GGUF_TARGET
 from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine import native, q8dot
@@ -187,8 +188,8 @@ def test_the_machines_variant_is_its_level():
 def test_gguf_models_default_to_the_integer_path_and_track_the_exact_one():
     """A GGUF source runs on gguf-q8 by default (`--dtype gguf` keeps the exact path), names its build,
     and its logits and greedy choices track the exact path's."""
-    q8 = load_model("tiny:seed=0,hidden=256,gguf=1", "cpu")
-    exact = load_model("tiny:seed=0,hidden=256,gguf=1", "cpu", dtype="gguf")
+    q8 = load_model(GGUF_TARGET, "cpu")
+    exact = load_model(GGUF_TARGET, "cpu", dtype="gguf")
     level = native.q8_variant_for(cpu_features())
     assert (q8.choice.path, q8.choice.kernel) == ("gguf-q8", f"gguf-q8-{level}-Q4_K+Q6_K")
     assert (exact.choice.path, exact.choice.kernel) == ("gguf", "gguf-Q4_K+Q6_K") and q8.choice.row_invariant
