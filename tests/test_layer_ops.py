@@ -232,10 +232,14 @@ def test_the_integer_path_runs_its_layers_on_the_c_steps_and_they_track_torch_op
 
 
 def test_models_the_c_steps_do_not_cover_run_on_torch_ops():
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
     from specdec.engine.layer_ops import unsupported_reason
 
     model = load_model(GGUF_TARGET, "cpu")
     runner = model.runner
     assert unsupported_reason(runner) is None
+    runner.layers[0].q_norm, runner.layers[0].k_norm = Qwen2RMSNorm(32, eps=1e-6), Qwen2RMSNorm(32, eps=1e-5)
+    assert unsupported_reason(runner) == "its query and key norms have different epsilons (the C attention takes one)"
     runner.layers[0].act = torch.nn.GELU()
     assert unsupported_reason(runner) == "its MLP activation is not SiLU"

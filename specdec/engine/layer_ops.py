@@ -43,6 +43,9 @@ def unsupported_reason(runner: ModelRunner) -> str | None:
         return f"head dimension {runner.head_dim} (the C attention takes multiples of 16 up to 512)"
     if runner.heads // runner.kv_heads > 32:
         return "more than 32 query heads per KV head"
+    if any(layer.q_norm is not None and layer.q_norm.variance_epsilon != layer.k_norm.variance_epsilon
+           for layer in runner.layers):
+        return "its query and key norms have different epsilons (the C attention takes one)"
     if not hasattr(runner.rotary, "inv_freq"):
         return "its rotary embedding is not the standard one"
     return None
