@@ -61,11 +61,11 @@ static inline vf vexp(vf x) {
 
 /* Σ a[k]·b[k] over k < K as a 16-lane sum. */
 static inline float dot(const float *a, const float *b, int64_t K) {
-    vf acc = {0};
+    vacc acc = acc_of(splat(0.0f));
     int64_t k = 0;
-    for (; k + LANES <= K; k += LANES) acc += load(a + k) * load(b + k);
-    if (k < K) acc += load_part(a + k, K - k) * load_part(b + k, K - k);
-    return lanes_sum(acc);
+    for (; k + LANES <= K; k += LANES) acc = acc_add(acc, load(a + k) * load(b + k));
+    if (k < K) acc = acc_add(acc, load_part(a + k, K - k) * load_part(b + k, K - k));
+    return lanes_sum(acc_value(acc));
 }
 
 /* out[S, K] = the RMS norm of each row of x[S, K] with weight w[K]; out may be x. */
@@ -151,30 +151,30 @@ static void attend_units(void *ctx, int64_t begin, int64_t end) {
             }
         for (int64_t g = 0; g < G; g++) {
             float *row = scores + g * stride;
-            vf total = {0};
+            vacc total = acc_of(splat(0.0f));
             int64_t k = 0;
             for (; k + LANES <= n; k += LANES) {
                 const vf e = vexp(load(row + k) - splat(top[g]));
                 store(row + k, e);
-                total += e;
+                total = acc_add(total, e);
             }
             if (k < n) {
                 vf e = vexp(load_part(row + k, n - k) - splat(top[g]));
                 for (int64_t i = n - k; i < LANES; i++) e[i] = 0.0f; /* past the last key */
                 for (int64_t i = 0; i < n - k; i++) row[k + i] = e[i];
-                total += e;
+                total = acc_add(total, e);
             }
-            sum[g] = lanes_sum(total);
+            sum[g] = lanes_sum(acc_value(total));
         }
         float *out = j->out + s * j->H * D + kv * G * D;
         for (int64_t d = 0; d < D; d += LANES) {
-            vf acc[G];
-            for (int64_t g = 0; g < G; g++) acc[g] = (vf){0};
+            vacc acc[G];
+            for (int64_t g = 0; g < G; g++) acc[g] = acc_of(splat(0.0f));
             for (int64_t k = 0; k < n; k++) {
                 const vf v = load(values + k * D + d);
-                for (int64_t g = 0; g < G; g++) acc[g] += splat(scores[g * stride + k]) * v;
+                for (int64_t g = 0; g < G; g++) acc[g] = acc_add(acc[g], splat(scores[g * stride + k]) * v);
             }
-            for (int64_t g = 0; g < G; g++) store(out + g * D + d, acc[g] / splat(sum[g]));
+            for (int64_t g = 0; g < G; g++) store(out + g * D + d, acc_value(acc[g]) / splat(sum[g]));
         }
     }
 }

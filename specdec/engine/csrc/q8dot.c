@@ -66,7 +66,9 @@ typedef __m256i nv;
 #define NATIVE 32
 typedef __m256i nv;
 #define NV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
-#define DP(acc, w, x) _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)))
+#define PAIRS(w, x) _mm256_maddubs_epi16(w, x) /* int16 sums of byte pairs */
+#define ADD16(a, b) _mm256_add_epi16(a, b)
+#define WIDEN_ADD(acc, p) _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
 #define NV_ABS(q) _mm256_abs_epi8(q)
 #define NV_SIGN_OF(q) (q)
 #define NV_SIGN(x, s) _mm256_sign_epi8(x, s) /* x where s > 0, −x where s < 0, 0 where s = 0 (then |q| is 0) */
@@ -74,7 +76,9 @@ typedef __m256i nv;
 #define NATIVE 16
 typedef __m128i nv;
 #define NV_LOAD(p) _mm_loadu_si128((const __m128i *)(p))
-#define DP(acc, w, x) _mm_add_epi32(acc, _mm_madd_epi16(_mm_maddubs_epi16(w, x), _mm_set1_epi16(1)))
+#define PAIRS(w, x) _mm_maddubs_epi16(w, x)
+#define ADD16(a, b) _mm_add_epi16(a, b)
+#define WIDEN_ADD(acc, p) _mm_add_epi32(acc, _mm_madd_epi16(p, _mm_set1_epi16(1)))
 #define NV_ABS(q) _mm_abs_epi8(q)
 #define NV_SIGN_OF(q) (q)
 #define NV_SIGN(x, s) _mm_sign_epi8(x, s)
@@ -84,14 +88,30 @@ typedef __m128i nv;
 enum { CHUNKS = SB / NATIVE, RANGES = 64 / NATIVE }; /* native vectors a super-block; lane ranges a vector */
 
 /* Lane l of the result: Σ over t of the 4-byte dot at bytes 4l..4l+3 of vector t (w unsigned, u signed);
- * with `sign` (0 or −1 a byte), u's bytes are negated where sign is −1 first. */
-static inline vi dot_lanes(const nv *w, const nv *sign, const int8_t *u) {
+ * with `sign` (0 or −1 a byte), u's bytes are negated where sign is −1 first. Without VNNI, `sums16`
+ * chunks' int16 pair sums are added in int16 before widening (fewer multiplies): the caller's weight bound
+ * keeps them exact, sums16 · 2 · max|w| · 127 ≤ 32767. */
+static inline __attribute__((always_inline)) vi dot_lanes(const nv *w, const nv *sign, const int8_t *u, int sums16) {
     nv acc[RANGES];
     memset(acc, 0, sizeof acc);
+#ifdef PAIRS
+    for (int c0 = 0; c0 < CHUNKS; c0 += RANGES * sums16)
+        for (int r = 0; r < RANGES; r++) {
+            nv pairs;
+            for (int k = 0; k < sums16; k++) {
+                const int c = c0 + r + k * RANGES;
+                const nv x = sign ? NV_SIGN(NV_LOAD(u + c * NATIVE), sign[c]) : NV_LOAD(u + c * NATIVE);
+                pairs = k ? ADD16(pairs, PAIRS(w[c], x)) : PAIRS(w[c], x);
+            }
+            acc[r] = WIDEN_ADD(acc[r], pairs);
+        }
+#else
+    (void)sums16;
     for (int c = 0; c < CHUNKS; c++) {
         const nv x = sign ? NV_SIGN(NV_LOAD(u + c * NATIVE), sign[c]) : NV_LOAD(u + c * NATIVE);
         acc[c % RANGES] = DP(acc[c % RANGES], w[c], x);
     }
+#endif
     vi out;
     memcpy(&out, acc, sizeof out);
     return out;
@@ -118,7 +138,8 @@ static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
 #else /* portable C */
 typedef uint8_t nv;
 enum { CHUNKS = SB };
-static inline vi dot_lanes(const nv *w, const nv *sign, const int8_t *u) {
+static inline __attribute__((always_inline)) vi dot_lanes(const nv *w, const nv *sign, const int8_t *u, int sums16) {
+    (void)sums16;
     vi out = {0};
     for (int k = 0; k < SB; k++) out[(k % 64) / 4] += (int32_t)w[k] * (sign && sign[k] ? -u[k] : u[k]);
     return out;
@@ -365,10 +386,12 @@ enum { MAX_ROWS = 16 };
 
 /* One super-block of one weight row against G activation rows: acc[g] += its terms. */
 static inline __attribute__((always_inline)) void superblock(const int type, const uint8_t *o, const act_block *a,
-                                                             int64_t lda, vf *acc, int G) {
+                                                             int64_t lda, vacc *acc, int G) {
     uint8_t bytes[SB] __attribute__((aligned(64)));
     vf s, m = {0};
     int offset_bits = 0; /* I = dot − Σu · 2^bits: 32 for Q6_K, 16 for Q5_0 */
+    /* chunks summed in int16 (see dot_lanes): max |w| is 15 for Q4_K, 31 for Q5_0, 63 for Q6_K, 128 for Q8_0 */
+    const int sums16 = type == Q4_K || type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
     if (type == Q4_K) {
         s = __builtin_convertvector(pairs_of_bytes(o + 4, 0), vf) * half_to_float(o);      /* d · sc */
         m = __builtin_convertvector(pairs_of_bytes(o + 12, 0), vf) * half_to_float(o + 2); /* dmin · m */
@@ -404,7 +427,7 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
         load_weights(w, bytes);
     for (int g = 0; g < G; g++) {
         const act_block *x = a + g * lda;
-        vi dot = dot_lanes(w, type == Q8_0 ? sign : 0, x->u);
+        vi dot = dot_lanes(w, type == Q8_0 ? sign : 0, x->u, sums16);
         vf dx, term;
         vi bsum;
         memcpy(&dx, x->dx, 64);
@@ -416,7 +439,7 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
             memcpy(&dx_bsum, x->dx_bsum, 64);
             term = term - m * dx_bsum;
         }
-        acc[g] = acc[g] + term;
+        acc[g] = acc_add(acc[g], term);
     }
 }
 
@@ -428,12 +451,12 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
 enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
 
 /* Accumulators between chunks: this thread's buffer, grown when needed and kept (no allocation a call). */
-static vf *keep_buffer(int64_t count) {
-    static __thread vf *buffer;
+static vacc *keep_buffer(int64_t count) {
+    static __thread vacc *buffer;
     static __thread int64_t capacity;
     if (count > capacity) {
         free(buffer);
-        buffer = aligned_alloc(64, count * sizeof(vf));
+        buffer = aligned_alloc(64, count * sizeof(vacc));
         capacity = buffer ? count : 0;
     }
     return buffer;
@@ -443,10 +466,10 @@ static vf *keep_buffer(int64_t count) {
  * the 16 accumulators at zero, a later one from `keep`; the last (i1 = nsb) writes y, an earlier one
  * leaves the accumulators in `keep`. Chunking changes no term's order. */
 static inline __attribute__((always_inline)) void row_pass(const int type, const uint8_t *row, int64_t i0,
-                                                           int64_t i1, int64_t nsb, const act_block *a, vf *keep,
+                                                           int64_t i1, int64_t nsb, const act_block *a, vacc *keep,
                                                            float *y, int64_t ldy, const float *bias, int G) {
-    vf acc[MAX_ROWS];
-    for (int g = 0; g < G; g++) acc[g] = i0 == 0 ? splat(0.0f) : keep[g];
+    vacc acc[MAX_ROWS];
+    for (int g = 0; g < G; g++) acc[g] = i0 == 0 ? acc_of(splat(0.0f)) : keep[g];
     if (i1 - i0 < nsb) { /* a chunk: the next row's part is a short stream the hardware would find late */
         const uint8_t *next = row + nsb * sb_bytes(type) + i0 * sb_bytes(type);
         for (int64_t b = 0; b < (i1 - i0) * sb_bytes(type); b += 64) __builtin_prefetch(next + b, 0, 0);
@@ -456,7 +479,7 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
         for (int g = 0; g < G; g++) keep[g] = acc[g];
         return;
     }
-    for (int g = 0; g < G; g++) y[g * ldy] = bias ? lanes_sum(acc[g]) + *bias : lanes_sum(acc[g]);
+    for (int g = 0; g < G; g++) y[g * ldy] = bias ? lanes_sum(acc_value(acc[g])) + *bias : lanes_sum(acc_value(acc[g]));
 }
 
 #define PASS(T, G) \
@@ -474,7 +497,7 @@ typedef struct {
     const uint8_t *w;
     int64_t row_bytes, i0, i1, nsb, ldy;
     const act_block *a;
-    vf *keep;
+    vacc *keep;
     float *out;
     const float *bias;
 } job;
@@ -502,7 +525,7 @@ int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_block 
     for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
         const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
         int64_t chunk = nsb;
-        vf *keep = 0; /* accumulators between chunks, G a column */
+        vacc *keep = 0; /* accumulators between chunks, G a column */
         if (G * nsb * (int64_t)sizeof(act_block) > L1_BYTES) {
             chunk = CHUNK_BYTES / (G * (int64_t)sizeof(act_block));
             chunk = chunk < 1 ? 1 : chunk;
