@@ -88,8 +88,10 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         self.target_profile = cost_profile_from_pb(target_info)
         if self.target_profile is None:
             raise FailedPrecondition(f"target {target.address} reports no cost profile (--profile-tokens)")
-        # What sessions learn: the model pair's prior (shared through Redis too), and the lookups' apart.
-        self.prior, self.ngram_prior = SharedPrior(self.gamma_max), SharedPrior(self.gamma_max)
+        # What sessions learn: the model pair's prior (shared through Redis too), and the lookups' apart;
+        # both see one target load.
+        self.prior = SharedPrior(self.gamma_max)
+        self.ngram_prior = SharedPrior(self.gamma_max, target_load_of=self.prior)
         self.lookup_prior = LookupPrior(LOOKUP_KINDS)  # hybrid's lookup α per kind of match
         self.recent = RecentSequences(config.lookup_memory_tokens, LOOKUP_MIN_N, LOOKUP_MAX_N) \
             if config.lookup_memory_tokens else None

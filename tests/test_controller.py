@@ -171,6 +171,30 @@ def loaded_round(ctl: GammaController, gamma: int, alpha: float, rows: float, se
                        target_load=PassLoad(sessions, rows, tokens), draft_load=PassLoad(sessions, rows, rows)))
 
 
+def test_sessions_of_one_prior_share_the_load_they_measure():
+    """8 users on one target. A session whose one target-only round found it alone in the pass (fill 1/8),
+    and whose drafting rounds then met full passes, would keep drafting on that stale sample alone; the
+    other 7 sessions' target-only rounds, in full passes, are its load estimate too, and γ = 0 wins."""
+    def history(ctl: GammaController) -> GammaController:
+        ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = 0.8, 1e6
+        loaded_round(ctl, 0, 0.8, rows=1, sessions=8)
+        loaded_round(ctl, 2, 0.8, rows=8, sessions=8)
+        return ctl
+
+    assert history(GammaController(8, machine(), machine(0.02))).choose() > 0, "the stale sample must matter"
+    prior = SharedPrior(gamma_max=8)
+    stale = history(prior.new_controller(machine(), machine(0.02)))
+    others = [prior.new_controller(machine(), machine(0.02)) for _ in range(7)]
+    for _ in range(4):
+        for ctl in others:
+            loaded_round(ctl, 0, 0.8, rows=8, sessions=8)
+    assert stale.choose() == 0
+    assert stale.acceptance is not others[0].acceptance, "α stays each session's own"
+    lookups = SharedPrior(gamma_max=8, target_load_of=prior).new_controller(machine(), CostProfile((0.0,)))
+    assert lookups.target_fill_plain is stale.target_fill_plain, "another proposer on the same target"
+    assert lookups.draft_fill is not stale.draft_fill, "a lookup's draft side is its own"
+
+
 def test_sparse_profile_interpolates_between_sizes_and_extends_the_last_slope():
     profile = CostProfile((1.0, 1.0, 2.0, 4.0), (1, 2, 4, 8))
     assert profile.forward_s(3) == pytest.approx(1.5)

@@ -10,7 +10,8 @@ of S tokens, measured on their own machine and compute path. So the shape of the
 the thing that decides whether speculation pays, is known from the first round. What is learned
 online: α, one scale per service (s ≈ 1; it follows drift), the network time of each hop (wall
 time minus the compute time the service reports), and the load each service reports every round:
-its live sessions n and the sessions that shared the pass, a share f of n (the batch fill).
+its live sessions n and the sessions that shared the pass, a share f of n (the batch fill). The load
+is the services' own state: the sessions of one `SharedPrior` share one estimate of it.
 
 Load: with n sessions on a busy service, every session's round waits for the 1/f passes that serve
 them all, each of f·n·k tokens. The n sessions emit n·E(γ) tokens per such cycle, so the aggregate
@@ -72,8 +73,10 @@ class Ewma:
 class GammaController:
     """Chooses γ each round from the cost profiles, the online α estimate and the measured scales."""
 
-    LEARNED = ("target_scale", "draft_scale", "rtt_draft", "rtt_target", "target_sessions", "draft_sessions",
-               "target_fill_drafting", "target_fill_plain", "draft_fill", "contention_target", "contention_draft")
+    LEARNED = ("target_scale", "draft_scale", "rtt_draft", "rtt_target", "contention_target", "contention_draft")
+    # The services' load: one state of theirs, that every session's rounds measure (`SharedPrior` hands all
+    # of its sessions the same estimates of it).
+    LOAD = ("target_sessions", "draft_sessions", "target_fill_drafting", "target_fill_plain", "draft_fill")
 
     def __init__(self, gamma_max: int, target_cost: CostProfile, draft_cost: CostProfile | None = None,
                  prior_alpha: float = 0.7, probe_every: int = 16, max_probe_every: int = 256,
