@@ -135,7 +135,8 @@ QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q8
 def test_largest_products_do_not_overflow(variant, qtype):
     """Every quant at its largest code (Q8_0: −128, as 128 with its sign on the activations) against
     activations at ±127: the builds without VNNI sum u8·s8 pairs in int16 (`vpmaddubsw`, saturating), whose
-    bound, 2·128·127, this reaches. (Adding those int16 sums before widening overflows here for Q6_K.)"""
+    bound, 2·128·127, this reaches, and add the pair sums of up to 4 vectors in int16 before widening (2 for
+    Q6_K, 1 for Q8_0): one more for Q6_K or Q8_0 would overflow here."""
     raw = random_blocks(qtype, 8, 512, seed=7)
     blocks = raw.reshape(8, -1, BLOCK[qtype][1])
     blocks[..., QUANT_BYTES[qtype]] = 0x80 if qtype == Q8_0 else 0xFF

@@ -19,7 +19,9 @@
  * order. Each weight super-block is unpacked once per pass and dotted with every row in it.
  *
  * Built per level by specdec/engine/native.py: VNNI (vpdpbusd on 512 or 256 bits), AVX2 and SSE4.1
- * (vpmaddubsw: u8·s8 pairs summed in int16, which never saturates here: |q|·|u| ≤ 128·127), portable C.
+ * (vpmaddubsw: u8·s8 pairs summed in int16, which never saturates here: |q|·|u| ≤ 128·127, and the pair
+ * sums of up to 4 vectors added in int16 before widening, as the largest code of each format allows),
+ * portable C. Integer sums are exact, so every build gives the same bits.
  */
 #include <stdint.h>
 #include <stdlib.h>
