@@ -94,6 +94,8 @@ class FusedLayers:
                 cos.data_ptr() + 4 * begin * D, sin.data_ptr() + 4 * begin * D,
                 cache.keys.data_ptr() + layer_bytes, cache.values.data_ptr() + layer_bytes, cache.capacity,
                 cache.length, r.scale, out.data_ptr() + 4 * begin * H * D, threads)
+            if status == -2:
+                raise MemoryError(f"lo_attention: no memory for the scores of {n} queries over {cache.length + n} keys")
             assert status == 0, f"lo_attention refused heads {H}/{KV}×{D} at {cache.length}+{n} of {cache.capacity}"
             begin += n
         return out

@@ -114,6 +114,7 @@ typedef struct {
     float *out;
     int64_t S, H, KV, D, capacity, start;
     float eps, scale;
+    int out_of_memory; /* set by a unit that found no scratch memory: lo_attention returns -2 */
 } attention_job;
 
 static float *scratch(int64_t count) {
@@ -131,13 +132,17 @@ static float *scratch(int64_t count) {
 /* Units [begin, end) of (KV head, query): the query heads that share that KV head, at that query. Each key
  * and value is read once per unit, for all of its heads. */
 static void attend_units(void *ctx, int64_t begin, int64_t end) {
-    const attention_job *j = ctx;
+    attention_job *j = ctx;
     const int64_t D = j->D, G = j->H / j->KV, width = (j->H + 2 * j->KV) * D;
     for (int64_t unit = begin; unit < end; unit++) {
         const int64_t kv = unit / j->S, s = unit % j->S, n = j->start + s + 1; /* keys it sees */
         const int64_t stride = n + LANES;                                        /* a head's row of scores */
         const float *keys = j->keys + kv * j->capacity * D, *values = j->values + kv * j->capacity * D;
         float *scores = scratch(G * stride), q[G][D], top[G], sum[G];
+        if (!scores) {
+            __atomic_store_n(&j->out_of_memory, 1, __ATOMIC_RELAXED);
+            return;
+        }
         for (int64_t g = 0; g < G; g++) {
             embed_position(j->qkv + s * width + (kv * G + g) * D, D, j->q_norm, j->eps, j->cos + s * D,
                            j->sin + s * D, q[g]);
@@ -184,7 +189,8 @@ static void attend_units(void *ctx, int64_t begin, int64_t end) {
  * keys, values: the layer's cache [KV, capacity, D], whose positions [0, start) hold the past; the new
  * keys (normed, rotated) and values are written at [start, start + S). cos, sin [S, D] at the tokens'
  * positions; q_norm, k_norm [D] or NULL. out [S, H·D]. D a multiple of 16 and at most 512, at most 32
- * query heads per KV head, start + S ≤ capacity. Returns 0, or -1 if the shapes are not these. */
+ * query heads per KV head, start + S ≤ capacity. Returns 0, -1 if the shapes are not these, or -2 if a
+ * thread found no memory for its scores (out is then incomplete). */
 int lo_attention(const float *qkv, int64_t S, int64_t H, int64_t KV, int64_t D, const float *q_norm,
                  const float *k_norm, float eps, const float *cos, const float *sin, float *keys, float *values,
                  int64_t capacity, int64_t start, float scale, float *out, int threads) {
@@ -197,7 +203,7 @@ int lo_attention(const float *qkv, int64_t S, int64_t H, int64_t KV, int64_t D, 
             embed_position(k, D, k_norm, eps, cos + s * D, sin + s * D, keys + at);
             memcpy(values + at, v, D * sizeof(float));
         }
-    attention_job j = {qkv, q_norm, cos, sin, keys, values, out, S, H, KV, D, capacity, start, eps, scale};
+    attention_job j = {qkv, q_norm, cos, sin, keys, values, out, S, H, KV, D, capacity, start, eps, scale, 0};
     parallel_for(threads, KV * S, attend_units, &j);
-    return 0;
+    return j.out_of_memory ? -2 : 0;
 }
