@@ -199,11 +199,11 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                     yield from self._choices(parsed, choices, cancelled, span)
                     return
                 controller = self._new_controller(parsed.proposer)
-                generation = self._generation(
-                    parsed, controller, cancelled, span, session_id=session_id,
-                    on_round=RecordWriter(self.sessions, session_id, parsed, credential_of(context))
-                    if self.sessions else None)
                 try:
+                    generation = self._generation(
+                        parsed, controller, cancelled, span, session_id=session_id,
+                        on_round=RecordWriter(self.sessions, session_id, parsed, credential_of(context))
+                        if self.sessions else None)
                     for chunk in generation.run():
                         emitted += len(chunk.token_ids)
                         if chunk.stats is not None:
@@ -227,15 +227,15 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         def run(index: int) -> None:
             params = dataclasses.replace(parsed.params, seed=(parsed.params.seed + index) % 2**64)
             controller = self._new_controller(parsed.proposer)
-            generation = self._generation(dataclasses.replace(parsed, params=params), controller, cancelled, span)
             try:
+                generation = self._generation(dataclasses.replace(parsed, params=params), controller, cancelled, span)
                 for chunk in generation.run():
                     prefilled.set()
                     results.put((index, chunk))
-                self._absorb(controller, parsed.proposer)
             except BaseException as exc:  # noqa: BLE001 - handed to the streaming thread
                 results.put((index, exc))
             finally:
+                self._absorb(controller, parsed.proposer)  # every controller made is absorbed once
                 prefilled.set()
                 results.put((index, None))
 

@@ -193,6 +193,11 @@ def test_sessions_of_one_prior_share_the_load_they_measure():
     lookups = SharedPrior(gamma_max=8, target_load_of=prior).new_controller(machine(), CostProfile((0.0,)))
     assert lookups.target_fill_plain is stale.target_fill_plain, "another proposer on the same target"
     assert lookups.draft_fill is not stale.draft_fill, "a lookup's draft side is its own"
+    for ctl in [stale, *others]:
+        prior.absorb(ctl)
+    alone = prior.new_controller(machine(), machine(0.02))
+    loaded_round(alone, 0, 0.8, rows=1, sessions=1)
+    assert alone.target_sessions.value == 1.0, "after the burst, the next session's first round is its load"
 
 
 def test_sparse_profile_interpolates_between_sizes_and_extends_the_last_slope():

@@ -16,11 +16,13 @@ class SharedPrior:
     A new session starts from the scales, network times and α of earlier ones instead of from
     scratch; a finished session folds its estimates back in. The prior keeps its own averages, so
     a session's controller keeps its own smoothing. The load estimates (live sessions, batch fills)
-    are one set, updated by every session's rounds: a session that stopped decoding target-only still
-    sees how full target-only passes are from those that did not, instead of one stale sample of its
-    own keeping it drafting (measured: 1 of 8 users drafted every round on a fill of 1/8 from its first
-    round, and cost the 8 users 12% of their tokens/s). Thread-safe (a lost update of a load estimate,
-    from two sessions at once, is harmless).
+    are one set while sessions overlap, updated by every session's rounds: a session that stopped decoding
+    target-only still sees how full target-only passes are from those that did not, instead of one stale
+    sample of its own keeping it drafting (measured: 1 of 8 users drafted every round on a fill of 1/8 from
+    its first round, and cost the 8 users 12% of their tokens/s). When the last session ends they turn
+    provisional, so the next session's first measurement replaces them: a burst's load must not price a
+    lone session's rounds. Every `new_controller` is to be matched by one `absorb`. Thread-safe (a lost
+    update of a load estimate, from two sessions at once, is harmless).
     """
 
     def __init__(self, gamma_max: int, prior_weight: float = 8.0, weight: float = 0.3,
@@ -36,12 +38,14 @@ class SharedPrior:
         self._alpha = Ewma(weight)
         self._prior_weight = prior_weight
         self._lock = threading.Lock()
+        self._live = 0  # sessions between new_controller and absorb
 
     def new_controller(self, target_cost: CostProfile, draft_cost: CostProfile | None = None) -> GammaController:
         controller = GammaController(self.gamma_max, target_cost, draft_cost)
         for name, shared in self._load.items():
             setattr(controller, name, shared)
         with self._lock:
+            self._live += 1
             # Seeds are provisional: this session's first measurement of each replaces its seed,
             # so that a value measured once in a slow minute cannot pin later sessions.
             for name, shared in self._learned.items():
@@ -54,6 +58,10 @@ class SharedPrior:
     def absorb(self, controller: GammaController) -> None:
         """Fold in what a finished session's controller learned (its measured values, not its seeds)."""
         with self._lock:
+            self._live = max(self._live - 1, 0)
+            if self._live == 0:
+                for shared in self._load.values():
+                    shared.provisional = shared.value is not None
             for name, shared in self._learned.items():
                 learned = getattr(controller, name)
                 if learned.value is not None and not learned.provisional:
