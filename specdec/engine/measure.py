@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 
 import torch
@@ -16,31 +15,26 @@ log = logging.getLogger(__name__)
 
 def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats: int = 3,
             vocab: int | None = None) -> CostProfile:
-    """Time forwards after a PROFILE_CONTEXT-token prefix; the median of `repeats` per size.
+    """Time forwards after a PROFILE_CONTEXT-token prefix; best of `repeats` per size.
 
     Sizes are 1..max_tokens (one session's verify) and doubling up to `batch_tokens` (a shared pass:
     sessions of max_tokens tokens each, as the batcher forms it). They are interleaved within each
-    repeat, so slow drift of the machine affects them alike. The median, not the best: a memory-bound
-    pass of few tokens has fast moments that compute-bound larger ones do not (one pass of 1 token
-    at 21 ms where 27 was the rule made a cached profile's S5/S1 2.08 instead of 1.6, and the
-    controller shy of speculating for a week). The shared-pass sizes are compute-bound and steady,
-    so they are timed once after the warm-up: repeating them would add seconds to every start-up.
-    A device's queue is drained before each clock reading.
+    repeat, so slow drift of the machine affects them alike. The shared-pass sizes are compute-bound
+    and steady, so they are timed once after the warm-up: repeating them would add seconds to every
+    start-up. A device's queue is drained before each clock reading.
     """
     sizes = batch_sizes(max_tokens, batch_tokens)
     began = time.perf_counter()
     bench = PassTimer(runner, max_tokens, sizes[-1], vocab)
-    timings: list[list[float]] = [[] for _ in sizes]
-    for repeat in range(repeats + 1):  # the first pass warms up every size, untimed
+    best = [float("inf")] * len(sizes)
+    for repeat in range(repeats + 1):  # the first pass warms up every size
         for i, size in enumerate(sizes):
             if repeat > 1 and size > max_tokens:
                 continue
-            seconds = bench.seconds(size)
-            if repeat > 0:
-                timings[i].append(seconds)
-    profile = CostProfile(tuple(statistics.median(t) for t in timings), tuple(sizes))
+            best[i] = min(best[i], bench.seconds(size))
+    profile = CostProfile(tuple(best), tuple(sizes))
     log.info("cost profile (%.1f s): forward of %s tokens = %s ms; S=%d costs %.2fx S=1",
-             time.perf_counter() - began, ",".join(map(str, sizes)), " ".join(f"{s * 1e3:.0f}" for s in profile.seconds),
+             time.perf_counter() - began, ",".join(map(str, sizes)), " ".join(f"{s * 1e3:.0f}" for s in best),
              max_tokens, profile.ratio(max_tokens))
     return profile
 

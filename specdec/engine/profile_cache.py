@@ -26,7 +26,7 @@ from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # 2: profiles are medians of their repeats (1: the best)
+FORMAT = 1
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".json")
 
 
