@@ -190,11 +190,14 @@ def test_sessions_of_one_prior_share_the_load_they_measure():
             loaded_round(ctl, 0, 0.8, rows=8, sessions=8)
     assert stale.choose() == 0
     assert stale.acceptance is not others[0].acceptance, "α stays each session's own"
-    lookups = SharedPrior(gamma_max=8, target_load_of=prior).new_controller(machine(), CostProfile((0.0,)))
+    lookup_prior = SharedPrior(gamma_max=8, target_load_of=prior)
+    lookups = lookup_prior.new_controller(machine(), CostProfile((0.0,)))
     assert lookups.target_fill_plain is stale.target_fill_plain, "another proposer on the same target"
     assert lookups.draft_fill is not stale.draft_fill, "a lookup's draft side is its own"
     for ctl in [stale, *others]:
         prior.absorb(ctl)
+    assert not lookups.target_sessions.provisional, "a lookup session still measures the target's load"
+    lookup_prior.absorb(lookups)
     alone = prior.new_controller(machine(), machine(0.02))
     loaded_round(alone, 0, 0.8, rows=1, sessions=1)
     assert alone.target_sessions.value == 1.0, "after the burst, the next session's first round is its load"

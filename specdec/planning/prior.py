@@ -9,6 +9,28 @@ from specdec.planning.controller import Ewma, GammaController
 from specdec.planning.cost import CostProfile
 
 
+class LoadEstimates:
+    """One service's load estimates (`GammaController.LOAD` Ewmas), shared by the sessions that measure it,
+    and how many of those are live: when the last one leaves, the estimates turn provisional, so the next
+    session's first measurement replaces them. Thread-safe."""
+
+    def __init__(self, ewmas: dict[str, Ewma]):
+        self.ewmas = ewmas
+        self._live = 0
+        self._lock = threading.Lock()
+
+    def join(self) -> None:
+        with self._lock:
+            self._live += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._live = max(self._live - 1, 0)
+            if self._live == 0:
+                for shared in self.ewmas.values():
+                    shared.provisional = shared.value is not None
+
+
 class SharedPrior:
     """What sessions of one model pair learn, handed on to the next session, and the services' load,
     which they share while they run.
@@ -19,10 +41,10 @@ class SharedPrior:
     are one set while sessions overlap, updated by every session's rounds: a session that stopped decoding
     target-only still sees how full target-only passes are from those that did not, instead of one stale
     sample of its own keeping it drafting (measured: 1 of 8 users drafted every round on a fill of 1/8 from
-    its first round, and cost the 8 users 12% of their tokens/s). When the last session ends they turn
-    provisional, so the next session's first measurement replaces them: a burst's load must not price a
-    lone session's rounds. Every `new_controller` is to be matched by one `absorb`. Thread-safe (a lost
-    update of a load estimate, from two sessions at once, is harmless).
+    its first round, and cost the 8 users 12% of their tokens/s). When the last session on a service ends
+    (`LoadEstimates`) they turn provisional: a burst's load must not price a lone session's rounds. Every
+    `new_controller` is to be matched by one `absorb`. Thread-safe (a lost update of a load estimate, from
+    two sessions at once, is harmless).
     """
 
     def __init__(self, gamma_max: int, prior_weight: float = 8.0, weight: float = 0.3,
@@ -31,21 +53,23 @@ class SharedPrior:
         this one's sessions share (their draft side stays their own)."""
         self.gamma_max = gamma_max
         self._learned = {name: Ewma(weight) for name in GammaController.LEARNED}
-        template = GammaController(gamma_max, CostProfile((1.0,)))
-        self._load = {name: getattr(template, name) for name in GammaController.LOAD}
-        if target_load_of is not None:
-            self._load |= {name: target_load_of._load[name] for name in self._load if name.startswith("target_")}
+        fresh = GammaController(gamma_max, CostProfile((1.0,)))  # a new controller's load estimates
+        target = {name: getattr(fresh, name) for name in GammaController.LOAD if name.startswith("target_")}
+        self._target_load = target_load_of._target_load if target_load_of is not None else LoadEstimates(target)
+        self._draft_load = LoadEstimates({name: getattr(fresh, name) for name in GammaController.LOAD
+                                          if name not in target})
+        self._load = self._target_load.ewmas | self._draft_load.ewmas
         self._alpha = Ewma(weight)
         self._prior_weight = prior_weight
         self._lock = threading.Lock()
-        self._live = 0  # sessions between new_controller and absorb
 
     def new_controller(self, target_cost: CostProfile, draft_cost: CostProfile | None = None) -> GammaController:
         controller = GammaController(self.gamma_max, target_cost, draft_cost)
         for name, shared in self._load.items():
             setattr(controller, name, shared)
+        self._target_load.join()
+        self._draft_load.join()
         with self._lock:
-            self._live += 1
             # Seeds are provisional: this session's first measurement of each replaces its seed,
             # so that a value measured once in a slow minute cannot pin later sessions.
             for name, shared in self._learned.items():
@@ -57,11 +81,9 @@ class SharedPrior:
 
     def absorb(self, controller: GammaController) -> None:
         """Fold in what a finished session's controller learned (its measured values, not its seeds)."""
+        self._target_load.leave()
+        self._draft_load.leave()
         with self._lock:
-            self._live = max(self._live - 1, 0)
-            if self._live == 0:
-                for shared in self._load.values():
-                    shared.provisional = shared.value is not None
             for name, shared in self._learned.items():
                 learned = getattr(controller, name)
                 if learned.value is not None and not learned.provisional:
