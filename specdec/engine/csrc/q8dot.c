@@ -481,7 +481,10 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
         for (int g = 0; g < G; g++) keep[g] = acc[g];
         return;
     }
-    for (int g = 0; g < G; g++) y[g * ldy] = bias ? lanes_sum(acc_value(acc[g])) + *bias : lanes_sum(acc_value(acc[g]));
+    for (int g = 0; g < G; g++) {
+        const float sum = lanes_sum(acc_value(acc[g]));
+        y[g * ldy] = bias ? sum + *bias : sum;
+    }
 }
 
 #define PASS(T, G) \
