@@ -16,4 +16,4 @@ fi
 python3 -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0  # the CPU wheel on our machines; pins before anything pulls CUDA
 .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]"
-.venv/bin/python -m specdec.engine.native  # the gguf paths' C kernels for this CPU (seconds; built on first use otherwise)
+.venv/bin/python -m specdec.engine.cpu.native  # the gguf paths' C kernels for this CPU (seconds; built on first use otherwise)

@@ -11,7 +11,7 @@ import torch
 
 from specdec.engine.attention import BLOCK
 from specdec.engine.compute import build_runner, resolve_path
-from specdec.engine.cpu import cpu_features
+from specdec.engine.cpu.features import cpu_features
 from specdec.engine.kernels import Int8Kernel, make_kernel
 from specdec.engine.kvcache import KVCache
 import specdec.engine.measure as measure_module

@@ -1,6 +1,6 @@
 """The compute-path tests once per CPU instruction-set level, each level in a process of its own.
 
-`SPECDEC_CPU_ISA` (`specdec.engine.cpu`) caps our kernel choice and oneDNN, ATen and MKL at a level, so a
+`SPECDEC_CPU_ISA` (`specdec.engine.cpu.features`) caps our kernel choice and oneDNN, ATen and MKL at a level, so a
 machine with AVX-512 and VNNI also runs the kernels a Zen 3 or an older Xeon gets. A level this
 machine lacks is skipped, with the reason; the machine's own level is the in-process run of
 tests/test_compute_paths.py.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.engine.cpu import LEVELS, cpu_features, isa_environment
+from specdec.engine.cpu.features import LEVELS, cpu_features, isa_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 # What oneDNN's verbose mode prints after "isa:" at each level (its own names), to prove the cap took.
@@ -26,7 +26,7 @@ ONEDNN_ISA = {"sse41": "Intel SSE4.1", "avx2": "Intel AVX2",
               "amx": "Intel AVX-512 with Intel DL Boost and bfloat16 support and Intel AMX"}
 PROBE = """
 import torch
-from specdec.engine.cpu import cpu_features
+from specdec.engine.cpu.features import cpu_features
 from specdec.engine.kernels import make_kernel
 make_kernel("fp32", torch.randn(8, 8), None, "onednn")(torch.randn(2, 8))
 print("level", cpu_features().level, "aten", torch.backends.cpu.get_cpu_capability())
@@ -72,7 +72,7 @@ def test_a_level_this_cpu_lacks_is_refused():
     if top == LEVELS[-1]:
         pytest.skip(f"this CPU has every level up to {top}")
     above = LEVELS[LEVELS.index(top) + 1] if top else LEVELS[0]
-    probe = subprocess.run([sys.executable, "-c", "from specdec.engine.cpu import cpu_features; cpu_features()"],
+    probe = subprocess.run([sys.executable, "-c", "from specdec.engine.cpu.features import cpu_features; cpu_features()"],
                            env={**os.environ, "SPECDEC_CPU_ISA": above}, cwd=ROOT, capture_output=True, text=True,
                            timeout=120)
     assert probe.returncode != 0 and f"SPECDEC_CPU_ISA={above}: this CPU" in probe.stderr, probe.stderr[-2000:]

@@ -13,8 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specdec.engine import blockquant
-from specdec.engine.blockquant import BLOCK, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
+from specdec.engine.cpu import blockquant
+from specdec.engine.cpu.blockquant import BLOCK, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
 from specdec.engine.compute import resolve_path
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
@@ -186,7 +186,7 @@ def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
 def test_hf_baseline_gets_the_same_kernels(path):
     """The benchmark's Hugging Face baseline runs on the same block kernels (a slow baseline is no win)."""
     from specdec.engine.models import load_hf_model
-    from specdec.engine.q8dot import Q8Kernel
+    from specdec.engine.cpu.q8dot import Q8Kernel
     from specdec.tools.bench.baseline import swap_linears
 
     hf = swap_linears(load_hf_model(TINY_GGUF, torch.device("cpu"), packed=True), path)
@@ -200,7 +200,7 @@ def test_hf_baseline_gets_the_same_kernels(path):
 
 
 def test_without_a_compiler_the_kernel_is_refused_clearly(tmp_path, monkeypatch):
-    from specdec.engine import native
+    from specdec.engine.cpu import native
 
     monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
     monkeypatch.setenv("PATH", "")

@@ -14,8 +14,8 @@ import torch
 from conftest import GGUF_TARGET
 from test_q8dot import VARIANTS
 
-from specdec.engine import q8dot
-from specdec.engine.layer_ops import FusedLayers
+from specdec.engine.cpu import q8dot
+from specdec.engine.cpu.layer_ops import FusedLayers
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
@@ -234,7 +234,7 @@ def test_the_integer_path_runs_its_layers_on_the_c_steps_and_they_track_torch_op
 def test_models_the_c_steps_do_not_cover_run_on_torch_ops():
     from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
-    from specdec.engine.layer_ops import unsupported_reason
+    from specdec.engine.cpu.layer_ops import unsupported_reason
 
     model = load_model(GGUF_TARGET, "cpu")
     runner = model.runner

@@ -40,7 +40,7 @@ def test_a_stored_profile_comes_back_only_for_its_own_key(tmp_path):
 
 @pytest.mark.parametrize("path", ["gguf", "gguf-q8"])
 def test_a_changed_gguf_kernel_measures_again(tmp_path, monkeypatch, path):
-    from specdec.engine import native
+    from specdec.engine.cpu import native
 
     cache = ProfileCache(tmp_path)
     cache.store(_key(path=path, kernel="gguf-Q4_K+Q6_K"), CostProfile((0.01,)))

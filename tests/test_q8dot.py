@@ -14,11 +14,11 @@ import torch
 from conftest import GGUF_TARGET
 from test_gguf_path import assert_rows_invariant, random_blocks
 
-from specdec.engine import native, q8dot
-from specdec.engine.blockquant import BLOCK, F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
-from specdec.engine.cpu import cpu_features, cpuinfo
+from specdec.engine.cpu import native, q8dot
+from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
+from specdec.engine.cpu.features import cpu_features, cpuinfo
 from specdec.engine.models import load_model
-from specdec.engine.q8dot import Q8Kernel
+from specdec.engine.cpu.q8dot import Q8Kernel
 from specdec.engine.runner import Step
 
 FORMATS = [Q4_K, Q6_K, Q5_0, Q8_0]
@@ -206,7 +206,7 @@ def test_the_same_bits_from_any_thread_and_from_two_at_once(exact):
     a worker pool of ours elsewhere; a second caller meanwhile runs alone): never a different result."""
     import threading
 
-    from specdec.engine.blockquant import BlockQuantKernel
+    from specdec.engine.cpu.blockquant import BlockQuantKernel
 
     parts = [BlockTensor.from_numpy(q, random_blocks(q, 96, 512, seed=q), 512) for q in FORMATS]
     kernel = BlockQuantKernel(parts) if exact else Q8Kernel(parts)

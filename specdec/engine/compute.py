@@ -8,10 +8,10 @@ Paths (`specdec.engine.kernels` has the numerics):
   bf16 (avx512_bf16 / AMX) it is emulated and scales badly with tokens per forward: a warning says so.
 - "int8": W8A8 with per-token activation scales, CPU only, lossy (one flag away: --quantize int8).
 - "gguf": the weights of a GGUF model kept in their block formats (Q4_K, Q6_K, ...) and expanded
-  in registers to their exact float32 values; float32 activations and sums (`specdec.engine.blockquant`):
+  in registers to their exact float32 values; float32 activations and sums (`specdec.engine.cpu.blockquant`):
   the float32 path's numbers at a fraction of the bytes.
 - "gguf-q8": the same blocks against activations quantized to 8 bits per 32 values, with integer dot
-  products (`specdec.engine.q8dot`), as llama.cpp computes them; row-invariant, and the same bits on
+  products (`specdec.engine.cpu.q8dot`), as llama.cpp computes them; row-invariant, and the same bits on
   every CPU level. The default on CPU for a GGUF-sourced model, by the rule in docs/PERFORMANCE.md:
   the fastest row-invariant path whose teacher-forced greedy agreement with "gguf" is ≥ 0.98.
 """
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from specdec.engine import blockquant, q8dot
-from specdec.engine.cpu import cpu_features
+from specdec.engine.cpu import blockquant, q8dot
+from specdec.engine.cpu.features import cpu_features
 from specdec.engine.kernels import PATHS, fastest_fp32_kernel
-from specdec.engine.q8dot import PACKED_PATHS
+from specdec.engine.cpu.q8dot import PACKED_PATHS
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.planning.controller import GAMMA_MAX
 

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from specdec.engine import blockquant
-from specdec.engine.blockquant import BLOCK, F32, BlockTensor
+from specdec.engine.cpu import blockquant
+from specdec.engine.cpu.blockquant import BLOCK, F32, BlockTensor
 
 ARCHITECTURES = ("qwen2", "qwen3")
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.engine.cpu import cpu_features
+from specdec.engine.cpu.features import cpu_features
 
 PATHS = ("fp32", "bf16", "int8")
 

@@ -21,7 +21,7 @@ from typing import Callable
 
 import torch
 
-from specdec.engine import native
+from specdec.engine.cpu import native
 from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
 
 log = logging.getLogger(__name__)

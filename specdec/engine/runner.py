@@ -12,7 +12,7 @@ on whether it was decoded alone, verified among γ drafts or batched with other 
 The model's own modules supply embeddings, norms, rotary embeddings and the activation; its linear
 layers are rebuilt as fused kernels for the chosen compute path (`specdec.engine.kernels`), and the
 originals are released. On the gguf-q8 path the steps between the kernels (norms, rotary embeddings,
-attention, SiLU gating) run in C instead (`specdec.engine.layer_ops`), row-invariant the same way.
+attention, SiLU gating) run in C instead (`specdec.engine.cpu.layer_ops`), row-invariant the same way.
 Supported: models laid out like Llama / Qwen2 / Mistral / Qwen3 (`self_attn.{q,k,v,o}_proj`,
 `mlp.{gate,up,down}_proj`), full attention only.
 """
@@ -28,12 +28,12 @@ import torch
 from torch import nn
 
 from specdec.engine.attention import BLOCK, attend, visibility
-from specdec.engine.blockquant import BlockEmbedding
+from specdec.engine.cpu.blockquant import BlockEmbedding
 from specdec.engine.kernels import Kernel, make_kernel
 from specdec.engine.kvcache import KVCache
-from specdec.engine.layer_ops import FusedLayers, unsupported_reason
-from specdec.engine.q8dot import PACKED_PATHS, block_kernel
-from specdec.engine.q8dot import library as q8_library
+from specdec.engine.cpu.layer_ops import FusedLayers, unsupported_reason
+from specdec.engine.cpu.q8dot import PACKED_PATHS, block_kernel
+from specdec.engine.cpu.q8dot import library as q8_library
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,8 @@ def check_supported(model: nn.Module) -> None:
 class ModelRunner:
     """Owns a model's compute path and runs ragged multi-session forward passes.
 
-    path: "fp32", "bf16", "int8" (see `specdec.engine.kernels`), "gguf" (`specdec.engine.blockquant`) or "gguf-q8"
-    (`specdec.engine.q8dot`); on the last two every linear layer and the embedding carry a `block_weight`.
+    path: "fp32", "bf16", "int8" (see `specdec.engine.kernels`), "gguf" (`specdec.engine.cpu.blockquant`) or "gguf-q8"
+    (`specdec.engine.cpu.q8dot`); on the last two every linear layer and the embedding carry a `block_weight`.
     fp32_kernel: "dense" or "onednn".
     `collectives` joins tensor-parallel shards (`specdec.engine.tp`); the default is one worker.
     """
@@ -138,7 +138,7 @@ class ModelRunner:
         self.collectives = collectives or Collectives()
         if path == "bf16":
             model.to(torch.bfloat16)
-        if path in PACKED_PATHS:  # weights in their GGUF blocks (`specdec.engine.blockquant`, `.q8dot`)
+        if path in PACKED_PATHS:  # weights in their GGUF blocks (`specdec.engine.cpu.blockquant`, `.q8dot`)
             self.act_dtype, self.device = torch.float32, torch.device("cpu")
             self.embed = BlockEmbedding(decoder.embed_tokens.block_weight)
         else:
@@ -172,7 +172,7 @@ class ModelRunner:
             if head.weight is not getattr(self.embed, "weight", None):
                 _release(head)
         self.head_subset: tuple[Kernel, list[tuple[int, int]]] | None = None  # `limit_vocabulary`
-        self.fused = None  # the gguf-q8 path's layers with their float steps in C (`specdec.engine.layer_ops`)
+        self.fused = None  # the gguf-q8 path's layers with their float steps in C (`specdec.engine.cpu.layer_ops`)
         if path == "gguf-q8":
             reason = unsupported_reason(self)
             if reason is None:

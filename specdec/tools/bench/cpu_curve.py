@@ -20,11 +20,11 @@ from pathlib import Path
 import torch
 
 from specdec import weights
-from specdec.engine.blockquant import Q4_K, quantize
+from specdec.engine.cpu.blockquant import Q4_K, quantize
 from specdec.engine.kernels import time_kernel
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
-from specdec.engine.q8dot import Q8Kernel
+from specdec.engine.cpu.q8dot import Q8Kernel
 
 SIZES = (1, 2, 5, 9)
 REPEATS = 5  # the best of this many passes per size
@@ -92,7 +92,7 @@ def plot(result: dict, path: Path) -> None:
 
 
 def run_cpu_curve(args: argparse.Namespace) -> int:
-    from specdec.engine.cpu import cpu_features
+    from specdec.engine.cpu.features import cpu_features
 
     spec = weights.resolve(args.target_model)
     paths = [p for p in args.cpu_curve.split(",") if p]

@@ -1,4 +1,4 @@
-"""Building and loading the C kernels of the gguf paths (`specdec/engine/csrc/`).
+"""Building and loading the C kernels of the gguf paths (`specdec/engine/cpu/csrc/`).
 
 Two sources: `blockquant.c` (the exact "gguf" path) and `q8dot.c` (the integer "gguf-q8" path). Each is
 plain C with GCC's generic vectors, built once per instruction-set variant with the system compiler
@@ -66,7 +66,7 @@ def march_for(level: str | None) -> str:
 
 
 def q8_variant_for(features) -> str:
-    """The integer path's variant for `features` (`specdec.engine.cpu.CpuFeatures`)."""
+    """The integer path's variant for `features` (`specdec.engine.cpu.features.CpuFeatures`)."""
     if features.has("avx512_vnni"):
         return "avx512-vnni"
     if features.has("avx2"):
@@ -151,8 +151,8 @@ def loadable(load: Callable[[], ctypes.CDLL]) -> bool:
 
 
 def main() -> None:
-    """`python -m specdec.engine.native`: build both kernels for this machine (scripts/setup.sh runs it)."""
-    from specdec.engine.cpu import cpu_features
+    """`python -m specdec.engine.cpu.native`: build both kernels for this machine (scripts/setup.sh runs it)."""
+    from specdec.engine.cpu.features import cpu_features
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from specdec.engine import native
-from specdec.engine.cpu import cpu_features
+from specdec.engine.cpu import native
+from specdec.engine.cpu.features import cpu_features
 from specdec.engine.kernels import Kernel
 
 F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14  # GGML's type numbers
@@ -28,7 +28,7 @@ BLOCK = {F32: (16, 64), Q5_0: (32, 22), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: 
 
 
 def library():
-    """The kernel library for this CPU's level (built on first use; `specdec.engine.native`)."""
+    """The kernel library for this CPU's level (built on first use; `specdec.engine.cpu.native`)."""
     return native.load(native.march_for(cpu_features().level))
 
 

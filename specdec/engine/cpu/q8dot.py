@@ -9,7 +9,7 @@ CPU level: the AVX-512 VNNI, AVX-VNNI, AVX2, SSE4.1 and portable builds give ide
 
 Formats: Q4_K, Q6_K, Q5_0, Q8_0, repacked at load (the same bytes, reordered so that a 4-byte integer dot
 stays inside one 16-weight group). A tensor in any other format runs on the exact gguf kernel
-(`specdec.engine.blockquant`), float32 activations.
+(`specdec.engine.cpu.blockquant`), float32 activations.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from functools import lru_cache
 
 import torch
 
-from specdec.engine import native
-from specdec.engine.blockquant import NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor, stack_rows
-from specdec.engine.cpu import cpu_features
+from specdec.engine.cpu import native
+from specdec.engine.cpu.blockquant import NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor, stack_rows
+from specdec.engine.cpu.features import cpu_features
 from specdec.engine.kernels import Kernel
 
 FORMATS = (Q4_K, Q6_K, Q5_0, Q8_0)  # what the integer kernel takes
