@@ -1,5 +1,5 @@
 """The GPU path on CUDA (marker `cuda`; skipped without a GPU): the static runner's graphs, its batch
-invariance bit for bit, and greedy speculative output identical to target-only through the services,
+invariance bit for bit (its piece eager and compiled), and greedy speculative output identical to target-only through the services,
 for every γ, adaptive γ and 8 concurrent users, on a synthetic pair."""
 
 from __future__ import annotations
@@ -22,9 +22,14 @@ DRAFT, TARGET = "synthetic:draft,shape=small,eps=0.1", "synthetic:target,shape=s
 PROMPTS = ["def fibonacci(n):", "The quick brown fox", "x = [1, 2, 3]\nfor"]
 
 
-@pytest.fixture(scope="module")
-def runner():
-    return load_model(TARGET, "cuda", runner="static", slots=16).runner
+@pytest.fixture(scope="module", params=[False, True], ids=["eager", "compiled"])
+def runner(request):
+    """The static runner with its graphs, the piece eager or through torch.compile (SPECDEC_STATIC_COMPILE)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPECDEC_STATIC_COMPILE", "1" if request.param else "0")
+        built = load_model(TARGET, "cuda", runner="static", slots=16).runner
+    assert built.compiled == request.param
+    return built
 
 
 def test_every_shape_is_a_captured_graph(runner):

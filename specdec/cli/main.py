@@ -179,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "bandwidth floor, HF eager and compiled static-cache generate, target-only, fixed and adaptive "
                        "γ, 8 users (on the synthetic pair unless models are given)")
     bench.add_argument("--no-hf-compiled", action="store_true", help="with --gpu: skip HF's compiled static cache")
+    bench.add_argument("--gpu-steps", action="store_true", help="with --gpu: only the step curves, the static "
+                       "runner eager and compiled (SPECDEC_STATIC_COMPILE) beside each other")
     bench.add_argument("--constrained", action="store_true", help="structured output: target-only and adaptive, "
                        "with and without a JSON schema, answers checked against it, and the mask's cost per row")
     bench.add_argument("--cpu-curve", default="", help="e.g. gguf-q8,gguf: the target's forward time for 1, 2, 5 "

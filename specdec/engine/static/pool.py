@@ -1,7 +1,11 @@
-"""A KV pool preallocated for every session: keys and values of [layers, slots + 1, length, kv_heads, head_dim].
+"""A KV pool preallocated for every session: keys and values, per layer, of [slots + 1, length, kv_heads, head_dim].
 
 A session owns a slot (`SlotCache`); rolling back is setting its length, and releasing it returns the
 slot. The last slot is scratch: padding sessions of a bucket write there, so no real slot is touched.
+
+Each layer's keys and values are a tensor of their own, not a view of one [layers, ...] tensor: compiled,
+a write into a view of a shared base is made functional as a scatter into the whole base and a copy of it
+back (the pool, every step); a write into a tensor of its own becomes one in-place `index_put_`.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ from specdec.core.errors import ResourceExhausted
 class KVPool:
     def __init__(self, layers: int, slots: int, length: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
                  device: torch.device):
-        shape = (layers, slots + 1, length, kv_heads, head_dim)
+        shape = (slots + 1, length, kv_heads, head_dim)
         # Zeroed: attention reads whole rows of keys, and a masked entry must still be finite (0·NaN = NaN).
-        self.keys = torch.zeros(shape, dtype=dtype, device=device)
-        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
         self.slots, self.length, self.scratch = slots, length, slots
         self._free = list(range(slots - 1, -1, -1))
         self._lock = threading.Lock()
@@ -45,7 +49,7 @@ class KVPool:
             return len(self._free)
 
     def slot_bytes(self) -> int:
-        return 2 * self.keys[:, 0].numel() * self.keys.element_size()
+        return 2 * sum(layer[0].numel() * layer.element_size() for layer in self.keys)
 
 
 class SlotCache:

@@ -64,9 +64,11 @@ class StaticRunner(ModelRunner):
         use_graphs = self.device.type == "cuda" if graphs is None else graphs
         if compile is None:
             compile = use_graphs and os.environ.get("SPECDEC_STATIC_COMPILE", "0") == "1"
-        # torch.compile would fuse the norms, rotary embeddings, activations and residual adds, with
-        # dynamic shapes giving every bucket the same kernels; measured on an H100 it made the target's
-        # step 2.5x slower (the pool's in-place writes), so it is opt-in until that is solved.
+        # torch.compile fuses the norms, rotary embeddings, activations and residual adds, with dynamic
+        # shapes giving every bucket the same kernels. Measured on an H100 it made the target's step 2.5x
+        # slower: the pool was then one tensor, and each write into a layer's view of it became a copy of
+        # the whole pool. The pool is now a tensor per layer (written in place; tests/test_static_runner.py),
+        # not yet timed on a GPU, so compiling stays opt-in until it is.
         piece = torch.compile(self._piece, dynamic=True) if compile else self._piece
         self.compiled = compile
         # Compiled, a bucket of one would be specialised apart; eager, cuBLAS gave the same row bits
@@ -82,8 +84,8 @@ class StaticRunner(ModelRunner):
     def copy_prefix(self, source: SlotCache, target: SlotCache, length: int) -> None:
         """Give `target` (empty) the first `length` positions of `source`'s slot."""
         target.reserve(length)
-        for pool in (self.pool.keys, self.pool.values):
-            pool[:, target.slot, :length] = pool[:, source.slot, :length]
+        for pool in (*self.pool.keys, *self.pool.values):
+            pool[target.slot, :length] = pool[source.slot, :length]
         target.length = length
 
     def shapes(self) -> list[tuple[int, int]]:

@@ -3,7 +3,8 @@
 On the synthetic pair by default (`specdec.engine.synthetic`: the packaged pair's shapes, random
 weights, the draft's greedy agreement set by eps), all in one run on one device:
 1. each model's step curve on the static runner (CUDA graphs) for S = 1..γ_max+1 and shared passes,
-   the ragged runner's one-token step beside it, and the floor: weight bytes ÷ measured bandwidth;
+   the ragged runner's one-token step beside it, and the floor: weight bytes ÷ measured bandwidth
+   (`--gpu-steps`: only this, with the compiled piece's curve beside the eager one);
 2. teacher-forced greedy agreement of the draft with the target;
 3. Hugging Face `generate` on the target, eager and with a static cache compiled (CUDA graphs), each
    prompt warmed once so that compilation is not timed;
@@ -16,9 +17,11 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -30,6 +33,7 @@ from specdec.tools.bench.concurrency import run_level
 from specdec.tools.bench.speed import load_prompts, print_table, run_configs, service_infos, summarise, warm_up
 
 SYNTHETIC_DRAFT, SYNTHETIC_TARGET = "synthetic:draft", "synthetic:target"
+COMPILE_ENV = "SPECDEC_STATIC_COMPILE"  # read by `specdec.engine.static.runner.StaticRunner`
 
 
 def bandwidth_bytes_per_s(device: torch.device, size: int = 2**30) -> float:
@@ -52,19 +56,31 @@ def time_forward(runner, sizes: list[int], rows: int, repeats: int = 20) -> list
     return [statistics.median(timer.seconds(size) for _ in range(repeats)) for size in sizes]
 
 
-def step_curves(args, rows: int) -> dict:
+def static_curve(spec: str, sizes: list[int], rows: int, compiled: bool) -> tuple[list[float], float, float]:
+    """The static runner's step curve (seconds per size), its start-up seconds (load, capture and, compiled,
+    compilation) and its weight bytes. `compiled`: the piece through torch.compile (SPECDEC_STATIC_COMPILE)."""
+    with mock.patch.dict(os.environ, {COMPILE_ENV: "1" if compiled else "0"}):
+        began = time.perf_counter()
+        static = load_model(spec, "cuda", runner="static", slots=8, max_tokens=rows).runner
+        start_s = time.perf_counter() - began
+    curve = time_forward(static, sizes, rows)
+    weight_bytes = static.weight_bytes()
+    del static
+    gc.collect()
+    torch.cuda.empty_cache()
+    return curve, start_s, weight_bytes
+
+
+def step_curves(args, rows: int, compiled_too: bool = False) -> dict:
+    """Each model's static runner step curve (and, `compiled_too`, the compiled piece's beside it), the ragged
+    runner's one-token step, and the floor: weight bytes ÷ measured bandwidth."""
     device = torch.device("cuda")
     bandwidth = bandwidth_bytes_per_s(device)
     sizes = batch_sizes(rows, 8 * rows)
     curves = {"bandwidth_GBps": round(bandwidth / 1e9, 1), "sizes": sizes}
     for role, spec in (("draft", args.draft_model), ("target", args.target_model)):
-        began = time.perf_counter()
-        static = load_model(spec, "cuda", runner="static", slots=8, max_tokens=rows).runner
-        start_s = time.perf_counter() - began
-        floor = static.weight_bytes() / bandwidth
-        curve = time_forward(static, sizes, rows)
-        del static
-        gc.collect()
+        curve, start_s, weight_bytes = static_curve(spec, sizes, rows, compiled=False)
+        floor = weight_bytes / bandwidth
         ragged = load_model(spec, "cuda", runner="ragged", max_tokens=rows).runner
         ragged_step = time_forward(ragged, [1], rows)[0]
         del ragged
@@ -75,6 +91,12 @@ def step_curves(args, rows: int) -> dict:
         print(f"{role}: floor {1e3 * floor:.2f} ms; ragged runner S=1 {1e3 * ragged_step:.2f} ms; static runner "
               f"(start {start_s:.0f} s) " + ", ".join(f"S={s} {1e3 * t:.2f} ms" for s, t in zip(sizes, curve)),
               flush=True)
+        if compiled_too:
+            curve, start_s, _ = static_curve(spec, sizes, rows, compiled=True)
+            curves[role].update(static_compiled_ms=[round(1e3 * s, 3) for s in curve],
+                                static_compiled_start_s=round(start_s, 1))
+            print(f"{role}: static runner compiled (start {start_s:.0f} s) "
+                  + ", ".join(f"S={s} {1e3 * t:.2f} ms" for s, t in zip(sizes, curve)), flush=True)
     return curves
 
 
@@ -145,7 +167,11 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     n = args.max_new_tokens
     payload: dict = {"device": torch.cuda.get_device_name(), "draft": args.draft_model, "target": args.target_model,
                      "prompts": len(prompts), "max_new_tokens": n}
-    payload["step_curves"] = step_curves(args, gamma_max + 1)
+    payload["step_curves"] = step_curves(args, gamma_max + 1, compiled_too=args.gpu_steps)
+    if args.gpu_steps:
+        Path(args.output).write_text(json.dumps(payload, indent=2))
+        print(f"wrote {args.output}")
+        return 0
     payload["greedy_agreement"] = round(agreement(args, prompts, n), 3)
     print(f"teacher-forced greedy agreement of the draft: {payload['greedy_agreement']}", flush=True)
     hf = {"hf-eager": hf_generate(args, prompts, n, compiled=False)}
