@@ -1,6 +1,6 @@
 """The GPU path on CUDA (marker `cuda`; skipped without a GPU): the static runner's graphs, its batch
-invariance bit for bit (its piece eager and compiled), and greedy speculative output identical to target-only through the services,
-for every γ, adaptive γ and 8 concurrent users, on a synthetic pair."""
+invariance bit for bit (its piece eager and compiled), and greedy speculative output identical to
+target-only through the services, for every γ, adaptive γ and 8 concurrent users, on a synthetic pair."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def test_logits_do_not_depend_on_gamma_bucket_or_neighbours(runner):
         block = runner.forward([Step(fresh(), [11, *range(12, 12 + gamma)], logits=gamma + 1)])[0]
         assert torch.equal(block[:1], alone), f"the first row changed in a verify of γ={gamma}"
     for others in (1, 3, 7):
-        steps = [Step(fresh(), [3 + i, 9][: 1 + i % 2], logits=1) for i in range(others)] + [Step(fresh(), [11], logits=1)]
+        steps = [*(Step(fresh(), [3 + i, 9][: 1 + i % 2], logits=1) for i in range(others)),
+                 Step(fresh(), [11], logits=1)]
         assert torch.equal(runner.forward(steps)[-1], alone), f"changed beside {others} other sessions"
 
 

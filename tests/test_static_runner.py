@@ -77,6 +77,24 @@ def test_a_prompts_chunking_does_not_change_its_bits(static):
 def test_a_tokens_logits_do_not_depend_on_gamma_or_the_other_sessions(static):
     """Bit for bit: one token alone, the same token at the head of a γ+1 block, and the same step among
     1, 3 or 5 other sessions (buckets of 2, 4 and 8) give the same logits."""
+    _assert_row_invariant(static)
+
+
+def test_compiled_a_tokens_logits_do_not_depend_on_gamma_or_the_other_sessions():
+    """The piece through torch.compile (Inductor's CPU code here, Triton's on CUDA: tests/test_cuda.py), bf16
+    as on a GPU: every bucket runs the same generated kernels, and a row's logits keep their bits."""
+    from specdec.engine.models import load_hf_model
+    from specdec.engine.static.runner import StaticRunner
+
+    torch._dynamo.reset()
+    model = load_hf_model(SPEC, torch.device("cpu"), torch.bfloat16)
+    runner = StaticRunner(model, "bf16", slots=12, context=256, rows=9, graphs=False, compile=True)
+    assert runner.compiled and 1 not in runner.session_buckets
+    _assert_row_invariant(runner)
+    torch._dynamo.reset()
+
+
+def _assert_row_invariant(static) -> None:
     def fresh():
         cache = static.new_cache()
         static.forward([Step(cache, PROMPT)])

@@ -12,7 +12,8 @@ never mix inside a kernel (each output row is its own dot products, each query r
 On CUDA each bucket is a CUDA graph captured at start-up (`graphs.GraphBank`) and replayed: one
 launch per piece instead of hundreds. Opt-in (SPECDEC_STATIC_COMPILE=1), the piece runs through
 torch.compile with dynamic shapes, and the smallest bucket is two segments, so that no piece is the
-size-1 case a compiler specialises apart. On CPU the same code runs eagerly.
+size-1 case a compiler specialises apart. On CPU the same code runs eagerly (compiled too when asked,
+which is how CI tests the compiled piece's invariance).
 
 Attention reads each segment's slot (all of it, masked to key position ≤ query position) through
 `scaled_dot_product_attention`; padding rows write past their session's length, where the next real
@@ -74,6 +75,7 @@ class StaticRunner(ModelRunner):
         # Compiled, a bucket of one would be specialised apart; eager, cuBLAS gave the same row bits
         # for 1..72 rows at these shapes (tested on the GPU: tests/test_cuda.py).
         self.session_buckets = SESSION_BUCKETS if compile else (1, *SESSION_BUCKETS)
+        self.piece = piece  # what a pass runs, eager or compiled; captured in graphs on CUDA
         self.graphs = GraphBank(piece) if use_graphs else None
         self.vocab = self.embed.num_embeddings
 
@@ -148,7 +150,7 @@ class StaticRunner(ModelRunner):
         output, valid until that graph's next replay)."""
         sessions = next(b for b in self.session_buckets if b >= len(piece))
         inputs = self._inputs(piece, sessions)
-        return self.graphs.run(*inputs) if self.graphs is not None else self._piece(*inputs)
+        return self.graphs.run(*inputs) if self.graphs is not None else self.piece(*inputs)
 
     def _piece(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """ids, positions: [B, S]; slots: [B] -> logits [B, S, V] float32. Static shapes, no host sync."""
