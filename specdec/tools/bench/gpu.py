@@ -78,7 +78,7 @@ def step_curves(args, rows: int, compiled_too: bool = False) -> dict:
     bandwidth = bandwidth_bytes_per_s(device)
     sizes = batch_sizes(rows, 8 * rows)
     curves = {"bandwidth_GBps": round(bandwidth / 1e9, 1), "sizes": sizes}
-    for role, spec in (("draft", args.draft_model), ("target", args.target_model)):
+    for role, spec in (("target", args.target_model), ("draft", args.draft_model)):  # the target's matters most
         curve, start_s, weight_bytes = static_curve(spec, sizes, rows, compiled=False)
         floor = weight_bytes / bandwidth
         ragged = load_model(spec, "cuda", runner="ragged", max_tokens=rows).runner
