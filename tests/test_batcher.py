@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -175,3 +176,56 @@ def test_a_closed_engine_stops_its_thread_and_refuses_steps():
     with pytest.raises(Unavailable):
         target.verify("s", 0, [5, 6, 7, 8], [9], None)
     target.close()  # idempotent
+
+
+class _Recorder:
+    """A runner that records which thread ran each pass and with how many steps, and fails if two passes
+    overlap. A pass blocks until `release` is set when `hold` is."""
+
+    def __init__(self):
+        self.passes: list[tuple[str, int]] = []
+        self.running = False
+        self.hold, self.release, self.entered = threading.Event(), threading.Event(), threading.Event()
+
+    def forward(self, steps):
+        assert not self.running, "two passes at once"
+        self.running = True
+        self.entered.set()
+        if self.hold.is_set():
+            assert self.release.wait(10)
+        self.passes.append((threading.current_thread().name, len(steps)))
+        self.running = False
+        return [torch.zeros(1, 4) for _ in steps]
+
+
+def test_a_lone_sessions_step_runs_in_its_own_thread(closing):
+    """Alone, nothing to wait for: no hand-off to the worker. With a second session in a round, or while a
+    pass runs, the step goes to the worker and waits for that pass (never two passes at once)."""
+    runner = _Recorder()
+    batcher = closing(StepBatcher(runner, max_wait_s=0.05))
+    me = threading.current_thread().name
+    with batcher.taking_part():
+        batcher.forward(Step(None, [1]))
+    assert runner.passes == [(me, 1)]
+
+    runner.hold.set()
+    with batcher.taking_part():
+        first = Worker(batcher.forward, Step(None, [1]))
+        first.start()
+        assert runner.entered.wait(10)  # the first step's pass holds, in its caller's thread
+        second = Worker(batcher.forward, Step(None, [2]))  # arrives during it: the worker runs it after
+        second.start()
+        deadline = time.monotonic() + 10
+        while not batcher._pending and time.monotonic() < deadline:  # queued behind the running pass
+            time.sleep(0.001)
+        runner.release.set()
+        first.join(10)
+        second.join(10)
+    assert runner.passes[1] == (first.name, 1) and runner.passes[2] == ("step-batcher", 1)
+
+    runner.hold.clear()
+    with batcher.taking_part(), batcher.taking_part():  # two sessions in a round: the worker's passes
+        a, b = Worker(batcher.forward, Step(None, [1])), Worker(batcher.forward, Step(None, [2]))
+        a.start(), b.start()
+        a.join(10), b.join(10)
+    assert {name for name, _ in runner.passes[3:]} == {"step-batcher"} and sum(n for _, n in runner.passes[3:]) == 2
