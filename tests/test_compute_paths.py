@@ -9,12 +9,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import specdec.engine.measure as measure_module
 from specdec.engine.attention import BLOCK
 from specdec.engine.compute import build_runner, resolve_path
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.kernels import Int8Kernel, make_kernel
 from specdec.engine.kvcache import KVCache
-import specdec.engine.measure as measure_module
 from specdec.engine.measure import measure
 from specdec.engine.models import build_tiny_model
 from specdec.engine.runner import ModelRunner, Step, UnsupportedModel

@@ -72,7 +72,8 @@ def test_a_level_this_cpu_lacks_is_refused():
     if top == LEVELS[-1]:
         pytest.skip(f"this CPU has every level up to {top}")
     above = LEVELS[LEVELS.index(top) + 1] if top else LEVELS[0]
-    probe = subprocess.run([sys.executable, "-c", "from specdec.engine.cpu.features import cpu_features; cpu_features()"],
+    code = "from specdec.engine.cpu.features import cpu_features; cpu_features()"
+    probe = subprocess.run([sys.executable, "-c", code],
                            env={**os.environ, "SPECDEC_CPU_ISA": above}, cwd=ROOT, capture_output=True, text=True,
                            timeout=120)
     assert probe.returncode != 0 and f"SPECDEC_CPU_ISA={above}: this CPU" in probe.stderr, probe.stderr[-2000:]

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
 from specdec.engine.cpu.blockquant import BLOCK, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
-from specdec.engine.compute import resolve_path
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
@@ -185,8 +185,8 @@ def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
 @pytest.mark.parametrize("path", ["gguf", "gguf-q8"])
 def test_hf_baseline_gets_the_same_kernels(path):
     """The benchmark's Hugging Face baseline runs on the same block kernels (a slow baseline is no win)."""
-    from specdec.engine.models import load_hf_model
     from specdec.engine.cpu.q8dot import Q8Kernel
+    from specdec.engine.models import load_hf_model
     from specdec.tools.bench.baseline import swap_linears
 
     hf = swap_linears(load_hf_model(TINY_GGUF, torch.device("cpu"), packed=True), path)

@@ -11,8 +11,8 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.engine.cpu.features import cpu_features
-from specdec.engine.model_engine import BATCH_PROFILE
 from specdec.engine.cpu.native import q8_variant_for
+from specdec.engine.model_engine import BATCH_PROFILE
 from specdec.planning.cost import batch_sizes
 
 PROMPTS = ["def fibonacci(n):", "The quick brown fox", "x = [1, 2, 3]\nfor"]

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import TINY_DRAFT, TINY_TARGET
 
 from specdec.engine.profile_cache import ProfileCache, profile_key, weights_fingerprint

@@ -17,8 +17,8 @@ from test_gguf_path import assert_rows_invariant, random_blocks
 from specdec.engine.cpu import native, q8dot
 from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
 from specdec.engine.cpu.features import cpu_features, cpuinfo
-from specdec.engine.models import load_model
 from specdec.engine.cpu.q8dot import Q8Kernel
+from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
 FORMATS = [Q4_K, Q6_K, Q5_0, Q8_0]

@@ -26,8 +26,8 @@ from torch import nn
 
 from specdec.engine.cpu import blockquant, q8dot
 from specdec.engine.cpu.features import cpu_features
-from specdec.engine.kernels import PATHS, fastest_fp32_kernel
 from specdec.engine.cpu.q8dot import PACKED_PATHS
+from specdec.engine.kernels import PATHS, fastest_fp32_kernel
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.planning.controller import GAMMA_MAX
 

@@ -26,8 +26,8 @@ from typing import Callable
 import torch
 
 from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner
-from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.cpu.q8dot import PACKED_PATHS
+from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.engine.synthetic import build_synthetic_model, is_synthetic
 from specdec.planning.controller import GAMMA_MAX

@@ -29,11 +29,11 @@ from torch import nn
 
 from specdec.engine.attention import BLOCK, attend, visibility
 from specdec.engine.cpu.blockquant import BlockEmbedding
-from specdec.engine.kernels import Kernel, make_kernel
-from specdec.engine.kvcache import KVCache
 from specdec.engine.cpu.layer_ops import FusedLayers, unsupported_reason
 from specdec.engine.cpu.q8dot import PACKED_PATHS, block_kernel
 from specdec.engine.cpu.q8dot import library as q8_library
+from specdec.engine.kernels import Kernel, make_kernel
+from specdec.engine.kvcache import KVCache
 
 log = logging.getLogger(__name__)
 

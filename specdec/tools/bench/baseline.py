@@ -6,11 +6,11 @@ import torch
 from torch import nn
 
 from specdec import weights
-from specdec.engine.cpu import blockquant
 from specdec.engine.compute import WEIGHT_DTYPE
+from specdec.engine.cpu import blockquant
+from specdec.engine.cpu.q8dot import PACKED_PATHS, block_kernel
 from specdec.engine.kernels import make_kernel
 from specdec.engine.models import load_hf_model
-from specdec.engine.cpu.q8dot import PACKED_PATHS, block_kernel
 
 
 def hf_baseline(spec: str, device, path: str, kernel: str):

@@ -21,10 +21,10 @@ import torch
 
 from specdec import weights
 from specdec.engine.cpu.blockquant import Q4_K, quantize
+from specdec.engine.cpu.q8dot import Q8Kernel
 from specdec.engine.kernels import time_kernel
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
-from specdec.engine.cpu.q8dot import Q8Kernel
 
 SIZES = (1, 2, 5, 9)
 REPEATS = 5  # the best of this many passes per size
