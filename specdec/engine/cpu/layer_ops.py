@@ -11,6 +11,7 @@ why not otherwise); anything else runs on the runner's torch ops.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 import torch
@@ -24,10 +25,11 @@ SILU = {"SiLU", "SiLUActivation"}
 
 
 class _Norm:
-    """An RMS norm's weight (float32, contiguous) and epsilon."""
+    """An RMS norm's weight (float32, contiguous, and its address) and epsilon."""
 
     def __init__(self, module: nn.Module):
         self.weight = module.weight.detach().float().contiguous()
+        self.ptr = self.weight.data_ptr()
         self.eps = float(module.variance_epsilon)
 
 
@@ -51,6 +53,23 @@ def unsupported_reason(runner: ModelRunner) -> str | None:
     return None
 
 
+class _Scratch(threading.local):
+    """A thread's buffers for the passes it runs, by name and width: a layer's intermediates are written
+    over every layer and pass instead of allocated (a pass runs on one thread; passes never overlap a
+    runner's, but the thread that runs them may change). Each grows to the most rows asked of it."""
+
+    def __init__(self):
+        self.buffers: dict[tuple, torch.Tensor] = {}
+
+    def get(self, name: str, rows: int, width: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """[rows, width], contiguous; its contents are whatever the last user left."""
+        key = (name, width)
+        buffer = self.buffers.get(key)
+        if buffer is None or buffer.shape[0] < rows:
+            buffer = self.buffers[key] = torch.empty(rows, width, dtype=dtype)
+        return buffer[:rows]
+
+
 class FusedLayers:
     """Runs a `ModelRunner`'s decoder layers and final norm with the C float steps of library `lib`."""
 
@@ -60,27 +79,40 @@ class FusedLayers:
         self.head_norms = [tuple(_Norm(m) if m is not None else None for m in (layer.q_norm, layer.k_norm))
                            for layer in runner.layers]
         self.final_norm = _Norm(runner.norm)
+        self.scratch = _Scratch()
 
-    def rms_norm(self, x: torch.Tensor, norm: _Norm) -> torch.Tensor:
-        """x [T, hidden] float32 contiguous → its norm [T, hidden]."""
-        out = torch.empty_like(x)
-        self.lib.lo_rms_norm(x.data_ptr(), x.shape[0], x.shape[1], norm.weight.data_ptr(), norm.eps, out.data_ptr())
+    def rms_norm(self, x: torch.Tensor, norm: _Norm, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x [T, hidden] float32 contiguous → its norm [T, hidden] (into `out` if given)."""
+        out = torch.empty_like(x) if out is None else out
+        self.lib.lo_rms_norm(x.data_ptr(), x.shape[0], x.shape[1], norm.ptr, norm.eps, out.data_ptr())
         return out
 
-    def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
-        """gate_up [T, 2·I] (gate | up) → SiLU(gate) · up [T, I]."""
+    def silu_mul(self, gate_up: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """gate_up [T, 2·I] (gate | up) → SiLU(gate) · up [T, I] (into `out` if given)."""
         rows, width = gate_up.shape
-        out = torch.empty(rows, width // 2, dtype=torch.float32)
+        out = torch.empty(rows, width // 2, dtype=torch.float32) if out is None else out
         self.lib.lo_silu_mul(gate_up.data_ptr(), rows, width // 2, out.data_ptr())
         return out
+
+    def linear(self, kernel, x: torch.Tensor, name: str) -> torch.Tensor:
+        """kernel(x) for x [T, K] float32 contiguous: into this thread's buffer `name` when every part of the
+        kernel is on the integer kernel (no allocation, one quantization), else the kernel's own call."""
+        if not getattr(kernel, "fully_integer", False):
+            return kernel.matmul(x)  # the kernels' own call: no module hooks
+        rows = x.shape[0]
+        y = self.scratch.get(name, rows, kernel.out_features)
+        act = self.scratch.get("activation blocks", rows, kernel.act_bytes, torch.uint8)
+        kernel.integer_matmul(x.data_ptr(), rows, y.data_ptr(), act.data_ptr(), torch.get_num_threads())
+        return y
 
     def attention(self, index: int, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   steps: list[Step]) -> torch.Tensor:
         """Each step's attention in layer `index` over its cache, which gains the step's keys and values.
-        qkv [T, (H + 2·KV)·D]; cos, sin [T, D]. Returns [T, H·D]."""
+        qkv [T, (H + 2·KV)·D]; cos, sin [T, D]. Returns [T, H·D], in this thread's scratch: valid until the
+        next call."""
         r = self.runner
         H, KV, D = r.heads, r.kv_heads, r.head_dim
-        out = torch.empty(qkv.shape[0], H * D, dtype=torch.float32)
+        out = self.scratch.get("attended", qkv.shape[0], H * D)
         q_norm, k_norm = self.head_norms[index]
         eps = q_norm.eps if q_norm is not None else 0.0
         threads, begin = torch.get_num_threads(), 0
@@ -89,8 +121,7 @@ class FusedLayers:
             layer_bytes = 4 * index * cache.keys.stride(0)
             status = self.lib.lo_attention(
                 qkv.data_ptr() + 4 * begin * qkv.shape[1], n, H, KV, D,
-                q_norm.weight.data_ptr() if q_norm is not None else None,
-                k_norm.weight.data_ptr() if k_norm is not None else None, eps,
+                q_norm.ptr if q_norm is not None else None, k_norm.ptr if k_norm is not None else None, eps,
                 cos.data_ptr() + 4 * begin * D, sin.data_ptr() + 4 * begin * D,
                 cache.keys.data_ptr() + layer_bytes, cache.values.data_ptr() + layer_bytes, cache.capacity,
                 cache.length, r.scale, out.data_ptr() + 4 * begin * H * D, threads)
@@ -102,11 +133,16 @@ class FusedLayers:
 
     def layers(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, steps: list[Step]) -> torch.Tensor:
         """Every decoder layer over the flattened rows h [T, hidden] (updated in place and returned);
-        cos, sin [T, D] at the rows' positions. The caches' lengths are left to the caller."""
+        cos, sin [T, D] at the rows' positions. The caches' lengths are left to the caller. A layer's
+        intermediates live in this thread's scratch buffers (`linear`), so a pass allocates little."""
+        rows, hidden = h.shape
+        normed = self.scratch.get("normed", rows, hidden)
         for index, (layer, (input_norm, post_norm)) in enumerate(zip(self.runner.layers, self.norms)):
-            qkv = layer.qkv.matmul(self.rms_norm(h, input_norm))  # the kernels' own call: no module hooks
-            h += layer.out.matmul(self.attention(index, qkv, cos, sin, steps))
-            h += layer.down.matmul(self.silu_mul(layer.gate_up.matmul(self.rms_norm(h, post_norm))))
+            qkv = self.linear(layer.qkv, self.rms_norm(h, input_norm, normed), "qkv")
+            h += self.linear(layer.out, self.attention(index, qkv, cos, sin, steps), "projected")
+            gate_up = self.linear(layer.gate_up, self.rms_norm(h, post_norm, normed), "gate_up")
+            gated = self.silu_mul(gate_up, self.scratch.get("gated", rows, gate_up.shape[1] // 2))
+            h += self.linear(layer.down, gated, "projected")
         return h
 
     def final(self, h: torch.Tensor) -> torch.Tensor:

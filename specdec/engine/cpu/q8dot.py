@@ -88,6 +88,17 @@ class Q8Kernel(Kernel):
         self.out_features = sum(p.rows if isinstance(p, RepackedTensor) else p.out_features for p in self.parts)
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
         self.integer_parts = any(isinstance(p, RepackedTensor) for p in self.parts)
+        self.fully_integer = all(isinstance(p, RepackedTensor) for p in self.parts)
+        # Each integer part's q8_matmul arguments that never change: (type, weights, rows, cols, first output
+        # column, bias). The pointers stay valid: the buffers are this module's, and nothing moves them.
+        self._calls, offset = [], 0
+        for part in self.parts:
+            rows = part.rows if isinstance(part, RepackedTensor) else part.out_features
+            if isinstance(part, RepackedTensor):
+                bias_ptr = None if self.bias is None else self.bias.data_ptr() + 4 * offset
+                self._calls.append((part.qtype, part.data.data_ptr(), rows, part.cols, offset, bias_ptr))
+            offset += rows
+        self.act_bytes = self.lib.q8_act_bytes(self.in_features)  # a row's activation blocks
         formats = dict.fromkeys(NAMES[p.qtype] if isinstance(p, RepackedTensor) else p.name.removeprefix("gguf-")
                                 for p in self.parts)
         self.name = "gguf-q8-" + "+".join(formats)
@@ -102,32 +113,38 @@ class Q8Kernel(Kernel):
 
     def quantize(self, x: torch.Tensor) -> torch.Tensor:
         """The activation blocks of x [T, K] (uint8 [T, act bytes]): what every part's integer dot reads."""
-        act = torch.empty(x.shape[0], self.lib.q8_act_bytes(self.in_features), dtype=torch.uint8)
+        act = torch.empty(x.shape[0], self.act_bytes, dtype=torch.uint8)
         self.lib.q8_quantize(x.data_ptr(), x.shape[0], self.in_features, act.data_ptr())
         return act
+
+    def integer_matmul(self, x: int, rows: int, y: int, act: int, threads: int) -> None:
+        """y = x · Wᵀ + b by address: x [rows, K] and y [rows, N] float32 contiguous, act scratch of rows ·
+        `act_bytes` bytes; the integer parts only (all of them when `fully_integer`). No allocation, no
+        tensor: what a decoder layer's loop calls (`specdec.engine.cpu.layer_ops`)."""
+        self.lib.q8_quantize(x, rows, self.in_features, act)
+        for qtype, weights, n, k, offset, bias in self._calls:
+            status = self.lib.q8_matmul(qtype, weights, n, k, act, rows, y + 4 * offset, self.out_features, bias,
+                                        threads)
+            if status == -2:
+                raise MemoryError(f"q8_matmul: no memory for the accumulators of {rows} rows x {n}")
+            assert status == 0, f"q8_matmul refused {NAMES[qtype]} [{n}, {k}]"
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype != torch.float32 or not x.is_contiguous():
             x = x.float().contiguous()  # [T, K]
         rows = x.shape[0]
         y = torch.empty(rows, self.out_features, dtype=torch.float32)  # [T, N]
-        act = self.quantize(x) if self.integer_parts else None
-        threads, offset = torch.get_num_threads(), 0
+        if self.integer_parts:
+            act = torch.empty(rows, self.act_bytes, dtype=torch.uint8)
+            self.integer_matmul(x.data_ptr(), rows, y.data_ptr(), act.data_ptr(), torch.get_num_threads())
+        offset = 0
         for part in self.parts:
-            if isinstance(part, RepackedTensor):
-                bias = 0 if self.bias is None else self.bias.data_ptr() + 4 * offset
-                status = self.lib.q8_matmul(part.qtype, part.data.data_ptr(), part.rows, part.cols, act.data_ptr(),
-                                            rows, y.data_ptr() + 4 * offset, self.out_features, bias or None, threads)
-                if status == -2:
-                    raise MemoryError(f"q8_matmul: no memory for the accumulators of {rows} rows x {part.rows}")
-                assert status == 0, f"q8_matmul refused {NAMES[part.qtype]} [{part.rows}, {part.cols}]"
-                offset += part.rows
-            else:  # the exact kernel, and the bias added as the other parts' is
+            if not isinstance(part, RepackedTensor):  # the exact kernel, and the bias added as the others' is
                 part_y = part.matmul(x)
                 if self.bias is not None:
                     part_y = part_y + self.bias[offset:offset + part.out_features]
                 y[:, offset:offset + part.out_features] = part_y
-                offset += part.out_features
+            offset += part.rows if isinstance(part, RepackedTensor) else part.out_features
         return y
 
 
