@@ -45,9 +45,11 @@ def test_concurrent_steps_share_passes_and_keep_their_bits(closing):
 
     batcher = closing(StepBatcher(runner, max_wait_s=0.05))
     together = [[] for _ in prompts]
+    all_in = threading.Barrier(len(prompts))
 
     def session(prompt, out):
         with batcher.taking_part():
+            all_in.wait(60)  # every session in its round first: a lone one would not wait for the others
             decode(batcher.forward, prompt, out)
 
     threads = [Worker(session, p, o) for p, o in zip(prompts, together, strict=True)]
