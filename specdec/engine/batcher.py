@@ -16,11 +16,6 @@ Without the second wait, sessions split into groups that alternate passes (the o
 for a round trip miss the pass that has just started), and every group gets one pass in two. With
 it, sessions fall into lockstep. A session that stays away longer (drafting elsewhere, or done) is
 not waited for; a lone session never waits.
-
-A lone session's step, with nothing pending, no pass running and no session expected back, runs in
-the caller's own thread instead: the hand-off to the worker and back costs two thread switches
-(about 45 µs a step on an idle Zen 5), which a drafting session pays γ times a round. Steps that
-arrive meanwhile wait for it, as they would for the worker's pass.
 """
 
 from __future__ import annotations
@@ -74,7 +69,6 @@ class StepBatcher:
         self._active = 0  # sessions inside a round (see `taking_part`)
         self._away: dict[Hashable, _Away] = {}  # sessions between rounds, by key
         self._last_pass_s = 0.0
-        self._running = False  # a pass is running, on the worker or in a caller's thread
         self._entered_at = 0.0  # when a session last entered a round
         self._cond = threading.Condition()
         self.forwards = 0  # forward passes run
@@ -116,26 +110,12 @@ class StepBatcher:
         with self._cond:
             if self._closed:
                 raise BatcherClosed("the engine is closed")
-            inline = self._alone()
-            if inline:
-                self._running = True
-            else:
-                self._pending.append(pending)
-                self._cond.notify_all()
-        if inline:
-            self._pass([pending])
+            self._pending.append(pending)
+            self._cond.notify_all()
         pending.done.wait()
         if pending.error is not None:
             raise pending.error
         return pending.logits, pending.shape
-
-    def _alone(self) -> bool:
-        """(Under the condition.) Whether a step now would run alone whoever ran it: nothing pending, no
-        pass running, at most one session in a round and none expected back."""
-        if self._pending or self._running or self._active > 1:
-            return False
-        now = time.monotonic()
-        return self._returning_until(now) <= now
 
     def _returning_until(self, now: float) -> float:
         """The latest moment a session expected back should arrive by (`now` if none is)."""
@@ -152,9 +132,7 @@ class StepBatcher:
         """Wait for work, then for the sessions that will soon have a step; take a batch (empty once
         closed with nothing pending)."""
         with self._cond:
-            while (not self._pending or self._running) and not self._closed:
-                self._cond.wait()
-            while self._running:  # closed during a caller's pass: the steps pending wait for it
+            while not self._pending and not self._closed:
                 self._cond.wait()
             if not self._pending:
                 return []
@@ -174,7 +152,6 @@ class StepBatcher:
                 batch.append(pending)
                 tokens += len(pending.step.tokens)
             del self._pending[:len(batch)]
-            self._running = True
             return batch
 
     def _work(self) -> None:
@@ -182,18 +159,9 @@ class StepBatcher:
             batch = self._take()
             if not batch:
                 return
-            self._pass(batch)
-
-    def _pass(self, batch: list[_Pending]) -> None:
-        """Run `batch` (with `_running` set by the caller), then let the next pass begin and the steps go."""
-        began = time.monotonic()
-        try:
+            began = time.monotonic()
             self._run(batch)
-        finally:
-            with self._cond:
-                self._last_pass_s = time.monotonic() - began
-                self._running = False
-                self._cond.notify_all()
+            self._last_pass_s = time.monotonic() - began
             for pending in batch:
                 pending.done.set()
 
