@@ -181,7 +181,15 @@ static inline int64_t superblocks(int64_t K) { return (K + SB - 1) / SB; }
 int64_t q8_row_bytes(int type, int64_t K) { return sb_bytes(type) ? superblocks(K) * sb_bytes(type) : 0; }
 int64_t q8_act_bytes(int64_t K) { return superblocks(K) * (int64_t)sizeof(act_block); }
 
-static inline int vector_pos(int k) { return 64 * ((k % 16) / 4) + 4 * (k / 16) + k % 4; } /* k < 256 -> t·64 + p */
+/* 256 quants from natural order into vector order (see Layout): vector t is the natural order's 4-byte words
+ * t, t + 4, ..., t + 60, so weight k lands at byte 64·((k % 16) / 4) + 4·(k / 16) + k % 4. */
+static inline void to_vector_order(const int8_t *natural, int8_t *ordered) {
+    uint32_t in[SB / 4], out[SB / 4];
+    memcpy(in, natural, SB);
+    for (int t = 0; t < 4; t++)
+        for (int w = 0; w < 16; w++) out[16 * t + w] = in[4 * w + t];
+    memcpy(ordered, out, SB);
+}
 
 /* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
 static void decode_block(int type, const uint8_t *b, int8_t *q) {
@@ -250,7 +258,7 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                     memcpy(o + 2 * j, b, 2);
                 }
             }
-            for (int k = 0; k < SB; k++) ordered[vector_pos(k)] = natural[k];
+            to_vector_order(natural, ordered);
             if (type == Q4_K) {
                 pack_nibbles(ordered, o + 20);
             } else if (type == Q6_K) {
@@ -296,8 +304,7 @@ void q8_quantize(const float *x, int64_t S, int64_t K, act_block *out) {
         const float *row = x + s * K;
         for (int64_t i = 0; i < nsb; i++) {
             act_block *a = out + s * nsb + i;
-            uint32_t natural[SB / 4] __attribute__((aligned(64))); /* the quants in natural order, 4 a word */
-            memset(natural, 0, sizeof natural);
+            int8_t natural[SB] __attribute__((aligned(64))) = {0}; /* the quants in natural order */
             for (int g = 0; g < SB / 32; g++) {
                 const int64_t k0 = i * SB + 32 * g;
                 float dx = 0.0f;
@@ -314,7 +321,7 @@ void q8_quantize(const float *x, int64_t S, int64_t K, act_block *out) {
                         const vi q = quant_lanes(half[h] * inv);
                         for (int l = 0; l < LANES; l++) sums[h] += q[l];
                         const vq bytes = __builtin_convertvector(q, vq);
-                        memcpy((int8_t *)natural + 32 * g + 16 * h, &bytes, 16);
+                        memcpy(natural + 32 * g + 16 * h, &bytes, 16);
                     }
                 }
                 for (int h = 0; h < 2; h++) {
@@ -323,11 +330,7 @@ void q8_quantize(const float *x, int64_t S, int64_t K, act_block *out) {
                     a->dx_bsum[2 * g + h] = dx * (float)sums[h];
                 }
             }
-            /* vector order (see Layout): vector t is the 4-byte words t, t + 4, ..., t + 60 of the natural order */
-            uint32_t ordered[SB / 4];
-            for (int t = 0; t < 4; t++)
-                for (int w = 0; w < 16; w++) ordered[16 * t + w] = natural[4 * w + t];
-            memcpy(a->u, ordered, SB);
+            to_vector_order(natural, a->u);
         }
     }
 }
