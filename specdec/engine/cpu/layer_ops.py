@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from specdec.engine.kernels import Kernel
     from specdec.engine.runner import ModelRunner, Step
 
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm"}  # w · x / rms(x), nothing else
@@ -94,9 +95,10 @@ class FusedLayers:
         self.lib.lo_silu_mul(gate_up.data_ptr(), rows, width // 2, out.data_ptr())
         return out
 
-    def linear(self, kernel, x: torch.Tensor, name: str) -> torch.Tensor:
+    def linear(self, kernel: Kernel, x: torch.Tensor, name: str) -> torch.Tensor:
         """kernel(x) for x [T, K] float32 contiguous: into this thread's buffer `name` when every part of the
-        kernel is on the integer kernel (no allocation, one quantization), else the kernel's own call."""
+        kernel is on the integer kernel (no allocation, one quantization), else the kernel's own call (also
+        for the exact path's kernels, which the tests run these layers on)."""
         if not getattr(kernel, "fully_integer", False):
             return kernel.matmul(x)  # the kernels' own call: no module hooks
         rows = x.shape[0]

@@ -14,6 +14,7 @@ stays inside one 16-weight group). A tensor in any other format runs on the exac
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -85,19 +86,16 @@ class Q8Kernel(Kernel):
                 exact = BlockQuantKernel([part])
                 self.add_module(f"part{index}", exact)  # its weights counted in weight_bytes
                 self.parts.append(exact)
-        self.out_features = sum(p.rows if isinstance(p, RepackedTensor) else p.out_features for p in self.parts)
+        widths = [p.rows if isinstance(p, RepackedTensor) else p.out_features for p in self.parts]
+        self.offsets = list(itertools.accumulate(widths, initial=0))[:-1]  # each part's first output column
+        self.out_features = sum(widths)
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
-        self.integer_parts = any(isinstance(p, RepackedTensor) for p in self.parts)
-        self.fully_integer = all(isinstance(p, RepackedTensor) for p in self.parts)
         # Each integer part's q8_matmul arguments that never change: (type, weights, rows, cols, first output
         # column, bias). The pointers stay valid: the buffers are this module's, and nothing moves them.
-        self._calls, offset = [], 0
-        for part in self.parts:
-            rows = part.rows if isinstance(part, RepackedTensor) else part.out_features
-            if isinstance(part, RepackedTensor):
-                bias_ptr = None if self.bias is None else self.bias.data_ptr() + 4 * offset
-                self._calls.append((part.qtype, part.data.data_ptr(), rows, part.cols, offset, bias_ptr))
-            offset += rows
+        self._calls = [(part.qtype, part.data.data_ptr(), part.rows, part.cols, offset,
+                        None if self.bias is None else self.bias.data_ptr() + 4 * offset)
+                       for part, offset in zip(self.parts, self.offsets) if isinstance(part, RepackedTensor)]
+        self.fully_integer = len(self._calls) == len(self.parts)
         self.act_bytes = self.lib.q8_act_bytes(self.in_features)  # a row's activation blocks
         formats = dict.fromkeys(NAMES[p.qtype] if isinstance(p, RepackedTensor) else p.name.removeprefix("gguf-")
                                 for p in self.parts)
@@ -110,12 +108,6 @@ class Q8Kernel(Kernel):
             return None
         bias = None if self.bias is None else torch.cat([self.bias[a:b] for a, b in ranges])
         return Q8Kernel([self.parts[0].slice(a, b) for a, b in ranges], bias, self.variant)
-
-    def quantize(self, x: torch.Tensor) -> torch.Tensor:
-        """The activation blocks of x [T, K] (uint8 [T, act bytes]): what every part's integer dot reads."""
-        act = torch.empty(x.shape[0], self.act_bytes, dtype=torch.uint8)
-        self.lib.q8_quantize(x.data_ptr(), x.shape[0], self.in_features, act.data_ptr())
-        return act
 
     def integer_matmul(self, x: int, rows: int, y: int, act: int, threads: int) -> None:
         """y = x · Wᵀ + b by address: x [rows, K] and y [rows, N] float32 contiguous, act scratch of rows ·
@@ -134,17 +126,15 @@ class Q8Kernel(Kernel):
             x = x.float().contiguous()  # [T, K]
         rows = x.shape[0]
         y = torch.empty(rows, self.out_features, dtype=torch.float32)  # [T, N]
-        if self.integer_parts:
+        if self._calls:
             act = torch.empty(rows, self.act_bytes, dtype=torch.uint8)
             self.integer_matmul(x.data_ptr(), rows, y.data_ptr(), act.data_ptr(), torch.get_num_threads())
-        offset = 0
-        for part in self.parts:
+        for part, offset in zip(self.parts, self.offsets):
             if not isinstance(part, RepackedTensor):  # the exact kernel, and the bias added as the others' is
                 part_y = part.matmul(x)
                 if self.bias is not None:
                     part_y = part_y + self.bias[offset:offset + part.out_features]
                 y[:, offset:offset + part.out_features] = part_y
-            offset += part.rows if isinstance(part, RepackedTensor) else part.out_features
         return y
 
 
