@@ -56,7 +56,7 @@ def time_forward(runner, sizes: list[int], rows: int, repeats: int = 20) -> list
     return [statistics.median(timer.seconds(size) for _ in range(repeats)) for size in sizes]
 
 
-def static_curve(spec: str, sizes: list[int], rows: int, compiled: bool) -> tuple[list[float], float, float]:
+def static_curve(spec: str, sizes: list[int], rows: int, compiled: bool) -> tuple[list[float], float, int]:
     """The static runner's step curve (seconds per size), its start-up seconds (load, capture and, compiled,
     compilation) and its weight bytes. `compiled`: the piece through torch.compile (SPECDEC_STATIC_COMPILE)."""
     with mock.patch.dict(os.environ, {COMPILE_ENV: "1" if compiled else "0"}):
@@ -89,15 +89,22 @@ def step_curves(args, rows: int, compiled_too: bool = False) -> dict:
         curves[role] = {"static_ms": [round(1e3 * s, 3) for s in curve], "ragged_step_ms": round(1e3 * ragged_step, 3),
                         "floor_ms": round(1e3 * floor, 3), "static_start_s": round(start_s, 1)}
         print(f"{role}: floor {1e3 * floor:.2f} ms; ragged runner S=1 {1e3 * ragged_step:.2f} ms; static runner "
-              f"(start {start_s:.0f} s) " + ", ".join(f"S={s} {1e3 * t:.2f} ms" for s, t in zip(sizes, curve)),
-              flush=True)
+              f"(start {start_s:.0f} s) {_curve_text(sizes, curve)}", flush=True)
         if compiled_too:
             curve, start_s, _ = static_curve(spec, sizes, rows, compiled=True)
             curves[role].update(static_compiled_ms=[round(1e3 * s, 3) for s in curve],
                                 static_compiled_start_s=round(start_s, 1))
-            print(f"{role}: static runner compiled (start {start_s:.0f} s) "
-                  + ", ".join(f"S={s} {1e3 * t:.2f} ms" for s, t in zip(sizes, curve)), flush=True)
+            print(f"{role}: static runner compiled (start {start_s:.0f} s) {_curve_text(sizes, curve)}", flush=True)
     return curves
+
+
+def _curve_text(sizes: list[int], seconds: list[float]) -> str:
+    return ", ".join(f"S={s} {1e3 * t:.2f} ms" for s, t in zip(sizes, seconds))
+
+
+def _write(payload: dict, path: str) -> None:
+    Path(path).write_text(json.dumps(payload, indent=2))
+    print(f"wrote {path}")
 
 
 @torch.inference_mode()
@@ -169,8 +176,7 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
                      "prompts": len(prompts), "max_new_tokens": n}
     payload["step_curves"] = step_curves(args, gamma_max + 1, compiled_too=args.gpu_steps)
     if args.gpu_steps:
-        Path(args.output).write_text(json.dumps(payload, indent=2))
-        print(f"wrote {args.output}")
+        _write(payload, args.output)
         return 0
     payload["greedy_agreement"] = round(agreement(args, prompts, n), 3)
     print(f"teacher-forced greedy agreement of the draft: {payload['greedy_agreement']}", flush=True)
@@ -201,6 +207,5 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     payload.update(rows=rows, hf={k: v["tokens_per_s"] for k, v in hf.items()},
                    eight_users={k: round(v.tokens / v.seconds, 2) for k, v in levels.items()},
                    target_kernel=target_info.kernel, adaptive_gammas=[r.gamma for r in results[-1].rounds])
-    Path(args.output).write_text(json.dumps(payload, indent=2))
-    print(f"wrote {args.output}")
+    _write(payload, args.output)
     return 0
