@@ -224,11 +224,44 @@ def test_the_integer_path_runs_its_layers_on_the_c_steps_and_they_track_torch_op
     tokens = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31]
     on_torch = exact.forward([Step(exact.new_cache(), tokens, logits=len(tokens))])[0]
     exact.fused = FusedLayers(exact, q8dot.library())
+    assert exact.fused.compiled is None  # its kernels are not the integer ones: the layer-by-layer loop
     cache = exact.new_cache()
     on_c = torch.cat([exact.forward([Step(cache, tokens[:8], logits=8)])[0],
                       exact.forward([Step(cache, tokens[8:], logits=4)])[0]])
     torch.testing.assert_close(on_c, on_torch, rtol=1e-4, atol=1e-4)
     assert torch.equal(on_c.argmax(-1), on_torch.argmax(-1))
+
+
+@pytest.mark.parametrize("head_norms", [False, True], ids=["qwen2", "query-key-norms"])
+def test_the_layers_in_one_c_call_give_the_layer_loops_bits(head_norms):
+    """The whole layer loop in one C call (`decoder.c`) against the loop that calls each step from Python:
+    the same logits and the same cache contents, bit for bit, for three sessions of different lengths in
+    one pass (a verify, a draft step and a prefill), on caches with a past."""
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    runner = load_model(GGUF_TARGET, "cpu").runner
+    if head_norms:  # Qwen3's per-head norms, one epsilon for both
+        generator = torch.Generator().manual_seed(3)
+        for layer in runner.layers:
+            layer.q_norm, layer.k_norm = Qwen3RMSNorm(runner.head_dim, 1e-6), Qwen3RMSNorm(runner.head_dim, 1e-6)
+            for norm in (layer.q_norm, layer.k_norm):
+                norm.weight.data = torch.rand(runner.head_dim, generator=generator) + 0.5
+        runner.fused = FusedLayers(runner, q8dot.library())
+    compiled = runner.fused.compiled
+    assert compiled is not None
+    tokens = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31]
+    results = []
+    for loop in (None, compiled):
+        runner.fused.compiled = loop
+        caches = [runner.new_cache() for _ in range(3)]
+        runner.forward([Step(caches[0], tokens[:7]), Step(caches[1], tokens[:3])])
+        logits = runner.forward([Step(caches[0], tokens[7:12], logits=5), Step(caches[1], tokens[3:4], logits=1),
+                                 Step(caches[2], tokens[:9], logits=9)])
+        kept = [(c.keys[:, :, :c.length].clone(), c.values[:, :, :c.length].clone()) for c in caches]
+        results.append((logits, kept))
+    (by_python, python_caches), (in_c, c_caches) = results
+    assert all(torch.equal(a, b) for a, b in zip(by_python, in_c))
+    assert all(torch.equal(a, b) for pair_a, pair_b in zip(python_caches, c_caches) for a, b in zip(pair_a, pair_b))
 
 
 def test_models_the_c_steps_do_not_cover_run_on_torch_ops():

@@ -47,7 +47,7 @@ class Source:
 
 BLOCKQUANT = Source("blockquant", ("-ffp-contract=fast", *COMMON))
 # The integer path's float steps, its layer's included, are defined without fused multiply-adds.
-Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON), ("layer_ops", "workers"))
+Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON), ("layer_ops", "decoder", "workers"))
 
 MARCH = {"sse41": "x86-64-v2", "avx2": "x86-64-v3"}  # every AVX-512 level (and AMX): x86-64-v4
 # The integer path's variants, fastest first, and what each is compiled with.
@@ -133,7 +133,9 @@ def load(variant: str, source: Source = BLOCKQUANT) -> ctypes.CDLL:
                       "lo_rms_norm": ([ptr, i64, i64, ptr, ctypes.c_float, ptr], None),
                       "lo_silu_mul": ([ptr, i64, i64, ptr], None),
                       "lo_attention": ([ptr, i64, i64, i64, i64, ptr, ptr, ctypes.c_float, ptr, ptr, ptr, ptr, i64, i64,
-                                        ctypes.c_float, ptr, c_int], c_int)}
+                                        ctypes.c_float, ptr, c_int], c_int),
+                      "dec_layers": ([ptr, i64, ptr, i64, i64, ptr, ptr, ptr, i64, i64, i64, i64, ctypes.c_float, ptr,
+                                      c_int], c_int)}
     for name, (argtypes, restype) in signatures.items():
         function = getattr(lib, name)
         function.argtypes, function.restype = argtypes, restype

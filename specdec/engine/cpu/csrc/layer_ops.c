@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "vectors.h"
 #include "workers.h"
 

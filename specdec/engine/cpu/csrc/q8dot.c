@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "ggml_blocks.h"
+#include "kernels.h"
 #include "vectors.h"
 #include "workers.h"
 #if !defined(Q8_PORTABLE)
@@ -40,7 +41,7 @@ typedef uint32_t vu __attribute__((vector_size(64)));
 typedef uint8_t vb __attribute__((vector_size(64)));
 
 /* One activation super-block: 256 quants in vector order, and per lane (16-weight group) dx, Σu and dx·Σu. */
-typedef struct {
+typedef struct act_block {
     int8_t u[SB];
     float dx[LANES];
     int32_t bsum[LANES];
