@@ -199,6 +199,7 @@ def test_sessions_of_one_prior_share_the_load_they_measure():
         return ctl
 
     assert history(GammaController(8, machine(), machine(0.02))).choose() > 0, "the stale sample must matter"
+    assert set(GammaController.fresh_load()) == set(GammaController.LOAD)
     prior = SharedPrior(gamma_max=8)
     stale = history(prior.new_controller(machine(), machine(0.02)))
     others = [prior.new_controller(machine(), machine(0.02)) for _ in range(7)]

@@ -95,10 +95,8 @@ class GammaController:
         # Network time is measured every round with little noise: follow it quickly.
         self.rtt_draft = Ewma(0.5)
         self.rtt_target = Ewma(0.5)
-        self.target_sessions = Ewma(0.3, 1.0, provisional=True)  # n_t: live sessions on the target
-        self.draft_sessions = Ewma(0.3, 1.0, provisional=True)
-        # f: the share of the live sessions in a pass (unmeasured: 1, every session in one pass)
-        self.target_fill_drafting, self.target_fill_plain, self.draft_fill = Ewma(0.3), Ewma(0.3), Ewma(0.3)
+        for name, estimate in self.fresh_load().items():
+            setattr(self, name, estimate)
         self.hysteresis = hysteresis
         self._last_gamma: int | None = None
         self._rounds_without_draft = 0
@@ -111,6 +109,13 @@ class GammaController:
         self.overlapping = False  # price rounds as overlapped (`overlap_round_time`)
         self._rounds_without_overlap = 0
         self._overlap_probe_interval = probe_every
+
+    @staticmethod
+    def fresh_load() -> dict[str, Ewma]:
+        """The `LOAD` estimates before any round: n (live sessions on each service) 1, provisionally; f (the
+        share of the live sessions in a pass) unmeasured, which prices passes as if every session were in one."""
+        return {"target_sessions": Ewma(0.3, 1.0, provisional=True), "draft_sessions": Ewma(0.3, 1.0, provisional=True),
+                "target_fill_drafting": Ewma(0.3), "target_fill_plain": Ewma(0.3), "draft_fill": Ewma(0.3)}
 
     # -- learning ----------------------------------------------------------------------------
     def observe(self, record: RoundRecord, by_model: bool = True) -> None:

@@ -53,11 +53,10 @@ class SharedPrior:
         this one's sessions share (their draft side stays their own)."""
         self.gamma_max = gamma_max
         self._learned = {name: Ewma(weight) for name in GammaController.LEARNED}
-        fresh = GammaController(gamma_max, CostProfile((1.0,)))  # a new controller's load estimates
-        target = {name: getattr(fresh, name) for name in GammaController.LOAD if name.startswith("target_")}
+        fresh = GammaController.fresh_load()
+        target = {name: estimate for name, estimate in fresh.items() if name.startswith("target_")}
         self._target_load = target_load_of._target_load if target_load_of is not None else LoadEstimates(target)
-        self._draft_load = LoadEstimates({name: getattr(fresh, name) for name in GammaController.LOAD
-                                          if name not in target})
+        self._draft_load = LoadEstimates({name: estimate for name, estimate in fresh.items() if name not in target})
         self._load = self._target_load.ewmas | self._draft_load.ewmas
         self._alpha = Ewma(weight)
         self._prior_weight = prior_weight
