@@ -76,8 +76,7 @@ class CompiledLayers:
         return cls(fused) if all(getattr(k, "fully_integer", False) for k in kernels) else None
 
     def _linear(self, kernel) -> _Linear:
-        parts = (_Part * len(kernel._calls))(*(_Part(qtype, weights, n, k, offset, bias)
-                                               for qtype, weights, n, k, offset, bias in kernel._calls))
+        parts = (_Part * len(kernel.integer_calls))(*(_Part(*call) for call in kernel.integer_calls))
         self._parts.append(parts)
         return _Linear(parts, len(parts), kernel.out_features)
 

@@ -91,11 +91,12 @@ class Q8Kernel(Kernel):
         self.out_features = sum(widths)
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
         # Each integer part's q8_matmul arguments that never change: (type, weights, rows, cols, first output
-        # column, bias). The pointers stay valid: the buffers are this module's, and nothing moves them.
-        self._calls = [(part.qtype, part.data.data_ptr(), part.rows, part.cols, offset,
-                        None if self.bias is None else self.bias.data_ptr() + 4 * offset)
-                       for part, offset in zip(self.parts, self.offsets) if isinstance(part, RepackedTensor)]
-        self.fully_integer = len(self._calls) == len(self.parts)
+        # column, bias), for `integer_matmul` and the one-call layer loop (`decoder`). The pointers stay valid:
+        # the buffers are this module's, and nothing moves them.
+        self.integer_calls = [(part.qtype, part.data.data_ptr(), part.rows, part.cols, offset,
+                               None if self.bias is None else self.bias.data_ptr() + 4 * offset)
+                              for part, offset in zip(self.parts, self.offsets) if isinstance(part, RepackedTensor)]
+        self.fully_integer = len(self.integer_calls) == len(self.parts)
         self.act_bytes = self.lib.q8_act_bytes(self.in_features)  # a row's activation blocks
         formats = dict.fromkeys(NAMES[p.qtype] if isinstance(p, RepackedTensor) else p.name.removeprefix("gguf-")
                                 for p in self.parts)
@@ -114,7 +115,7 @@ class Q8Kernel(Kernel):
         `act_bytes` bytes; the integer parts only (all of them when `fully_integer`). No allocation, no
         tensor: what a decoder layer's loop calls (`specdec.engine.cpu.layer_ops`)."""
         self.lib.q8_quantize(x, rows, self.in_features, act)
-        for qtype, weights, n, k, offset, bias in self._calls:
+        for qtype, weights, n, k, offset, bias in self.integer_calls:
             status = self.lib.q8_matmul(qtype, weights, n, k, act, rows, y + 4 * offset, self.out_features, bias,
                                         threads)
             if status == -2:
@@ -126,7 +127,7 @@ class Q8Kernel(Kernel):
             x = x.float().contiguous()  # [T, K]
         rows = x.shape[0]
         y = torch.empty(rows, self.out_features, dtype=torch.float32)  # [T, N]
-        if self._calls:
+        if self.integer_calls:
             act = torch.empty(rows, self.act_bytes, dtype=torch.uint8)
             self.integer_matmul(x.data_ptr(), rows, y.data_ptr(), act.data_ptr(), torch.get_num_threads())
         for part, offset in zip(self.parts, self.offsets):
