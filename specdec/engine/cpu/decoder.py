@@ -56,15 +56,13 @@ class CompiledLayers:
         runner = fused.runner
         self._parts = []  # the part arrays the layer structures point into, kept alive with them
         self.layers = (_Layer * len(runner.layers))()
-        for layer, entry, (input_norm, post_norm), (q_norm, k_norm) in zip(
+        for layer, entry, (input_norm, post_norm), head_norms in zip(
                 runner.layers, self.layers, fused.norms, fused.head_norms):
             for name in LINEARS:
                 setattr(entry, name, self._linear(getattr(layer, name)))
             entry.input_norm, entry.input_eps = input_norm.ptr, input_norm.eps
             entry.post_norm, entry.post_eps = post_norm.ptr, post_norm.eps
-            entry.q_norm = q_norm.ptr if q_norm is not None else None
-            entry.k_norm = k_norm.ptr if k_norm is not None else None
-            entry.head_eps = q_norm.eps if q_norm is not None else 0.0
+            entry.q_norm, entry.k_norm, entry.head_eps = head_norms.q_ptr, head_norms.k_ptr, head_norms.eps
         first = runner.layers[0]
         self.widths = {"qkv": first.qkv.out_features, "attended": runner.heads * runner.head_dim,
                        "gate_up": first.gate_up.out_features, "gated": first.gate_up.out_features // 2}

@@ -38,6 +38,16 @@ class _Norm:
         self.eps = float(module.variance_epsilon)
 
 
+class _HeadNorms:
+    """A layer's optional per-head norms (Qwen3's q_norm, k_norm) as the C attention takes them: each weight's
+    address or None, and one epsilon (0 without norms; `unsupported_reason` refuses two different ones)."""
+
+    def __init__(self, q_norm: nn.Module | None, k_norm: nn.Module | None):
+        self.norms = [_Norm(m) if m is not None else None for m in (q_norm, k_norm)]  # keeps the weights alive
+        self.q_ptr, self.k_ptr = (n.ptr if n is not None else None for n in self.norms)
+        self.eps = self.norms[0].eps if self.norms[0] is not None else 0.0
+
+
 def unsupported_reason(runner: ModelRunner) -> str | None:
     """Why the runner's layers cannot run on the C float steps, or None if they can."""
     norms = [runner.norm] + [m for layer in runner.layers
@@ -81,8 +91,7 @@ class FusedLayers:
     def __init__(self, runner: ModelRunner, lib):
         self.runner, self.lib = runner, lib
         self.norms = [(_Norm(layer.input_norm), _Norm(layer.post_norm)) for layer in runner.layers]
-        self.head_norms = [tuple(_Norm(m) if m is not None else None for m in (layer.q_norm, layer.k_norm))
-                           for layer in runner.layers]
+        self.head_norms = [_HeadNorms(layer.q_norm, layer.k_norm) for layer in runner.layers]
         self.final_norm = _Norm(runner.norm)
         self.scratch = _Scratch()
         # The whole loop in one C call where every linear is on the integer kernel (`decoder`): same bits.
@@ -121,15 +130,14 @@ class FusedLayers:
         r = self.runner
         H, KV, D = r.heads, r.kv_heads, r.head_dim
         out = self.scratch.get("attended", qkv.shape[0], H * D)
-        q_norm, k_norm = self.head_norms[index]
-        eps = q_norm.eps if q_norm is not None else 0.0
+        head_norms = self.head_norms[index]
         threads, begin = torch.get_num_threads(), 0
         for step in steps:
             cache, n = step.cache, len(step.tokens)
             layer_bytes = 4 * index * cache.keys.stride(0)
             status = self.lib.lo_attention(
                 qkv.data_ptr() + 4 * begin * qkv.shape[1], n, H, KV, D,
-                q_norm.ptr if q_norm is not None else None, k_norm.ptr if k_norm is not None else None, eps,
+                head_norms.q_ptr, head_norms.k_ptr, head_norms.eps,
                 cos.data_ptr() + 4 * begin * D, sin.data_ptr() + 4 * begin * D,
                 cache.keys.data_ptr() + layer_bytes, cache.values.data_ptr() + layer_bytes, cache.capacity,
                 cache.length, r.scale, out.data_ptr() + 4 * begin * H * D, threads)
