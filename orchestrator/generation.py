@@ -40,6 +40,7 @@ LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM'
 # session's), how long a suffix, and whether that suffix recurred there.
 LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)] + \
     [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)]
+CATCH_UP_ROUNDS = 8  # hybrid prices a draft's catch-up as spread over this many rounds
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
@@ -188,7 +189,7 @@ class Generation:
         if hit is not None:
             lookup = self._lookup_over(hit, cap, committed)
         else:
-            lookup, model_gamma = self._sources(gamma, cap, useful, committed)
+            lookup, model_gamma = self._sources(gamma, cap, committed)
         if lookup is not None:
             hit, proposal = None, DraftReply(lookup.tokens, NO_DRAFTS.probs, NO_DRAFTS.hop)
         elif hit is not None:
@@ -220,15 +221,15 @@ class Generation:
             self.controller.observe(record, by_model=lookup is None or not self._uses_model)
         return record, verdict, new_tokens
 
-    def _sources(self, gamma: int, cap: int, useful: int, committed: list[int]) -> tuple[Lookup | None, int]:
+    def _sources(self, gamma: int, cap: int, committed: list[int]) -> tuple[Lookup | None, int]:
         """Who proposes this round: a lookup (a point mass, no q, no hop) or None, and otherwise the γ
         for the draft model (0: a target-only step).
 
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
-        rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ with
-        the time its draft needs to catch up on tokens it has not seen (`GammaController.catch_up_rate`,
-        over the `useful` tokens left). Target-only's is one step's, an option only under adaptive γ (a
-        fixed γ asks for speculation).
+        rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ,
+        plus the time its draft needs to catch up on tokens it has not seen (its prompt, or what
+        lookups committed), spread over the `CATCH_UP_ROUNDS` rounds it then serves. Target-only's is
+        one step's, an option only under adaptive γ (a fixed γ asks for speculation).
         """
         if self._lookup is None:
             return None, gamma
@@ -242,7 +243,8 @@ class Generation:
         options = [(self.controller.rate(0), None, 0)] if adaptive else []
         if gamma > 0 and self._draft_usable():
             unseen = self._draft.unsynced(committed) + 1
-            options.append((self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
+            catch_up = max(self.controller.draft_time(unseen, gamma) - self.controller.draft_time(1, gamma), 0.0)
+            options.append((self.controller.rate(gamma, catch_up / CATCH_UP_ROUNDS), None, gamma))
         priced = self._priced_lookup(cap)
         if priced is not None:
             options.append((*priced, 0))

@@ -132,23 +132,6 @@ def test_catch_up_rounds_do_not_inflate_draft_cost():
     assert ctl.draft_scale.value == before
 
 
-def test_a_drafts_catch_up_is_spread_over_the_rounds_it_can_serve():
-    """The first round of a 64-token generation, whose draft has yet to read the 50-token prompt (a CPU-like
-    pair: c = 0.4, the feed about 5 target steps, α 0.7): spread over the rounds the draft can then serve,
-    its feed leaves the draft model worth more than a target-only step. Spread over 8 rounds, as it was, it
-    lost, and each target-only round then left the draft a token further behind. Two tokens before the end,
-    the same feed is not worth it."""
-    ctl = GammaController(8, machine(), machine(0.04, knee=4))
-    ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = 0.7, 1e6
-    gamma = ctl.choose()
-    assert gamma > 0 and ctl.rate(gamma) > ctl.rate(0)
-    assert ctl.catch_up_rate(gamma, 51, 63) > ctl.rate(0)
-    feed = ctl.draft_time(51, gamma) - ctl.draft_time(1, gamma)
-    assert ctl.rate(gamma, feed / 8) < ctl.rate(0), "over 8 rounds the prompt's feed priced the draft out"
-    assert ctl.catch_up_rate(gamma, 51, 2) < ctl.rate(0)
-    assert ctl.catch_up_rate(gamma, 1, 2) == ctl.rate(gamma), "a steady round feeds nothing extra"
-
-
 def test_early_stop_threshold_rises_with_draft_cost():
     cheap, dear = controller(0.8, 0.005), controller(0.8, 0.05)
     assert 0 < cheap.confidence_threshold() < dear.confidence_threshold() <= 0.9
