@@ -40,7 +40,9 @@ LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM'
 # session's), how long a suffix, and whether that suffix recurred there.
 LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)] + \
     [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)]
-CATCH_UP_ROUNDS = 8  # hybrid prices a draft's catch-up as spread over this many rounds
+# The α hybrid prices the first lookup of a kind no session tried at (`_priced_lookup`): as if accepted whole,
+# or a kind whose prior loses to a good draft model would never be tried, nor learned. A miss costs one round.
+UNTRIED_ALPHA = 0.999
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
@@ -106,8 +108,9 @@ class Generation:
         self._uses_model = proposer in ("model", "hybrid")
         # α of lookup proposals, learned per kind (`Lookup.kind`; the model's is the controller's);
         # hybrid plans with it, and hands it back to `lookup_prior`.
-        self.lookup_acceptance = {} if self._lookup is None else \
-            (self.lookup_prior or LookupPrior(LOOKUP_KINDS)).estimates()
+        if self.lookup_prior is None:
+            self.lookup_prior = LookupPrior(LOOKUP_KINDS)
+        self.lookup_acceptance = {} if self._lookup is None else self.lookup_prior.estimates()
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
@@ -155,7 +158,7 @@ class Generation:
                 else:
                     yield Chunk(new_tokens, delta, record, estimates, logprobs=logprobs)
         finally:
-            if self.lookup_prior is not None and self.request.proposer == "hybrid":
+            if self.request.proposer == "hybrid":
                 self.lookup_prior.absorb(self.lookup_acceptance)
             if self.recent is not None and finish:  # a finished sequence, for later sessions' lookups
                 self.recent.add(committed)
@@ -189,7 +192,7 @@ class Generation:
         if hit is not None:
             lookup = self._lookup_over(hit, cap, committed)
         else:
-            lookup, model_gamma = self._sources(gamma, cap, committed)
+            lookup, model_gamma = self._sources(gamma, cap, useful, committed)
         if lookup is not None:
             hit, proposal = None, DraftReply(lookup.tokens, NO_DRAFTS.probs, NO_DRAFTS.hop)
         elif hit is not None:
@@ -217,19 +220,20 @@ class Generation:
             overlapped=self._branch is not None, prefetched=hit is not None)
         if lookup is not None:
             self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
+            self.lookup_prior.tried(lookup.kind)
         if not prefill:  # a prefill says nothing about steady-state cost
             self.controller.observe(record, by_model=lookup is None or not self._uses_model)
         return record, verdict, new_tokens
 
-    def _sources(self, gamma: int, cap: int, committed: list[int]) -> tuple[Lookup | None, int]:
+    def _sources(self, gamma: int, cap: int, useful: int, committed: list[int]) -> tuple[Lookup | None, int]:
         """Who proposes this round: a lookup (a point mass, no q, no hop) or None, and otherwise the γ
         for the draft model (0: a target-only step).
 
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
-        rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ,
-        plus the time its draft needs to catch up on tokens it has not seen (its prompt, or what
-        lookups committed), spread over the `CATCH_UP_ROUNDS` rounds it then serves. Target-only's is
-        one step's, an option only under adaptive γ (a fixed γ asks for speculation).
+        rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ with
+        the time its draft needs to catch up on tokens it has not seen (`GammaController.catch_up_rate`,
+        over the `useful` tokens left). Target-only's is one step's, an option only under adaptive γ (a
+        fixed γ asks for speculation).
         """
         if self._lookup is None:
             return None, gamma
@@ -243,8 +247,7 @@ class Generation:
         options = [(self.controller.rate(0), None, 0)] if adaptive else []
         if gamma > 0 and self._draft_usable():
             unseen = self._draft.unsynced(committed) + 1
-            catch_up = max(self.controller.draft_time(unseen, gamma) - self.controller.draft_time(1, gamma), 0.0)
-            options.append((self.controller.rate(gamma, catch_up / CATCH_UP_ROUNDS), None, gamma))
+            options.append((self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
         priced = self._priced_lookup(cap)
         if priced is not None:
             options.append((*priced, 0))
@@ -305,12 +308,14 @@ class Generation:
 
     def _priced_lookup(self, cap: int) -> tuple[float, Lookup] | None:
         """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its
-        expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind and no draft cost;
-        None when it finds nothing worth a token."""
+        expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind (`UNTRIED_ALPHA` for a
+        kind not yet tried) and no draft cost; None when it finds nothing worth a token."""
         found = self._lookup.propose(cap)
         if not found.tokens:
             return None
-        best, rate = self.controller.best_free(self.lookup_acceptance[found.kind].alpha, len(found.tokens))
+        untried = self._uses_model and self.lookup_prior.untried(found.kind)
+        alpha = UNTRIED_ALPHA if untried else self.lookup_acceptance[found.kind].alpha
+        best, rate = self.controller.best_free(alpha, len(found.tokens))
         return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> DraftReply:

@@ -132,6 +132,23 @@ def test_catch_up_rounds_do_not_inflate_draft_cost():
     assert ctl.draft_scale.value == before
 
 
+def test_a_drafts_catch_up_is_spread_over_the_rounds_it_can_serve():
+    """The first round of a 64-token generation, whose draft has yet to read the 50-token prompt (a CPU-like
+    pair: c = 0.4, the feed about 5 target steps, α 0.7): spread over the rounds the draft can then serve,
+    its feed leaves the draft model worth more than a target-only step. Spread over 8 rounds, as it was, it
+    lost, and each target-only round then left the draft a token further behind. Two tokens before the end,
+    the same feed is not worth it."""
+    ctl = GammaController(8, machine(), machine(0.04, knee=4))
+    ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = 0.7, 1e6
+    gamma = ctl.choose()
+    assert gamma > 0 and ctl.rate(gamma) > ctl.rate(0)
+    assert ctl.catch_up_rate(gamma, 51, 63) > ctl.rate(0)
+    feed = ctl.draft_time(51, gamma) - ctl.draft_time(1, gamma)
+    assert ctl.rate(gamma, feed / 8) < ctl.rate(0), "over 8 rounds the prompt's feed priced the draft out"
+    assert ctl.catch_up_rate(gamma, 51, 2) < ctl.rate(0)
+    assert ctl.catch_up_rate(gamma, 1, 2) == ctl.rate(gamma), "a steady round feeds nothing extra"
+
+
 def test_early_stop_threshold_rises_with_draft_cost():
     cheap, dear = controller(0.8, 0.005), controller(0.8, 0.05)
     assert 0 < cheap.confidence_threshold() < dear.confidence_threshold() <= 0.9
@@ -309,9 +326,10 @@ def test_rounds_drafted_elsewhere_teach_nothing_of_the_draft_model():
 def test_lookup_prior_hands_alpha_per_match_length_to_new_sessions():
     from specdec.planning.prior import LookupPrior
 
-    prior = LookupPrior(range(2, 5))
+    prior = LookupPrior(range(2, 6))
     first = prior.estimates()
-    assert {n: e.alpha for n, e in first.items()} == {2: 0.5, 3: 0.5, 4: 0.5}
+    assert {n: e.alpha for n, e in first.items()} == {2: 0.5, 3: 0.5, 4: 0.5, 5: 0.5}
+    assert all(prior.untried(n) for n in range(2, 6))
     for _ in range(20):
         first[4].observe(6, 6)  # long matches: always accepted
         first[2].observe(6, 0)  # short ones: never
@@ -319,6 +337,8 @@ def test_lookup_prior_hands_alpha_per_match_length_to_new_sessions():
     prior.absorb(first)
     second = prior.estimates()
     assert second[4].alpha > 0.9 and second[2].alpha < 0.1 and second[3].alpha == 0.5
+    prior.tried(5)
+    assert not prior.untried(5) and prior.untried(3), "a kind is untried until some session proposes it"
 
 
 def test_overlap_round_time_hides_the_shorter_of_draft_and_verify():

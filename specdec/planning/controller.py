@@ -47,6 +47,10 @@ from specdec.core.rounds import AcceptanceEstimate, RoundRecord
 from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost
 
 GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
+# The most rounds a draft's catch-up is spread over (`catch_up_rate`). Over 8, a ~50-token prompt's prefill
+# priced the draft model out of 64-token generations for good: each target-only round left it a token further
+# behind (measured: adaptive at γ <= 1 with α 0.64, against γ up to 6 with α 0.85 once it drafted from the start).
+CATCH_UP_ROUNDS = 32
 
 
 class Ewma:
@@ -224,6 +228,15 @@ class GammaController:
         `extra_s` more than a steady round (a draft catching up on tokens it has not seen);
         `overlapped`: as in `round_time`."""
         return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped) + extra_s)
+
+    def catch_up_rate(self, gamma: int, unseen: int, useful: int) -> float:
+        """`rate(γ)` of a draft-model round whose draft must first feed `unseen` tokens (its prompt, or what
+        lookups or target-only rounds committed) where a steady round feeds one: the feed's extra time,
+        an investment, is spread over the rounds the draft can then serve, the `useful` tokens left at a
+        round's expected yield, at most `CATCH_UP_ROUNDS`. Near a generation's end it is paid nearly whole."""
+        catch_up = max(self.draft_time(unseen, gamma) - self.draft_time(1, gamma), 0.0)
+        served = min(max(useful / expected_tokens(self.acceptance.alpha, gamma), 1.0), CATCH_UP_ROUNDS)
+        return self.rate(gamma, catch_up / served)
 
     def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
         """The best γ ≤ cap for a proposer that costs no draft time and no hop (a lookup) whose tokens
