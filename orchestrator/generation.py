@@ -221,8 +221,10 @@ class Generation:
         if lookup is not None:
             self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
             self.lookup_prior.tried(lookup.kind)
-        if not prefill:  # a prefill says nothing about steady-state cost
+        if not prefill:  # a prefill says nothing about steady-state cost, only about the load
             self.controller.observe(record, by_model=lookup is None or not self._uses_model)
+        else:
+            self.controller.observe_sessions(record)
         return record, verdict, new_tokens
 
     def _sources(self, gamma: int, cap: int, useful: int, committed: list[int]) -> tuple[Lookup | None, int]:

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from specdec.core.rounds import PassLoad, RoundRecord
-from specdec.planning.controller import GammaController
+from specdec.planning.controller import Ewma, GammaController, update_fill
 from specdec.planning.cost import CostProfile, expected_tokens
 from specdec.planning.prior import SharedPrior
 from specdec.tools.bench.theory import profile_speedup, theorem_speedup
@@ -219,6 +219,38 @@ def test_sessions_of_one_prior_share_the_load_they_measure():
     alone = prior.new_controller(machine(), machine(0.02))
     loaded_round(alone, 0, 0.8, rows=1, sessions=1)
     assert alone.target_sessions.value == 1.0, "after the burst, the next session's first round is its load"
+
+
+def test_a_burst_after_a_lone_session_is_priced_by_its_live_sessions():
+    """A lone session speculates; when it ends, its load turns provisional. 8 sessions arriving at once choose
+    their first round before any of them has measured the target: priced as the lone session's, they would
+    all draft (they did, and cost 8 users 4% of target-only's tokens/s); with their own live count as the
+    floor on the target's sessions, they decode target-only. Their first measurement is the load again."""
+    def pinned(ctl: GammaController) -> GammaController:
+        ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = 0.8, 1e6
+        return ctl
+
+    prior = SharedPrior(gamma_max=8)
+    lone = pinned(prior.new_controller(machine(knee=4), machine(0.02)))
+    loaded_round(lone, 2, 0.8, rows=1)
+    assert lone.choose() > 0
+    prior.absorb(lone)
+    burst = [pinned(prior.new_controller(machine(knee=4), machine(0.02))) for _ in range(8)]
+    assert burst[0].target_sessions.value == 8 and burst[0].target_sessions.provisional
+    assert all(ctl.choose() == 0 for ctl in burst)
+    burst[0].target_sessions.value = 1.0  # had no floor been set: the lone session's
+    assert burst[0].choose() > 0, "the floor must matter"
+    burst[0].target_sessions.value = 8.0
+    loaded_round(burst[0], 0, 0.8, rows=1, sessions=8)  # a ragged first pass: the others still prefill
+    assert burst[1].target_sessions.value == 8 and not burst[1].target_sessions.provisional
+    assert burst[1].choose() == 0 and burst[1].target_fill_plain.value > 0.5
+    kept = burst[1].target_fill_plain.value
+    burst[1].target_fill_plain.value = 1 / 8  # had that one pass replaced the lone session's fill
+    assert burst[1].choose() > 0, "the cautious fill must matter"
+    burst[1].target_fill_plain.value = kept
+    fill = Ewma(0.3, 0.5, provisional=True)
+    update_fill(fill, 0.9)
+    assert fill.value == 0.9, "a fuller pass replaces a provisional fill at once"
 
 
 def test_sparse_profile_interpolates_between_sizes_and_extends_the_last_slope():

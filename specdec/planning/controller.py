@@ -74,6 +74,18 @@ class Ewma:
             self.value, self.provisional = value, True
 
 
+def update_fill(fill: Ewma, sample: float) -> None:
+    """Learn a batch fill f from one pass. A provisional or unmeasured f (a finished burst's, a lone session's,
+    or none, which prices passes as f = 1) gives way at once to a fuller pass, but only by the average's
+    weight to a sparser one: a burst's first passes are ragged while its sessions still prefill, and pricing
+    target-only passes by one of them (f = 1/8) made a session draft γ = 7 into 8 users' batch. Over-pricing
+    drafting costs a few rounds of speculation; under-pricing it under load costs every session in the pass."""
+    current = 1.0 if fill.value is None else fill.value
+    if (fill.provisional or fill.value is None) and sample < current:
+        fill.value, fill.provisional = current, False
+    fill.update(sample)
+
+
 class GammaController:
     """Chooses γ each round from the cost profiles, the online α estimate and the measured scales."""
 
@@ -130,13 +142,13 @@ class GammaController:
             self.contention_target.update(max(target_s / self.target_scale.value, 1.0))
         else:
             self.target_scale.update(target_s)
-        self.target_sessions.update(max(target.sessions, 1))
+        self.observe_sessions(record)
         fill = self.target_fill_drafting if record.drafted > 0 else self.target_fill_plain
-        fill.update(batch_fill(target.rows, target.sessions))
+        update_fill(fill, batch_fill(target.rows, target.sessions))
         if record.drafted > 0 and by_model:
             self.acceptance.observe(record.drafted, record.accepted)
             self.draft_sessions.update(max(draft.sessions, 1))
-            self.draft_fill.update(batch_fill(draft.rows, draft.sessions))
+            update_fill(self.draft_fill, batch_fill(draft.rows, draft.sessions))
             step = self.draft_cost.forward_s(draft.tokens or 1) if self.draft_cost is not None else 0.0
             # A prefetched proposal's compute is its branch's, learned in `observe_branch`; a free
             # proposer (a lookup) has no scale to learn.
@@ -146,6 +158,11 @@ class GammaController:
             self._rounds_without_draft = 0
         else:
             self._rounds_without_draft += 1
+
+    def observe_sessions(self, record: RoundRecord) -> None:
+        """Learn how many sessions the target serves from any round, a prefill's too (whose cost teaches
+        nothing of a steady round's)."""
+        self.target_sessions.update(max(record.target_load.sessions, 1))
 
     def observe_branch(self, drafted: int, compute_s: float, guessed: bool | None) -> None:
         """Learn from a branch drafted beside a verify: the draft's slowdown there (κ_d), and, when

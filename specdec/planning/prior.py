@@ -12,7 +12,10 @@ from specdec.planning.cost import CostProfile
 class LoadEstimates:
     """One service's load estimates (`GammaController.LOAD` Ewmas), shared by the sessions that measure it,
     and how many of those are live: when the last one leaves, the estimates turn provisional, so the next
-    session's first measurement replaces them. Thread-safe."""
+    session's first measurement replaces them. Until then the live sessions are a floor on the service's:
+    a burst's first rounds, chosen before any of them measured, must not be priced as a lone session's
+    (measured: 8 users arriving after one drafted in their first round, and lost 4% of target-only's
+    tokens/s). Thread-safe."""
 
     def __init__(self, ewmas: dict[str, Ewma]):
         self.ewmas = ewmas
@@ -22,6 +25,9 @@ class LoadEstimates:
     def join(self) -> None:
         with self._lock:
             self._live += 1
+            for name, shared in self.ewmas.items():
+                if name.endswith("_sessions") and shared.provisional and (shared.value or 0.0) < self._live:
+                    shared.seed(float(self._live))
 
     def leave(self) -> None:
         with self._lock:
