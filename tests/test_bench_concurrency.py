@@ -11,11 +11,12 @@ from specdec.cli.main import main
 
 def test_concurrency_bench_writes_rows_and_a_plot(tmp_path):
     output = tmp_path / "conc.json"
-    assert main(["bench", "--concurrency", "1,3", "--no-hf", "--device", "cpu", "--draft-model", TINY_DRAFT,
-                 "--target-model", TINY_TARGET, "--max-new-tokens", "12", "--limit-prompts", "2",
+    assert main(["bench", "--concurrency", "1,3", "--repeats", "2", "--no-hf", "--device", "cpu", "--draft-model",
+                 TINY_DRAFT, "--target-model", TINY_TARGET, "--max-new-tokens", "12", "--limit-prompts", "2",
                  "--output", str(output)]) == 0
     rows = json.loads(output.read_text())["rows"]
     assert [(r["config"], r["users"]) for r in rows] == [("target-only", 1), ("adaptive", 1), ("target-only", 3),
                                                          ("adaptive", 3)]
     assert all(r["tokens_per_s"] > 0 and r["itl_p95_ms"] >= r["itl_p50_ms"] for r in rows)
+    assert all(r["runs"] == 2 for r in rows), "each config ran twice at each level"
     assert output.with_suffix(".png").stat().st_size > 0

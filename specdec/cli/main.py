@@ -169,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "compare memory per worker, step and verify time, tokens/s")
     bench.add_argument("--concurrency", default="", help="e.g. 1,4,8,16: that many users at once; aggregate tok/s, "
                        "TTFT and p50/p95 inter-token latency for target-only, adaptive and batched HF generate")
+    bench.add_argument("--repeats", type=int, default=1, help="with --concurrency: run target-only and adaptive "
+                       "this many times at each level, alternating their order, and sum the runs")
     bench.add_argument("--workloads", default="", help="e.g. editing,code,prose: target-only, model, ngram, hybrid "
                        "and HF prompt lookup per workload (chat prompts), with α, accepted length and lookup share")
     bench.add_argument("--http", default="", help="e.g. 1,8: that many users through gRPC and through the OpenAI "

@@ -4,7 +4,8 @@ For each level N, N clients stream generations at the same time from one embedde
 target-only and with adaptive speculation, and Hugging Face `generate` runs the same N prompts as
 one padded batch in this process on the same kernels (the in-process peer, target only). It prints
 aggregate tokens/s, time to first token and p50/p95 inter-token latency, and plots tok/s and p95
-latency against N.
+latency against N. With `--repeats R`, each level's two configs run R times in alternating order and
+their runs are summed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,19 @@ class Level:
     gaps_s: list[float] = field(default_factory=list)  # per token, between streamed chunks
     gammas: list[int] = field(default_factory=list)  # γ of every round
     target_rows: float | None = None  # sessions per target forward pass over the level
+    runs: int = 0  # how many runs were folded in (`add`)
+
+    def add(self, run: Level) -> None:
+        """Fold in another run of the same level: tokens and seconds summed, samples pooled, rows per
+        pass averaged over the runs."""
+        self.tokens, self.seconds = self.tokens + run.tokens, self.seconds + run.seconds
+        self.first_token_s += run.first_token_s
+        self.gaps_s += run.gaps_s
+        self.gammas += run.gammas
+        if run.target_rows is not None:
+            self.target_rows = run.target_rows if self.target_rows is None else \
+                (self.target_rows * self.runs + run.target_rows) / (self.runs + 1)
+        self.runs += 1
 
     def row(self, name: str, users: int) -> dict:
         gaps = sorted(self.gaps_s) or [0.0]
@@ -41,7 +55,8 @@ class Level:
                 "itl_p50_ms": round(1e3 * gaps[len(gaps) // 2], 1),
                 "itl_p95_ms": round(1e3 * gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))], 1),
                 "mean_gamma": round(statistics.mean(self.gammas), 2) if self.gammas else None,
-                "target_rows_per_pass": None if self.target_rows is None else round(self.target_rows, 2)}
+                "target_rows_per_pass": None if self.target_rows is None else round(self.target_rows, 2),
+                "runs": max(self.runs, 1)}
 
 
 def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level, lock: threading.Lock) -> None:
@@ -144,8 +159,12 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
         target = target_client(stack.target_address)
         for users in levels:
             prompts = [base[i % len(base)] for i in range(users)]
-            for name, gamma in (("target-only", 0), ("adaptive", None)):
-                rows.append(run_level(stack.endpoint, prompts, args.max_new_tokens, gamma, target).row(name, users))
+            configs = (("target-only", 0), ("adaptive", None))
+            levels_run = {name: Level() for name, _ in configs}
+            for repeat in range(args.repeats):  # A B B A ...: the machine's speed drifts within minutes
+                for name, gamma in configs if repeat % 2 == 0 else configs[::-1]:
+                    levels_run[name].add(run_level(stack.endpoint, prompts, args.max_new_tokens, gamma, target))
+            rows += [levels_run[name].row(name, users) for name, _ in configs]
             if peer is not None:
                 rows.append(peer(prompts, args.max_new_tokens).row("hf-generate-batched", users))
             print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in rows[-3:]), flush=True)
