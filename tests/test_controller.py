@@ -253,6 +253,25 @@ def test_a_burst_after_a_lone_session_is_priced_by_its_live_sessions():
     assert fill.value == 0.9, "a fuller pass replaces a provisional fill at once"
 
 
+def test_the_draft_models_alpha_is_untried_until_a_session_measures_it():
+    """Hybrid tries the draft model first while its α is the 0.7 guess (`GammaController.untried`): until this
+    session drafted, or an earlier one handed on a measured α. A session that never drafted hands on nothing."""
+    prior = SharedPrior(gamma_max=8)
+    first = prior.new_controller(machine(), machine(0.02))
+    assert first.untried()
+    idle = prior.new_controller(machine(), machine(0.02))
+    loaded_round(idle, 0, 0.8, rows=1)
+    prior.absorb(idle)
+    assert idle.untried() and prior.new_controller(machine(), machine(0.02)).untried()
+    loaded_round(first, 2, 0.8, rows=1)
+    assert not first.untried()
+    for _ in range(3):
+        loaded_round(first, 2, 0.8, rows=1)
+    prior.absorb(first)
+    later = prior.new_controller(machine(), machine(0.02))
+    assert later.alpha_from_prior and not later.untried()
+
+
 def test_sparse_profile_interpolates_between_sizes_and_extends_the_last_slope():
     profile = CostProfile((1.0, 1.0, 2.0, 4.0), (1, 2, 4, 8))
     assert profile.forward_s(3) == pytest.approx(1.5)

@@ -101,6 +101,7 @@ class GammaController:
         # The services' start-up cost profiles (no draft profile: no draft model to price).
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
+        self.alpha_from_prior = False  # α's prior was measured by earlier sessions (`SharedPrior`), not guessed
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
         self.target_scale = Ewma(0.3, 1.0, provisional=True)  # measured / profiled target compute
         self.draft_scale = Ewma(0.3, 1.0, provisional=True)
@@ -245,6 +246,10 @@ class GammaController:
         `extra_s` more than a steady round (a draft catching up on tokens it has not seen);
         `overlapped`: as in `round_time`."""
         return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped) + extra_s)
+
+    def untried(self) -> bool:
+        """Whether the draft model's α is still a guess: no earlier session measured it, nor has this one."""
+        return not self.alpha_from_prior and self.acceptance.observed == 0
 
     def catch_up_rate(self, gamma: int, unseen: int, useful: int) -> float:
         """`rate(γ)` of a draft-model round whose draft must first feed `unseen` tokens (its prompt, or what

@@ -82,6 +82,7 @@ class SharedPrior:
             alpha = self._alpha.value
         if alpha is not None:
             controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)
+            controller.alpha_from_prior = True
         return controller
 
     def absorb(self, controller: GammaController) -> None:
