@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -235,11 +234,12 @@ class Generation:
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
         rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ with
         the time its draft needs to catch up on tokens it has not seen (`GammaController.catch_up_rate`,
-        over the `useful` tokens left), and while its α is still a guess (`GammaController.untried`) it is
-        tried first: at the guess (0.7) the model and target-only tie on a CPU pair, the catch-up tips it,
-        and target-only rounds never measure α (measured: whole benchmark runs at α 0.65 and γ ≤ 1, against
-        0.84 and γ up to 6). Target-only's is one step's, an option only under adaptive γ (a fixed γ asks
-        for speculation).
+        over the `useful` tokens left). While its α is still a guess (`GammaController.untried`), and on the
+        controller's probes, the draft model drafts regardless: at the guess (0.7) the model and target-only
+        tie on a CPU pair, the catch-up tips it, and target-only or lookup rounds never measure α (measured:
+        whole benchmark runs at α 0.65 and γ ≤ 1, against 0.84 and γ up to 6; a lone session after a burst
+        whose every probe became a lookup). Target-only's is one step's, an option only under adaptive γ (a
+        fixed γ asks for speculation).
         """
         if self._lookup is None:
             return None, gamma
@@ -253,8 +253,9 @@ class Generation:
         options = [(self.controller.rate(0), None, 0)] if adaptive else []
         if gamma > 0 and self._draft_usable():
             unseen = self._draft.unsynced(committed) + 1
-            untried = self.controller.untried()  # tried first, as an untried lookup kind is (`UNTRIED_ALPHA`)
-            options.append((math.inf if untried else self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
+            if self.controller.untried() or self.controller.probing:  # measure α (an untried lookup kind: ditto)
+                return None, gamma
+            options.append((self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
         priced = self._priced_lookup(cap)
         if priced is not None:
             options.append((*priced, 0))

@@ -81,6 +81,11 @@ def test_settles_at_zero_and_probes_ever_more_rarely():
     chosen = run_rounds(ctl, 0.9, 600)
     probes = [i for i, g in enumerate(chosen) if g > 0]
     assert chosen[:16] == [0] * 16
+    flagged = controller(alpha=0.9, draft_step=0.01, target=linear())
+    flags = []
+    for _ in range(100):
+        flags.append((run_rounds(flagged, 0.9, 1)[0], flagged.probing))
+    assert [g > 0 for g, _ in flags] == [probing for _, probing in flags], "each probe, and only a probe, says so"
     assert 3 <= len(probes) <= 8, f"probes at {probes}"
     gaps = [b - a for a, b in zip(probes, probes[1:])]
     assert gaps == sorted(gaps) and gaps[-1] >= 128, "each probe that changes nothing doubles the wait"

@@ -112,6 +112,7 @@ class GammaController:
             setattr(self, name, estimate)
         self.hysteresis = hysteresis
         self._last_gamma: int | None = None
+        self.probing = False  # the last `choose` was a probe: γ > 0 though γ = 0 paid (hybrid must draft it)
         self._rounds_without_draft = 0
         self._probe_interval = probe_every
         # Overlap: κ, each service's slowdown while the other computes, and β, how often the draft's
@@ -296,6 +297,7 @@ class GammaController:
         last = self._last_gamma
         if last is not None and last <= cap and rate[last] >= (1.0 - self.hysteresis) * rate[best]:
             best = last  # not worth a switch
+        self.probing = False
         if best > 0 or self._rounds_without_draft < self._probe_interval * round(self.target_sessions.value):
             if best > 0:
                 self._probe_interval = self.probe_every
@@ -305,4 +307,5 @@ class GammaController:
         # γ = 0 best doubles the wait before the next one.
         self._probe_interval = min(2 * self._probe_interval, self.max_probe_every)
         self._rounds_without_draft = 0
+        self.probing = True
         return max(range(1, cap + 1), key=rate.get)
