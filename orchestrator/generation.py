@@ -195,6 +195,7 @@ class Generation:
             lookup, model_gamma = self._sources(gamma, cap, useful, committed)
         if lookup is not None:
             hit, proposal = None, DraftReply(lookup.tokens, NO_DRAFTS.probs, NO_DRAFTS.hop)
+            self.lookup_prior.tried(lookup.kind)
         elif hit is not None:
             proposal, gamma = hit, len(hit.tokens)
         elif model_gamma > 0 and self._draft_usable():
@@ -220,7 +221,6 @@ class Generation:
             overlapped=self._branch is not None, prefetched=hit is not None)
         if lookup is not None:
             self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
-            self.lookup_prior.tried(lookup.kind)
         if not prefill:  # a prefill says nothing about steady-state cost, only about the load
             self.controller.observe(record, by_model=lookup is None or not self._uses_model)
         else:
@@ -252,9 +252,9 @@ class Generation:
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
         options = [(self.controller.rate(0), None, 0)] if adaptive else []
         if gamma > 0 and self._draft_usable():
-            unseen = self._draft.unsynced(committed) + 1
             if self.controller.untried() or self.controller.probing:  # measure α (an untried lookup kind: ditto)
                 return None, gamma
+            unseen = self._draft.unsynced(committed) + 1
             options.append((self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
         priced = self._priced_lookup(cap)
         if priced is not None:
