@@ -24,7 +24,7 @@ from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.sessions import NO_DRAFTS, Branch, DraftReply, DraftSession, TargetSession, VerifyReply
 from specdec.core.ngram import Lookup, LookupProposer, RecentSequences
-from specdec.core.rounds import Estimates, RoundRecord
+from specdec.core.rounds import ALPHA_MAX, Estimates, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import FinishReason, GenerationStats
 from specdec.core.text import TextStream, printable
@@ -40,9 +40,10 @@ LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM'
 # session's), how long a suffix, and whether that suffix recurred there.
 LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)] + \
     [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)]
-# The α hybrid prices the first lookup of a kind no session tried at (`_priced_lookup`): as if accepted whole,
-# or a kind whose prior loses to a good draft model would never be tried, nor learned. A miss costs one round.
-UNTRIED_ALPHA = 0.999
+# The α hybrid prices the first lookup of a kind no session tried at (`_priced_lookup`): as if accepted whole
+# (the largest an estimate gives), or a kind whose prior loses to a good draft model would never be tried, nor
+# learned. A miss costs one round.
+UNTRIED_ALPHA = ALPHA_MAX
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})

@@ -33,10 +33,15 @@ def linear(step: float = STEP, sizes: int = 9) -> CostProfile:
     return CostProfile(tuple(step * s for s in range(1, sizes + 1)))
 
 
+def pin_alpha(ctl: GammaController, alpha: float) -> GammaController:
+    """Pin the controller's α to a synthetic value (a prior no round can move)."""
+    ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = alpha, 1e6
+    return ctl
+
+
 def controller(alpha: float, draft_step: float, target: CostProfile | None = None, rtt: float = 0.0,
                gamma_max: int = 8) -> GammaController:
-    ctl = GammaController(gamma_max, target or flat(), flat(draft_step))
-    ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = alpha, 1e6  # pin α to the synthetic value
+    ctl = pin_alpha(GammaController(gamma_max, target or flat(), flat(draft_step)), alpha)
     ctl.rtt_draft.update(rtt)
     ctl.rtt_target.update(rtt)
     return ctl
@@ -143,8 +148,7 @@ def test_a_drafts_catch_up_is_spread_over_the_rounds_it_can_serve():
     its feed leaves the draft model worth more than a target-only step. Spread over 8 rounds, as it was, it
     lost, and each target-only round then left the draft a token further behind. Two tokens before the end,
     the same feed is not worth it."""
-    ctl = GammaController(8, machine(), machine(0.04, knee=4))
-    ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = 0.7, 1e6
+    ctl = pin_alpha(GammaController(8, machine(), machine(0.04, knee=4)), 0.7)
     gamma = ctl.choose()
     assert gamma > 0 and ctl.rate(gamma) > ctl.rate(0)
     assert ctl.catch_up_rate(gamma, 51, 63) > ctl.rate(0)
@@ -198,7 +202,7 @@ def test_sessions_of_one_prior_share_the_load_they_measure():
     and whose drafting rounds then met full passes, would keep drafting on that stale sample alone; the
     other 7 sessions' target-only rounds, in full passes, are its load estimate too, and γ = 0 wins."""
     def history(ctl: GammaController) -> GammaController:
-        ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = 0.8, 1e6
+        pin_alpha(ctl, 0.8)
         loaded_round(ctl, 0, 0.8, rows=1, sessions=8)
         loaded_round(ctl, 2, 0.8, rows=8, sessions=8)
         return ctl
@@ -231,16 +235,12 @@ def test_a_burst_after_a_lone_session_is_priced_by_its_live_sessions():
     their first round before any of them has measured the target: priced as the lone session's, they would
     all draft (they did, and cost 8 users 4% of target-only's tokens/s); with their own live count as the
     floor on the target's sessions, they decode target-only. Their first measurement is the load again."""
-    def pinned(ctl: GammaController) -> GammaController:
-        ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = 0.8, 1e6
-        return ctl
-
     prior = SharedPrior(gamma_max=8)
-    lone = pinned(prior.new_controller(machine(knee=4), machine(0.02)))
+    lone = pin_alpha(prior.new_controller(machine(knee=4), machine(0.02)), 0.8)
     loaded_round(lone, 2, 0.8, rows=1)
     assert lone.choose() > 0
     prior.absorb(lone)
-    burst = [pinned(prior.new_controller(machine(knee=4), machine(0.02))) for _ in range(8)]
+    burst = [pin_alpha(prior.new_controller(machine(knee=4), machine(0.02)), 0.8) for _ in range(8)]
     assert burst[0].target_sessions.value == 8 and burst[0].target_sessions.provisional
     assert all(ctl.choose() == 0 for ctl in burst)
     burst[0].target_sessions.value = 1.0  # had no floor been set: the lone session's

@@ -67,6 +67,9 @@ class Estimates:
     cost_ratio: float = 0.0
 
 
+ALPHA_MAX = 0.999  # the largest α an estimate gives: below 1, so that E(α, γ) stays finite and γ bounded
+
+
 @dataclass
 class AcceptanceEstimate:
     """α as the MLE of a truncated geometric: accepted / (accepted + rounds that hit a rejection).
@@ -100,4 +103,4 @@ class AcceptanceEstimate:
     def alpha(self) -> float:
         successes = self.accepted + self.prior_alpha * self.prior_weight
         trials = self.accepted + self.rejections + self.prior_weight
-        return min(successes / trials, 0.999)
+        return min(successes / trials, ALPHA_MAX)
