@@ -51,6 +51,7 @@ def _rank_forward(rank: int, world: int, port: int, results) -> None:
     runner = _runner(rank=rank, world=world)
     logits = _forward_steps(runner)
     results.put((rank, [t.numpy().copy() for t in logits], runner.weight_bytes()))  # plain pickles
+    torch.distributed.barrier()  # neither rank tears its pairs down while the other may still use them
     torch.distributed.destroy_process_group()
 
 
