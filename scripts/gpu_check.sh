@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Issue 30's GPU checks in one prepared run, for a lent GPU host that downloads nothing (../shared/GPU.md):
 #   1. the CUDA tests (tests/test_cuda.py): the static runner's graphs and its batch invariance bit for bit,
-#      its piece eager and compiled; greedy speculation identical to target-only through the services;
-#   2. the step curves of both synthetic models, the static runner eager and compiled beside each other,
-#      against the bandwidth floor (`specdec bench --gpu --gpu-steps`).
+#      its layers eager and compiled; greedy speculation identical to target-only through the services, whose
+#      runners compile their layers here (SPECDEC_STATIC_COMPILE=1);
+#   2. the kernels of one target step, eager and compiled, by device time (scripts/gpu_kernels.py);
+#   3. the step curves of both synthetic models, eager and compiled, against the bandwidth floor
+#      (`specdec bench --gpu --gpu-steps`). The whole benchmark is `specdec bench --gpu` (README).
 # Carry .whl/ (scripts/gpu_wheels.sh fills it) and run from the repository root: bash scripts/gpu_check.sh
-# Results go to $OUT (the device tool's) or /tmp/gpu_check. About 8 minutes on an H100; each part has a timeout.
+# Results go to $OUT (the device tool's) or /tmp/gpu_check. About 5 minutes; each part has a timeout.
 set -u
 out=${OUT:-/tmp/gpu_check}
 mkdir -p "$out"
@@ -15,10 +17,13 @@ if [ -d .whl ]; then
 else
     export PYTHONPATH=$PWD
 fi
-export SPECDEC_CACHE=${SPECDEC_CACHE:-/tmp/specdec-cache}
+export SPECDEC_CACHE=${SPECDEC_CACHE:-/tmp/specdec-cache} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
-timeout 270 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda tests/test_cuda.py -q -rA 2>&1 \
-    | tail -30 | tee "$out/cuda_tests.txt"
-timeout 270 python3 -m specdec.cli.main bench --gpu --gpu-steps --output "$out/gpu_steps.json" 2>&1 \
-    | grep -v "it/s\]" | tail -30 | tee "$out/gpu_steps.txt"
+SPECDEC_STATIC_COMPILE=1 timeout 150 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
+    tests/test_cuda.py -q -rA --durations=5 > "$out/cuda_tests.txt" 2>&1
+tail -25 "$out/cuda_tests.txt"
+timeout 75 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
+grep -v "^USDT" "$out/kernels.txt" | tail -50
+timeout 120 python3 -m specdec.cli.main bench --gpu --gpu-steps --output "$out/gpu_steps.json" > "$out/gpu_steps.txt" 2>&1
+grep -v "it/s\]" "$out/gpu_steps.txt" | tail -20

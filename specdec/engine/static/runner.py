@@ -10,10 +10,12 @@ A token's logits therefore come from one kernel sequence whatever γ, the batch,
 chunking or the other sessions: a one-token step and a γ+1 verify run the same kernels, and rows
 never mix inside a kernel (each output row is its own dot products, each query row its own softmax).
 On CUDA each bucket is a CUDA graph captured at start-up (`graphs.GraphBank`) and replayed: one
-launch per piece instead of hundreds. Opt-in (SPECDEC_STATIC_COMPILE=1), the piece runs through
-torch.compile with dynamic shapes, and the smallest bucket is two segments, so that no piece is the
-size-1 case a compiler specialises apart. On CPU the same code runs eagerly (compiled too when asked,
-which is how CI tests the compiled piece's invariance).
+launch per piece instead of hundreds. Opt-in (SPECDEC_STATIC_COMPILE=1), one decoder layer runs through
+torch.compile, which fuses its norms, rotary embeddings, pool writes, activations and residual adds: every
+layer calls the same compiled code (its weights and pool tensors are arguments), with the segment count
+its one dynamic size, so one compilation serves every layer and every bucket. Compiled, the smallest bucket
+is two segments, so that no piece is the size-1 case a compiler specialises apart. On CPU the same code runs
+eagerly (compiled too when asked, which is how CI tests the compiled layer's invariance).
 
 Attention reads each segment's slot (all of it, masked to key position ≤ query position) through
 `scaled_dot_product_attention`; padding rows write past their session's length, where the next real
@@ -30,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.engine.kernels import DenseKernel
 from specdec.engine.runner import Collectives, ModelRunner, Step
 from specdec.engine.static.graphs import GraphBank
 from specdec.engine.static.pool import KVPool, SlotCache
@@ -51,7 +54,7 @@ class _Segment:
 class StaticRunner(ModelRunner):
     """slots: sessions the pool holds; context: positions per session (capped at the model's);
     rows: tokens per segment (γ_max + 1, so a verify is one segment); graphs: capture CUDA graphs (default: on CUDA);
-    compile: run the piece through torch.compile (default: only with graphs and SPECDEC_STATIC_COMPILE=1)."""
+    compile: run each layer through torch.compile (default: SPECDEC_STATIC_COMPILE=1)."""
 
     def __init__(self, model: nn.Module, path: str = "bf16", collectives: Collectives | None = None,
                  slots: int = 64, context: int = DEFAULT_CONTEXT, rows: int = 9,
@@ -64,19 +67,20 @@ class StaticRunner(ModelRunner):
                            self.act_dtype, self.device)
         use_graphs = self.device.type == "cuda" if graphs is None else graphs
         if compile is None:
-            compile = use_graphs and os.environ.get("SPECDEC_STATIC_COMPILE", "0") == "1"
-        # torch.compile fuses the norms, rotary embeddings, activations and residual adds, with dynamic
-        # shapes giving every bucket the same kernels. Measured on an H100 it made the target's step 2.5x
-        # slower: the pool was then one tensor, and each write into a layer's view of it became a copy of
-        # the whole pool. The pool is now a tensor per layer (written in place; tests/test_static_runner.py),
-        # not yet timed on a GPU, so compiling stays opt-in until it is.
-        piece = torch.compile(self._piece, dynamic=True) if compile else self._piece
+            compile = os.environ.get("SPECDEC_STATIC_COMPILE", "0") == "1"
+        if compile and not all(isinstance(k, DenseKernel) for k in self.linear_kernels()):
+            log.warning("the %s path's kernels cannot be compiled: the static runner's layers run eagerly", path)
+            compile = False
+        # Measured on an H100, the whole piece compiled made the target's step 2.5x slower: the pool was then
+        # one tensor, and each write into a layer's view of it became a copy of the whole pool; and it took
+        # 100-190 s to start, recompiling per bucket. The pool is now a tensor per layer (written in place),
+        # and one layer is compiled, once (tests/test_static_runner.py).
         self.compiled = compile
+        self.layer_step = torch.compile(self._layer_step) if compile else self._layer_step
         # Compiled, a bucket of one would be specialised apart; eager, cuBLAS gave the same row bits
         # for 1..72 rows at these shapes (tested on the GPU: tests/test_cuda.py).
         self.session_buckets = SESSION_BUCKETS if compile else (1, *SESSION_BUCKETS)
-        self.piece = piece  # what a pass runs, eager or compiled; captured in graphs on CUDA
-        self.graphs = GraphBank(piece) if use_graphs else None
+        self.graphs = GraphBank(self._piece) if use_graphs else None
         self.vocab = self.embed.num_embeddings
 
     # -- caches --------------------------------------------------------------------------
@@ -150,7 +154,7 @@ class StaticRunner(ModelRunner):
         output, valid until that graph's next replay)."""
         sessions = next(b for b in self.session_buckets if b >= len(piece))
         inputs = self._inputs(piece, sessions)
-        return self.graphs.run(*inputs) if self.graphs is not None else self.piece(*inputs)
+        return self.graphs.run(*inputs) if self.graphs is not None else self._piece(*inputs)
 
     def _piece(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
         """ids, positions: [B, S]; slots: [B] -> logits [B, S, V] float32. Static shapes, no host sync."""
@@ -159,20 +163,30 @@ class StaticRunner(ModelRunner):
         cos, sin = self.rotary(h, positions.reshape(1, -1))
         keys = torch.arange(self.pool.length, device=ids.device)
         visible = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, S, L]
-        for index, layer in enumerate(self.layers):
-            h = h + self._attention(index, layer, h, cos, sin, positions, slots, visible)
-            h = h + self._mlp(layer, h)
+        if self.compiled:  # the segment count is the one dynamic size; the pool's and weights' sizes stay static
+            for t in (h, cos, sin):
+                torch._dynamo.mark_dynamic(t, 1)
+            for t in (positions, slots, visible):
+                torch._dynamo.mark_dynamic(t, 0)
+        for layer, pool_keys, pool_values in zip(self.layers, self.pool.keys, self.pool.values, strict=True):
+            h = self.layer_step(layer, h, cos, sin, positions, slots, visible, pool_keys, pool_values)
         logits = self.collectives.gather_vocab(self.lm_head(self.norm(h[0])).float())  # [B·S, V]
         return logits.view(B, S, -1)
 
-    def _attention(self, index: int, layer, h: torch.Tensor, cos, sin, positions: torch.Tensor,
-                   slots: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    def _layer_step(self, layer, h: torch.Tensor, cos, sin, positions: torch.Tensor, slots: torch.Tensor,
+                    visible: torch.Tensor, pool_keys: torch.Tensor, pool_values: torch.Tensor) -> torch.Tensor:
+        """One decoder layer: h [1, B·S, hidden] -> [1, B·S, hidden]; writes the segments' keys and values
+        into this layer's pool tensors [slots + 1, L, KV, D]."""
+        h = h + self._attention(layer, h, cos, sin, positions, slots, visible, pool_keys, pool_values)
+        return h + self._mlp(layer, h)
+
+    def _attention(self, layer, h: torch.Tensor, cos, sin, positions: torch.Tensor, slots: torch.Tensor,
+                   visible: torch.Tensor, pool_keys: torch.Tensor, pool_values: torch.Tensor) -> torch.Tensor:
         D, H, KV = self.head_dim, self.heads, self.kv_heads
         B, S = positions.shape
         q, k, v = self._project(layer, h, cos, sin)  # [1, H|KV, B·S, D], v [B·S, KV, D]
         q = q[0].view(H, B, S, D).transpose(0, 1)  # [B, H, S, D]
         k = k[0].view(KV, B, S, D).permute(1, 2, 0, 3)  # [B, S, KV, D]
-        pool_keys, pool_values = self.pool.keys[index], self.pool.values[index]  # [slots + 1, L, KV, D]
         where = (slots[:, None].expand(B, S), positions)
         pool_keys.index_put_(where, k.to(pool_keys.dtype))
         pool_values.index_put_(where, v.view(B, S, KV, D).to(pool_values.dtype))

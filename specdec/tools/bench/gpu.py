@@ -1,15 +1,18 @@
 """`specdec bench --gpu`: the GPU path in one command, on a host that can download nothing.
 
 On the synthetic pair by default (`specdec.engine.synthetic`: the packaged pair's shapes, random
-weights, the draft's greedy agreement set by eps), all in one run on one device:
-1. each model's step curve on the static runner (CUDA graphs) for S = 1..γ_max+1 and shared passes,
-   the ragged runner's one-token step beside it, and the floor: weight bytes ÷ measured bandwidth
-   (`--gpu-steps`: only this, with the compiled piece's curve beside the eager one);
+weights, the draft's greedy agreement set by eps), all in one run on one device, each part written to
+--output as it ends (a run cut short keeps what it measured):
+1. each model's step curve on the static runner (CUDA graphs) for S = 1..γ_max+1 and shared passes, its
+   layers eager and compiled (SPECDEC_STATIC_COMPILE), the ragged runner's one-token step beside them, and
+   the floor: weight bytes ÷ measured bandwidth (`--gpu-steps`: only this);
 2. teacher-forced greedy agreement of the draft with the target;
-3. Hugging Face `generate` on the target, eager and with a static cache compiled (CUDA graphs), each
-   prompt warmed once so that compilation is not timed;
-4. through the services: target-only, fixed γ and adaptive, one user, with α, accepted length, c,
-   per-round overhead and identity with target-only; then 8 users at once, target-only and adaptive.
+3. through the services, on the faster of the two curves unless SPECDEC_STATIC_COMPILE says which:
+   target-only, fixed γ and adaptive, one user, with α, accepted length, c, per-round overhead and
+   identity with target-only; then 8 users at once, target-only and adaptive;
+4. Hugging Face `generate` on the target, eager and with a static cache compiled (CUDA graphs), each
+   prompt warmed once so that compilation is not timed; last, since compiling it takes the longest.
+`--device cpu` runs the same parts on the CPU (a dry run of the command; tests/test_gpu_bench.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import statistics
 import time
@@ -25,6 +29,7 @@ from unittest import mock
 
 import torch
 
+from specdec.engine.cpu.features import cpuinfo
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_hf_model, load_model
 from specdec.engine.runner import Step
@@ -32,8 +37,21 @@ from specdec.planning.cost import batch_sizes
 from specdec.tools.bench.concurrency import run_level
 from specdec.tools.bench.speed import load_prompts, print_table, run_configs, service_infos, summarise, warm_up
 
+log = logging.getLogger(__name__)
+
 SYNTHETIC_DRAFT, SYNTHETIC_TARGET = "synthetic:draft", "synthetic:target"
 COMPILE_ENV = "SPECDEC_STATIC_COMPILE"  # read by `specdec.engine.static.runner.StaticRunner`
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _release_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def bandwidth_bytes_per_s(device: torch.device, size: int = 2**30) -> float:
@@ -41,11 +59,11 @@ def bandwidth_bytes_per_s(device: torch.device, size: int = 2**30) -> float:
     src = torch.empty(size, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    torch.cuda.synchronize(device)
+    _synchronize(device)
     began = time.perf_counter()
     for _ in range(10):
         dst.copy_(src)
-    torch.cuda.synchronize(device)
+    _synchronize(device)
     return 2 * 10 * size / (time.perf_counter() - began)
 
 
@@ -56,46 +74,55 @@ def time_forward(runner, sizes: list[int], rows: int, repeats: int = 20) -> list
     return [statistics.median(timer.seconds(size) for _ in range(repeats)) for size in sizes]
 
 
-def static_curve(spec: str, sizes: list[int], rows: int, compiled: bool) -> tuple[list[float], float, int]:
+def static_curve(spec: str, device: torch.device, dtype: str, sizes: list[int], rows: int,
+                 compiled: bool) -> tuple[list[float], float, int]:
     """The static runner's step curve (seconds per size), its start-up seconds (load, capture and, compiled,
-    compilation) and its weight bytes. `compiled`: the piece through torch.compile (SPECDEC_STATIC_COMPILE)."""
+    compilation) and its weight bytes. `compiled`: its layers through torch.compile (SPECDEC_STATIC_COMPILE)."""
     with mock.patch.dict(os.environ, {COMPILE_ENV: "1" if compiled else "0"}):
         began = time.perf_counter()
-        static = load_model(spec, "cuda", runner="static", slots=8, max_tokens=rows).runner
+        static = load_model(spec, device.type, dtype, runner="static", slots=8, max_tokens=rows).runner
         start_s = time.perf_counter() - began
     curve = time_forward(static, sizes, rows)
     weight_bytes = static.weight_bytes()
     del static
-    gc.collect()
-    torch.cuda.empty_cache()
+    _release_memory(device)
     return curve, start_s, weight_bytes
 
 
-def step_curves(args, rows: int, compiled_too: bool = False) -> dict:
-    """Each model's static runner step curve (and, `compiled_too`, the compiled piece's beside it), the ragged
-    runner's one-token step, and the floor: weight bytes ÷ measured bandwidth."""
-    device = torch.device("cuda")
+def step_curves(args, device: torch.device, rows: int) -> dict:
+    """Each model's static runner step curve, eager and compiled, the ragged runner's one-token step, and the
+    floor: weight bytes ÷ measured bandwidth."""
     bandwidth = bandwidth_bytes_per_s(device)
     sizes = batch_sizes(rows, 8 * rows)
     curves = {"bandwidth_GBps": round(bandwidth / 1e9, 1), "sizes": sizes}
     for role, spec in (("target", args.target_model), ("draft", args.draft_model)):  # the target's matters most
-        curve, start_s, weight_bytes = static_curve(spec, sizes, rows, compiled=False)
+        curve, start_s, weight_bytes = static_curve(spec, device, args.dtype, sizes, rows, compiled=False)
         floor = weight_bytes / bandwidth
-        ragged = load_model(spec, "cuda", runner="ragged", max_tokens=rows).runner
+        ragged = load_model(spec, device.type, args.dtype, runner="ragged", max_tokens=rows).runner
         ragged_step = time_forward(ragged, [1], rows)[0]
         del ragged
-        gc.collect()
-        torch.cuda.empty_cache()
+        _release_memory(device)
         curves[role] = {"static_ms": [round(1e3 * s, 3) for s in curve], "ragged_step_ms": round(1e3 * ragged_step, 3),
                         "floor_ms": round(1e3 * floor, 3), "static_start_s": round(start_s, 1)}
         print(f"{role}: floor {1e3 * floor:.2f} ms; ragged runner S=1 {1e3 * ragged_step:.2f} ms; static runner "
               f"(start {start_s:.0f} s) {_curve_text(sizes, curve)}", flush=True)
-        if compiled_too:
-            curve, start_s, _ = static_curve(spec, sizes, rows, compiled=True)
-            curves[role].update(static_compiled_ms=[round(1e3 * s, 3) for s in curve],
-                                static_compiled_start_s=round(start_s, 1))
-            print(f"{role}: static runner compiled (start {start_s:.0f} s) {_curve_text(sizes, curve)}", flush=True)
+        try:
+            curve, start_s, _ = static_curve(spec, device, args.dtype, sizes, rows, compiled=True)
+        except Exception as error:  # a compiler's failure leaves the eager runner to measure the rest with
+            log.exception("%s: the compiled layers failed", role)
+            curves[role]["static_compiled_error"] = repr(error)[:500]
+            _release_memory(device)
+            continue
+        curves[role].update(static_compiled_ms=[round(1e3 * s, 3) for s in curve],
+                            static_compiled_start_s=round(start_s, 1))
+        print(f"{role}: static runner compiled (start {start_s:.0f} s) {_curve_text(sizes, curve)}", flush=True)
     return curves
+
+
+def compiled_is_faster(curves: dict) -> bool:
+    """Whether the compiled layers make the target's and the draft's steps faster, summed over the curve."""
+    return all("static_compiled_ms" in curve and sum(curve["static_compiled_ms"]) < sum(curve["static_ms"])
+               for curve in (curves["target"], curves["draft"]))
 
 
 def _curve_text(sizes: list[int], seconds: list[float]) -> str:
@@ -108,13 +135,13 @@ def _write(payload: dict, path: str) -> None:
 
 
 @torch.inference_mode()
-def agreement(args, prompts: list[str], n: int) -> float:
+def agreement(args, device: torch.device, prompts: list[str], n: int) -> float:
     """Teacher-forced greedy agreement: the share of the target's greedy tokens the draft also picks."""
     from specdec.weights.sources import load_tokenizer
 
     tokenizer = load_tokenizer(args.target_model)
-    target = load_model(args.target_model, "cuda", runner="static", slots=2).runner
-    draft = load_model(args.draft_model, "cuda", runner="static", slots=2).runner
+    target = load_model(args.target_model, device.type, args.dtype, runner="static", slots=2).runner
+    draft = load_model(args.draft_model, device.type, args.dtype, runner="static", slots=2).runner
     same = total = 0
     for prompt in prompts:
         ids = tokenizer(prompt).input_ids
@@ -126,17 +153,16 @@ def agreement(args, prompts: list[str], n: int) -> float:
             total += 1
             t_logits, d_logits = target.forward([Step(t_cache, [token])])[0], draft.forward([Step(d_cache, [token])])[0]
     del target, draft
-    gc.collect()
-    torch.cuda.empty_cache()
+    _release_memory(device)
     return same / total
 
 
-def hf_generate(args, prompts: list[str], n: int, compiled: bool) -> dict:
+def hf_generate(args, device: torch.device, prompts: list[str], n: int, compiled: bool) -> dict:
     """Hugging Face `generate` on the target in bf16; compiled: a static cache and torch.compile."""
     from specdec.weights.sources import load_tokenizer
 
     tokenizer = load_tokenizer(args.target_model)
-    model = load_hf_model(args.target_model, torch.device("cuda"), torch.bfloat16)
+    model = load_hf_model(args.target_model, device, torch.bfloat16)
     kwargs = dict(do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
     if compiled:
         model.generation_config.cache_implementation = "static"
@@ -144,19 +170,20 @@ def hf_generate(args, prompts: list[str], n: int, compiled: bool) -> dict:
     tokens = seconds = 0.0
     outputs = []
     for prompt in prompts:
-        ids = tokenizer(prompt, return_tensors="pt").input_ids.cuda()
+        ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
         with torch.inference_mode():
             model.generate(ids, **kwargs)  # warm: compiles for this prompt length
-            torch.cuda.synchronize()
+            _synchronize(device)
             began = time.perf_counter()
             out = model.generate(ids, **kwargs)
-            torch.cuda.synchronize()
+            _synchronize(device)
         seconds += time.perf_counter() - began
         tokens += out.shape[1] - ids.shape[1]
         outputs.append(out[0, ids.shape[1]:].tolist())
+        print(f"  {'compiled' if compiled else 'eager'} HF generate, prompt {len(outputs)}: "
+              f"{tokens / seconds:.1f} tok/s so far", flush=True)
     del model
-    gc.collect()
-    torch.cuda.empty_cache()
+    _release_memory(device)
     return {"tokens_per_s": round(tokens / seconds, 2), "outputs": outputs}
 
 
@@ -166,46 +193,59 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
 
     if args.draft_model.startswith("packaged:") and args.target_model.startswith("packaged:"):
         args.draft_model, args.target_model = SYNTHETIC_DRAFT, SYNTHETIC_TARGET
-    args.device = "cuda"
+    args.device = "cuda" if args.device == "auto" else args.device
+    device = torch.device(args.device)
     chosen = load_prompts(args.prompts, args.limit_prompts or 3)
     prompts = [p["prompt"] for p in chosen]
     gammas = [int(g) for g in args.gammas.split(",") if g]
     gamma_max = max([args.gamma_max, *gammas])
     n = args.max_new_tokens
-    payload: dict = {"device": torch.cuda.get_device_name(), "draft": args.draft_model, "target": args.target_model,
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({cpuinfo('model name')})"
+    payload: dict = {"device": name, "draft": args.draft_model, "target": args.target_model,
                      "prompts": len(prompts), "max_new_tokens": n}
-    payload["step_curves"] = step_curves(args, gamma_max + 1, compiled_too=args.gpu_steps)
-    if args.gpu_steps:
+    began = time.perf_counter()
+
+    def done(part: str) -> None:
+        payload.setdefault("part_seconds", {})[part] = round(time.perf_counter() - began, 1)
         _write(payload, args.output)
+        print(f"[{part} done at {time.perf_counter() - began:.0f} s]", flush=True)
+
+    payload["step_curves"] = curves = step_curves(args, device, gamma_max + 1)
+    done("step curves")
+    if args.gpu_steps:
         return 0
-    payload["greedy_agreement"] = round(agreement(args, prompts, n), 3)
+    payload["greedy_agreement"] = round(agreement(args, device, prompts, n), 3)
     print(f"teacher-forced greedy agreement of the draft: {payload['greedy_agreement']}", flush=True)
-    hf = {"hf-eager": hf_generate(args, prompts, n, compiled=False)}
-    if not args.no_hf_compiled:
-        hf["hf-static-compiled"] = hf_generate(args, prompts, n, compiled=True)
-    for name, result in hf.items():
-        print(f"{name}: {result['tokens_per_s']} tok/s", flush=True)
-    with EmbeddedStack(stack_options(args, gamma_max=gamma_max, max_sessions=16)) as stack:
+    compiled = os.environ.get(COMPILE_ENV) == "1" if COMPILE_ENV in os.environ else compiled_is_faster(curves)
+    payload["services_compiled"] = compiled
+    print(f"the services run the static runner with its layers {'compiled' if compiled else 'eager'}", flush=True)
+    with mock.patch.dict(os.environ, {COMPILE_ENV: "1" if compiled else "0"}), \
+            EmbeddedStack(stack_options(args, gamma_max=gamma_max, max_sessions=16)) as stack:
         draft_info, target_info = service_infos(stack)
         warm_up(stack.endpoint, prompts[0], gamma_max)
         configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
         results = run_configs(stack.endpoint, configs, chosen, n)
+        rows = summarise(results, None, draft_info, target_info)
+        print_table(rows)
+        payload.update(rows=rows, target_kernel=target_info.kernel,
+                       adaptive_gammas=[r.gamma for r in results[-1].rounds])
+        done("one user")
         users = [prompts[i % len(prompts)] for i in range(8)]
-        levels = {name: run_level(stack.endpoint, users, n, gamma) for name, gamma in (("target-only", 0),
-                                                                                      ("adaptive", None))}
-    rows = summarise(results, None, draft_info, target_info)
-    print_table(rows)
+        levels = {label: run_level(stack.endpoint, users, n, gamma) for label, gamma in (("target-only", 0),
+                                                                                          ("adaptive", None))}
     base = results[0]
-    for name, result in hf.items():
-        rate = result["tokens_per_s"]
-        print(f"{name}: {rate} tok/s; ours target-only ×{base.tokens_per_s / rate:.2f}, "
-              f"adaptive ×{results[-1].tokens_per_s / rate:.2f}; output identical to ours: "
-              f"{result['outputs'] == base.outputs}")
-    for name, level in levels.items():
-        print(f"8 users, {name}: {level.tokens / level.seconds:.1f} tok/s aggregate "
+    for label, level in levels.items():
+        print(f"8 users, {label}: {level.tokens / level.seconds:.1f} tok/s aggregate "
               f"(×{level.tokens / level.seconds / base.tokens_per_s:.2f} one user's target-only)")
-    payload.update(rows=rows, hf={k: v["tokens_per_s"] for k, v in hf.items()},
-                   eight_users={k: round(v.tokens / v.seconds, 2) for k, v in levels.items()},
-                   target_kernel=target_info.kernel, adaptive_gammas=[r.gamma for r in results[-1].rounds])
-    _write(payload, args.output)
+    payload["eight_users"] = {k: round(v.tokens / v.seconds, 2) for k, v in levels.items()}
+    done("8 users")
+    hf_runs = [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
+    for label, compile_hf in hf_runs:
+        result = hf_generate(args, device, prompts, n, compiled=compile_hf)
+        rate = result["tokens_per_s"]
+        print(f"{label}: {rate} tok/s; ours target-only ×{base.tokens_per_s / rate:.2f}, "
+              f"adaptive ×{results[-1].tokens_per_s / rate:.2f}; output identical to ours: "
+              f"{result['outputs'] == base.outputs}", flush=True)
+        payload.setdefault("hf", {})[label] = rate
+        done(label)
     return 0
