@@ -4,10 +4,12 @@
 #      its layers eager and compiled; greedy speculation identical to target-only through the services, whose
 #      runners compile their layers here (SPECDEC_STATIC_COMPILE=1);
 #   2. the kernels of one target step, eager and compiled, by device time (scripts/gpu_kernels.py);
-#   3. the step curves of both synthetic models, eager and compiled, against the bandwidth floor
-#      (`specdec bench --gpu --gpu-steps`). The whole benchmark is `specdec bench --gpu` (README).
+#   3. the GPU benchmark (`specdec bench --gpu`, README): step curves eager and compiled against the bandwidth
+#      floor, then the services against Hugging Face eager and compiled, 1 and 8 users; with STEPS_ONLY=1 only
+#      the step curves (`--gpu-steps`).
 # Carry .whl/ (scripts/gpu_wheels.sh fills it) and run from the repository root: bash scripts/gpu_check.sh
-# Results go to $OUT (the device tool's) or /tmp/gpu_check. About 5 minutes; each part has a timeout.
+# Results go to $OUT (the device tool's) or /tmp/gpu_check. About 9 minutes (2 with STEPS_ONLY=1, after the
+# tests); each part has a timeout, and the benchmark writes each of its parts as it ends.
 set -u
 out=${OUT:-/tmp/gpu_check}
 mkdir -p "$out"
@@ -20,10 +22,16 @@ fi
 export SPECDEC_CACHE=${SPECDEC_CACHE:-/tmp/specdec-cache} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
-SPECDEC_STATIC_COMPILE=1 timeout 150 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
+SPECDEC_STATIC_COMPILE=1 timeout 120 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
     tests/test_cuda.py -q -rA --durations=5 > "$out/cuda_tests.txt" 2>&1
 tail -25 "$out/cuda_tests.txt"
-timeout 75 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
-grep -v "^USDT" "$out/kernels.txt" | tail -50
-timeout 120 python3 -m specdec.cli.main bench --gpu --gpu-steps --output "$out/gpu_steps.json" > "$out/gpu_steps.txt" 2>&1
-grep -v "it/s\]" "$out/gpu_steps.txt" | tail -20
+timeout 60 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
+grep "kernels a step" "$out/kernels.txt"
+if [ "${STEPS_ONLY:-0}" = 1 ]; then
+    timeout 120 python3 -m specdec.cli.main bench --gpu --gpu-steps --output "$out/gpu_steps.json" \
+        > "$out/gpu_bench.txt" 2>&1
+else
+    timeout "${BENCH_SECONDS:-330}" python3 -m specdec.cli.main bench --gpu --max-new-tokens 128 --gammas 2,4 \
+        --output "$out/gpu_bench.json" > "$out/gpu_bench.txt" 2>&1
+fi
+grep -v "it/s\]" "$out/gpu_bench.txt" | grep -v "^DEBUG" | tail -40

@@ -52,6 +52,13 @@ def test_logits_do_not_depend_on_gamma_bucket_or_neighbours(runner):
         steps = [*(Step(fresh(), [3 + i, 9][: 1 + i % 2], logits=1) for i in range(others)),
                  Step(fresh(), [11], logits=1)]
         assert torch.equal(runner.forward(steps)[-1], alone), f"changed beside {others} other sessions"
+    far = runner.new_cache()  # a neighbour whose position puts the piece in a longer key window, then the longest
+    runner.forward([Step(far, [1 + i % 200 for i in range(300)])])
+    for grown in (0, runner.windows[-2] - 310):
+        if grown:
+            runner.forward([Step(far, [1 + i % 200 for i in range(grown)])])
+        shared = runner.forward([Step(far, [7], logits=1), Step(fresh(), [11], logits=1)])
+        assert torch.equal(shared[1], alone), f"changed beside a session at position {far.length - 1}"
 
 
 @pytest.fixture(scope="module")

@@ -75,8 +75,9 @@ def test_a_prompts_chunking_does_not_change_its_bits(static):
 
 
 def test_a_tokens_logits_do_not_depend_on_gamma_or_the_other_sessions(static):
-    """Bit for bit: one token alone, the same token at the head of a γ+1 block, and the same step among
-    1, 3 or 5 other sessions (buckets of 2, 4 and 8) give the same logits."""
+    """Bit for bit: one token alone, the same token at the head of a γ+1 block, the same step among
+    1, 3 or 5 other sessions (buckets of 2, 4 and 8), and beside a session far into its context (a longer
+    key window) give the same logits."""
     _assert_row_invariant(static)
 
 
@@ -88,7 +89,7 @@ def test_compiled_a_tokens_logits_do_not_depend_on_gamma_or_the_other_sessions()
 
     torch._dynamo.reset()
     model = load_hf_model(SPEC, torch.device("cpu"), torch.bfloat16)
-    runner = StaticRunner(model, "bf16", slots=12, context=256, rows=9, graphs=False, compile=True)
+    runner = StaticRunner(model, "bf16", slots=13, context=512, rows=9, graphs=False, compile=True)
     assert runner.compiled and 1 not in runner.session_buckets
     _assert_row_invariant(runner)
     torch._dynamo.reset()
@@ -112,6 +113,11 @@ def _assert_row_invariant(static) -> None:
         assert torch.equal(shared[count // 2], alone), f"changed beside {count} other sessions"
         del crowd, shared
         gc.collect()
+    far = static.new_cache()  # a neighbour whose position puts the piece in a longer key window
+    static.forward([Step(far, [1 + i % 200 for i in range(300)])])
+    shared = static.forward([Step(far, [7], logits=1), Step(fresh(), [11], logits=1)])
+    assert static.windows[0] < 310 <= static.windows[1]
+    assert torch.equal(shared[1], alone), "changed beside a session in a longer key window"
 
 
 def test_rollback_is_setting_the_length(static):
@@ -142,7 +148,8 @@ def test_slots_are_taken_and_given_back():
 def test_the_context_is_the_pools():
     loaded = load_model(SPEC, "cpu", runner="static", slots=1, context=100)
     assert loaded.max_context == loaded.runner.max_context == 100
-    assert loaded.runner.pool.keys[0].shape[1] == 100 + loaded.runner.rows
+    assert loaded.runner.pool.keys[0].shape[1] == 256  # 100 + rows, a whole number of the smallest window
+    assert loaded.runner.windows == [256]
 
 
 def test_greedy_speculation_equals_target_only_through_the_services():
@@ -179,11 +186,11 @@ def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_p
         ids = torch.tensor([[5, 9, *[0] * (runner.rows - 2)], [0] * runner.rows])
         positions = torch.arange(runner.rows).repeat(2, 1)
         slots = torch.tensor([1, runner.pool.scratch])
-        compiled = runner._piece(ids, positions, slots)
-        for bucket in (4, 8):  # the other buckets, on scratch rows
+        compiled = runner._piece(ids, positions, slots, torch.arange(runner.windows[0]))
+        for bucket, window in ((4, runner.windows[0]), (8, runner.windows[1])):  # other buckets, on scratch rows
             runner._piece(torch.zeros(bucket, runner.rows, dtype=torch.long), positions[:1].repeat(bucket, 1),
-                          torch.full((bucket,), runner.pool.scratch))
-    assert len(graphs) == 1, f"{len(graphs)} compilations for {len(runner.layers)} layers and 3 buckets"
+                          torch.full((bucket,), runner.pool.scratch), torch.arange(window))
+    assert len(graphs) == 1, f"{len(graphs)} compilations for {len(runner.layers)} layers, 3 buckets, 2 windows"
     targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
     scatters = [t for t in targets if "scatter" in str(t)]
     assert not scatters, f"the pool is written by scattering into a whole tensor: {scatters}"
@@ -192,7 +199,7 @@ def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_p
     assert all(bool(rows.abs().sum(-1).gt(0).all()) for rows in written), "the compiled layers must fill the slot"
     fresh = load_model(SPEC, "cpu", dtype="bf16", runner="static", slots=3).runner
     with torch.inference_mode():
-        eager = fresh._piece(ids, positions, slots)
+        eager = fresh._piece(ids, positions, slots, torch.arange(fresh.windows[0]))
     for mine, theirs in zip(runner.pool.keys, fresh.pool.keys, strict=True):
         torch.testing.assert_close(mine[1, :2], theirs[1, :2], rtol=0.02, atol=0.07)  # bf16, fused in float32
     assert compiled[0, :2].argmax(-1).tolist() == eager[0, :2].argmax(-1).tolist()
