@@ -242,6 +242,6 @@ class StaticRunner(ModelRunner):
         keys = pool_keys[slots, :L].transpose(1, 2)  # [B, KV, L, D]: the window
         values = pool_values[slots, :L].transpose(1, 2)
         with sdpa_kernel(self.attention_backends) if self.attention_backends else nullcontext():
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=self.scale)  # [B, KV, G·S, D]
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=self.scale)  # [B, KV, GS, D]
         out = out.view(B, KV, G, S, D).permute(0, 3, 1, 2, 4).reshape(B * S, H * D)  # head h = kv·G + g
         return self.collectives.all_reduce(layer.out(out.to(h.dtype)))[None]
