@@ -148,8 +148,8 @@ def test_slots_are_taken_and_given_back():
 def test_the_context_is_the_pools():
     loaded = load_model(SPEC, "cpu", runner="static", slots=1, context=100)
     assert loaded.max_context == loaded.runner.max_context == 100
-    assert loaded.runner.pool.keys[0].shape[1] == 256  # 100 + rows, a whole number of the smallest window
-    assert loaded.runner.windows == [256]
+    assert loaded.runner.windows == [256]  # 100 + rows, a whole number of the smallest window
+    assert loaded.runner.pool.keys[0].shape[1] == 257  # and one position never attended
 
 
 def test_greedy_speculation_equals_target_only_through_the_services():
@@ -163,7 +163,7 @@ def test_greedy_speculation_equals_target_only_through_the_services():
                 assert_speculated(result, f"at γ={gamma}")
 
 
-def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_pool_in_place():
+def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_pool_in_place(monkeypatch):
     """torch.compile makes in-place writes functional. Into a view of one [layers, ...] pool tensor that
     became a scatter of the whole pool and a copy of it back, every step (measured on an H100: the compiled
     step 2.5x slower than eager). Into a tensor of its own per layer, it is one `index_put` that Inductor
@@ -172,7 +172,9 @@ def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_p
     compiler, and on what the compiled layers compute."""
     from torch._dynamo.backends.common import aot_autograd
 
+    monkeypatch.setenv("SPECDEC_STATIC_COMPILE", "1")
     runner = load_model(SPEC, "cpu", dtype="bf16", runner="static", slots=3).runner
+    monkeypatch.delenv("SPECDEC_STATIC_COMPILE")
     graphs = []
 
     def keep(graph, _inputs):
@@ -180,17 +182,17 @@ def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_p
         return graph
 
     torch._dynamo.reset()
-    runner.layer_step = torch.compile(runner._layer_step, backend=aot_autograd(fw_compiler=keep))
-    runner.compiled = True  # as the runner sets it up with compile=True, the backend aside
+    assert runner.compiled
+    runner.layer_step = torch.compile(runner._layer_step, backend=aot_autograd(fw_compiler=keep))  # to see its graph
     with torch.inference_mode():  # inputs made as a pass makes them (inference tensors)
         ids = torch.tensor([[5, 9, *[0] * (runner.rows - 2)], [0] * runner.rows])
         positions = torch.arange(runner.rows).repeat(2, 1)
         slots = torch.tensor([1, runner.pool.scratch])
         compiled = runner._piece(ids, positions, slots, torch.arange(runner.windows[0]))
-        for bucket, window in ((4, runner.windows[0]), (8, runner.windows[1])):  # other buckets, on scratch rows
-            runner._piece(torch.zeros(bucket, runner.rows, dtype=torch.long), positions[:1].repeat(bucket, 1),
-                          torch.full((bucket,), runner.pool.scratch), torch.arange(window))
-    assert len(graphs) == 1, f"{len(graphs)} compilations for {len(runner.layers)} layers, 3 buckets, 2 windows"
+        for bucket, _, window in runner.shapes():  # every shape a CUDA graph is captured for, on scratch rows
+            runner._piece(*runner._inputs([], bucket, window))
+    assert len(runner.shapes()) == 3 * 3
+    assert len(graphs) == 1, f"{len(graphs)} compilations for {len(runner.layers)} layers and {runner.shapes()}"
     targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
     scatters = [t for t in targets if "scatter" in str(t)]
     assert not scatters, f"the pool is written by scattering into a whole tensor: {scatters}"

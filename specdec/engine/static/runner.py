@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 SESSION_BUCKETS = (2, 4, 8)  # segments per piece (and 1 when not compiled)
 DEFAULT_CONTEXT = 4096  # positions per slot unless the model's context is shorter
-SMALLEST_WINDOW = 256  # keys the shortest context bucket attends over; the pool's length is a multiple
+SMALLEST_WINDOW = 256  # keys the shortest context bucket attends over; every window is a multiple
 
 
 def context_buckets(length: int) -> list[int]:
@@ -80,10 +80,11 @@ class StaticRunner(ModelRunner):
         super().__init__(model, path, fp32_kernel=fp32_kernel, collectives=collectives)
         self.max_context = min(self.max_context, context)
         self.rows = rows
-        length = -(-(self.max_context + self.rows) // SMALLEST_WINDOW) * SMALLEST_WINDOW
-        self.pool = KVPool(len(self.layers), slots, length, self.kv_heads, self.head_dim, self.act_dtype,
-                           self.device)
-        self.windows = context_buckets(length)
+        self.windows = context_buckets(-(-(self.max_context + self.rows) // SMALLEST_WINDOW) * SMALLEST_WINDOW)
+        # One position past the longest window, never attended: compiled, a window as long as the pool would be
+        # a contiguous view where the others are not, and the compiler would specialise the window's length.
+        self.pool = KVPool(len(self.layers), slots, self.windows[-1] + 1, self.kv_heads, self.head_dim,
+                           self.act_dtype, self.device)
         self._key_positions = {w: torch.arange(w, device=self.device) for w in self.windows}
         self.attention_backends = self._pinned_attention_backends()
         use_graphs = self.device.type == "cuda" if graphs is None else graphs
@@ -239,8 +240,8 @@ class StaticRunner(ModelRunner):
         where = (slots[:, None].expand(B, S), positions)
         pool_keys.index_put_(where, k.to(pool_keys.dtype))
         pool_values.index_put_(where, v.view(B, S, KV, D).to(pool_values.dtype))
-        keys = pool_keys[slots, :L].transpose(1, 2)  # [B, KV, L, D]: the window
-        values = pool_values[slots, :L].transpose(1, 2)
+        keys = pool_keys.narrow(1, 0, L)[slots].transpose(1, 2)  # [B, KV, L, D]: the window's keys alone
+        values = pool_values.narrow(1, 0, L)[slots].transpose(1, 2)
         with sdpa_kernel(self.attention_backends) if self.attention_backends else nullcontext():
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=self.scale)  # [B, KV, GS, D]
         out = out.view(B, KV, G, S, D).permute(0, 3, 1, 2, 4).reshape(B * S, H * D)  # head h = kv·G + g

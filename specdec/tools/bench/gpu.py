@@ -158,7 +158,10 @@ def agreement(args, device: torch.device, prompts: list[str], n: int) -> float:
 
 
 def hf_generate(args, device: torch.device, prompts: list[str], n: int, compiled: bool) -> dict:
-    """Hugging Face `generate` on the target in bf16; compiled: a static cache and torch.compile."""
+    """Hugging Face `generate` on the target in bf16. compiled: a static cache, with which `generate` compiles
+    its decoding step itself (torch.compile, mode "reduce-overhead": CUDA graphs) on CUDA. Compiling
+    `model.forward` by hand as well, as older recipes did, broke on an H200 (a CUDA graph's output read after
+    its next replay)."""
     from specdec.weights.sources import load_tokenizer
 
     tokenizer = load_tokenizer(args.target_model)
@@ -166,7 +169,6 @@ def hf_generate(args, device: torch.device, prompts: list[str], n: int, compiled
     kwargs = dict(do_sample=False, max_new_tokens=n, min_new_tokens=n, pad_token_id=0)
     if compiled:
         model.generation_config.cache_implementation = "static"
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     tokens = seconds = 0.0
     outputs = []
     for prompt in prompts:
@@ -182,9 +184,12 @@ def hf_generate(args, device: torch.device, prompts: list[str], n: int, compiled
         outputs.append(out[0, ids.shape[1]:].tolist())
         print(f"  {'compiled' if compiled else 'eager'} HF generate, prompt {len(outputs)}: "
               f"{tokens / seconds:.1f} tok/s so far", flush=True)
+    result = {"tokens_per_s": round(tokens / seconds, 2), "outputs": outputs}
+    if compiled:
+        result["compiled"] = hasattr(model, "_compiled_call")  # what generate compiled, if it did (CUDA only)
     del model
     _release_memory(device)
-    return {"tokens_per_s": round(tokens / seconds, 2), "outputs": outputs}
+    return result
 
 
 def run_gpu_bench(args: argparse.Namespace) -> int:
@@ -247,5 +252,8 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
               f"adaptive ×{results[-1].tokens_per_s / rate:.2f}; output identical to ours: "
               f"{result['outputs'] == base.outputs}", flush=True)
         payload.setdefault("hf", {})[label] = rate
+        if compile_hf and not result["compiled"]:
+            print(f"{label}: generate did not compile its step here (it does on CUDA)", flush=True)
+            payload["hf_static_not_compiled"] = True
         done(label)
     return 0

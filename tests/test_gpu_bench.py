@@ -1,0 +1,29 @@
+"""`specdec bench --gpu`, the GPU benchmark in one command, dry-run on the CPU (`--device cpu`) on a small
+synthetic pair: every part runs and lands in its JSON, so that whoever next holds a GPU can run it as written."""
+
+from __future__ import annotations
+
+import json
+
+from specdec.cli.main import main
+
+PAIR = ["--draft-model", "synthetic:draft,shape=small,eps=0.1", "--target-model", "synthetic:target,shape=small,eps=0.1"]
+
+
+def test_the_gpu_benchmark_runs_every_part_and_writes_it(tmp_path):
+    out = tmp_path / "gpu.json"
+    assert main(["bench", "--gpu", "--device", "cpu", "--dtype", "bfloat16", *PAIR, "--max-new-tokens", "8",
+                 "--limit-prompts", "1", "--gammas", "2", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    curves = result["step_curves"]
+    for role in ("target", "draft"):
+        assert "static_compiled_error" not in curves[role], curves[role]
+        assert len(curves[role]["static_ms"]) == len(curves[role]["static_compiled_ms"]) == len(curves["sizes"])
+        assert curves[role]["floor_ms"] > 0
+    assert 0.0 <= result["greedy_agreement"] <= 1.0
+    assert [row["config"] for row in result["rows"]] == ["target-only", "γ=2", "adaptive"]
+    assert all(row["identical_to_target_only"] for row in result["rows"]), "speculation changed the greedy output"
+    assert set(result["eight_users"]) == {"target-only", "adaptive"}
+    assert set(result["hf"]) == {"hf-eager", "hf-static-compiled"}
+    assert result["hf_static_not_compiled"]  # generate compiles its step on CUDA only
+    assert list(result["part_seconds"]) == ["step curves", "one user", "8 users", "hf-eager", "hf-static-compiled"]
