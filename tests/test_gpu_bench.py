@@ -7,7 +7,8 @@ import json
 
 from specdec.cli.main import main
 
-PAIR = ["--draft-model", "synthetic:draft,shape=small,eps=0.1", "--target-model", "synthetic:target,shape=small,eps=0.1"]
+PAIR = ["--draft-model", "synthetic:draft,shape=small,eps=0.1",
+        "--target-model", "synthetic:target,shape=small,eps=0.1"]
 
 
 def test_the_gpu_benchmark_runs_every_part_and_writes_it(tmp_path):
