@@ -206,3 +206,45 @@ def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_p
         torch.testing.assert_close(mine[1, :2], theirs[1, :2], rtol=0.02, atol=0.07)  # bf16, fused in float32
     assert compiled[0, :2].argmax(-1).tolist() == eager[0, :2].argmax(-1).tolist()
     torch._dynamo.reset()
+
+
+class _EagerBank:
+    """Stands in for `GraphBank` on CPU, where no CUDA graph can be captured: `capture` runs the piece once,
+    as a capture's warm-up does (and with it, the compiler)."""
+
+    def __init__(self, forward):
+        self.forward, self.shapes = forward, set()
+
+    def capture(self, *inputs: torch.Tensor) -> None:
+        self.forward(*inputs)
+        self.shapes.add(tuple(tuple(t.shape) for t in inputs))
+
+    def run(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.forward(*inputs)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+def test_compiled_layers_that_fail_at_start_up_fall_back_to_eager_ones(monkeypatch):
+    """A compiler failure at start-up (in a capture's warm-up) leaves the service running, its layers eager,
+    every shape captured, and each token's logits those of a runner that never compiled."""
+    import specdec.engine.static.runner as static_runner
+    from specdec.engine.models import load_hf_model
+
+    monkeypatch.setattr(static_runner, "GraphBank", _EagerBank)
+    model = load_model(SPEC, "cpu", dtype="bf16", runner="static", slots=3).runner  # eager, for comparison
+    monkeypatch.setenv("SPECDEC_STATIC_COMPILE", "1")
+    runner = static_runner.StaticRunner(load_hf_model(SPEC, torch.device("cpu"), torch.bfloat16), "bf16", slots=3,
+                                        graphs=True)
+    assert runner.compiled and 1 not in runner.session_buckets
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the compiler failed")
+
+    runner.layer_step = broken
+    runner.capture()
+    assert not runner.compiled and runner.session_buckets[0] == 1
+    assert len(runner.graphs) == len(runner.shapes())
+    mine, theirs = runner.new_cache(), model.new_cache()
+    assert torch.equal(runner.forward([Step(mine, PROMPT)])[0], model.forward([Step(theirs, PROMPT)])[0])

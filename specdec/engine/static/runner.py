@@ -141,12 +141,27 @@ class StaticRunner(ModelRunner):
 
     @torch.inference_mode()
     def capture(self) -> None:
-        """Capture every shape's graph now (on scratch rows), so no request pays for a capture."""
+        """Capture every shape's graph now (on scratch rows), so no request pays for a capture. Where the
+        compiled layers fail there (the compiler runs in a capture's warm-up), the runner falls back to its
+        eager layers rather than failing the service."""
         if self.graphs is None:
             return
+        try:
+            self._capture_every_shape()
+        except Exception:
+            if not self.compiled:
+                raise
+            log.exception("the compiled layers failed at start-up: the static runner's layers run eagerly")
+            self.compiled, self.layer_step = False, self._layer_step
+            self.session_buckets = (1, *SESSION_BUCKETS)
+            self.graphs = GraphBank(self._piece)
+            self._capture_every_shape()
+
+    def _capture_every_shape(self) -> None:
         for sessions, _, window in self.shapes():
             self.graphs.capture(*self._inputs([], sessions, window))
-        torch.cuda.synchronize(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         log.info("captured %d CUDA graphs: %s", len(self.graphs), self.shapes())
 
     # -- the forward pass ------------------------------------------------------------------
