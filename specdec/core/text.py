@@ -15,6 +15,10 @@ class TextStream:
     Holds back a trailing U+FFFD (a multi-byte character cut between tokens) and any tail
     that could begin a stop string, and ends the text at the first stop string. Stop strings
     are searched only where a match could be new, so matching stays linear in the output.
+
+    Each push decodes only the tokens since the last settled point, with the tokens of the push before
+    them (so a character or a leading space that depends on them decodes as in the whole text): the
+    tokenizer's work per push stays constant, not the length of the output so far.
     """
 
     def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] = ()):
@@ -24,11 +28,13 @@ class TextStream:
         self.emitted_text = ""
         self.stopped = False
         self._searched = 0  # stop strings do not occur wholly within text[:_searched]
+        self._settled = ""  # the text of token_ids[:_read]
+        self._prefix = self._read = 0  # a push decodes token_ids[_prefix:], of which [_prefix:_read] is settled
 
     def push(self, token_ids: list[int]) -> str:
         """Add tokens; returns the new text to show (may be empty)."""
         self.token_ids.extend(token_ids)
-        text = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+        text = self._text()
         found = (text.find(s, max(self._searched - len(s) + 1, 0)) for s in self.stop)
         cut = min((i for i in found if i >= 0), default=-1)
         self._searched = max(len(text) - 8, 0)  # a re-decoded partial character may change the tail
@@ -42,6 +48,21 @@ class TextStream:
         delta = text[len(self.emitted_text):]
         self.emitted_text = text
         return delta
+
+    def _text(self) -> str:
+        """The whole text so far: the settled text and the new tokens' text, decoded in their window. The
+        window's end settles unless it is a cut character; where the new tokens change how the window's
+        start decodes (no byte-level tokenizer does), the whole text is decoded instead."""
+        decode = self.tokenizer.decode
+        window = decode(self.token_ids[self._prefix:], skip_special_tokens=True)
+        before = decode(self.token_ids[self._prefix:self._read], skip_special_tokens=True)
+        if window.startswith(before):
+            text = self._settled + window[len(before):]
+        else:
+            text = decode(self.token_ids, skip_special_tokens=True)
+        if not text.endswith("\ufffd"):
+            self._settled, self._prefix, self._read = text, self._read, len(self.token_ids)
+        return text
 
     def _partial_stop_len(self, text: str) -> int:
         """Length of the longest suffix of `text` that could begin a stop string."""
