@@ -25,6 +25,7 @@ def test_the_gpu_benchmark_runs_every_part_and_writes_it(tmp_path):
     assert [row["config"] for row in result["rows"]] == ["target-only", "γ=2", "adaptive"]
     assert all(row["identical_to_target_only"] for row in result["rows"]), "speculation changed the greedy output"
     assert set(result["eight_users"]) == {"target-only", "adaptive"}
+    assert all(1 <= row["target_rows_per_pass"] <= 8 for row in result["eight_user_rows"])
     assert set(result["hf"]) == {"hf-eager", "hf-static-compiled"}
     assert result["hf_static_not_compiled"]  # generate compiles its step on CUDA only
     assert list(result["part_seconds"]) == ["step curves", "one user", "8 users", "hf-eager", "hf-static-compiled"]

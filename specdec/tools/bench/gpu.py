@@ -193,6 +193,7 @@ def hf_generate(args, device: torch.device, prompts: list[str], n: int, compiled
 
 
 def run_gpu_bench(args: argparse.Namespace) -> int:
+    from orchestrator.clients import target_client
     from specdec.cli.options import stack_options
     from specdec.launch.stack import EmbeddedStack
 
@@ -236,13 +237,17 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
                        adaptive_gammas=[r.gamma for r in results[-1].rounds])
         done("one user")
         users = [prompts[i % len(prompts)] for i in range(8)]
-        levels = {label: run_level(stack.endpoint, users, n, gamma) for label, gamma in (("target-only", 0),
-                                                                                          ("adaptive", None))}
+        target = target_client(stack.target_address)  # its pass counters: sessions per forward pass
+        levels = {label: run_level(stack.endpoint, users, n, gamma, target)
+                  for label, gamma in (("target-only", 0), ("adaptive", None))}
     base = results[0]
     for label, level in levels.items():
-        print(f"8 users, {label}: {level.tokens / level.seconds:.1f} tok/s aggregate "
-              f"(×{level.tokens / level.seconds / base.tokens_per_s:.2f} one user's target-only)")
+        row = level.row(label, len(users))
+        print(f"8 users, {label}: {row['tokens_per_s']:.1f} tok/s aggregate "
+              f"(×{row['tokens_per_s'] / base.tokens_per_s:.2f} one user's target-only); sessions per target "
+              f"pass {row['target_rows_per_pass']}, TTFT {row['ttft_s']} s, ITL p50 {row['itl_p50_ms']} ms")
     payload["eight_users"] = {k: round(v.tokens / v.seconds, 2) for k, v in levels.items()}
+    payload["eight_user_rows"] = [level.row(label, len(users)) for label, level in levels.items()]
     done("8 users")
     hf_runs = [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
     for label, compile_hf in hf_runs:
