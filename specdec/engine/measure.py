@@ -59,16 +59,17 @@ class PassTimer:
         shares = [rows] * (size // rows) + ([size % rows] if size % rows else [])
         steps = [Step(cache, self.tokens[PROFILE_CONTEXT:PROFILE_CONTEXT + n], logits=n)
                  for cache, n in zip(self.caches, shares)]
-        _synchronize(self.runner)
+        synchronize(self.runner.device)
         began = time.perf_counter()
         self.runner.forward(steps)
-        _synchronize(self.runner)
+        synchronize(self.runner.device)
         elapsed = time.perf_counter() - began
         for cache in self.caches:
             cache.crop(PROFILE_CONTEXT)
         return elapsed
 
 
-def _synchronize(runner: ModelRunner) -> None:
-    if runner.device.type == "cuda":
-        torch.cuda.synchronize(runner.device)
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op off CUDA): before a clock reading."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -41,6 +41,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from specdec.engine.kernels import DenseKernel
+from specdec.engine.measure import synchronize
 from specdec.engine.runner import Collectives, ModelRunner, Step
 from specdec.engine.static.graphs import GraphBank
 from specdec.engine.static.pool import KVPool, SlotCache
@@ -99,11 +100,14 @@ class StaticRunner(ModelRunner):
         # and one layer is compiled, once (tests/test_static_runner.py).
         self.compiled = compile
         self.layer_step = torch.compile(self._layer_step) if compile else self._layer_step
-        # Compiled, a bucket of one would be specialised apart; eager, cuBLAS gave the same row bits
-        # for 1..72 rows at these shapes (tested on the GPU: tests/test_cuda.py).
-        self.session_buckets = SESSION_BUCKETS if compile else (1, *SESSION_BUCKETS)
         self.graphs = GraphBank(self._piece) if use_graphs else None
         self.vocab = self.embed.num_embeddings
+
+    @property
+    def session_buckets(self) -> tuple[int, ...]:
+        """Segments per piece. Compiled, a bucket of one would be specialised apart; eager, cuBLAS gave the same
+        row bits for 1..72 rows at these shapes (tested on the GPU: tests/test_cuda.py)."""
+        return SESSION_BUCKETS if self.compiled else (1, *SESSION_BUCKETS)
 
     def _pinned_attention_backends(self) -> list[SDPBackend] | None:
         """On CUDA, one attention kernel for every window (another backend's heuristics may choose kernels by
@@ -153,15 +157,13 @@ class StaticRunner(ModelRunner):
                 raise
             log.exception("the compiled layers failed at start-up: the static runner's layers run eagerly")
             self.compiled, self.layer_step = False, self._layer_step
-            self.session_buckets = (1, *SESSION_BUCKETS)
             self.graphs = GraphBank(self._piece)
             self._capture_every_shape()
 
     def _capture_every_shape(self) -> None:
         for sessions, _, window in self.shapes():
             self.graphs.capture(*self._inputs([], sessions, window))
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        synchronize(self.device)
         log.info("captured %d CUDA graphs: %s", len(self.graphs), self.shapes())
 
     # -- the forward pass ------------------------------------------------------------------

@@ -30,7 +30,7 @@ from unittest import mock
 import torch
 
 from specdec.engine.cpu.features import cpuinfo
-from specdec.engine.measure import PassTimer
+from specdec.engine.measure import PassTimer, synchronize
 from specdec.engine.models import load_hf_model, load_model
 from specdec.engine.runner import Step
 from specdec.planning.cost import batch_sizes
@@ -41,11 +41,6 @@ log = logging.getLogger(__name__)
 
 SYNTHETIC_DRAFT, SYNTHETIC_TARGET = "synthetic:draft", "synthetic:target"
 COMPILE_ENV = "SPECDEC_STATIC_COMPILE"  # read by `specdec.engine.static.runner.StaticRunner`
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _release_memory(device: torch.device) -> None:
@@ -59,11 +54,11 @@ def bandwidth_bytes_per_s(device: torch.device, size: int = 2**30) -> float:
     src = torch.empty(size, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     dst.copy_(src)
-    _synchronize(device)
+    synchronize(device)
     began = time.perf_counter()
     for _ in range(10):
         dst.copy_(src)
-    _synchronize(device)
+    synchronize(device)
     return 2 * 10 * size / (time.perf_counter() - began)
 
 
@@ -175,10 +170,10 @@ def hf_generate(args, device: torch.device, prompts: list[str], n: int, compiled
         ids = tokenizer(prompt, return_tensors="pt").input_ids.to(device)
         with torch.inference_mode():
             model.generate(ids, **kwargs)  # warm: compiles for this prompt length
-            _synchronize(device)
+            synchronize(device)
             began = time.perf_counter()
             out = model.generate(ids, **kwargs)
-            _synchronize(device)
+            synchronize(device)
         seconds += time.perf_counter() - began
         tokens += out.shape[1] - ids.shape[1]
         outputs.append(out[0, ids.shape[1]:].tolist())
@@ -241,13 +236,13 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
         levels = {label: run_level(stack.endpoint, users, n, gamma, target)
                   for label, gamma in (("target-only", 0), ("adaptive", None))}
     base = results[0]
-    for label, level in levels.items():
-        row = level.row(label, len(users))
-        print(f"8 users, {label}: {row['tokens_per_s']:.1f} tok/s aggregate "
+    eight = [level.row(label, len(users)) for label, level in levels.items()]
+    for row in eight:
+        print(f"8 users, {row['config']}: {row['tokens_per_s']:.1f} tok/s aggregate "
               f"(×{row['tokens_per_s'] / base.tokens_per_s:.2f} one user's target-only); sessions per target "
               f"pass {row['target_rows_per_pass']}, TTFT {row['ttft_s']} s, ITL p50 {row['itl_p50_ms']} ms")
     payload["eight_users"] = {k: round(v.tokens / v.seconds, 2) for k, v in levels.items()}
-    payload["eight_user_rows"] = [level.row(label, len(users)) for label, level in levels.items()]
+    payload["eight_user_rows"] = eight
     done("8 users")
     hf_runs = [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
     for label, compile_hf in hf_runs:
