@@ -259,6 +259,8 @@ class StaticRunner(ModelRunner):
         pool_values.index_put_(where, v.view(B, S, KV, D).to(pool_values.dtype))
         keys = pool_keys.narrow(1, 0, L)[slots].transpose(1, 2)  # [B, KV, L, D]: the window's keys alone
         values = pool_values.narrow(1, 0, L)[slots].transpose(1, 2)
+        if self.compiled:  # one copy, fused into the gather: Inductor's AVX2 code fed the strided window to
+            keys, values = keys.contiguous(), values.contiguous()  # CPU attention as NaN (its AVX-512 code did not)
         with sdpa_kernel(self.attention_backends) if self.attention_backends else nullcontext():
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=self.scale)  # [B, KV, GS, D]
         out = out.view(B, KV, G, S, D).permute(0, 3, 1, 2, 4).reshape(B * S, H * D)  # head h = kv·G + g
