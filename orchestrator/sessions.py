@@ -99,7 +99,8 @@ class ServiceSession:
                     hop_span.set_attributes({
                         "specdec.bytes_sent": sent, "specdec.bytes_received": received,
                         "specdec.network_ms": 1e3 * network_s(wall, reply.compute_ns / 1e9),
-                        "specdec.rollback_ms": reply.rollback_ns / 1e6})
+                        "specdec.rollback_ms": reply.rollback_ns / 1e6,
+                        "specdec.forward_ms": reply.load.forward_ns / 1e6, "specdec.wait_ms": reply.load.wait_ns / 1e6})
                     span.set_attributes({f"specdec.{service}.bytes_sent": sent,
                                          f"specdec.{service}.bytes_received": received})
         self.synced = len(committed)

@@ -118,14 +118,18 @@ class Commit(_message.Message):
     def __init__(self, start: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class PassLoad(_message.Message):
-    __slots__ = ("rows", "tokens", "sessions")
+    __slots__ = ("rows", "tokens", "sessions", "forward_ns", "wait_ns")
     ROWS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_NS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_NS_FIELD_NUMBER: _ClassVar[int]
     rows: float
     tokens: float
     sessions: int
-    def __init__(self, rows: _Optional[float] = ..., tokens: _Optional[float] = ..., sessions: _Optional[int] = ...) -> None: ...
+    forward_ns: int
+    wait_ns: int
+    def __init__(self, rows: _Optional[float] = ..., tokens: _Optional[float] = ..., sessions: _Optional[int] = ..., forward_ns: _Optional[int] = ..., wait_ns: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
     __slots__ = ("logprob", "top_ids", "top_logprobs")
@@ -347,7 +351,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., resume: _Optional[bool] = ..., resume_from: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., proposer: _Optional[_Union[Proposer, str]] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., n: _Optional[int] = ..., constraint: _Optional[_Union[Constraint, _Mapping]] = ...) -> None: ...
 
 class RoundStats(_message.Message):
-    __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s", "proposer", "overlapped", "prefetched")
+    __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s", "proposer", "overlapped", "prefetched", "target_forward_s", "target_wait_s")
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -362,6 +366,8 @@ class RoundStats(_message.Message):
     PROPOSER_FIELD_NUMBER: _ClassVar[int]
     OVERLAPPED_FIELD_NUMBER: _ClassVar[int]
     PREFETCHED_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FORWARD_S_FIELD_NUMBER: _ClassVar[int]
+    TARGET_WAIT_S_FIELD_NUMBER: _ClassVar[int]
     gamma: int
     drafted: int
     accepted: int
@@ -376,7 +382,9 @@ class RoundStats(_message.Message):
     proposer: str
     overlapped: bool
     prefetched: bool
-    def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ..., proposer: _Optional[str] = ..., overlapped: _Optional[bool] = ..., prefetched: _Optional[bool] = ...) -> None: ...
+    target_forward_s: float
+    target_wait_s: float
+    def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ..., proposer: _Optional[str] = ..., overlapped: _Optional[bool] = ..., prefetched: _Optional[bool] = ..., target_forward_s: _Optional[float] = ..., target_wait_s: _Optional[float] = ...) -> None: ...
 
 class GenerationStats(_message.Message):
     __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s", "draft_replica", "session_id", "overlap_branches", "overlap_hits")

@@ -79,6 +79,43 @@ class HoldFirstPass:
         return self.runner.forward(steps)
 
 
+class SlowFirstPass(HoldFirstPass):
+    """`HoldFirstPass`, then `seconds` more before the first pass computes."""
+
+    def __init__(self, runner, batcher: StepBatcher, pending: int, seconds: float):
+        super().__init__(runner, batcher, pending)
+        self.seconds = seconds
+
+    def forward(self, steps):
+        first = not self.held
+        out = super().forward(steps)
+        if first:
+            time.sleep(self.seconds)
+        return out
+
+
+def test_a_step_reports_its_pass_time_and_its_wait_for_the_pass(closing):
+    runner = load_model(TINY_TARGET, device="cpu").runner
+    batcher = closing(StepBatcher(runner))
+    batcher.runner = SlowFirstPass(runner, batcher, pending=1, seconds=0.2)
+    shapes = {}
+
+    def submit(name: str, delay_s: float) -> None:
+        time.sleep(delay_s)
+        shapes[name] = batcher.forward_shaped(Step(runner.new_cache(), [5, 9, 13]))[1]
+
+    # A runs alone and holds its pass until B is pending, then computes for 0.2 s more: B waits that long.
+    threads = [Worker(submit, "a", 0.0), Worker(submit, "b", 0.05)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    a, b = shapes["a"], shapes["b"]
+    assert (a.rows, a.tokens, b.rows, b.tokens) == (1, 3, 1, 3)
+    assert a.seconds >= 0.2 > a.waited_s, a
+    assert b.waited_s >= 0.2 > b.seconds, b
+
+
 def test_concurrent_engine_rounds_match_sequential_rounds(closing):
     """Greedy draft and verify rounds of 4 sessions at once give what each gives alone."""
     draft = closing(DraftEngine(load_model(TINY_DRAFT, device="cpu")))

@@ -64,6 +64,11 @@ def test_mixed_sessions_share_passes_and_each_equals_its_solo_run(stack):
         assert together[name].token_ids == solo[name].token_ids, f"{name}: batched output differs from solo"
     rolled_back = sum(r.drafted > r.accepted for result in together.values() for r in result.rounds)
     assert rolled_back > 0, "no session rolled back a rejected draft: the mix is too easy"
+    # Each round's target time splits into its forward passes, the wait for them, and the service's own work.
+    rounds = [r for result in together.values() for r in result.rounds if r.target_compute_s > 0]
+    assert all(r.target_forward_s > 0 and r.target_wait_s >= 0 for r in rounds)
+    assert all(r.target_forward_s + r.target_wait_s <= r.target_compute_s for r in rounds)
+    assert any(r.target_wait_s > 0 for r in rounds), "no round waited for a shared pass"
 
 
 def test_a_cancelled_session_leaves_its_batch_intact(stack):

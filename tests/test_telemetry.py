@@ -189,7 +189,8 @@ def test_round_breakdown_splits_network_from_compute():
         return SpanRecord("t", sid, parent, name, service, int(start_ms * 1e6), int(end_ms * 1e6), attributes)
 
     spans = [span("r", "g", "round", 0, 100),
-             span("dp", "r", "draft.propose", 1, 31), span("dc", "dp", "draft.compute", 6, 26),
+             span("dp", "r", "draft.propose", 1, 31),
+             span("dc", "dp", "draft.compute", 6, 26, **{"specdec.forward_ms": 12.0, "specdec.wait_ms": 4.0}),
              span("dk", "dc", "kv.rollback", 6, 8),
              span("tv", "r", "target.verify", 32, 97),
              # The target exports no spans here: its client span's attributes stand in.
@@ -197,8 +198,10 @@ def test_round_breakdown_splits_network_from_compute():
     spans[-1] = SpanRecord("t", "tv", "r", "target.verify", "s", 32_000_000, 97_000_000,
                            {"specdec.network_ms": 15.0, "specdec.rollback_ms": 1.0})
     (row,) = round_breakdown(spans)
-    expected = {"draft compute": 18, "kv rollback": 3, "network draft": 10, "target compute": 49,
-                "network target": 15, "orchestration": 5}
+    # The draft reports its passes (20 ms = 2 rollback + 12 forward + 4 waiting + 2 its own work); the
+    # target reports none, so all its compute counts as forward passes.
+    expected = {"draft forward": 12, "draft wait": 4, "draft service": 2, "kv rollback": 3, "network draft": 10,
+                "target forward": 49, "target wait": 0, "target service": 0, "network target": 15, "orchestration": 5}
     for name in COMPONENTS:
         assert row[name] * 1e3 == pytest.approx(expected[name], abs=1e-6), name
     assert sum(row[n] for n in COMPONENTS) == pytest.approx(row["round"])
@@ -213,7 +216,8 @@ def test_profile_command_writes_breakdown_and_plot(tmp_path):
     summary = json.loads(output.read_text())
     assert summary["rounds"] > 0
     assert sum(summary["summary"][name]["share"] for name in COMPONENTS) == pytest.approx(1.0, abs=1e-6)
-    assert summary["summary"]["target compute"]["share"] > 0 and summary["summary"]["network target"]["share"] > 0
+    assert all(summary["summary"][name]["share"] > 0
+               for name in ("target forward", "target wait", "target service", "network target"))
     assert output.with_suffix(".png").stat().st_size > 10_000
     spans = read_otlp_json(output.with_suffix(".spans.jsonl"))
     assert {s.service for s in spans} == {"specdec-orchestrator", "specdec-draft", "specdec-target"}

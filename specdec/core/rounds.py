@@ -23,11 +23,15 @@ def overhead_s(r) -> float:
 @dataclass(frozen=True)
 class PassLoad:
     """The load one round met on a service: live sessions there, and the shared forward passes
-    that served the round, averaged (sessions per pass and tokens per pass)."""
+    that served the round, averaged (sessions per pass and tokens per pass); and, summed over the
+    round's steps, the seconds those passes ran and the seconds the steps waited for them to begin
+    (the rest of the service's compute time is its own work: sampling, bookkeeping, handing over)."""
 
     sessions: int = 1
     rows: float = 1.0
     tokens: float = 0.0  # 0: unknown
+    forward_s: float = 0.0
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -35,15 +35,19 @@ STALE_S = 60.0  # a session away this long is no longer expected back
 
 @dataclass(frozen=True)
 class PassShape:
-    """The forward pass a step ran in: its sessions (rows) and their tokens together."""
+    """The forward pass a step ran in: its sessions (rows) and their tokens together, how long it ran,
+    and how long the step waited for it to begin (a shared pass forming, or the one before still running)."""
 
     rows: int
     tokens: int
+    seconds: float = 0.0
+    waited_s: float = 0.0
 
 
 @dataclass
 class _Pending:
     step: Step
+    submitted: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     logits: torch.Tensor | None = None
     shape: PassShape | None = None
@@ -168,6 +172,7 @@ class StepBatcher:
     def _run(self, batch: list[_Pending]) -> None:
         """One shared pass. If it fails, each step runs alone, so an error reaches only the step
         that caused it (a failed pass advances no cache: lengths move only at its end)."""
+        began = time.monotonic()
         try:
             results = self.runner.forward([p.step for p in batch])
         except BaseException as error:  # noqa: BLE001 - handed to the callers, who raise it
@@ -177,9 +182,10 @@ class StepBatcher:
                 return
             batch[0].error = error
         else:
-            shape = PassShape(len(batch), sum(len(p.step.tokens) for p in batch))
+            rows, tokens, seconds = len(batch), sum(len(p.step.tokens) for p in batch), time.monotonic() - began
             for pending, logits in zip(batch, results):
-                pending.logits, pending.shape = logits, shape
+                pending.logits = logits
+                pending.shape = PassShape(rows, tokens, seconds, max(began - pending.submitted, 0.0))
         self.forwards += 1
         self.steps += len(batch)
 

@@ -53,7 +53,9 @@ class Session:
     cache: KVCache
     state: SequenceState = field(default_factory=SequenceState)
     lock: threading.Lock = field(default_factory=threading.Lock)  # held for a round
-    passes: list[PassShape] = field(default_factory=list)  # the shared passes of the current round
+    passes: list[PassShape] = field(default_factory=list)  # the shared passes of the current round's outputs
+    forward_s: float = 0.0  # the current round's steps: seconds in forward passes …
+    wait_s: float = 0.0  # … and waiting for them to begin
     grammar: GrammarState | None = None  # a constrained session's matcher
 
 
@@ -135,14 +137,14 @@ class Engine:
         its forward steps may share passes with other sessions' (`specdec.engine.batcher`)."""
         session = self._sessions.get(session_id)
         with session.lock, self.batcher.taking_part(session_id):
-            session.passes = []
+            session.passes, session.forward_s, session.wait_s = [], 0.0, 0.0
             yield session
 
     def _load(self, session: Session) -> PassLoad:
         """The load this round met: live sessions, and its passes averaged (rows and tokens per pass)."""
         passes = session.passes or [PassShape(1, 0)]
         return PassLoad(self.live_sessions, sum(p.rows for p in passes) / len(passes),
-                        sum(p.tokens for p in passes) / len(passes))
+                        sum(p.tokens for p in passes) / len(passes), session.forward_s, session.wait_s)
 
     # -- shared steps -------------------------------------------------------
     def _check_tokens(self, tokens: list[int], what: str) -> None:
@@ -208,10 +210,17 @@ class Engine:
         first = len(tokens) % chunk or chunk
         bounds = [0, *range(first, len(tokens) + 1, chunk)]
         for begin, end in zip(bounds[:-1], bounds[1:-1]):
-            self.batcher.forward(Step(session.cache, tokens[begin:end], logits=0))
-        out, shape = self.batcher.forward_shaped(Step(session.cache, tokens[bounds[-2]:], logits=logits))
+            self._step(session, Step(session.cache, tokens[begin:end], logits=0))
+        out, shape = self._step(session, Step(session.cache, tokens[bounds[-2]:], logits=logits))
         session.passes.append(shape)
         return out
+
+    def _step(self, session: Session, step: Step) -> tuple[torch.Tensor, PassShape]:
+        """One step in a shared pass; its time counts to the session's round."""
+        out, shape = self.batcher.forward_shaped(step)
+        session.forward_s += shape.seconds
+        session.wait_s += shape.waited_s
+        return out, shape
 
     def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> torch.Tensor:
         """Sync to the committed prefix and score its uncached tail plus `draft_tokens` in one pass;

@@ -73,7 +73,9 @@ class SessionServicer:
                 ended = time.time_ns()
                 span.set_attributes({"specdec.session_id": request.session_id,
                                      "specdec.committed_tokens_in": len(request.commit.tokens),
-                                     "specdec.compute_ms": reply.compute_ns / 1e6})
+                                     "specdec.compute_ms": reply.compute_ns / 1e6,
+                                     "specdec.forward_ms": reply.load.forward_ns / 1e6,
+                                     "specdec.wait_ms": reply.load.wait_ns / 1e6})
                 began = ended - reply.compute_ns  # the engine crops its cache first thing in the round
                 telemetry.child_span(span, "kv.rollback", began, began + reply.rollback_ns,
                                      {"specdec.rolled_back_tokens": reply.rolled_back_tokens})

@@ -134,12 +134,14 @@ def cost_profile_from_pb(info: pb.ModelInfo) -> CostProfile | None:
 
 
 def pass_load_to_pb(load: PassLoad) -> pb.PassLoad:
-    return pb.PassLoad(sessions=load.sessions, rows=load.rows, tokens=load.tokens)
+    return pb.PassLoad(sessions=load.sessions, rows=load.rows, tokens=load.tokens,
+                       forward_ns=int(load.forward_s * 1e9), wait_ns=int(load.wait_s * 1e9))
 
 
 def pass_load_from_pb(message: pb.PassLoad) -> PassLoad:
     """A reply's load; an unset one (an older service) reads as a lone session."""
-    return PassLoad(max(message.sessions, 1), max(message.rows, 1.0), message.tokens)
+    return PassLoad(max(message.sessions, 1), max(message.rows, 1.0), message.tokens,
+                    message.forward_ns / 1e9, message.wait_ns / 1e9)
 
 
 FINISH_TO_PB = {FinishReason.STOP: pb.FINISH_REASON_STOP, FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
@@ -151,7 +153,8 @@ def round_to_pb(r: RoundRecord, estimates: Estimates) -> pb.RoundStats:
                          draft_compute_s=r.draft_compute_s, target_compute_s=r.target_compute_s,
                          alpha_estimate=estimates.alpha, cost_ratio_estimate=estimates.cost_ratio,
                          rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s, proposer=r.proposer,
-                         overlapped=r.overlapped, prefetched=r.prefetched)
+                         overlapped=r.overlapped, prefetched=r.prefetched,
+                         target_forward_s=r.target_load.forward_s, target_wait_s=r.target_load.wait_s)
 
 
 def summary_to_pb(s: GenerationSummary) -> pb.GenerationStats:

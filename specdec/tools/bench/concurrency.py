@@ -33,6 +33,8 @@ class Level:
     first_token_s: list[float] = field(default_factory=list)
     gaps_s: list[float] = field(default_factory=list)  # per token, between streamed chunks
     gammas: list[int] = field(default_factory=list)  # γ of every round
+    # Per round with a target call: its wall time, and the target's forward passes and wait for them (seconds).
+    round_times: list[tuple[float, float, float]] = field(default_factory=list)
     target_rows: float | None = None  # sessions per target forward pass over the level
     runs: int = 0  # how many runs were folded in (`add`)
 
@@ -43,6 +45,7 @@ class Level:
         self.first_token_s += run.first_token_s
         self.gaps_s += run.gaps_s
         self.gammas += run.gammas
+        self.round_times += run.round_times
         if run.target_rows is not None:
             self.target_rows = run.target_rows if self.target_rows is None else \
                 (self.target_rows * self.runs + run.target_rows) / (self.runs + 1)
@@ -50,21 +53,26 @@ class Level:
 
     def row(self, name: str, users: int) -> dict:
         gaps = sorted(self.gaps_s) or [0.0]
+        wall, forward, wait = [round(1e3 * statistics.mean(t), 2) for t in zip(*self.round_times)] or [None] * 3
         return {"config": name, "users": users, "tokens_per_s": round(self.tokens / self.seconds, 3),
                 "ttft_s": round(statistics.mean(self.first_token_s), 3) if self.first_token_s else None,
                 "itl_p50_ms": round(1e3 * gaps[len(gaps) // 2], 1),
                 "itl_p95_ms": round(1e3 * gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))], 1),
                 "mean_gamma": round(statistics.mean(self.gammas), 2) if self.gammas else None,
                 "target_rows_per_pass": None if self.target_rows is None else round(self.target_rows, 2),
+                "round_ms": wall, "target_forward_ms": forward, "target_wait_ms": wait,
                 "runs": max(self.runs, 1)}
 
 
 def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level, lock: threading.Lock) -> None:
     began = last = time.perf_counter()
-    first, gaps, tokens, gammas = None, [], 0, []
+    first, gaps, tokens, gammas, times = None, [], 0, [], []
     with open_channel(endpoint, CHANNEL_OPTIONS) as channel:
         for reply in pb_grpc.SpecDecStub(channel).Generate(make_request(prompt=prompt, max_new_tokens=n, gamma=gamma)):
-            gammas.append(reply.round.gamma)
+            r = reply.round
+            gammas.append(r.gamma)
+            if r.target_compute_s > 0 and first is not None:  # decoding rounds (the first one prefills)
+                times.append((r.wall_s, r.target_forward_s, r.target_wait_s))
             if not reply.token_ids:
                 continue
             now = time.perf_counter()
@@ -77,6 +85,7 @@ def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level,
         level.tokens += tokens
         level.gaps_s += gaps
         level.gammas += gammas
+        level.round_times += times
         if first is not None:
             level.first_token_s.append(first)
 
@@ -169,9 +178,11 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
                 rows.append(peer(prompts, args.max_new_tokens).row("hf-generate-batched", users))
             print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in rows[-3:]), flush=True)
     print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel})")
-    print("config | users | tok/s | TTFT s | ITL p50 ms | ITL p95 ms | mean γ | target rows/pass")
+    print("config | users | tok/s | TTFT s | ITL p50 ms | ITL p95 ms | mean γ | target rows/pass | "
+          "round ms | target forward ms | target wait ms")
     for r in rows:
         print(f"{r['config']} | {r['users']} | {r['tokens_per_s']} | {r['ttft_s']} | {r['itl_p50_ms']} | "
-              f"{r['itl_p95_ms']} | {r['mean_gamma']} | {r['target_rows_per_pass']}")
+              f"{r['itl_p95_ms']} | {r['mean_gamma']} | {r['target_rows_per_pass']} | {r['round_ms']} | "
+              f"{r['target_forward_ms']} | {r['target_wait_ms']}")
     save_rows(args.output, target_info, args.max_new_tokens, rows, plot)
     return 0

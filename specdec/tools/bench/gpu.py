@@ -240,7 +240,9 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     for row in eight:
         print(f"8 users, {row['config']}: {row['tokens_per_s']:.1f} tok/s aggregate "
               f"(×{row['tokens_per_s'] / base.tokens_per_s:.2f} one user's target-only); sessions per target "
-              f"pass {row['target_rows_per_pass']}, TTFT {row['ttft_s']} s, ITL p50 {row['itl_p50_ms']} ms")
+              f"pass {row['target_rows_per_pass']}, TTFT {row['ttft_s']} s, ITL p50 {row['itl_p50_ms']} ms; a round "
+              f"{row['round_ms']} ms: target forward {row['target_forward_ms']} ms, waiting for its pass "
+              f"{row['target_wait_ms']} ms")
     payload["eight_users"] = {k: round(v.tokens / v.seconds, 2) for k, v in levels.items()}
     payload["eight_user_rows"] = eight
     done("8 users")

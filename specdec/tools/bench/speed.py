@@ -78,6 +78,12 @@ class ConfigResult:
     def overhead_ms(self) -> float:
         return 1e3 * sum(overhead_s(r) for r in self.rounds) / len(self.rounds)
 
+    def target_split_ms(self) -> tuple[float, float]:
+        """Per round: the target's forward passes, and its wait for them to begin (ms, rounded)."""
+        n = len(self.rounds)
+        return (round(1e3 * sum(r.target_forward_s for r in self.rounds) / n, 2),
+                round(1e3 * sum(r.target_wait_s for r in self.rounds) / n, 2))
+
 
 def load_prompts(path: str, limit: int) -> list[dict]:
     text = Path(path).read_text() if path else resources.files("specdec.tools.bench").joinpath("prompts.json").read_text()
@@ -195,6 +201,7 @@ def summarise(results: list[ConfigResult], hf: ConfigResult | None, draft_info: 
         known = res.gamma and alpha is not None and c
         predicted = theorem_speedup(alpha, res.gamma, c) if known else None
         measured_curve = profile_speedup(alpha, res.gamma, draft_profile, target_profile) if known else None
+        forward, wait = res.target_split_ms() if res.rounds else (None, None)
         rows.append({
             "config": res.name, "tokens": res.tokens, "seconds": round(res.seconds, 2),
             "tokens_per_s": round(res.tokens_per_s, 3),
@@ -206,6 +213,7 @@ def summarise(results: list[ConfigResult], hf: ConfigResult | None, draft_info: 
             "predicted_speedup_thm38": None if predicted is None else round(predicted, 3),
             "predicted_speedup_profile": None if measured_curve is None else round(measured_curve, 3),
             "overhead_ms_per_round": round(res.overhead_ms(), 2) if res.rounds else None,
+            "target_forward_ms_per_round": forward, "target_wait_ms_per_round": wait,
             "identical_to_target_only": res.outputs == base.outputs,
         })
     return rows
@@ -214,9 +222,9 @@ def summarise(results: list[ConfigResult], hf: ConfigResult | None, draft_info: 
 def print_table(rows: list[dict]) -> None:
     cols = ["config", "tokens_per_s", "speedup_vs_target", "speedup_vs_hf_assisted", "alpha", "mean_accepted_length",
             "c", "predicted_speedup_thm38", "predicted_speedup_profile", "overhead_ms_per_round",
-            "identical_to_target_only"]
+            "target_forward_ms_per_round", "target_wait_ms_per_round", "identical_to_target_only"]
     heads = ["config", "tok/s", "vs target", "vs HF asst", "α", "mean acc len", "c", "Thm3.8 pred", "profile pred",
-             "ovh ms/rnd", "identical"]
+             "ovh ms/rnd", "fwd ms/rnd", "wait ms/rnd", "identical"]
     fmt = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))  # noqa: E731
     table = [heads] + [[fmt(r[c]) for c in cols] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(heads))]

@@ -1,8 +1,9 @@
 """`specdec profile`: where the speculation loop's time goes, from its spans.
 
 Runs a workload on the embedded stack with every process writing spans to one OTLP JSON file
-(or reads such a file with `--spans`), splits each round into draft compute, target compute,
-KV rollback, network per hop and orchestration, prints share and p50/p95/p99 per component,
+(or reads such a file with `--spans`), splits each round into, per service, its forward passes, its
+wait for them and its own work, then KV rollback, network per hop and orchestration
+(`specdec.tools.profiling.spans`), prints share and p50/p95/p99 per component,
 and writes a PNG of the per-round breakdown.
 """
 

@@ -1,9 +1,12 @@
 """Read spans exported as OTLP JSON and break each speculation round into where its time went.
 
-Round time = draft compute + target compute + KV rollback + network per hop + orchestration:
+Round time = per hop (forward passes + waiting for a pass + the service's own work + network)
++ KV rollback + orchestration:
 - `draft.propose` / `target.verify` are the orchestrator's client spans of each hop;
 - `draft.compute` / `target.compute` are the services' server spans inside them, each with a
-  `kv.rollback` child;
+  `kv.rollback` child, and the round's time in forward passes and waiting for them to begin as
+  attributes (`specdec.forward_ms`, `specdec.wait_ms`); the service's own work (the sampler,
+  bookkeeping, protobuf, handing a step to its pass and back) is the rest of the server span;
 - network = client span − server span; orchestration = round − both client spans.
 """
 
@@ -17,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-COMPONENTS = ("draft compute", "target compute", "kv rollback", "network draft", "network target", "orchestration")
+COMPONENTS = ("draft forward", "draft wait", "draft service", "target forward", "target wait", "target service",
+              "kv rollback", "network draft", "network target", "orchestration")
 HOPS = {"draft.propose": "draft", "target.verify": "target"}
 
 
@@ -102,10 +106,18 @@ def round_breakdown(spans: list[SpanRecord]) -> list[dict[str, float]]:
             if servers:
                 compute = sum(s.seconds for s in servers)
                 rollback = sum(k.seconds for s in servers for k in children[s.span_id] if k.name == "kv.rollback")
+                timed = [s.attributes for s in servers]
             else:  # the service does not export spans: fall back on what the client span recorded
                 compute = call.seconds - call.attributes.get("specdec.network_ms", call.seconds * 1e3) / 1e3
                 rollback = call.attributes.get("specdec.rollback_ms", 0.0) / 1e3
-            parts[f"{hop} compute"] += max(compute - rollback, 0.0)
+                timed = [call.attributes]
+            busy = max(compute - rollback, 0.0)
+            # A service that does not report its passes: all of its time counts as forward passes.
+            forward = min(sum(a.get("specdec.forward_ms", busy * 1e3) for a in timed) / 1e3, busy)
+            wait = min(sum(a.get("specdec.wait_ms", 0.0) for a in timed) / 1e3, busy - forward)
+            parts[f"{hop} forward"] += forward
+            parts[f"{hop} wait"] += wait
+            parts[f"{hop} service"] += busy - forward - wait
             parts["kv rollback"] += rollback
             parts[f"network {hop}"] += max(call.seconds - compute, 0.0)
         parts["orchestration"] = max(round_span.seconds - in_calls, 0.0)
