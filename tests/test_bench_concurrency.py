@@ -19,4 +19,7 @@ def test_concurrency_bench_writes_rows_and_a_plot(tmp_path):
                                                          ("adaptive", 3)]
     assert all(r["tokens_per_s"] > 0 and r["itl_p95_ms"] >= r["itl_p50_ms"] for r in rows)
     assert all(r["runs"] == 2 for r in rows), "each config ran twice at each level"
+    # A round's wall time holds the target's forward passes and its wait for them.
+    assert all(r["round_ms"] > r["target_forward_ms"] + r["target_wait_ms"] and r["target_forward_ms"] > 0
+               for r in rows)
     assert output.with_suffix(".png").stat().st_size > 0
