@@ -103,6 +103,7 @@ class StepBatcher:
         """The session is gone: do not wait for it."""
         with self._cond:
             self._away.pop(key, None)
+            self._wake_if_ready()
 
     def forward(self, step: Step) -> torch.Tensor:
         """Run `step` (in a shared pass); returns its logits [step.logits, V]. Blocks until done."""
@@ -115,11 +116,20 @@ class StepBatcher:
             if self._closed:
                 raise BatcherClosed("the engine is closed")
             self._pending.append(pending)
-            self._cond.notify_all()
+            self._wake_if_ready()
         pending.done.wait()
         if pending.error is not None:
             raise pending.error
         return pending.logits, pending.shape
+
+    def _wake_if_ready(self) -> None:
+        """Under the lock: wake the worker when it can act now, on the first step pending, or once every
+        session in a round has a step pending and none is expected back. Otherwise its timed wait ends on
+        its own, and waking it early costs a thread switch per session and step for nothing."""
+        now = time.monotonic()
+        if len(self._pending) == 1 or self._closed or \
+                (len(self._pending) >= self._active and self._returning_until(now) <= now):
+            self._cond.notify_all()
 
     def _returning_until(self, now: float) -> float:
         """The latest moment a session expected back should arrive by (`now` if none is)."""
@@ -203,7 +213,7 @@ class _Participation:
             away = batcher._away.pop(self.key, None)
             if away is not None:
                 self.gap_s = batcher._entered_at - away.left_at
-            batcher._cond.notify_all()
+            batcher._wake_if_ready()
 
     def __exit__(self, *exc):
         batcher = self.batcher
@@ -211,4 +221,4 @@ class _Participation:
             batcher._active -= 1
             if self.key is not None:
                 batcher._away[self.key] = _Away(time.monotonic(), self.gap_s)
-            batcher._cond.notify_all()
+            batcher._wake_if_ready()
