@@ -13,13 +13,13 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from specdec.engine.measure import PassTimer
-from specdec.engine.models import load_hf_model
+from specdec.engine.measure import PassTimer, release_memory
+from specdec.engine.models import load_hf_model, resolve_device
 from specdec.engine.static.runner import StaticRunner
 
 
 def main(spec: str = "synthetic:target", steps: int = 5) -> None:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device("auto")
     activity = ProfilerActivity.CUDA if device.type == "cuda" else ProfilerActivity.CPU
     for compiled in (False, True):
         model = load_hf_model(spec, device, torch.bfloat16)
@@ -38,8 +38,7 @@ def main(spec: str = "synthetic:target", steps: int = 5) -> None:
         sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
         print(prof.key_averages().table(sort_by=sort, row_limit=18, max_name_column_width=70), flush=True)
         del runner, model, timer
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_memory(device)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 
@@ -73,3 +74,10 @@ def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op off CUDA): before a clock reading."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def release_memory(device: torch.device) -> None:
+    """Collect what a dropped model left and, on CUDA, hand its cached blocks back (before loading the next)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

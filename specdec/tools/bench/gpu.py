@@ -18,7 +18,6 @@ weights, the draft's greedy agreement set by eps), all in one run on one device,
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import logging
 import os
@@ -30,7 +29,7 @@ from unittest import mock
 import torch
 
 from specdec.engine.cpu.features import cpuinfo
-from specdec.engine.measure import PassTimer, synchronize
+from specdec.engine.measure import PassTimer, release_memory, synchronize
 from specdec.engine.models import load_hf_model, load_model
 from specdec.engine.runner import Step
 from specdec.planning.cost import batch_sizes
@@ -41,12 +40,6 @@ log = logging.getLogger(__name__)
 
 SYNTHETIC_DRAFT, SYNTHETIC_TARGET = "synthetic:draft", "synthetic:target"
 COMPILE_ENV = "SPECDEC_STATIC_COMPILE"  # read by `specdec.engine.static.runner.StaticRunner`
-
-
-def _release_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def bandwidth_bytes_per_s(device: torch.device, size: int = 2**30) -> float:
@@ -80,7 +73,7 @@ def static_curve(spec: str, device: torch.device, dtype: str, sizes: list[int], 
     curve = time_forward(static, sizes, rows)
     weight_bytes = static.weight_bytes()
     del static
-    _release_memory(device)
+    release_memory(device)
     return curve, start_s, weight_bytes
 
 
@@ -96,7 +89,7 @@ def step_curves(args, device: torch.device, rows: int) -> dict:
         ragged = load_model(spec, device.type, args.dtype, runner="ragged", max_tokens=rows).runner
         ragged_step = time_forward(ragged, [1], rows)[0]
         del ragged
-        _release_memory(device)
+        release_memory(device)
         curves[role] = {"static_ms": [round(1e3 * s, 3) for s in curve], "ragged_step_ms": round(1e3 * ragged_step, 3),
                         "floor_ms": round(1e3 * floor, 3), "static_start_s": round(start_s, 1)}
         print(f"{role}: floor {1e3 * floor:.2f} ms; ragged runner S=1 {1e3 * ragged_step:.2f} ms; static runner "
@@ -106,7 +99,7 @@ def step_curves(args, device: torch.device, rows: int) -> dict:
         except Exception as error:  # a compiler's failure leaves the eager runner to measure the rest with
             log.exception("%s: the compiled layers failed", role)
             curves[role]["static_compiled_error"] = repr(error)[:500]
-            _release_memory(device)
+            release_memory(device)
             continue
         curves[role].update(static_compiled_ms=[round(1e3 * s, 3) for s in curve],
                             static_compiled_start_s=round(start_s, 1))
@@ -148,7 +141,7 @@ def agreement(args, device: torch.device, prompts: list[str], n: int) -> float:
             total += 1
             t_logits, d_logits = target.forward([Step(t_cache, [token])])[0], draft.forward([Step(d_cache, [token])])[0]
     del target, draft
-    _release_memory(device)
+    release_memory(device)
     return same / total
 
 
@@ -183,7 +176,7 @@ def hf_generate(args, device: torch.device, prompts: list[str], n: int, compiled
     if compiled:
         result["compiled"] = hasattr(model, "_compiled_call")  # what generate compiled, if it did (CUDA only)
     del model
-    _release_memory(device)
+    release_memory(device)
     return result
 
 
