@@ -180,6 +180,13 @@ def test_formats_without_an_integer_kernel_run_exact():
     assert kernel.weight_bytes() == 8 * 64 * 4, "the exact part's weights count as the kernel's"
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_dot_peak_counts_the_multiply_adds_it_does(variant):
+    """The compute floor's peak: every thread dots 8 rows of 256 with one weight super-block a round."""
+    assert q8dot.library(variant).q8_dot_peak(2, 10) == 2 * 10 * 8 * 256
+    assert q8dot.dot_peak(1, variant, seconds=0.005) > 0
+
+
 def test_the_machines_variant_is_its_level():
     features = cpu_features()
     expected = native.q8_variant_for(features)

@@ -159,6 +159,43 @@ static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
 
 const char *q8_level(void) { return LEVEL_NAME; }
 
+/* ---- the build's integer dot product at its best: the compute floor's peak ---- */
+enum { PEAK_ROWS = 8 };
+
+typedef struct {
+    int64_t rounds;
+    int32_t sink[64]; /* each part's total, so that nothing is optimised away */
+} peak_job;
+
+static void peak_part(void *ctx, int64_t begin, int64_t end) {
+    peak_job *j = ctx;
+    uint8_t bytes[SB] __attribute__((aligned(64)));
+    int8_t u[PEAK_ROWS][SB] __attribute__((aligned(64)));
+    memset(bytes, 1, sizeof bytes);
+    memset(u, 1, sizeof u);
+    nv w[CHUNKS];
+    load_weights(w, bytes);
+    for (int64_t part = begin; part < end; part++) {
+        vi total = {0};
+        for (int64_t r = 0; r < j->rounds; r++) {
+            __asm__ volatile("" : : "r"(u) : "memory"); /* the activations are read again each round, as in a pass */
+            for (int g = 0; g < PEAK_ROWS; g++) total += dot_lanes(w, 0, u[g], 4);
+        }
+        int32_t sum = 0;
+        for (int l = 0; l < LANES; l++) sum += total[l];
+        j->sink[part % 64] = sum;
+    }
+}
+
+/* Multiply-adds done by `threads` threads at once, each dotting PEAK_ROWS cached activation rows with one
+ * register-resident Q4_K-like weight super-block `rounds` times: the kernel's integer step with nothing else
+ * (no weight reads, no float steps). The caller times the call. */
+int64_t q8_dot_peak(int threads, int64_t rounds) {
+    peak_job j = {rounds, {0}};
+    parallel_for(threads, threads, peak_part, &j);
+    return (int64_t)threads * rounds * PEAK_ROWS * SB;
+}
+
 /* ---- repacked super-block layouts ---- */
 enum {
     Q4K_BYTES = 148, /* d, dmin (f16), sc[8], m[8] (6-bit values in bytes), 128 bytes of nibbles */
