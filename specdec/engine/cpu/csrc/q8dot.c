@@ -522,7 +522,7 @@ enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
 /* A pass of several rows over whole weight rows (not in chunks) prefetches the weights this many
  * super-blocks ahead, on into the next rows, which follow in memory: with the rows' work between two
  * super-blocks the hardware prefetcher falls behind (measured on a Zen 4, the 1.5B target: S = 2 about
- * 49 -> 42 ms, S = 9 118 -> 98 ms, S = 5 a few percent). One row, where it keeps up, is left alone. A
+ * 49 -> 42 ms, S = 9 118 -> 98 ms, S = 5 within the noise). One row, where it keeps up, is left alone. A
  * prefetch never faults, past the array's end included. */
 enum { PREFETCH_AHEAD = 8 };
 
