@@ -25,7 +25,8 @@ def test_cpu_curve_reports_each_path_against_its_floors(tmp_path):
     floors = [result["floor_ms"][str(s)] for s in (1, 2, 5, 9)]
     assert floors == sorted(floors) and floors[0] >= result["bandwidth_floor_ms"] > 0
     assert result["dot_peak_GMACps"] > 0 and result["kernel_rate_GMACps"] > 0
-    assert floors[-1] >= 9 * q8["macs_per_token"] / (result["dot_peak_GMACps"] * 1e9) * 1e3 * 0.99
+    # S = 9's floor is at least its multiply-adds over the dot peak (both as written: rounded to 0.01 ms and 0.1 G/s)
+    assert floors[-1] >= 9 * q8["macs_per_token"] / (result["dot_peak_GMACps"] * 1e9) * 1e3 * 0.99 - 0.005
     assert result["llama_cpp_ms"] == {"1": 100.0, "2": round(2000 / 2 ** 0.5 / 10, 2),
                                       "5": round(5000 / 5 ** 0.5 / 10, 2), "9": round(9000 / 3 / 10, 2)}
     assert (tmp_path / "curve.png").stat().st_size > 0
