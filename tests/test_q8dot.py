@@ -20,6 +20,7 @@ from specdec.engine.cpu.features import cpu_features, cpuinfo
 from specdec.engine.cpu.q8dot import Q8Kernel
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
+from specdec.tools.bench.cpu_curve import dot_peak
 
 FORMATS = [Q4_K, Q6_K, Q5_0, Q8_0]
 # What each build needs of the CPU (/proc/cpuinfo flag names).
@@ -184,7 +185,7 @@ def test_formats_without_an_integer_kernel_run_exact():
 def test_the_dot_peak_counts_the_multiply_adds_it_does(variant):
     """The compute floor's peak: every thread dots 8 rows of 256 with one weight super-block a round."""
     assert q8dot.library(variant).q8_dot_peak(2, 10) == 2 * 10 * 8 * 256
-    assert q8dot.dot_peak(1, variant, seconds=0.005) > 0
+    assert dot_peak(1, variant, seconds=0.005) > 0
 
 
 def test_the_machines_variant_is_its_level():

@@ -15,7 +15,6 @@ stays inside one 16-weight group). A tensor in any other format runs on the exac
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -38,27 +37,6 @@ def library(variant: str | None = None):
 def available() -> bool:
     """Whether the integer kernel can run here (a C compiler, or a prebuilt library)."""
     return native.loadable(library)
-
-
-def dot_peak(threads: int, variant: str | None = None, seconds: float = 0.2) -> float:
-    """Multiply-adds per second of `variant`'s integer dot product at its best, on `threads` threads at once:
-    cached activation rows against a register-resident weight super-block, nothing else (`q8_dot_peak`;
-    about `seconds` a try, best of 3). The compute floor of a pass is its multiply-adds over this."""
-    lib, rounds = library(variant), 1000
-    while True:  # grow the rounds until a try takes a tenth of `seconds`, then scale to `seconds`
-        began = time.perf_counter()
-        lib.q8_dot_peak(threads, rounds)
-        elapsed = time.perf_counter() - began
-        if elapsed > seconds / 10:
-            break
-        rounds *= 4
-    rounds = max(1, int(rounds * seconds / elapsed))
-    best = float("inf")
-    for _ in range(3):
-        began = time.perf_counter()
-        macs = lib.q8_dot_peak(threads, rounds)
-        best = min(best, time.perf_counter() - began)
-    return macs / best
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: compared by identity, as tensors are

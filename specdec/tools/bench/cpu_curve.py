@@ -4,7 +4,7 @@ CPU path, against its two floors, with llama.cpp's own curve beside it when give
 - Bandwidth floor: the weight bytes a pass reads (every linear kernel, the output layer included; the
   embedding is looked up, not read) ÷ memory bandwidth (2 threads summing 1 GiB, best of 5).
 - Compute floor: S × the multiply-adds of one token ÷ the integer dot product's peak on this CPU (the
-  build's dot instructions on cached rows and register-resident weights, nothing else: `q8dot.dot_peak`).
+  build's dot instructions on cached rows and register-resident weights, nothing else: `dot_peak`).
   Beside it, the kernel's own rate on a cache-resident Q4_K matrix at 16 rows (its float steps, weight
   unpacking and loads included): how far the kernel's arithmetic is from the instructions' peak.
 - llama.cpp: `llama-bench -m <the same GGUF> -t 2 -p 1,2,5,9 -n 0 -o json > llama.json`, passed with
@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 
 from specdec import weights
+from specdec.engine.cpu import q8dot
 from specdec.engine.cpu.blockquant import Q4_K, quantize
-from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak
+from specdec.engine.cpu.q8dot import Q8Kernel
 from specdec.engine.kernels import time_kernel
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
@@ -41,6 +42,27 @@ def memory_bandwidth() -> float:
         data.sum()
         best = min(best, time.perf_counter() - began)
     return data.numel() * 4 / best
+
+
+def dot_peak(threads: int, variant: str | None = None, seconds: float = 0.2) -> float:
+    """Multiply-adds per second of `variant`'s integer dot product at its best, on `threads` threads at once:
+    cached activation rows against a register-resident weight super-block, nothing else (`q8_dot_peak`;
+    about `seconds` a try, best of 3). The compute floor of a pass is its multiply-adds over this."""
+    lib, rounds = q8dot.library(variant), 1000
+    while True:  # grow the rounds until a try takes a tenth of `seconds`, then scale to `seconds`
+        began = time.perf_counter()
+        lib.q8_dot_peak(threads, rounds)
+        elapsed = time.perf_counter() - began
+        if elapsed > seconds / 10:
+            break
+        rounds *= 4
+    rounds = max(1, int(rounds * seconds / elapsed))
+    best = float("inf")
+    for _ in range(3):
+        began = time.perf_counter()
+        macs = lib.q8_dot_peak(threads, rounds)
+        best = min(best, time.perf_counter() - began)
+    return macs / best
 
 
 def kernel_rate(rows: int = 16, n: int = 2048, k: int = 1536) -> float:
