@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner
+from specdec.engine.cpu.hugepages import return_freed_heap
 from specdec.engine.cpu.q8dot import PACKED_PATHS
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.runner import Collectives, ModelRunner
@@ -204,6 +205,9 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     eos = _tiny_eos(spec) if spec.startswith("tiny:") else () if is_synthetic(spec) else _eos_ids(model)
     collectives = shard(model) if shard is not None else None
     built, choice = build_runner(model, path, max_tokens, collectives, runner, slots, context)
+    if path in PACKED_PATHS:
+        del model
+        return_freed_heap()  # the GGUF blocks read onto the heap, dropped once the runner holds its weights
     return LoadedModel(built, choice, spec, config.vocab_size, built.max_context, eos, dev)
 
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from specdec.engine.cpu import native
 from specdec.engine.cpu.features import cpu_features
+from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
 F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14  # GGML's type numbers
@@ -58,7 +59,9 @@ class BlockTensor:
 
     @classmethod
     def from_numpy(cls, qtype: int, raw: np.ndarray, cols: int) -> "BlockTensor":
-        data = torch.from_numpy(np.ascontiguousarray(raw).view(np.uint8).reshape(raw.shape[0], -1).copy())
+        raw = np.ascontiguousarray(raw).view(np.uint8).reshape(raw.shape[0], -1)
+        data = empty_on_huge_pages(*raw.shape)
+        data.numpy()[:] = raw
         return cls(qtype, data, cols)
 
     @classmethod

@@ -23,6 +23,7 @@ import torch
 from specdec.engine.cpu import native
 from specdec.engine.cpu.blockquant import NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor, stack_rows
 from specdec.engine.cpu.features import cpu_features
+from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
 FORMATS = (Q4_K, Q6_K, Q5_0, Q8_0)  # what the integer kernel takes
@@ -51,7 +52,7 @@ class RepackedTensor:
     @classmethod
     def of(cls, tensor: BlockTensor, lib) -> RepackedTensor:
         """`tensor` repacked by `lib`."""
-        data = torch.empty(tensor.rows, lib.q8_row_bytes(tensor.qtype, tensor.cols), dtype=torch.uint8)
+        data = empty_on_huge_pages(tensor.rows, lib.q8_row_bytes(tensor.qtype, tensor.cols))
         status = lib.q8_repack(tensor.qtype, tensor.data.data_ptr(), tensor.rows, tensor.cols, data.data_ptr())
         assert status == 0, f"q8_repack refused {NAMES[tensor.qtype]} [{tensor.rows}, {tensor.cols}]"
         return cls(tensor.qtype, tensor.cols, data)
