@@ -160,16 +160,17 @@ def test_exp_is_close_to_the_true_exp():
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("heads,kv_heads,dim,head_norms", [(4, 2, 16, False), (6, 3, 32, True), (2, 2, 64, False)])
+@pytest.mark.parametrize("heads,kv_heads,dim,head_norms",
+                         [(4, 2, 16, False), (6, 3, 32, True), (2, 2, 64, False), (3, 1, 32, False)])
 def test_attention_computes_its_definition_bit_for_bit(variant, heads, kv_heads, dim, head_norms):
-    """A prefill of 9 tokens then a verify of 4, grouped heads, with and without per-head norms; the
-    cache holds the embedded keys and the values."""
+    """A prefill of 21 tokens then a verify of 4, grouped heads (all of them on one KV head in the last
+    case), with and without per-head norms; the cache holds the embedded keys and the values."""
     lib = q8dot.library(variant)
     gen = torch.Generator().manual_seed(dim)
     norms = (torch.rand(dim, generator=gen) + 0.5, torch.rand(dim, generator=gen) + 0.5) if head_norms else None
     attention = Attention(lib, heads, kv_heads, dim, norms=norms)
     keys, values = np.zeros((kv_heads, 0, dim), f32), np.zeros((kv_heads, 0, dim), f32)
-    for seed, (begin, end) in enumerate([(0, 9), (9, 13)]):
+    for seed, (begin, end) in enumerate([(0, 21), (21, 25)]):
         qkv = attention_inputs(end - begin, heads, kv_heads, dim, seed)
         cos, sin = rotary_tables(range(begin, end), dim)
         got = attention(qkv, cos, sin, dim ** -0.5)
