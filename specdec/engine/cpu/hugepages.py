@@ -23,8 +23,9 @@ def empty_on_huge_pages(rows: int, cols: int) -> torch.Tensor:
 
     The memory is a private anonymous mapping, 2 MiB longer than asked so that the tensor can start on a
     2 MiB boundary; only its whole 2 MiB stretches are advised, so the tail never rounds up to a huge page
-    (resident memory stays what is touched). Smaller tensors, and systems without madvise, get plain memory.
-    The tensor keeps the mapping alive; it is unmapped when the last view of it goes.
+    (resident memory stays what is touched). Tensors under 2 MiB get torch's memory; where the system has
+    no huge pages the mapping serves unadvised. The tensor keeps the mapping alive; it is unmapped when the
+    last view of it goes.
     """
     size = rows * cols
     if size < HUGE_PAGE or not hasattr(mmap, "MADV_HUGEPAGE"):
@@ -32,7 +33,10 @@ def empty_on_huge_pages(rows: int, cols: int) -> torch.Tensor:
     region = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     whole = torch.frombuffer(region, dtype=torch.uint8)
     start = -whole.data_ptr() % HUGE_PAGE
-    region.madvise(mmap.MADV_HUGEPAGE, start, size // HUGE_PAGE * HUGE_PAGE)
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE, start, size // HUGE_PAGE * HUGE_PAGE)
+    except OSError:  # a kernel built without transparent huge pages: the memory serves as it is
+        pass
     return whole[start:start + size].view(rows, cols)
 
 
