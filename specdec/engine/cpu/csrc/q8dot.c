@@ -513,10 +513,11 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
 }
 
 /* Activations beyond L1_BYTES go in chunks of CHUNK_BYTES, which stay in the L1 cache while a block of
- * columns (COLUMN_BLOCK) passes over them, the weights streaming through the rest of it (measured on a Zen 5: the down projection's
- * 35 super-blocks, 5 rows, 1.9x faster on cached weights). A chunk reads a short stretch of each weight row,
- * which the hardware prefetcher finds late: row_pass prefetches the next row's stretch (from memory, Q6_K
- * down projections of 4-9 rows 1.3-1.7x faster; L1_BYTES 32 KiB instead of 48 made 3 rows 1.5x faster). */
+ * columns (COLUMN_BLOCK) passes over them, the weights streaming through the rest of it (measured on a Zen 5:
+ * the down projection's 35 super-blocks, 5 rows, 1.9x faster on cached weights). A chunk reads a short stretch
+ * of each weight row, which the hardware prefetcher finds late: row_pass prefetches the next row's stretch
+ * (from memory, Q6_K down projections of 4-9 rows 1.3-1.7x faster; L1_BYTES 32 KiB instead of 48 made 3 rows
+ * 1.5x faster). */
 enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
 
 /* A pass of several rows over whole weight rows (not in chunks) prefetches the weights this many
