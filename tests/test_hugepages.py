@@ -54,9 +54,9 @@ def test_small_tensors_get_plain_memory():
 
 
 @needs_thp
-def test_repacked_and_exact_gguf_weights_live_on_advised_memory():
+def test_repacked_fused_and_exact_gguf_weights_live_on_advised_memory():
     from specdec.engine.cpu import q8dot
-    from specdec.engine.cpu.blockquant import Q4_K, BlockTensor
+    from specdec.engine.cpu.blockquant import Q4_K, BlockTensor, stack_rows
 
     if not q8dot.available():
         pytest.skip("no integer kernel here")
@@ -64,6 +64,8 @@ def test_repacked_and_exact_gguf_weights_live_on_advised_memory():
     raw = np.random.default_rng(1).integers(0, 256, size=(rows, cols // 256 * 144), dtype=np.uint8)
     blocks = BlockTensor.from_numpy(Q4_K, raw, cols)
     assert np.array_equal(blocks.data.numpy(), raw)
+    [fused] = stack_rows([blocks, BlockTensor.from_numpy(Q4_K, raw[:1024], cols)])  # as q, k, v or gate, up
+    assert np.array_equal(fused.data.numpy(), np.concatenate([raw, raw[:1024]]))
     repacked = q8dot.RepackedTensor.of(blocks, q8dot.library())
-    for tensor in (blocks.data, repacked.data):
+    for tensor in (blocks.data, fused.data, repacked.data):
         assert tensor.data_ptr() % HUGE_PAGE == 0 and "hg" in vm_flags(tensor.data_ptr())

@@ -207,7 +207,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     built, choice = build_runner(model, path, max_tokens, collectives, runner, slots, context)
     if path in PACKED_PATHS:
         del model
-        return_freed_heap()  # the GGUF blocks read onto the heap, dropped once the runner holds its weights
+        return_freed_heap()  # what the load freed on the heap: the weights live in mappings of their own
     return LoadedModel(built, choice, spec, config.vocab_size, built.max_context, eos, dev)
 
 

@@ -91,7 +91,8 @@ def stack_rows(parts: list[BlockTensor]) -> list[BlockTensor]:
     merged: list[BlockTensor] = []
     for part in parts:
         if merged and merged[-1].qtype == part.qtype and merged[-1].cols == part.cols:
-            merged[-1] = BlockTensor(part.qtype, torch.cat([merged[-1].data, part.data]), part.cols)
+            data = empty_on_huge_pages(merged[-1].rows + part.rows, part.data.shape[1])  # as a part's own rows
+            merged[-1] = BlockTensor(part.qtype, torch.cat([merged[-1].data, part.data], out=data), part.cols)
         else:
             merged.append(part)
     return merged
