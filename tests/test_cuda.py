@@ -4,6 +4,7 @@ target-only through the services, for every γ, adaptive γ and 8 concurrent use
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -14,6 +15,7 @@ from specdec.cli.client import generate, make_request
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.launch.stack import EmbeddedStack
+from specdec.tools.bench.speed import service_infos
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -66,6 +68,13 @@ def cuda_stack():
     opts = tiny_options(DRAFT, TARGET, service=dict(device="cuda"), orchestrator=dict(gamma_max=8))
     with EmbeddedStack(opts) as running:
         yield running
+
+
+@pytest.mark.skipif("SPECDEC_STATIC_COMPILE" in os.environ, reason="SPECDEC_STATIC_COMPILE chooses instead")
+def test_the_services_compile_their_layers_by_default_on_cuda(cuda_stack):
+    draft, target = service_infos(cuda_stack)
+    assert draft.kernel.endswith("-compiled-graphs") and target.kernel.endswith("-compiled-graphs"), \
+        (draft.kernel, target.kernel)
 
 
 def test_greedy_speculation_equals_target_only_on_cuda(cuda_stack):

@@ -152,6 +152,13 @@ def test_the_context_is_the_pools():
     assert loaded.runner.pool.keys[0].shape[1] == 257  # and one position never attended
 
 
+def test_layers_run_eagerly_by_default_off_cuda(monkeypatch):
+    """Compiled layers are CUDA's default (tests/test_cuda.py); on CPU the layers run eagerly unless
+    SPECDEC_STATIC_COMPILE=1 asks."""
+    monkeypatch.delenv("SPECDEC_STATIC_COMPILE", raising=False)
+    assert not load_model(SPEC, "cpu", dtype="bf16", runner="static", slots=2).runner.compiled
+
+
 def test_greedy_speculation_equals_target_only_through_the_services():
     opts = tiny_options(service=dict(runner="static"))
     with EmbeddedStack(opts) as running:
