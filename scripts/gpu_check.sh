@@ -2,14 +2,14 @@
 # Issue 30's GPU checks in one prepared run, for a lent GPU host that downloads nothing (../shared/GPU.md):
 #   1. the CUDA tests (tests/test_cuda.py): the static runner's graphs and its batch invariance bit for bit,
 #      its layers eager and compiled; greedy speculation identical to target-only through the services, whose
-#      runners compile their layers here (SPECDEC_STATIC_COMPILE=1);
+#      runners compile their layers (the default on CUDA);
 #   2. the kernels of one target step, eager and compiled, by device time (scripts/gpu_kernels.py);
 #   3. the GPU benchmark (`specdec bench --gpu`, README): step curves eager and compiled against the bandwidth
 #      floor, then the services against Hugging Face eager and compiled, 1 and 8 users; with STEPS_ONLY=1 only
 #      the step curves (`--gpu-steps`).
 # Carry .whl/ (scripts/gpu_wheels.sh fills it) and run from the repository root: bash scripts/gpu_check.sh
 # Results go to $OUT (the device tool's) or /tmp/gpu_check. At most 10 minutes (the parts' timeouts: give the
-# command 600 s), 7.5 on the H200 with HF's compiled baseline failing; 2 with STEPS_ONLY=1, after the tests.
+# command 600 s); 6 on an H200 (2026-11-27), with a 30 s start; 2 with STEPS_ONLY=1, after the tests.
 # The benchmark writes each of its parts as it ends, so a cut run keeps what it measured.
 set -u
 out=${OUT:-/tmp/gpu_check}
@@ -23,7 +23,7 @@ fi
 export SPECDEC_CACHE=${SPECDEC_CACHE:-/tmp/specdec-cache} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
-SPECDEC_STATIC_COMPILE=1 timeout 120 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
+timeout 120 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
     tests/test_cuda.py -q -rA --durations=5 > "$out/cuda_tests.txt" 2>&1
 tail -25 "$out/cuda_tests.txt"
 timeout 60 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
