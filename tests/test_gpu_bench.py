@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from specdec.cli.main import main
+from specdec.tools.bench.gpu import first_difference
 
 PAIR = ["--draft-model", "synthetic:draft,shape=small,eps=0.1",
         "--target-model", "synthetic:target,shape=small,eps=0.1"]
@@ -22,10 +23,18 @@ def test_the_gpu_benchmark_runs_every_part_and_writes_it(tmp_path):
         assert len(curves[role]["static_ms"]) == len(curves[role]["static_compiled_ms"]) == len(curves["sizes"])
         assert curves[role]["floor_ms"] > 0
     assert 0.0 <= result["greedy_agreement"] <= 1.0
-    assert [row["config"] for row in result["rows"]] == ["target-only", "γ=2", "adaptive"]
+    assert [row["config"] for row in result["rows"]] == ["target-only", "γ=2", "adaptive", "ngram", "hybrid"]
     assert all(row["identical_to_target_only"] for row in result["rows"]), "speculation changed the greedy output"
     assert set(result["eight_users"]) == {"target-only", "adaptive"}
     assert all(1 <= row["target_rows_per_pass"] <= 8 for row in result["eight_user_rows"])
-    assert set(result["hf"]) == {"hf-eager", "hf-static-compiled"}
+    assert set(result["hf"]) == set(result["hf_first_difference"]) == {"hf-eager", "hf-static-compiled"}
+    assert all(len(departures) == 1 for departures in result["hf_first_difference"].values())
     assert result["hf_static_not_compiled"]  # generate compiles its step on CUDA only
     assert list(result["part_seconds"]) == ["step curves", "one user", "8 users", "hf-eager", "hf-static-compiled"]
+
+
+def test_first_difference_is_the_first_token_that_differs():
+    assert first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2, 3], [1, 2]) == 2
+    assert first_difference([], [4]) == 0

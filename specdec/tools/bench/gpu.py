@@ -9,9 +9,12 @@ weights, the draft's greedy agreement set by eps), all in one run on one device,
 2. teacher-forced greedy agreement of the draft with the target;
 3. through the services, on the faster of the two curves unless SPECDEC_STATIC_COMPILE says which:
    target-only, fixed γ and adaptive, one user, with α, accepted length, c, per-round overhead and
-   identity with target-only; then 8 users at once, target-only and adaptive;
+   identity with target-only, and the lookup proposers (n-gram, hybrid), whose drafts cost no device time;
+   then 8 users at once, target-only and adaptive;
 4. Hugging Face `generate` on the target, eager and with a static cache compiled (CUDA graphs), each
-   prompt warmed once so that compilation is not timed; last, since compiling it takes the longest.
+   prompt warmed once so that compilation is not timed, with the token where each prompt's greedy output
+   first leaves ours (its kernels differ: a late, rare departure is rounding, an early one a different model);
+   last, since compiling it takes the longest.
 `--device cpu` runs the same parts on the CPU (a dry run of the command; tests/test_gpu_bench.py).
 """
 
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SYNTHETIC_DRAFT, SYNTHETIC_TARGET = "synthetic:draft", "synthetic:target"
 COMPILE_ENV = "SPECDEC_STATIC_COMPILE"  # read by `specdec.engine.static.runner.StaticRunner`
+LOOKUP_PROPOSERS = ("ngram", "hybrid")  # with adaptive γ, beside the model draft's configs
 
 
 def bandwidth_bytes_per_s(device: torch.device, size: int = 2**30) -> float:
@@ -111,6 +115,14 @@ def compiled_is_faster(curves: dict) -> bool:
     """Whether the compiled layers make the target's and the draft's steps faster, summed over the curve."""
     return all("static_compiled_ms" in curve and sum(curve["static_compiled_ms"]) < sum(curve["static_ms"])
                for curve in (curves["target"], curves["draft"]))
+
+
+def first_difference(ours: list[int], theirs: list[int]) -> int | None:
+    """The first position where two token lists differ (one ending early counts), None if they are equal."""
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        if a != b:
+            return i
+    return None if len(ours) == len(theirs) else min(len(ours), len(theirs))
 
 
 def _curve_text(sizes: list[int], seconds: list[float]) -> str:
@@ -217,12 +229,14 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
             EmbeddedStack(stack_options(args, gamma_max=gamma_max, max_sessions=16)) as stack:
         draft_info, target_info = service_infos(stack)
         warm_up(stack.endpoint, prompts[0], gamma_max)
-        configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
+        configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None),
+                   *[(proposer, None, {"proposer": proposer}) for proposer in LOOKUP_PROPOSERS]]
         results = run_configs(stack.endpoint, configs, chosen, n)
+        adaptive = next(r for r in results if r.name == "adaptive")
         rows = summarise(results, None, draft_info, target_info)
         print_table(rows)
         payload.update(rows=rows, target_kernel=target_info.kernel,
-                       adaptive_gammas=[r.gamma for r in results[-1].rounds])
+                       adaptive_gammas=[r.gamma for r in adaptive.rounds])
         done("one user")
         users = [prompts[i % len(prompts)] for i in range(8)]
         target = target_client(stack.target_address)  # its pass counters: sessions per forward pass
@@ -243,10 +257,12 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     for label, compile_hf in hf_runs:
         result = hf_generate(args, device, prompts, n, compiled=compile_hf)
         rate = result["tokens_per_s"]
+        departures = [first_difference(ours, theirs) for ours, theirs in zip(base.outputs, result["outputs"])]
         print(f"{label}: {rate} tok/s; ours target-only ×{base.tokens_per_s / rate:.2f}, "
-              f"adaptive ×{results[-1].tokens_per_s / rate:.2f}; output identical to ours: "
-              f"{result['outputs'] == base.outputs}", flush=True)
+              f"adaptive ×{adaptive.tokens_per_s / rate:.2f}; greedy output first leaves ours at token "
+              f"{departures} of {n} (None: identical)", flush=True)
         payload.setdefault("hf", {})[label] = rate
+        payload.setdefault("hf_first_difference", {})[label] = departures
         if compile_hf and not result["compiled"]:
             print(f"{label}: generate did not compile its step here (it does on CUDA)", flush=True)
             payload["hf_static_not_compiled"] = True
