@@ -23,6 +23,7 @@ from specdec.launch.stack import EmbeddedStack
 from specdec.runtime.server import free_port
 from specdec.tools.profiling.spans import (
     COMPONENTS,
+    DIRECTIONS,
     SpanRecord,
     parse_otlp_request,
     read_otlp_json,
@@ -205,6 +206,11 @@ def test_round_breakdown_splits_network_from_compute():
     for name in COMPONENTS:
         assert row[name] * 1e3 == pytest.approx(expected[name], abs=1e-6), name
     assert sum(row[n] for n in COMPONENTS) == pytest.approx(row["round"])
+    # The draft's hop in its two directions, from its span's clock: 1 → 6 out, 26 → 31 back; the target's
+    # service exported no span, so its directions are unknown (0), while its network total stands.
+    directions = {"network draft request": 5, "network draft reply": 5, "network target request": 0,
+                  "network target reply": 0}
+    assert {name: round(row[name] * 1e3, 6) for name in DIRECTIONS} == directions
 
 
 def test_profile_command_writes_breakdown_and_plot(tmp_path):
@@ -219,6 +225,10 @@ def test_profile_command_writes_breakdown_and_plot(tmp_path):
     assert all(summary["summary"][name]["share"] > 0
                for name in ("target forward", "target wait", "target service", "network target"))
     assert output.with_suffix(".png").stat().st_size > 10_000
+    hop = {name: summary["summary"][name]["mean_ms"] for name in
+           ("network target", "network target request", "network target reply")}
+    assert hop["network target request"] > 0 and hop["network target reply"] > 0, hop
+    assert hop["network target request"] + hop["network target reply"] == pytest.approx(hop["network target"]), hop
     spans = read_otlp_json(output.with_suffix(".spans.jsonl"))
     assert {s.service for s in spans} == {"specdec-orchestrator", "specdec-draft", "specdec-target"}
     measured = [s for s in spans if s.start_ns >= summary["measured_from_ns"]]

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from specdec.cli.client import generate, make_request
 from specdec.tools.bench.speed import load_prompts, warm_up
-from specdec.tools.profiling.spans import COMPONENTS, read_otlp_json, round_breakdown, summarise_breakdown
+from specdec.tools.profiling.spans import COMPONENTS, DIRECTIONS, read_otlp_json, round_breakdown, summarise_breakdown
 
 
 def run_workload(args: argparse.Namespace) -> int:
@@ -48,9 +48,16 @@ def print_summary(summary: dict, rounds: int) -> None:
     print(f"{rounds} rounds; mean round {summary['round']['mean_ms']:.1f} ms")
     print(f"{'component':>16} | share  |  mean ms |   p50 ms |   p95 ms |   p99 ms")
     for name in COMPONENTS:
-        s = summary[name]
-        print(f"{name:>16} | {100 * s['share']:5.1f}% | {s['mean_ms']:8.2f} | {s['p50_ms']:8.2f} | "
-              f"{s['p95_ms']:8.2f} | {s['p99_ms']:8.2f}")
+        _print_row(name, summary[name])
+        for direction in ("request", "reply"):  # the hop's two directions, where the service exports its span
+            part = f"{name} {direction}"
+            if part in DIRECTIONS and summary[part]["mean_ms"] > 0:
+                _print_row(f"of which {direction}", summary[part])
+
+
+def _print_row(name: str, s: dict) -> None:
+    print(f"{name:>16} | {100 * s['share']:5.1f}% | {s['mean_ms']:8.2f} | {s['p50_ms']:8.2f} | "
+          f"{s['p95_ms']:8.2f} | {s['p99_ms']:8.2f}")
 
 
 def plot(rows: list[dict], summary: dict, path: Path, title: str) -> None:

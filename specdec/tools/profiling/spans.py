@@ -7,7 +7,10 @@ Round time = per hop (forward passes + waiting for a pass + the service's own wo
   `kv.rollback` child, and the round's time in forward passes and waiting for them to begin as
   attributes (`specdec.forward_ms`, `specdec.wait_ms`); the service's own work (the sampler,
   bookkeeping, protobuf, handing a step to its pass and back) is the rest of the server span;
-- network = client span − server span; orchestration = round − both client spans.
+- network = client span − server span; orchestration = round − both client spans. Where the service exports
+  its span, each hop's network splits into its two directions (`DIRECTIONS`, not summed into the round):
+  request = server start − client start, reply = client end − server end. That reads two processes' clocks,
+  so it means something on one host (or clocks kept in step); the sum does not depend on it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 COMPONENTS = ("draft forward", "draft wait", "draft service", "target forward", "target wait", "target service",
               "kv rollback", "network draft", "network target", "orchestration")
 HOPS = {"draft.propose": "draft", "target.verify": "target"}
+DIRECTIONS = ("network draft request", "network draft reply", "network target request", "network target reply")
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ def round_breakdown(spans: list[SpanRecord]) -> list[dict[str, float]]:
         children[span.parent_id].append(span)
     rows = []
     for round_span in sorted((s for s in spans if s.name == "round"), key=lambda s: s.start_ns):
-        parts = dict.fromkeys(COMPONENTS, 0.0)
+        parts = dict.fromkeys((*COMPONENTS, *DIRECTIONS), 0.0)
         in_calls = 0.0
         for call in children[round_span.span_id]:
             hop = HOPS.get(call.name)
@@ -107,6 +111,8 @@ def round_breakdown(spans: list[SpanRecord]) -> list[dict[str, float]]:
                 compute = sum(s.seconds for s in servers)
                 rollback = sum(k.seconds for s in servers for k in children[s.span_id] if k.name == "kv.rollback")
                 timed = [s.attributes for s in servers]
+                parts[f"network {hop} request"] += max(min(s.start_ns for s in servers) - call.start_ns, 0) / 1e9
+                parts[f"network {hop} reply"] += max(call.end_ns - max(s.end_ns for s in servers), 0) / 1e9
             else:  # the service does not export spans: fall back on what the client span recorded
                 compute = call.seconds - call.attributes.get("specdec.network_ms", call.seconds * 1e3) / 1e3
                 rollback = call.attributes.get("specdec.rollback_ms", 0.0) / 1e3
@@ -130,7 +136,7 @@ def summarise_breakdown(rows: list[dict[str, float]]) -> dict[str, dict[str, flo
     """Per component: share of all round time, mean and p50/p95/p99 in milliseconds."""
     total = sum(r["round"] for r in rows) or 1.0
     summary = {}
-    for name in (*COMPONENTS, "round"):
+    for name in (*COMPONENTS, *DIRECTIONS, "round"):
         values = np.array([r[name] for r in rows]) * 1e3
         p50, p95, p99 = np.percentile(values, [50, 95, 99]) if len(values) else (0.0, 0.0, 0.0)
         summary[name] = {"share": float(values.sum() / 1e3 / total), "mean_ms": float(values.mean()) if len(values) else 0.0,
