@@ -6,10 +6,12 @@
 #   2. the kernels of one target step, eager and compiled, by device time (scripts/gpu_kernels.py);
 #   3. the GPU benchmark (`specdec bench --gpu`, README): step curves eager and compiled against the bandwidth
 #      floor, then the services against Hugging Face eager and compiled, 1 and 8 users; with STEPS_ONLY=1 only
-#      the step curves (`--gpu-steps`).
+#      the step curves (`--gpu-steps`);
+#   4. where a target-only round goes (`specdec profile`): the target's step, the gRPC hop in its two directions
+#      and the orchestrator, from the spans (skipped with STEPS_ONLY=1).
 # Carry .whl/ (scripts/gpu_wheels.sh fills it) and run from the repository root: bash scripts/gpu_check.sh
 # Results go to $OUT (the device tool's) or /tmp/gpu_check. At most 10 minutes (the parts' timeouts: give the
-# command 600 s); 6 on an H200 (2026-11-27), with a 30 s start; 2 with STEPS_ONLY=1, after the tests.
+# command 600 s); about 7 on an H200 (2026-11-27), with a 30 s start; 2 with STEPS_ONLY=1, after the tests.
 # The benchmark writes each of its parts as it ends, so a cut run keeps what it measured.
 set -u
 out=${OUT:-/tmp/gpu_check}
@@ -32,7 +34,13 @@ if [ "${STEPS_ONLY:-0}" = 1 ]; then
     timeout 120 python3 -m specdec.cli.main bench --gpu --gpu-steps --output "$out/gpu_steps.json" \
         > "$out/gpu_bench.txt" 2>&1
 else
-    timeout "${BENCH_SECONDS:-380}" python3 -m specdec.cli.main bench --gpu --max-new-tokens 128 --gammas 2,4 \
+    timeout "${BENCH_SECONDS:-330}" python3 -m specdec.cli.main bench --gpu --max-new-tokens 128 --gammas 2,4 \
         --output "$out/gpu_bench.json" > "$out/gpu_bench.txt" 2>&1
 fi
 grep -v "it/s\]" "$out/gpu_bench.txt" | grep -v "^DEBUG" | tail -40
+if [ "${STEPS_ONLY:-0}" != 1 ]; then
+    timeout 75 python3 -m specdec.cli.main profile --device cuda --draft-model synthetic:draft \
+        --target-model synthetic:target --gamma 0 --max-new-tokens 128 --limit-prompts 3 \
+        --trace-file /tmp/gpu_profile.spans.jsonl --output "$out/profile.json" 2>&1 | grep -v "it/s\]" | \
+        grep -v "^DEBUG" | tail -16
+fi
