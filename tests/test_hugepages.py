@@ -64,8 +64,8 @@ def test_repacked_fused_and_exact_gguf_weights_live_on_advised_memory():
     raw = np.random.default_rng(1).integers(0, 256, size=(rows, cols // 256 * 144), dtype=np.uint8)
     blocks = BlockTensor.from_numpy(Q4_K, raw, cols)
     assert np.array_equal(blocks.data.numpy(), raw)
-    [fused] = stack_rows([blocks, BlockTensor.from_numpy(Q4_K, raw[:1024], cols)])  # as q, k, v or gate, up
-    assert np.array_equal(fused.data.numpy(), np.concatenate([raw, raw[:1024]]))
+    [fused] = stack_rows([blocks, *(BlockTensor.from_numpy(Q4_K, raw[:n], cols) for n in (1024, 512))])  # q, k, v
+    assert np.array_equal(fused.data.numpy(), np.concatenate([raw, raw[:1024], raw[:512]]))
     repacked = q8dot.RepackedTensor.of(blocks, q8dot.library())
     for tensor in (blocks.data, fused.data, repacked.data):
         assert tensor.data_ptr() % HUGE_PAGE == 0 and "hg" in vm_flags(tensor.data_ptr())

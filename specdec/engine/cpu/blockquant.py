@@ -11,6 +11,7 @@ other type, dequantized once at load).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -87,14 +88,16 @@ class BlockTensor:
 
 
 def stack_rows(parts: list[BlockTensor]) -> list[BlockTensor]:
-    """Concatenate consecutive parts that share a format (rows are independent, so this is free)."""
-    merged: list[BlockTensor] = []
-    for part in parts:
-        if merged and merged[-1].qtype == part.qtype and merged[-1].cols == part.cols:
-            data = empty_on_huge_pages(merged[-1].rows + part.rows, part.data.shape[1])  # as a part's own rows
-            merged[-1] = BlockTensor(part.qtype, torch.cat([merged[-1].data, part.data], out=data), part.cols)
-        else:
-            merged.append(part)
+    """Concatenate consecutive parts that share a format (rows are independent, so this is free): each run
+    copied once, into advised memory as a part's own rows are."""
+    merged = []
+    for (qtype, cols), run in itertools.groupby(parts, key=lambda part: (part.qtype, part.cols)):
+        run = list(run)
+        if len(run) == 1:
+            merged.append(run[0])
+            continue
+        data = empty_on_huge_pages(sum(part.rows for part in run), run[0].data.shape[1])
+        merged.append(BlockTensor(qtype, torch.cat([part.data for part in run], out=data), cols))
     return merged
 
 
