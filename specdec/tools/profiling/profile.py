@@ -18,7 +18,8 @@ from tqdm import tqdm
 
 from specdec.cli.client import generate, make_request
 from specdec.tools.bench.speed import load_prompts, warm_up
-from specdec.tools.profiling.spans import COMPONENTS, DIRECTIONS, read_otlp_json, round_breakdown, summarise_breakdown
+from specdec.tools.profiling.spans import (COMPONENTS, DIRECTIONS, WAYS, read_otlp_json, round_breakdown,
+                                            summarise_breakdown)
 
 
 def run_workload(args: argparse.Namespace) -> int:
@@ -49,10 +50,10 @@ def print_summary(summary: dict, rounds: int) -> None:
     print(f"{'component':>16} | share  |  mean ms |   p50 ms |   p95 ms |   p99 ms")
     for name in COMPONENTS:
         _print_row(name, summary[name])
-        for direction in ("request", "reply"):  # the hop's two directions, where the service exports its span
-            part = f"{name} {direction}"
+        for way in WAYS:  # a hop's two directions, where the service exports its span
+            part = f"{name} {way}"
             if part in DIRECTIONS and summary[part]["mean_ms"] > 0:
-                _print_row(f"of which {direction}", summary[part])
+                _print_row(f"of which {way}", summary[part])
 
 
 def _print_row(name: str, s: dict) -> None:

@@ -26,7 +26,8 @@ import numpy as np
 COMPONENTS = ("draft forward", "draft wait", "draft service", "target forward", "target wait", "target service",
               "kv rollback", "network draft", "network target", "orchestration")
 HOPS = {"draft.propose": "draft", "target.verify": "target"}
-DIRECTIONS = ("network draft request", "network draft reply", "network target request", "network target reply")
+WAYS = ("request", "reply")  # a hop's two directions
+DIRECTIONS = tuple(f"network {hop} {way}" for hop in HOPS.values() for way in WAYS)
 
 
 @dataclass(frozen=True)
