@@ -15,6 +15,7 @@
 # The benchmark writes each of its parts as it ends, so a cut run keeps what it measured.
 set -u
 out=${OUT:-/tmp/gpu_check}
+quiet() { grep -v "it/s\]" | grep -v "^DEBUG"; }  # without progress bars and torch's debug lines
 mkdir -p "$out"
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
@@ -37,10 +38,9 @@ else
     timeout "${BENCH_SECONDS:-330}" python3 -m specdec.cli.main bench --gpu --max-new-tokens 128 --gammas 2,4 \
         --output "$out/gpu_bench.json" > "$out/gpu_bench.txt" 2>&1
 fi
-grep -v "it/s\]" "$out/gpu_bench.txt" | grep -v "^DEBUG" | tail -40
+quiet < "$out/gpu_bench.txt" | tail -40
 if [ "${STEPS_ONLY:-0}" != 1 ]; then
     timeout 75 python3 -m specdec.cli.main profile --device cuda --draft-model synthetic:draft \
         --target-model synthetic:target --gamma 0 --max-new-tokens 128 --limit-prompts 3 \
-        --trace-file /tmp/gpu_profile.spans.jsonl --output "$out/profile.json" 2>&1 | grep -v "it/s\]" | \
-        grep -v "^DEBUG" | tail -16
+        --trace-file /tmp/gpu_profile.spans.jsonl --output "$out/profile.json" 2>&1 | quiet | tail -16
 fi
