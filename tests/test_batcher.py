@@ -116,6 +116,48 @@ def test_a_step_reports_its_pass_time_and_its_wait_for_the_pass(closing):
     assert b.waited_s >= 0.2 > b.seconds, b
 
 
+class ThreadRecorder:
+    """A runner that notes the name of the thread each pass runs on."""
+
+    def __init__(self, runner):
+        self.runner, self.threads = runner, []
+
+    def forward(self, steps):
+        self.threads.append(threading.current_thread().name)
+        return self.runner.forward(steps)
+
+
+def test_a_lone_sessions_steps_run_on_its_own_thread_and_shared_ones_on_the_worker(closing):
+    runner = load_model(TINY_TARGET, device="cpu").runner
+    batcher = closing(StepBatcher(runner, max_wait_s=0.05))
+    batcher.runner = recorder = ThreadRecorder(runner)
+    cache = runner.new_cache()
+    with batcher.taking_part("lone"):
+        lone = [batcher.forward(Step(cache, [5, 9, 13])), batcher.forward(Step(cache, [7]))]
+    assert recorder.threads == [threading.current_thread().name] * 2, "a lone step was handed to the worker"
+    assert batcher.forwards == batcher.steps == 2
+    batcher.forget("lone")
+
+    recorder.threads.clear()
+    all_in = threading.Barrier(2)
+
+    def session(out: list) -> None:
+        own = runner.new_cache()
+        with batcher.taking_part():
+            all_in.wait(60)
+            out.append(batcher.forward(Step(own, [5, 9, 13])))
+            out.append(batcher.forward(Step(own, [7])))
+
+    shared = [[], []]
+    threads = [Worker(session, out) for out in shared]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert set(recorder.threads) == {"step-batcher"}, recorder.threads
+    assert all(torch.equal(a, b) for out in shared for a, b in zip(lone, out, strict=True))
+
+
 def test_concurrent_engine_rounds_match_sequential_rounds(closing):
     """Greedy draft and verify rounds of 4 sessions at once give what each gives alone."""
     draft = closing(DraftEngine(load_model(TINY_DRAFT, device="cpu")))
