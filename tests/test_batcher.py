@@ -127,14 +127,18 @@ class ThreadRecorder:
         return self.runner.forward(steps)
 
 
-def test_a_lone_sessions_steps_run_on_its_own_thread_and_shared_ones_on_the_worker(closing):
+@pytest.mark.parametrize("inline", [None, True], ids=["cpu-default", "inline"])
+def test_lone_steps_run_inline_only_where_asked_and_shared_ones_on_the_worker(closing, inline):
+    """Inline (the default on CUDA) a lone session's passes run on its own thread; on CPU by default, and
+    for sessions sharing passes, on the worker. The bits are the same either way."""
     runner = load_model(TINY_TARGET, device="cpu").runner
-    batcher = closing(StepBatcher(runner, max_wait_s=0.05))
+    batcher = closing(StepBatcher(runner, max_wait_s=0.05, inline=inline))
     batcher.runner = recorder = ThreadRecorder(runner)
     cache = runner.new_cache()
     with batcher.taking_part("lone"):
         lone = [batcher.forward(Step(cache, [5, 9, 13])), batcher.forward(Step(cache, [7]))]
-    assert recorder.threads == [threading.current_thread().name] * 2, "a lone step was handed to the worker"
+    expected = threading.current_thread().name if inline else "step-batcher"
+    assert recorder.threads == [expected] * 2
     assert batcher.forwards == batcher.steps == 2
     batcher.forget("lone")
 

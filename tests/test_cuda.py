@@ -12,6 +12,7 @@ import torch
 from conftest import assert_speculated, tiny_options
 
 from specdec.cli.client import generate, make_request
+from specdec.engine.batcher import StepBatcher
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.launch.stack import EmbeddedStack
@@ -36,6 +37,18 @@ def runner(request):
 
 def test_every_shape_is_a_captured_graph(runner):
     assert runner.graphs is not None and len(runner.graphs) == len(runner.shapes())
+
+
+def test_a_lone_step_runs_on_its_callers_thread_with_the_runners_bits(runner):
+    batcher = StepBatcher(runner)
+    try:
+        assert batcher.inline, "on CUDA a lone session's step skips the worker"
+        prompt = list(range(40, 60))
+        direct = runner.forward([Step(runner.new_cache(), prompt, logits=1)])[0]
+        assert torch.equal(batcher.forward(Step(runner.new_cache(), prompt, logits=1)), direct)
+        assert batcher.forwards == 1
+    finally:
+        batcher.close()
 
 
 def test_logits_do_not_depend_on_gamma_bucket_or_neighbours(runner):

@@ -17,10 +17,13 @@ for a round trip miss the pass that has just started), and every group gets one 
 it, sessions fall into lockstep. A session that stays away longer (drafting elsewhere, or done) is
 not waited for; a lone session never waits.
 
-A lone session's step does not go to the worker at all: when no pass is running or pending, and no other
-session is in a round or expected back, it runs on the calling thread. Handing a pass to the worker and
-back costs two thread wake-ups, 85 µs a step on a 2-core Zen 4 with a pass that computes nothing: 3% of a
-compiled target step on a GPU.
+On CUDA a lone session's step does not go to the worker at all: when no pass is running or pending, and
+no other session is in a round or expected back, it runs on the calling thread. Handing a pass to the
+worker and back costs two thread wake-ups, 85 µs a step on a 2-core Zen 4 with a pass that computes
+nothing: 3% of a compiled target step on a GPU. Not on CPU: there torch's intra-op threads are a team per
+calling thread, and the services' handler threads change with each stream, so passes spread over them
+multiply the teams and libgomp spins less (the tiny test model's passes in the services were 5-10%
+slower, five runs of five); the gguf-q8 path would gain 0.2% of its step.
 """
 
 from __future__ import annotations
@@ -71,8 +74,10 @@ class BatcherClosed(Unavailable):
 
 class StepBatcher:
     def __init__(self, runner: ModelRunner, max_wait_s: float = 0.002, max_tokens: int = 1024,
-                 return_wait: float = 1.0, max_return_wait_s: float = 0.5):
+                 return_wait: float = 1.0, max_return_wait_s: float = 0.5, inline: bool | None = None):
+        """inline: run a lone session's step on its calling thread (default: where the runner is on CUDA)."""
         self.runner, self.max_wait_s, self.max_tokens = runner, max_wait_s, max_tokens
+        self.inline = getattr(runner, "device", torch.device("cpu")).type == "cuda" if inline is None else inline
         self.return_wait, self.max_return_wait_s = return_wait, max_return_wait_s
         self._pending: list[_Pending] = []
         self._active = 0  # sessions inside a round (see `taking_part`)
@@ -136,8 +141,10 @@ class StepBatcher:
         return pending.logits, pending.shape
 
     def _alone(self, now: float) -> bool:
-        """Under the lock: no pass runs or waits, and no other session is in a round or expected back."""
-        return not self._running and not self._pending and self._active <= 1 and self._returning_until(now) <= now
+        """Under the lock: steps may run inline, no pass runs or waits, and no other session is in a round or
+        expected back."""
+        return self.inline and not self._running and not self._pending and self._active <= 1 and \
+            self._returning_until(now) <= now
 
     def _run_here(self, pending: _Pending) -> None:
         """A lone session's pass on its own thread; then the worker may run the steps that came meanwhile."""
