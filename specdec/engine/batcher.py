@@ -20,10 +20,10 @@ not waited for; a lone session never waits.
 On CUDA a lone session's step does not go to the worker at all: when no pass is running or pending, and
 no other session is in a round or expected back, it runs on the calling thread. Handing a pass to the
 worker and back costs two thread wake-ups, 85 µs a step on a 2-core Zen 4 with a pass that computes
-nothing: 3% of a compiled target step on a GPU. Not on CPU: there torch's intra-op threads are a team per
-calling thread, and the services' handler threads change with each stream, so passes spread over them
-multiply the teams and libgomp spins less (the tiny test model's passes in the services were 5-10%
-slower, five runs of five); the gguf-q8 path would gain 0.2% of its step.
+nothing: 3% of a compiled target step on a GPU. Not on CPU, where the tiny test model's passes ran 5-10%
+slower on the services' handler threads than on the worker (five alternating runs each), likely because
+torch's intra-op threads are a team per calling thread and the handler thread changes with each stream;
+the gguf-q8 path would gain 0.2% of its step.
 """
 
 from __future__ import annotations
