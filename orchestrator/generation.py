@@ -24,7 +24,7 @@ from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.sessions import NO_DRAFTS, Branch, DraftReply, DraftSession, TargetSession, VerifyReply
 from specdec.core.ngram import Lookup, LookupProposer, RecentSequences
-from specdec.core.rounds import ALPHA_MAX, Estimates, RoundRecord
+from specdec.core.rounds import ALPHA_MAX, MAX_EXTRA_STEPS, Estimates, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import FinishReason, GenerationStats
 from specdec.core.text import TextStream, printable
@@ -44,6 +44,10 @@ LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1
 # (the largest an estimate gives), or a kind whose prior loses to a good draft model would never be tried, nor
 # learned. A miss costs one round.
 UNTRIED_ALPHA = ALPHA_MAX
+# A target-only round takes as many steps on the target as fit in this (one hop for them all): streamed
+# tokens still come at least this often, and where one step takes longer (a 1.5B model on a CPU) a round
+# is one step, as before.
+TARGET_CHUNK_S = 0.02
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
@@ -92,6 +96,7 @@ class Generation:
     draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
     lookup_prior: LookupPrior | None = None  # hybrid's lookup α, shared with other generations
     recent: RecentSequences | None = None  # finished sessions' sequences, for lookups across sessions
+    target_chunk_s: float = TARGET_CHUNK_S  # target-only: steps a round may take on the target (`_extra_steps`)
 
     def __post_init__(self):
         # Service-side session ids are fresh per run, so a resumed generation never meets its old sessions.
@@ -207,9 +212,11 @@ class Generation:
         if self.controller.overlapping and proposal.tokens and lookup is None:  # after a lookup, likely another
             self._prefetch(committed, proposal.tokens, min(gamma, useful - len(proposal.tokens) - 1), span)
         prefill = not self._target.opened
-        verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens))
+        extra = 0 if prefill or proposal.tokens else self._extra_steps(remaining, len(committed))
+        verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens)) + \
+            extra * self.controller.target_time(1)
         verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s),
-                                      self.request.top_logprobs)
+                                      self.request.top_logprobs, extra, self.eos_ids)
         new_tokens = verdict.tokens[:remaining]
         new_tokens = new_tokens[:next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), len(new_tokens))]
         draft, target = proposal.hop, verdict.hop
@@ -219,7 +226,7 @@ class Generation:
             target_wall_s=target.wall_s, target_compute_s=target.compute_s, draft_steady=draft_steady,
             draft_load=draft.load, target_load=target.load,
             proposer="" if not proposal.tokens else "ngram" if lookup is not None else "model",
-            overlapped=self._branch is not None, prefetched=hit is not None)
+            overlapped=self._branch is not None, prefetched=hit is not None, target_passes=verdict.passes)
         if lookup is not None:
             self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
         if not prefill:  # a prefill says nothing about steady-state cost, only about the load
@@ -227,6 +234,18 @@ class Generation:
         else:
             self.controller.observe_sessions(record)
         return record, verdict, new_tokens
+
+    def _extra_steps(self, remaining: int, length: int) -> int:
+        """Target-only steps the target takes after this round's step in the same call, for a fixed γ of 0:
+        as many as fit in `target_chunk_s` at the expected step time (none where one step is longer: each
+        round then streams one token), within the tokens still wanted and the context. One hop then
+        serves several tokens (`specdec.engine.continuation`); adaptive γ keeps one step a round, to
+        decide each round."""
+        step_s = self.controller.target_time(1)
+        if self.request.gamma != 0 or self.target_chunk_s <= 0 or step_s <= 0:
+            return 0
+        fit = int(self.target_chunk_s / step_s) - 1
+        return max(0, min(fit, MAX_EXTRA_STEPS, remaining - 1, self.max_context - length - 1))
 
     def _sources(self, gamma: int, cap: int, useful: int, committed: list[int]) -> tuple[Lookup | None, int]:
         """Who proposes this round: a lookup (a point mass, no q, no hop) or None, and otherwise the γ

@@ -16,7 +16,8 @@ from opentelemetry.trace import SpanKind
 
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
-from orchestrator.generation import LOOKUP_KINDS, LOOKUP_MAX_N, LOOKUP_MIN_N, Chunk, Generation, GenerationRequest
+from orchestrator.generation import (LOOKUP_KINDS, LOOKUP_MAX_N, LOOKUP_MIN_N, TARGET_CHUNK_S, Chunk, Generation,
+                                     GenerationRequest)
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.records import RecordWriter, resume_request
 from protos import specdec_pb2 as pb
@@ -70,6 +71,9 @@ class OrchestratorConfig:
                           choices=("auto", "on", "off"))
     lookup_memory_tokens: int = option(LOOKUP_MEMORY_TOKENS, "tokens of finished generations kept for n-gram lookups "
                                                              "across sessions (0 = none)", flag="--lookup-memory")
+    target_chunk_ms: float = option(1e3 * TARGET_CHUNK_S, "target-only decoding (γ = 0): the target takes as many "
+                                    "steps a round as fit in this many ms of expected compute, one hop for them all "
+                                    "(0 = one step a round)", flag="--target-chunk-ms")
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):
@@ -270,7 +274,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         return Generation(parsed, self.drafts, self.target, self.tokenizer, self._eos(parsed), self.max_context,
                           controller, is_cancelled=cancelled.is_set, metrics=self.metrics,
                           trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
-                          lookup_prior=self.lookup_prior, recent=self.recent, **extra)
+                          lookup_prior=self.lookup_prior, recent=self.recent,
+                          target_chunk_s=self.config.target_chunk_ms / 1e3, **extra)
 
     def _eos(self, parsed: GenerationRequest) -> frozenset[int]:
         """The tokens that end a generation: the model's EOS, and under a grammar also the tokenizer's,

@@ -50,10 +50,11 @@ NO_DRAFTS = DraftReply([], pb.DraftProbs(none=True), Hop())
 class VerifyReply:
     """The target's verdict as it came over the wire."""
 
-    tokens: list[int]  # accepted drafts + one recovered or bonus token
+    tokens: list[int]  # accepted drafts + one recovered or bonus token (+ the extra steps' tokens)
     accepted: int
     hop: Hop
     logprobs: list[pb.TokenLogprob] = ()  # one per token, when asked for
+    passes: int = 1  # the verify and the target-only steps after it
 
 
 @dataclass
@@ -177,9 +178,13 @@ class DraftSession(ServiceSession):
 
 class TargetSession(ServiceSession):
     def verify(self, committed: list[int], proposal: DraftReply, span: Span, timeout: float,
-               top_logprobs: int | None = None) -> VerifyReply:
-        """`top_logprobs`: None, or ask for each token's log-probability with that many alternatives."""
+               top_logprobs: int | None = None, extra_steps: int = 0,
+               stop_ids: frozenset[int] = frozenset()) -> VerifyReply:
+        """`top_logprobs`: None, or ask for each token's log-probability with that many alternatives.
+        `extra_steps`: target-only steps after the verdict in the same call, ending after a token in
+        `stop_ids` (`specdec.engine.continuation`)."""
         request = pb.VerifyRequest(draft_tokens=proposal.tokens, draft_probs=proposal.probs,
+                                   extra_steps=extra_steps, stop_ids=sorted(stop_ids) if extra_steps else (),
                                    **logprob_request_to_pb(top_logprobs))
         reply, hop = self._call("target.verify", request, committed, span, timeout)
-        return VerifyReply(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs))
+        return VerifyReply(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs), 1 + reply.extra_passes)

@@ -249,7 +249,7 @@ class DraftProposal(_message.Message):
     def __init__(self, tokens: _Optional[_Iterable[int]] = ..., probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ..., load: _Optional[_Union[PassLoad, _Mapping]] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("session_id", "open", "sampling", "commit", "draft_tokens", "draft_probs", "trace_context", "logprobs", "top_logprobs")
+    __slots__ = ("session_id", "open", "sampling", "commit", "draft_tokens", "draft_probs", "trace_context", "logprobs", "top_logprobs", "extra_steps", "stop_ids")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +266,8 @@ class VerifyRequest(_message.Message):
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_STEPS_FIELD_NUMBER: _ClassVar[int]
+    STOP_IDS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     open: bool
     sampling: SamplingParams
@@ -275,10 +277,12 @@ class VerifyRequest(_message.Message):
     trace_context: _containers.ScalarMap[str, str]
     logprobs: bool
     top_logprobs: int
-    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., draft_tokens: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
+    extra_steps: int
+    stop_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, session_id: _Optional[str] = ..., open: _Optional[bool] = ..., sampling: _Optional[_Union[SamplingParams, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., draft_tokens: _Optional[_Iterable[int]] = ..., draft_probs: _Optional[_Union[DraftProbs, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., extra_steps: _Optional[int] = ..., stop_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class VerifyResult(_message.Message):
-    __slots__ = ("num_accepted", "tokens", "compute_ns", "rollback_ns", "rolled_back_tokens", "load", "logprobs")
+    __slots__ = ("num_accepted", "tokens", "compute_ns", "rollback_ns", "rolled_back_tokens", "load", "logprobs", "extra_passes")
     NUM_ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_NS_FIELD_NUMBER: _ClassVar[int]
@@ -286,6 +290,7 @@ class VerifyResult(_message.Message):
     ROLLED_BACK_TOKENS_FIELD_NUMBER: _ClassVar[int]
     LOAD_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    EXTRA_PASSES_FIELD_NUMBER: _ClassVar[int]
     num_accepted: int
     tokens: _containers.RepeatedScalarFieldContainer[int]
     compute_ns: int
@@ -293,7 +298,8 @@ class VerifyResult(_message.Message):
     rolled_back_tokens: int
     load: PassLoad
     logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
-    def __init__(self, num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ..., load: _Optional[_Union[PassLoad, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+    extra_passes: int
+    def __init__(self, num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ..., load: _Optional[_Union[PassLoad, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., extra_passes: _Optional[int] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
     __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop", "session_id", "resume", "resume_from", "logprobs", "top_logprobs", "proposer", "overlap", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n", "constraint")
@@ -351,7 +357,7 @@ class GenerateRequest(_message.Message):
     def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., resume: _Optional[bool] = ..., resume_from: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., proposer: _Optional[_Union[Proposer, str]] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., n: _Optional[int] = ..., constraint: _Optional[_Union[Constraint, _Mapping]] = ...) -> None: ...
 
 class RoundStats(_message.Message):
-    __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s", "proposer", "overlapped", "prefetched", "target_forward_s", "target_wait_s")
+    __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s", "proposer", "overlapped", "prefetched", "target_forward_s", "target_wait_s", "target_passes")
     GAMMA_FIELD_NUMBER: _ClassVar[int]
     DRAFTED_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
@@ -368,6 +374,7 @@ class RoundStats(_message.Message):
     PREFETCHED_FIELD_NUMBER: _ClassVar[int]
     TARGET_FORWARD_S_FIELD_NUMBER: _ClassVar[int]
     TARGET_WAIT_S_FIELD_NUMBER: _ClassVar[int]
+    TARGET_PASSES_FIELD_NUMBER: _ClassVar[int]
     gamma: int
     drafted: int
     accepted: int
@@ -384,7 +391,8 @@ class RoundStats(_message.Message):
     prefetched: bool
     target_forward_s: float
     target_wait_s: float
-    def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ..., proposer: _Optional[str] = ..., overlapped: _Optional[bool] = ..., prefetched: _Optional[bool] = ..., target_forward_s: _Optional[float] = ..., target_wait_s: _Optional[float] = ...) -> None: ...
+    target_passes: int
+    def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ..., proposer: _Optional[str] = ..., overlapped: _Optional[bool] = ..., prefetched: _Optional[bool] = ..., target_forward_s: _Optional[float] = ..., target_wait_s: _Optional[float] = ..., target_passes: _Optional[int] = ...) -> None: ...
 
 class GenerationStats(_message.Message):
     __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s", "draft_replica", "session_id", "overlap_branches", "overlap_hits")

@@ -17,6 +17,7 @@ from orchestrator.records import resume_request
 from protos import specdec_pb2 as pb
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import NotFound
+from specdec.core.rounds import MAX_EXTRA_STEPS
 from specdec.core.text import TextStream, printable
 
 SPECIFIC = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
@@ -142,6 +143,15 @@ def test_target_trusts_no_draft(stack, corrupt, drafts, words):
     assert len(ok[0].tokens) >= 1
     error = stream_error(target, [_verify_with_probs("rogue", corrupt(q.clone()), drafts)])
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and words in error.details()
+    wait_for_no_sessions(target)
+
+
+def test_target_bounds_the_steps_a_call_may_add(stack):
+    target = target_client(stack.target_address)
+    request = pb.VerifyRequest(session_id="greedy", open=True, sampling=pb.SamplingParams(top_p=1.0),
+                               commit=pb.Commit(start=0, tokens=[1, 2, 3]), extra_steps=MAX_EXTRA_STEPS + 1)
+    error = stream_error(target, [request])
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and "extra_steps" in error.details()
     wait_for_no_sessions(target)
 
 

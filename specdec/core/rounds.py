@@ -20,6 +20,9 @@ def overhead_s(r) -> float:
     return r.wall_s - r.target_compute_s - (0.0 if r.prefetched else r.draft_compute_s)
 
 
+MAX_EXTRA_STEPS = 16  # target-only steps one verify call may add after its verdict (`specdec.engine.continuation`)
+
+
 @dataclass(frozen=True)
 class PassLoad:
     """The load one round met on a service: live sessions there, and the shared forward passes
@@ -53,6 +56,7 @@ class RoundRecord:
     proposer: str = ""  # who drafted: "model" or "ngram" ("" when nothing was proposed)
     overlapped: bool = False  # the draft drafted the next round's branch while the target verified this one
     prefetched: bool = False  # this round's proposal is the branch drafted during the last verify (a hit)
+    target_passes: int = 1  # the verify and the target-only steps the target took after it in the same call
 
     @property
     def rtt_draft_s(self) -> float:

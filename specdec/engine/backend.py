@@ -53,6 +53,7 @@ class Verification:
     rollback: Rollback = Rollback()
     load: PassLoad = PassLoad()  # the verify's shared pass
     logprobs: list[TokenLogprob] | None = None  # one per verdict token, when asked for
+    passes: int = 1  # the verify and any target-only steps after it (`specdec.engine.continuation`)
 
 
 def resident_bytes() -> int:

@@ -139,7 +139,8 @@ class GammaController:
         target, draft = record.target_load, record.draft_load
         self.rtt_target.update(record.rtt_target_s)
         pass_tokens = target.tokens or record.drafted + 1
-        target_s = record.target_compute_s / self.target_cost.forward_s(pass_tokens)
+        steps_s = (record.target_passes - 1) * self.target_cost.forward_s(1)  # one token each
+        target_s = record.target_compute_s / (self.target_cost.forward_s(pass_tokens) + steps_s)
         if record.overlapped:  # a verify beside the draft's next branch: its slowdown, not drift
             self.contention_target.update(max(target_s / self.target_scale.value, 1.0))
         else:

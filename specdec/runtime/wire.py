@@ -154,7 +154,8 @@ def round_to_pb(r: RoundRecord, estimates: Estimates) -> pb.RoundStats:
                          alpha_estimate=estimates.alpha, cost_ratio_estimate=estimates.cost_ratio,
                          rtt_draft_s=r.rtt_draft_s, rtt_target_s=r.rtt_target_s, proposer=r.proposer,
                          overlapped=r.overlapped, prefetched=r.prefetched,
-                         target_forward_s=r.target_load.forward_s, target_wait_s=r.target_load.wait_s)
+                         target_forward_s=r.target_load.forward_s, target_wait_s=r.target_load.wait_s,
+                         target_passes=r.target_passes)
 
 
 def summary_to_pb(s: GenerationSummary) -> pb.GenerationStats:

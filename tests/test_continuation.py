@@ -1,0 +1,91 @@
+"""Target-only steps after a verify in the same call (`specdec.engine.continuation`): the tokens, their
+log-probabilities and the caches are what one step a call gives, greedy and sampled."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TINY_TARGET, tiny_options
+
+from specdec.cli.client import generate, make_request
+from specdec.core.errors import InvalidArgument
+from specdec.core.sampling import SamplingParams
+from specdec.engine.continuation import MAX_EXTRA_STEPS, verify_and_continue
+from specdec.engine.model_engine import TargetEngine
+from specdec.engine.models import load_model
+from specdec.launch.stack import EmbeddedStack
+
+PROMPT = [40, 41, 42, 43, 7, 99]
+
+
+@pytest.fixture(scope="module")
+def target():
+    with TargetEngine(load_model(TINY_TARGET, device="cpu")) as engine:
+        yield engine
+
+
+def one_step_a_call(engine, session: str, prompt: list[int], steps: int, top: int | None):
+    """What the orchestrator gets with one step a round: each call commits the token before it."""
+    tokens, logprobs, start, new = [], [], 0, prompt
+    for _ in range(steps):
+        result = engine.verify(session, start, new, [], None, top)
+        start, new = start + len(new), result.verdict.tokens
+        tokens += new
+        logprobs += result.logprobs or []
+    return tokens, logprobs
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(temperature=0.9, top_k=40, seed=7)],
+                         ids=["greedy", "sampled"])
+def test_extra_steps_give_what_one_step_a_call_gives(target, params):
+    target.open("alone", params)
+    target.open("chunked", params)
+    expected, expected_logprobs = one_step_a_call(target, "alone", PROMPT, 7, top=3)
+    result = verify_and_continue(target, "chunked", 0, PROMPT, [], None, 3, extra_steps=6)
+    assert result.verdict.tokens == expected and result.passes == 7
+    assert result.logprobs == expected_logprobs
+    assert result.load.forward_s > 0 and result.compute_s >= result.load.forward_s
+    # The next call (the orchestrator's next round) commits all seven; the caches agree from there.
+    follow = target.verify("chunked", len(PROMPT), expected, [], None)
+    alone = target.verify("alone", len(PROMPT) + 6, expected[-1:], [], None)
+    assert follow.verdict.tokens == alone.verdict.tokens
+    target.release("alone")
+    target.release("chunked")
+
+
+def test_extra_steps_end_after_a_stop_id_or_at_the_context(target):
+    target.open("s", SamplingParams())
+    expected, _ = one_step_a_call(target, "s", PROMPT, 8, top=None)
+    target.release("s")
+    target.open("s", SamplingParams())
+    stopped = verify_and_continue(target, "s", 0, PROMPT, [], None, None, 7, frozenset({expected[2]}))
+    assert stopped.verdict.tokens == expected[:expected.index(expected[2]) + 1]
+    target.release("s")
+
+    context = target.loaded.max_context
+    long_prompt = [(5 * i) % 200 + 3 for i in range(context - 3)]
+    target.open("s", SamplingParams())
+    result = verify_and_continue(target, "s", 0, long_prompt, [], None, None, MAX_EXTRA_STEPS)
+    assert len(result.verdict.tokens) == 3 and result.passes == 3, "steps past the context"
+    target.release("s")
+    with pytest.raises(InvalidArgument, match="extra_steps"):
+        verify_and_continue(target, "s", 0, PROMPT, [], None, None, MAX_EXTRA_STEPS + 1)
+
+
+@pytest.fixture(scope="module")
+def chunked_stack():
+    """Target-only rounds take up to a second of steps each: as many as the limits allow, however slow
+    the machine."""
+    with EmbeddedStack(tiny_options(orchestrator=dict(target_chunk_ms=1000.0))) as running:
+        yield running
+
+
+def test_target_only_rounds_take_several_steps_through_the_services(chunked_stack):
+    endpoint = chunked_stack.endpoint
+    prompt = "def fibonacci(n):"
+    plain = generate(endpoint, make_request(prompt, max_new_tokens=40, gamma=0, top_logprobs=2))
+    spec = generate(endpoint, make_request(prompt, max_new_tokens=40, gamma=2, top_logprobs=2))
+    assert plain.token_ids == spec.token_ids and len(plain.token_ids) == 40
+    assert plain.logprobs == spec.logprobs and len(plain.logprobs) == 40
+    rounds = [(r.emitted, r.target_passes) for r in plain.rounds if r.emitted]
+    assert rounds == [(1, 1), (17, 17), (17, 17), (5, 5)], "the prompt's round streams its first token at once"
+    assert 1 + MAX_EXTRA_STEPS == 17
