@@ -146,11 +146,13 @@ class Generation:
                     record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)
                     estimates = Estimates(self.controller.acceptance.alpha, self.controller.cost_ratio())
                     self._annotate(span, record, estimates)
+                at_eos = len(new_tokens) < min(len(verdict.tokens), remaining)  # cut short at an EOS
+                new_tokens, delta = self._push(text, new_tokens)
+                if len(new_tokens) < record.emitted:  # cut at a stop string
+                    record = dataclasses.replace(record, emitted=len(new_tokens))
                 logprobs = verdict.logprobs[:len(new_tokens)]
                 committed.extend(new_tokens)
                 generated += len(new_tokens)
-                delta = text.push(new_tokens)
-                at_eos = len(new_tokens) < min(len(verdict.tokens), remaining)  # cut short at an EOS
                 finish = self._finish_reason(at_eos or text.stopped, generated, len(committed))
                 stats.rounds.append(record)
                 if self.metrics is not None:
@@ -175,6 +177,19 @@ class Generation:
             self.drafts.release(self._draft.client)
             log.info("session %s finished (%s) after %d tokens", printable(self.session_id),
                      finish.value or "aborted", generated)
+
+    def _push(self, text: TextStream, tokens: list[int]) -> tuple[list[int], str]:
+        """A round's tokens into the text: (the tokens kept, the text delta). With stop strings the tokens go
+        one at a time and end at the one that completes a stop string, so that a round of several tokens
+        emits (and counts) none past it."""
+        if not text.stop:
+            return tokens, text.push(tokens)
+        delta = ""
+        for kept, token in enumerate(tokens, 1):
+            delta += text.push([token])
+            if text.stopped:
+                return tokens[:kept], delta
+        return tokens, delta
 
     def _finish_reason(self, stopped: bool, generated: int, length: int) -> FinishReason:
         """STOP (EOS or a stop string), LENGTH, CONTEXT, or NONE to go on."""

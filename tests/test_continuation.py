@@ -13,6 +13,7 @@ from specdec.engine.continuation import MAX_EXTRA_STEPS, verify_and_continue
 from specdec.engine.model_engine import TargetEngine
 from specdec.engine.models import load_model
 from specdec.launch.stack import EmbeddedStack
+from specdec.weights.sources import build_byte_tokenizer
 
 PROMPT = [40, 41, 42, 43, 7, 99]
 
@@ -89,3 +90,16 @@ def test_target_only_rounds_take_several_steps_through_the_services(chunked_stac
     rounds = [(r.emitted, r.target_passes) for r in plain.rounds if r.emitted]
     assert rounds == [(1, 1), (17, 17), (17, 17), (5, 5)], "the prompt's round streams its first token at once"
     assert 1 + MAX_EXTRA_STEPS == 17
+
+
+def test_a_stop_string_inside_a_round_of_several_tokens_ends_the_tokens_there(chunked_stack):
+    """The text ends before the stop string, and the tokens (and their count) at the one that completes it."""
+    endpoint = chunked_stack.endpoint
+    full = generate(endpoint, make_request("abc", max_new_tokens=40, gamma=0))
+    stop = full.text[20:22]
+    cut = generate(endpoint, make_request("abc", max_new_tokens=40, gamma=0, stop=[stop], top_logprobs=1))
+    assert cut.stats["finish_reason"] == "stop" and cut.text == full.text[:full.text.find(stop)]
+    tokenizer = build_byte_tokenizer()
+    kept = next(n for n in range(1, 41) if stop in tokenizer.decode(full.token_ids[:n]))
+    assert cut.token_ids == full.token_ids[:kept] and len(cut.logprobs) == kept < 40
+    assert sum(r.emitted for r in cut.rounds) == kept and cut.stats["generated_tokens"] == kept
