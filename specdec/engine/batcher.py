@@ -133,7 +133,7 @@ class StepBatcher:
                 self._pending.append(pending)
                 self._wake_if_ready()
         if alone:
-            self._run_here(pending)
+            self._pass([pending])
         else:
             pending.done.wait()
         if pending.error is not None:
@@ -146,11 +146,12 @@ class StepBatcher:
         return self.inline and not self._running and not self._pending and self._active <= 1 and \
             self._returning_until(now) <= now
 
-    def _run_here(self, pending: _Pending) -> None:
-        """A lone session's pass on its own thread; then the worker may run the steps that came meanwhile."""
+    def _pass(self, batch: list[_Pending]) -> None:
+        """Run a pass taken while `_running` was set (by the worker, or inline by a lone session), then let
+        the next one start: the worker waits for an inline pass to end before it takes the steps that came."""
         began = time.monotonic()
         try:
-            self._run([pending])
+            self._run(batch)
         finally:
             with self._cond:
                 self._last_pass_s = time.monotonic() - began
@@ -209,13 +210,7 @@ class StepBatcher:
             batch = self._take()
             if not batch:
                 return
-            began = time.monotonic()
-            try:
-                self._run(batch)
-            finally:
-                with self._cond:
-                    self._last_pass_s = time.monotonic() - began
-                    self._running = False
+            self._pass(batch)
             for pending in batch:
                 pending.done.set()
 
