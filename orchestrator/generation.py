@@ -24,7 +24,7 @@ from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.sessions import NO_DRAFTS, Branch, DraftReply, DraftSession, TargetSession, VerifyReply
 from specdec.core.ngram import Lookup, LookupProposer, RecentSequences
-from specdec.core.rounds import ALPHA_MAX, MAX_EXTRA_STEPS, Estimates, RoundRecord
+from specdec.core.rounds import ALPHA_MAX, Estimates, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import FinishReason, GenerationStats
 from specdec.core.text import TextStream, printable
@@ -96,7 +96,7 @@ class Generation:
     draft_retry_s: float = 2.0  # after a draft failure, decode target-only this long before trying again
     lookup_prior: LookupPrior | None = None  # hybrid's lookup α, shared with other generations
     recent: RecentSequences | None = None  # finished sessions' sequences, for lookups across sessions
-    target_chunk_s: float = TARGET_CHUNK_S  # target-only: steps a round may take on the target (`_extra_steps`)
+    target_chunk_s: float = TARGET_CHUNK_S  # target-only rounds take the steps that fit (`GammaController.plain_steps`)
 
     def __post_init__(self):
         # Service-side session ids are fresh per run, so a resumed generation never meets its old sessions.
@@ -116,6 +116,7 @@ class Generation:
         # hybrid plans with it, and hands it back to `lookup_prior`.
         if self.lookup_prior is None:
             self.lookup_prior = LookupPrior(LOOKUP_KINDS)
+        self.controller.target_chunk_s = self.target_chunk_s
         self.lookup_acceptance = {} if self._lookup is None else self.lookup_prior.estimates()
 
     def run(self) -> Iterator[Chunk]:
@@ -203,17 +204,19 @@ class Generation:
                span: Span) -> tuple[RoundRecord, VerifyReply, list[int]]:
         """One round: up to γ tokens proposed (drafted during the last verify, or by the draft model,
         or by a lookup of at most `cap`), verified by the target in one pass, while the draft drafts
-        the next round when overlapping. γ = 0 with a fixed γ of 0 (cap 0) is target-only. `useful`:
+        the next round when overlapping. γ = 0 with a fixed γ of 0 (cap 0) is target-only; a target-only
+        round may take several steps on the target (`_sources` says how many). `useful`:
         how many tokens past the committed ones can still be used; `remaining`: how many may still be
         emitted. Returns the round's record, the verdict, and the tokens it emits (the verdict's, up to
         `remaining` and before any EOS); the controller has learned from the round."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
-        hit, model_gamma = self._prefetched(committed), 0
+        hit, model_gamma, steps = self._prefetched(committed), 0, 1
         if hit is not None:
             lookup = self._lookup_over(hit, cap, committed)
         else:
-            lookup, model_gamma = self._sources(gamma, cap, useful, committed)
+            chunk = self.controller.plain_steps(min(remaining, self.max_context - len(committed)))
+            lookup, model_gamma, steps = self._sources(gamma, cap, useful, committed, chunk)
         if lookup is not None:
             hit, proposal = None, DraftReply(lookup.tokens, NO_DRAFTS.probs, NO_DRAFTS.hop)
             self.lookup_prior.tried(lookup.kind)
@@ -226,8 +229,8 @@ class Generation:
         self._last_drafted = 0 if lookup is not None else len(proposal.tokens)
         if self.controller.overlapping and proposal.tokens and lookup is None:  # after a lookup, likely another
             self._prefetch(committed, proposal.tokens, min(gamma, useful - len(proposal.tokens) - 1), span)
-        prefill = not self._target.opened
-        extra = 0 if prefill or proposal.tokens else self._extra_steps(remaining, len(committed))
+        prefill = not self._target.opened  # the prompt's round: one step, for the time to the first token
+        extra = steps - 1 if not proposal.tokens and not prefill else 0
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens)) + \
             extra * self.controller.target_time(1)
         verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s),
@@ -250,21 +253,13 @@ class Generation:
             self.controller.observe_sessions(record)
         return record, verdict, new_tokens
 
-    def _extra_steps(self, remaining: int, length: int) -> int:
-        """Target-only steps the target takes after this round's step in the same call, for a fixed γ of 0:
-        as many as fit in `target_chunk_s` at the expected step time (none where one step is longer: each
-        round then streams one token), within the tokens still wanted and the context. One hop then
-        serves several tokens (`specdec.engine.continuation`); adaptive γ keeps one step a round, to
-        decide each round."""
-        step_s = self.controller.target_time(1)
-        if self.request.gamma != 0 or self.target_chunk_s <= 0 or step_s <= 0:
-            return 0
-        fit = int(self.target_chunk_s / step_s) - 1
-        return max(0, min(fit, MAX_EXTRA_STEPS, remaining - 1, self.max_context - length - 1))
-
-    def _sources(self, gamma: int, cap: int, useful: int, committed: list[int]) -> tuple[Lookup | None, int]:
+    def _sources(self, gamma: int, cap: int, useful: int, committed: list[int],
+                 chunk: int) -> tuple[Lookup | None, int, int]:
         """Who proposes this round: a lookup (a point mass, no q, no hop) or None, and otherwise the γ
-        for the draft model (0: a target-only step).
+        for the draft model (0: a target-only round); and how many steps a target-only round takes: the
+        `chunk` (`GammaController.plain_steps`, in one hop: `specdec.engine.continuation`) where it is
+        chosen, one where a lookup found something (a copy may begin at the next token) or a fixed γ
+        found none (the next token may give one).
 
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
         rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ with
@@ -273,31 +268,33 @@ class Generation:
         controller's probes, the draft model drafts regardless: at the guess (0.7) the model and target-only
         tie on a CPU pair, the catch-up tips it, and target-only or lookup rounds never measure α (measured:
         whole benchmark runs at α 0.65 and γ ≤ 1, against 0.84 and γ up to 6; a lone session after a burst
-        whose every probe became a lookup). Target-only's is one step's, an option only under adaptive γ (a
+        whose every probe became a lookup). Target-only's is its round's, an option only under adaptive γ (a
         fixed γ asks for speculation).
         """
+        plain = chunk if gamma == 0 else 1
         if self._lookup is None:
-            return None, gamma
+            return None, gamma, plain
         if cap == 0:
-            return None, 0
+            return None, 0, plain
         self._lookup.sync(committed)
         if not self._uses_model:
             found = self._lookup.propose(gamma)
-            return (found if found.tokens else None), 0
+            return (found, 0, 1) if found.tokens else (None, 0, plain)
+        priced = self._priced_lookup(cap)
+        steps = chunk if priced is None else 1
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
-        options = [(self.controller.rate(0), None, 0)] if adaptive else []
+        options = [(self.controller.plain_rate(steps), None, 0)] if adaptive else []
         if gamma > 0 and self._draft_usable():
             if self.controller.untried() or self.controller.probing:  # measure α (an untried lookup kind: ditto)
-                return None, gamma
+                return None, gamma, 1
             unseen = self._draft.unsynced(committed) + 1
             options.append((self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
-        priced = self._priced_lookup(cap)
         if priced is not None:
             options.append((*priced, 0))
-        if not options:
-            return None, 0
+        if not options:  # a fixed γ with neither (the draft down, no lookup)
+            return None, 0, plain
         _, lookup, model_gamma = max(options, key=lambda option: option[0])
-        return lookup, model_gamma
+        return lookup, model_gamma, steps if lookup is None and model_gamma == 0 else 1
 
     def _overlaps(self, useful: int) -> bool:
         """Whether this round drafts the next one during its verify: the request's (or the server's)

@@ -71,9 +71,9 @@ class OrchestratorConfig:
                           choices=("auto", "on", "off"))
     lookup_memory_tokens: int = option(LOOKUP_MEMORY_TOKENS, "tokens of finished generations kept for n-gram lookups "
                                                              "across sessions (0 = none)", flag="--lookup-memory")
-    target_chunk_ms: float = option(1e3 * TARGET_CHUNK_S, "target-only decoding (γ = 0): the target takes as many "
-                                    "steps a round as fit in this many ms of expected compute, one hop for them all "
-                                    "(0 = one step a round)", flag="--target-chunk-ms")
+    target_chunk_ms: float = option(1e3 * TARGET_CHUNK_S, "target-only rounds (γ = 0, fixed or chosen): the target "
+                                    "takes as many steps a round as fit in this many ms of expected compute, one hop "
+                                    "for them all (0 = one step a round)", flag="--target-chunk-ms")
 
 
 class SpecDecServicer(pb_grpc.SpecDecServicer):

@@ -103,3 +103,21 @@ def test_a_stop_string_inside_a_round_of_several_tokens_ends_the_tokens_there(ch
     kept = next(n for n in range(1, 41) if stop in tokenizer.decode(full.token_ids[:n]))
     assert cut.token_ids == full.token_ids[:kept] and len(cut.logprobs) == kept < 40
     assert sum(r.emitted for r in cut.rounds) == kept and cut.stats["generated_tokens"] == kept
+
+
+@pytest.mark.parametrize("proposer", ["model", "hybrid"])
+def test_adaptive_target_only_rounds_take_several_steps(proposer):
+    """A draft that never agrees and costs more than the target: adaptive γ settles at target-only rounds
+    of several steps (probes aside), and its output is target-only's. Adaptive runs first: target-only's
+    output would be a lookup's match."""
+    options = tiny_options(draft="tiny:seed=7,layers=6", orchestrator=dict(target_chunk_ms=1000.0, proposer=proposer))
+    with EmbeddedStack(options) as running:
+        prompt = "def fibonacci(n):"
+        adaptive = generate(running.endpoint, make_request(prompt, max_new_tokens=80, top_logprobs=1))
+        plain = generate(running.endpoint, make_request(prompt, max_new_tokens=80, gamma=0, top_logprobs=1))
+    assert adaptive.token_ids == plain.token_ids and adaptive.logprobs == plain.logprobs
+    rounds = adaptive.rounds[1:]  # after the prompt's
+    assert any(r.drafted for r in rounds), "the untried draft is measured first"
+    chunked = [r.target_passes for r in rounds if not r.drafted and r.target_passes > 1]
+    assert chunked and sum(chunked) > 40, [(r.gamma, r.drafted, r.target_passes) for r in rounds]
+    assert all(r.target_passes == 1 for r in rounds if r.drafted)

@@ -439,3 +439,35 @@ def test_branches_teach_the_bonus_guess_rate():
     ctl.observe_branch(drafted=0, compute_s=0.0, guessed=None)  # a rejection: says nothing of the guess
     assert ctl.guesses.observed == 10 and 0.8 < ctl.guesses.alpha < 0.9
     assert ctl.contention_draft.provisional  # no drafted tokens: no slowdown measured
+
+
+def test_target_only_rounds_of_several_steps_are_priced_so():
+    """With a hop as long as a step (a GPU), speculation beats one-step target-only rounds but not rounds
+    that take the steps of a 20 ms chunk in one hop: k / (rtt + k·t)."""
+    ctl = controller(alpha=0.7, draft_step=0.001, target=flat(0.003), rtt=0.003)
+    assert ctl.plain_steps() == 1, "chunking is off until a generation turns it on"
+    assert ctl.choose() > 0
+    ctl.target_chunk_s = 0.02
+    assert ctl.plain_steps() == 6 and ctl.plain_steps(limit=4) == 4 and ctl.plain_steps(limit=0) == 1
+    assert ctl.plain_rate(6) == pytest.approx(6 / (0.003 + 6 * ctl.verify_time(0)))
+    assert ctl.rates(8, steps=6)[0] == ctl.plain_rate(6) > max(ctl.rates(8, steps=6)[g] for g in range(1, 9))
+    assert ctl.choose() == 0 and not ctl.probing
+    far = controller(alpha=0.7, draft_step=0.001, target=flat(0.003), rtt=0.12)
+    assert far.choose() >= 4, "one step a hop: a distant target asks for long drafts"
+    far.target_chunk_s = 0.02
+    assert far.choose() == 0, "six tokens a hop beat a long draft's three"
+    slow = controller(alpha=0.7, draft_step=0.001, target=flat(0.03), rtt=0.003)
+    slow.target_chunk_s = 0.02
+    assert slow.plain_steps() == 1, "a step longer than the chunk: one step a round"
+
+
+def test_probes_count_target_steps_not_rounds():
+    """A target-only round of k steps brings the next probe k steps closer, as k one-step rounds would."""
+    ctl = controller(alpha=0.2, draft_step=0.05)
+    ctl.probe_every = 16
+    plain = dataclasses.replace(timing(0, 0, 0, 0, 8 * STEP, 8 * STEP), target_passes=8)
+    assert ctl.choose() == 0
+    ctl.observe(plain)
+    assert ctl.choose() == 0
+    ctl.observe(plain)
+    assert ctl.choose() > 0 and ctl.probing, "16 steps in two rounds"

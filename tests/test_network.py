@@ -57,7 +57,9 @@ def test_delay_proxy_refuses_non_loopback():
 
 @pytest.fixture(scope="module")
 def proxied_stack():
-    opts = tiny_options(delay_proxies=True)
+    """Target-only rounds of one step each: the tests weigh speculation against single target-only hops
+    (with rounds of several steps, a distant target favours those: `test_controller`)."""
+    opts = tiny_options(delay_proxies=True, orchestrator=dict(target_chunk_ms=0.0))
     with EmbeddedStack(opts) as running:
         yield running
 

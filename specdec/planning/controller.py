@@ -36,14 +36,18 @@ instead of T(γ), where κ_d, κ_t ≥ 1 are the slowdowns each service shows wh
 controller overlaps where max over γ of E/T_o beats max of E/T, and probes now and then while it
 does not, as it probes γ > 0 (below), so a slowdown that went away is noticed.
 
-γ = 0 is a candidate like any other. While it wins, the controller probes the best γ > 0 now
-and then to refresh α, and doubles the interval after every probe that changes nothing, so a
-workload where speculation never pays settles at target-only decoding and probes rarely.
+γ = 0 is a candidate like any other. A target-only round may take k steps on the target in one hop
+(`specdec.engine.continuation`): as many as fit in `target_chunk_s` of expected compute, so that
+tokens still stream that often. It yields k tokens in rtt_target + k·t_v(0), and γ = 0 is priced so;
+where one step takes longer than the chunk, k = 1. While γ = 0 wins, the controller probes the best
+γ > 0 now and then to refresh α, and doubles the interval after every probe that changes nothing, so
+a workload where speculation never pays settles at target-only decoding and probes rarely. The
+interval counts target steps, not rounds, so a round of k steps brings a probe k steps closer.
 """
 
 from __future__ import annotations
 
-from specdec.core.rounds import AcceptanceEstimate, RoundRecord
+from specdec.core.rounds import MAX_EXTRA_STEPS, AcceptanceEstimate, RoundRecord
 from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost
 
 GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
@@ -96,8 +100,9 @@ class GammaController:
 
     def __init__(self, gamma_max: int, target_cost: CostProfile, draft_cost: CostProfile | None = None,
                  prior_alpha: float = 0.7, probe_every: int = 16, max_probe_every: int = 256,
-                 hysteresis: float = 0.03):
+                 hysteresis: float = 0.03, target_chunk_s: float = 0.0):
         self.gamma_max = gamma_max
+        self.target_chunk_s = target_chunk_s  # target-only rounds take the steps that fit in this (0: one)
         # The services' start-up cost profiles (no draft profile: no draft model to price).
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
@@ -160,7 +165,7 @@ class GammaController:
             self.rtt_draft.update(record.rtt_draft_s)
             self._rounds_without_draft = 0
         else:
-            self._rounds_without_draft += 1
+            self._rounds_without_draft += max(record.target_passes, 1)
 
     def observe_sessions(self, record: RoundRecord) -> None:
         """Learn how many sessions the target serves from any round, a prefill's too (whose cost teaches
@@ -219,10 +224,26 @@ class GammaController:
         verify = (self.rtt_target.value or 0.0) + self.contention_target.value * self.verify_time(gamma)
         return max(branch, verify) + (1.0 - self.hit_probability(gamma)) * (rtt_draft + gamma * step)
 
-    def rates(self, cap: int, overlapped: bool | None = None) -> dict[int, float]:
-        """Expected tokens per second for γ = 0..cap (`overlapped`: as in `round_time`)."""
+    def rates(self, cap: int, overlapped: bool | None = None, steps: int = 1) -> dict[int, float]:
+        """Expected tokens per second for γ = 0..cap (`overlapped`: as in `round_time`), γ = 0 in target-only
+        rounds of `steps` steps (`plain_rate`)."""
         alpha = self.acceptance.alpha
-        return {g: expected_tokens(alpha, g) / self.round_time(g, overlapped) for g in range(cap + 1)}
+        rates = {g: expected_tokens(alpha, g) / self.round_time(g, overlapped) for g in range(1, cap + 1)}
+        return {0: self.plain_rate(steps), **rates}
+
+    def plain_steps(self, limit: int | None = None) -> int:
+        """k: the target steps one target-only round takes, as many as fit in `target_chunk_s` of expected
+        compute; at least 1 (where one step is longer than the chunk, or chunking is off), at most
+        1 + `MAX_EXTRA_STEPS` and `limit` (the tokens the round may still emit)."""
+        step_s = self.target_time(1)
+        if self.target_chunk_s <= 0 or step_s <= 0:
+            return 1
+        steps = min(int(self.target_chunk_s / step_s), MAX_EXTRA_STEPS + 1)
+        return max(1, steps if limit is None else min(steps, limit))
+
+    def plain_rate(self, steps: int = 1) -> float:
+        """Expected tokens per second of target-only rounds of `steps` steps in one hop: k / (rtt + k·t_v(0))."""
+        return steps / ((self.rtt_target.value or 0.0) + steps * self.verify_time(0))
 
     def overlap_pays(self, max_useful: int | None = None, gamma: int | None = None) -> bool:
         """Overlap the next round: its best rate under T_o beats the best under T (at `gamma` when the
@@ -293,7 +314,7 @@ class GammaController:
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
         if self.draft_cost is None or cap == 0:
             return 0
-        rate = self.rates(cap)
+        rate = self.rates(cap, steps=self.plain_steps(None if max_useful is None else max_useful + 1))
         best = max(rate, key=rate.get)
         last = self._last_gamma
         if last is not None and last <= cap and rate[last] >= (1.0 - self.hysteresis) * rate[best]:
