@@ -258,8 +258,7 @@ class Generation:
         """Who proposes this round: a lookup (a point mass, no q, no hop) or None, and otherwise the γ
         for the draft model (0: a target-only round); and how many steps a target-only round takes: the
         `chunk` (`GammaController.plain_steps`, in one hop: `specdec.engine.continuation`) where it is
-        chosen, one where a lookup found something (a copy may begin at the next token) or a fixed γ
-        found none (the next token may give one).
+        chosen, one where a fixed γ found no lookup (the next token may give one).
 
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
         rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ with
@@ -269,7 +268,9 @@ class Generation:
         tie on a CPU pair, the catch-up tips it, and target-only or lookup rounds never measure α (measured:
         whole benchmark runs at α 0.65 and γ ≤ 1, against 0.84 and γ up to 6; a lone session after a burst
         whose every probe became a lookup). Target-only's is its round's, an option only under adaptive γ (a
-        fixed γ asks for speculation).
+        fixed γ asks for speculation); where a lookup matched, it is priced as one step, as it was before
+        rounds took several: priced as a chunk, a lookup kind whose learned α is low would lose to it for
+        good and never be tried again (and a copy may begin at the next token).
         """
         plain = chunk if gamma == 0 else 1
         if self._lookup is None:
@@ -281,9 +282,8 @@ class Generation:
             found = self._lookup.propose(gamma)
             return (found, 0, 1) if found.tokens else (None, 0, plain)
         priced = self._priced_lookup(cap)
-        steps = chunk if priced is None else 1
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
-        options = [(self.controller.plain_rate(steps), None, 0)] if adaptive else []
+        options = [(self.controller.plain_rate(chunk if priced is None else 1), None, 0)] if adaptive else []
         if gamma > 0 and self._draft_usable():
             if self.controller.untried() or self.controller.probing:  # measure α (an untried lookup kind: ditto)
                 return None, gamma, 1
@@ -294,7 +294,7 @@ class Generation:
         if not options:  # a fixed γ with neither (the draft down, no lookup)
             return None, 0, plain
         _, lookup, model_gamma = max(options, key=lambda option: option[0])
-        return lookup, model_gamma, steps if lookup is None and model_gamma == 0 else 1
+        return lookup, model_gamma, chunk if lookup is None and model_gamma == 0 else 1
 
     def _overlaps(self, useful: int) -> bool:
         """Whether this round drafts the next one during its verify: the request's (or the server's)
