@@ -199,6 +199,16 @@ def test_cost_profile_measures_every_size(monkeypatch):
     assert CostProfile((1.0, 2.0)).forward_s(4) == 4.0, "past the measured sizes: linear extrapolation"
 
 
+def test_a_pass_preempted_in_every_repeat_does_not_make_fewer_tokens_cost_more(monkeypatch):
+    """Beside busy loops a small size's best can be a preempted pass (10 ms on a 2 ms step): each size is
+    capped by every larger one's, so a target-only step never prices above a verify of several tokens."""
+    spiked = {1: 0.027, 3: 0.011}  # every repeat of sizes 1 and 3 preempted
+    monkeypatch.setattr(measure_module.PassTimer, "seconds", lambda self, size: spiked.get(size, 0.002 + 1e-4 * size))
+    profile = measure(runner(), max_tokens=4, repeats=2)
+    assert profile.seconds == pytest.approx((0.0022, 0.0022, 0.0024, 0.0024))
+    assert measure_module.monotone([3.0, 1.0, 2.0, 5.0, 4.0]) == (1.0, 1.0, 2.0, 4.0, 4.0)
+
+
 def test_path_flags_and_unsupported_models():
     assert resolve_path("auto", "none", "cpu") == "fp32"
     assert resolve_path("bfloat16", "none", "cpu") == "bf16"

@@ -23,6 +23,11 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
     repeat, so slow drift of the machine affects them alike. The shared-pass sizes are compute-bound
     and steady, so they are timed once after the warm-up: repeating them would add seconds to every
     start-up. A device's queue is drained before each clock reading.
+
+    A forward of fewer tokens does no more work than one of more, so each size's time is capped by every
+    larger size's (`monotone`): on a busy host a pass preempted in all of its repeats (10 ms and more
+    on a 2 ms step, measured beside two busy loops) would otherwise price a target-only step above a
+    verify of several tokens, and speculation with a useless draft would look cheaper than decoding.
     """
     sizes = batch_sizes(max_tokens, batch_tokens)
     began = time.perf_counter()
@@ -33,11 +38,19 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
             if repeat > 1 and size > max_tokens:
                 continue
             best[i] = min(best[i], bench.seconds(size))
-    profile = CostProfile(tuple(best), tuple(sizes))
+    profile = CostProfile(monotone(best), tuple(sizes))
     log.info("cost profile (%.1f s): forward of %s tokens = %s ms; S=%d costs %.2fx S=1",
-             time.perf_counter() - began, ",".join(map(str, sizes)), " ".join(f"{s * 1e3:.0f}" for s in best),
-             max_tokens, profile.ratio(max_tokens))
+             time.perf_counter() - began, ",".join(map(str, sizes)),
+             " ".join(f"{s * 1e3:.0f}" for s in profile.seconds), max_tokens, profile.ratio(max_tokens))
     return profile
+
+
+def monotone(seconds: list[float]) -> tuple[float, ...]:
+    """Each time capped by every later (larger) size's: the largest non-decreasing curve below the timings."""
+    capped = list(seconds)
+    for i in range(len(capped) - 2, -1, -1):
+        capped[i] = min(capped[i], capped[i + 1])
+    return tuple(capped)
 
 
 class PassTimer:
