@@ -26,7 +26,7 @@ from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: each size capped by the larger ones' (`measure.monotone`); older entries are measured again
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".json")
 
 
