@@ -281,12 +281,14 @@ class Generation:
         if not self._uses_model:
             found = self._lookup.propose(gamma)
             return (found, 0, 1) if found.tokens else (None, 0, plain)
+        drafting = gamma > 0 and self._draft_usable()
+        # Measure the model's α (an untried lookup kind: ditto), before looking anything up.
+        if drafting and (self.controller.untried() or self.controller.probing):
+            return None, gamma, 1
         priced = self._priced_lookup(cap)
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
         options = [(self.controller.plain_rate(chunk if priced is None else 1), None, 0)] if adaptive else []
-        if gamma > 0 and self._draft_usable():
-            if self.controller.untried() or self.controller.probing:  # measure α (an untried lookup kind: ditto)
-                return None, gamma, 1
+        if drafting:
             unseen = self._draft.unsynced(committed) + 1
             options.append((self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
         if priced is not None:
