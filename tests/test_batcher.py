@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 
@@ -160,6 +161,57 @@ def test_lone_steps_run_inline_only_where_asked_and_shared_ones_on_the_worker(cl
         thread.join(60)
     assert set(recorder.threads) == {"step-batcher"}, recorder.threads
     assert all(torch.equal(a, b) for out in shared for a, b in zip(lone, out, strict=True))
+
+
+class QueuedPasses:
+    """A runner whose passes return as soon as they are queued, as a CUDA pass does: the host's clock reads ~0."""
+
+    device = torch.device("cpu")
+
+    def forward(self, steps):
+        return [torch.zeros(step.logits, 4) for step in steps]
+
+
+class DeviceBusy:
+    """`DeviceTimes` as events would read it: every pass kept the device busy `seconds`."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def started(self):
+        return object()
+
+    def stopped(self, mark) -> None:
+        pass
+
+    def latest_s(self) -> float:
+        return self.seconds
+
+
+def test_sessions_a_round_trip_away_are_waited_for_as_long_as_the_device_pass(closing):
+    """Where a pass returns once queued, the return wait is capped by the device's time for a pass, not the
+    host's: three sessions that start apart and spend 20 ms away between rounds fall into lockstep. Capped by
+    the launch, none was ever waited for, and each ran its own passes (the H200's 3.8 sessions a pass of 8)."""
+    batcher = closing(StepBatcher(QueuedPasses(), pass_times=DeviceBusy(0.2)))
+    rows: dict[str, list[int]] = {}
+
+    def session(key: str, start_s: float) -> None:
+        time.sleep(start_s)
+        rows[key] = []
+        for _ in range(8):
+            with batcher.taking_part(key):
+                rows[key].append(batcher.forward_shaped(Step(None, [1]))[1].rows)
+            time.sleep(0.02)  # the round trip through the orchestrator
+        time.sleep(0.1)  # still expected back while the others finish their rounds
+        batcher.forget(key)
+
+    threads = [Worker(session, f"s{i}", 0.007 * i) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    later = [n for key in sorted(rows) for n in rows[key][3:]]  # once every session's gap is known
+    assert statistics.median(later) == 3, rows
 
 
 def test_concurrent_engine_rounds_match_sequential_rounds(closing):

@@ -51,6 +51,20 @@ def test_a_lone_step_runs_on_its_callers_thread_with_the_runners_bits(runner):
         batcher.close()
 
 
+def test_the_batcher_times_a_pass_on_the_device_not_its_launch(runner):
+    """A pass returns once queued; the return wait is capped by the device's time for it (CUDA events)."""
+    batcher = StepBatcher(runner)
+    try:
+        assert batcher.pass_times is not None
+        batcher.forward(Step(runner.new_cache(), list(range(40, 60)), logits=1))
+        torch.cuda.synchronize()
+        device_s = batcher.pass_times.latest_s()
+        assert device_s is not None and 0 < device_s < 1.0, device_s
+        assert batcher._pass_seconds(0.0) == device_s
+    finally:
+        batcher.close()
+
+
 def test_logits_do_not_depend_on_gamma_bucket_or_neighbours(runner):
     prompt = list(range(40, 75))
 

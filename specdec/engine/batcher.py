@@ -10,7 +10,8 @@ Before a pass the worker waits, briefly, for two kinds of sessions:
 - those inside a round with no step pending yet (drafting sessions between steps): up to `max_wait_s`;
 - those expected back: a session that left its last round `gap` ago, where `gap` is how long it
   usually stays away (an RPC round trip through the orchestrator), is waited for up to twice its gap,
-  and never longer than `return_wait` × the last pass's duration.
+  and never longer than `return_wait` × the last pass's duration (the device's, where the host does not wait
+  for a pass to finish: `specdec.engine.device_time`).
 
 Without the second wait, sessions split into groups that alternate passes (the ones that were out
 for a round trip miss the pass that has just started), and every group gets one pass in two. With
@@ -36,6 +37,7 @@ from typing import Hashable
 import torch
 
 from specdec.core.errors import Unavailable
+from specdec.engine.device_time import DeviceTimes, device_times
 from specdec.engine.runner import ModelRunner, Step
 
 STALE_S = 60.0  # a session away this long is no longer expected back
@@ -74,10 +76,15 @@ class BatcherClosed(Unavailable):
 
 class StepBatcher:
     def __init__(self, runner: ModelRunner, max_wait_s: float = 0.002, max_tokens: int = 1024,
-                 return_wait: float = 1.0, max_return_wait_s: float = 0.5, inline: bool | None = None):
-        """inline: run a lone session's step on its calling thread (default: where the runner is on CUDA)."""
+                 return_wait: float = 1.0, max_return_wait_s: float = 0.5, inline: bool | None = None,
+                 pass_times: DeviceTimes | None = None):
+        """inline: run a lone session's step on its calling thread (default: where the runner is on CUDA).
+        pass_times: how long passes keep the device busy, where the host does not wait for them (default:
+        CUDA events where the runner is on CUDA; elsewhere the host's clock times a pass)."""
         self.runner, self.max_wait_s, self.max_tokens = runner, max_wait_s, max_tokens
-        self.inline = getattr(runner, "device", torch.device("cpu")).type == "cuda" if inline is None else inline
+        device = getattr(runner, "device", torch.device("cpu"))
+        self.inline = device.type == "cuda" if inline is None else inline
+        self.pass_times = device_times(device) if pass_times is None else pass_times
         self.return_wait, self.max_return_wait_s = return_wait, max_return_wait_s
         self._pending: list[_Pending] = []
         self._active = 0  # sessions inside a round (see `taking_part`)
@@ -150,13 +157,24 @@ class StepBatcher:
         """Run a pass taken while `_running` was set (by the worker, or inline by a lone session), then let
         the next one start: the worker waits for an inline pass to end before it takes the steps that came."""
         began = time.monotonic()
+        mark = self.pass_times.started() if self.pass_times is not None else None
         try:
             self._run(batch)
         finally:
+            if mark is not None:
+                self.pass_times.stopped(mark)
             with self._cond:
-                self._last_pass_s = time.monotonic() - began
+                self._last_pass_s = self._pass_seconds(time.monotonic() - began)
                 self._running = False
                 self._cond.notify_all()
+
+    def _pass_seconds(self, host_s: float) -> float:
+        """How long a pass lasts, as the return wait's cap reads it: the host's time for the pass just run, or,
+        where the device runs it after the host has moved on, the device's time for the latest it finished.
+        Capped by the launch alone (0.49 ms on an H200, whose compiled step takes 2.65), a session a round
+        trip away (1 ms and more) was never waited for, and 8 users' passes held 3.8 sessions."""
+        device_s = self.pass_times.latest_s() if self.pass_times is not None else None
+        return host_s if device_s is None else max(host_s, device_s)
 
     def _wake_if_ready(self) -> None:
         """Under the lock: wake the worker when it can act now, on the first step pending, or once every
@@ -221,8 +239,8 @@ class StepBatcher:
         try:
             # On CUDA the pass is queued, not done, and the worker does not wait for it: the sessions' own host
             # work (sampling, replies) then overlaps the device's. Waiting here made 8 users 30% slower on an
-            # H200 (647 against 928 tok/s). So there a pass's seconds are its launch, and its waits are priced
-            # by that; the device time is in the start-up profile.
+            # H200 (647 against 928 tok/s). So there a step's pass seconds are its launch; the return wait reads
+            # the device's time from events (`_pass_seconds`), and the start-up profile has it too.
             results = self.runner.forward([p.step for p in batch])
         except BaseException as error:  # noqa: BLE001 - handed to the callers, who raise it
             if len(batch) > 1:
