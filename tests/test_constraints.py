@@ -35,10 +35,14 @@ def constrained(**kw) -> pb.GenerateRequest:
     return request
 
 
-def test_masks_follow_the_grammar_row_by_row_and_rest_on_the_committed_tokens():
-    state = Grammars("tiny:seed=0", 260).state(compile_constraint("regex", "ab[0-9]"))
+@pytest.mark.parametrize("vocab", [260, 288], ids=["260", "multiple-of-32"])
+def test_masks_follow_the_grammar_row_by_row_and_rest_on_the_committed_tokens(vocab):
+    """Also for a vocabulary whose size is a multiple of 32, as real models' are (Qwen2.5's 151,936): there
+    llguidance's bitmask has a word more than the vocabulary needs."""
+    state = Grammars("tiny:seed=0", vocab).state(compile_constraint("regex", "ab[0-9]"))
     a, b, one = ord("a"), ord("b"), ord("1")
     masks = state.masks([], [a, b, one], 4)  # [4, V]
+    assert masks.shape == (4, vocab)
     assert masks[0].nonzero().flatten().tolist() == [a]
     assert masks[1].nonzero().flatten().tolist() == [b]
     assert masks[2].nonzero().flatten().tolist() == list(range(ord("0"), ord("9") + 1))

@@ -67,8 +67,11 @@ class GrammarState:
         self.consumed = list(committed)
 
     def _words(self) -> torch.Tensor:
-        """[⌈V/32⌉] int32: the grammar's bitmask of the tokens allowed next (bit t % 32 of word t // 32)."""
-        return torch.frombuffer(bytearray(self.matcher.compute_bitmask()), dtype=torch.int32)
+        """[⌈V/32⌉] int32: the grammar's bitmask of the tokens allowed next (bit t % 32 of word t // 32).
+        llguidance's has a word more where V is a multiple of 32 (room for V + 1 bits), as real vocabularies'
+        sizes are (Qwen2.5's 151,936): the words past the vocabulary are dropped."""
+        words = torch.frombuffer(bytearray(self.matcher.compute_bitmask()), dtype=torch.int32)
+        return words[:(self.vocab + 31) // 32]
 
     def masks(self, committed: list[int], proposed: list[int], rows: int,
               device: torch.device | str = "cpu") -> torch.Tensor:
