@@ -53,6 +53,28 @@ def test_masks_follow_the_grammar_row_by_row_and_rest_on_the_committed_tokens(vo
     assert state.masks([a, b], [], 1)[0][one] and state.consumed == [a, b]
 
 
+def test_an_added_token_that_is_not_special_is_text_to_the_grammar():
+    """As Qwen2.5's <tool_call>: an added token the tokenizer does not call special is the text it stands for. A
+    grammar that forces that text allows the token and takes it once sampled (llguidance's own reading marked it
+    special: allowed by the mask, refused by the matcher, an INTERNAL error on every forced tool call)."""
+    import llguidance
+
+    from specdec.engine.constraint import guidance_tokenizer
+    from specdec.weights.sources import build_byte_tokenizer
+
+    tokenizer = build_byte_tokenizer()
+    tokenizer.add_tokens(["<tool_call>"])  # not special
+    call = tokenizer.convert_tokens_to_ids("<tool_call>")
+    ids = tokenizer.encode("<tool_call>ok")
+    assert ids[0] == call and len(ids) == 3
+    matcher = llguidance.LLMatcher(guidance_tokenizer(tokenizer, 288), compile_constraint("lark", 'start: "<tool_call>ok"'))
+    words = torch.frombuffer(bytearray(matcher.compute_bitmask()), dtype=torch.int32)
+    assert (int(words[call // 32]) >> (call % 32)) & 1, "the mask allows the token"
+    assert matcher.consume_tokens(ids) and matcher.is_accepting(), matcher.get_error()
+    eos = tokenizer.eos_token_id
+    assert guidance_tokenizer(tokenizer, 288).is_special_token(eos) and not guidance_tokenizer(tokenizer, 288).is_special_token(call)
+
+
 def test_rolling_back_gives_the_masks_a_fresh_matcher_gives():
     """200 rounds of random drafts (EOS among them) and commits on one matcher: every row that can be
     used equals the mask of a new matcher fed the same tokens. (A draft EOS is never consumed: a stopped

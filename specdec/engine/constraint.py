@@ -33,19 +33,43 @@ class Grammars:
 
     def state(self, grammar: str) -> GrammarState:
         import llguidance
-        import llguidance.hf
 
         with self._lock:
             if self._tokenizer is None:
                 from specdec.weights.sources import load_tokenizer
 
                 tokenizer = load_tokenizer(self.spec)
-                self._tokenizer = llguidance.hf.from_tokenizer(tokenizer, n_vocab=self.vocab)
+                self._tokenizer = guidance_tokenizer(tokenizer, self.vocab)
                 self._eos = tokenizer.eos_token_id
         matcher = llguidance.LLMatcher(self._tokenizer, grammar)
         if matcher.is_error():
             raise InvalidArgument(f"grammar refused: {matcher.get_error()}")
         return GrammarState(matcher, self.vocab, self._eos)
+
+
+def guidance_tokenizer(tokenizer, vocab: int):
+    """llguidance's tokenizer for a Hugging Face one, with only the tokens the tokenizer calls special marked so.
+
+    llguidance takes every added token for a special one. Qwen2.5's <tool_call> (id 151,657) is added but not
+    special: its text is the model's, and the tokenizer encodes that text to it. A grammar whose text starts with
+    it then allowed the token (the tokenizer's encoding of the forced text) and refused it once sampled, as a
+    special token where text was due. Here every token keeps llguidance's bytes for it, the text is encoded as
+    the tokenizer does, and special are the tokenizer's special tokens and the ids past it."""
+    import llguidance
+    import llguidance.hf
+
+    read = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab)
+    special = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+
+    class Tokens:  # what llguidance.TokenizerWrapper reads
+        eos_token_id, bos_token_id = read.eos_token, None
+        tokens = [read.decode_bytes([i]) for i in range(vocab)]
+        special_token_ids = sorted(special | set(range(len(tokenizer), vocab)))
+
+        def __call__(self, text: bytes) -> list[int]:
+            return read.tokenize_bytes(text)
+
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(Tokens()), n_vocab=vocab)
 
 
 class GrammarState:
