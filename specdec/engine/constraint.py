@@ -62,9 +62,10 @@ def guidance_tokenizer(tokenizer, vocab: int):
     special = {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
 
     class Tokens:  # what llguidance.TokenizerWrapper reads
-        eos_token_id, bos_token_id = read.eos_token, None
-        tokens = [read.decode_bytes([i]) for i in range(vocab)]
-        special_token_ids = sorted(special | set(range(len(tokenizer), vocab)))
+        def __init__(self):
+            self.eos_token_id, self.bos_token_id = read.eos_token, None
+            self.tokens = [read.decode_bytes([i]) for i in range(vocab)]
+            self.special_token_ids = sorted(special | set(range(len(tokenizer), vocab)))
 
         def __call__(self, text: bytes) -> list[int]:
             return read.tokenize_bytes(text)
