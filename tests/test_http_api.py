@@ -260,6 +260,72 @@ def test_a_json_schema_reply_validates_under_speculation(serve, stream):
     assert re.fullmatch(r"[0-9]{2}:[0-9]{2}", text(extra_body={"guided_regex": r"[0-9]{2}:[0-9]{2}", "gamma": 2}))
 
 
+TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {
+              "type": "object", "properties": {"city": {"enum": ["Rome", "Oslo"]}}, "required": ["city"],
+              "additionalProperties": False}}},
+         {"type": "function", "function": {"name": "now"}}]  # no parameters: no arguments
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_forced_tool_call_comes_back_as_tool_calls_under_speculation(serve, stream):
+    """A named tool_choice through the official client: one call of that function, its arguments following the
+    parameters, no content, finish reason tool_calls; the same with speculation (γ = 3) as target-only, whole and
+    streamed (the call arrives whole, no <tool_call> text in the content). "required" without parallel calls:
+    one call of either tool."""
+    client = serve.client()
+
+    def reply(**kw) -> tuple[str | None, list[tuple[str, str]], str]:
+        answer = client.chat.completions.create(model=MODEL, messages=MESSAGES, tools=TOOLS, max_tokens=100,
+                                                temperature=0, stream=stream, **kw)
+        if not stream:
+            choice = answer.choices[0]
+            calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+            return choice.message.content, calls, choice.finish_reason
+        content, calls, finish = "", [], None
+        for chunk in answer:
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                calls += [(c.function.name, c.function.arguments) for c in choice.delta.tool_calls or []]
+                finish = choice.finish_reason or finish
+        return content, calls, finish
+
+    named = {"type": "function", "function": {"name": "weather"}}
+    speculated = reply(tool_choice=named, extra_body={"gamma": 3, "proposer": "model"})
+    assert speculated == reply(tool_choice=named, extra_body={"gamma": 0})
+    content, calls, finish = speculated
+    assert not content and finish == "tool_calls" and [name for name, _ in calls] == ["weather"], speculated
+    assert json.loads(calls[0][1])["city"] in ("Rome", "Oslo")
+    content, calls, finish = reply(tool_choice="required", parallel_tool_calls=False, extra_body={"gamma": 2})
+    assert not content and finish == "tool_calls" and len(calls) == 1 and calls[0][0] in ("weather", "now")
+
+
+def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_them(serve):
+    """The tools are in the prompt unless tool_choice is "none"; an earlier assistant call (arguments a JSON
+    string, as OpenAI sends them) and the tool's answer render as the chat template renders them with the
+    arguments as an object: the prompt is exactly as long."""
+    client = serve.client()
+
+    def prompt_tokens(messages: list[dict], **kw) -> int:
+        answer = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=1, temperature=0, **kw)
+        return answer.usage.prompt_tokens
+
+    tokenizer = build_byte_tokenizer()
+
+    def rendered(messages: list[dict], **kw) -> int:
+        return len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False, **kw))
+
+    plain = prompt_tokens(MESSAGES)
+    assert prompt_tokens(MESSAGES, tools=TOOLS, tool_choice="none") == plain
+    assert prompt_tokens(MESSAGES, tools=TOOLS) == rendered(MESSAGES, tools=TOOLS) > plain + 150
+    call = {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}}
+    answered = [{"role": "tool", "tool_call_id": "call_1", "content": "-3 C"}]
+    as_object = {**call, "function": {**call["function"], "arguments": {"city": "Oslo"}}}
+    asked = [{"role": "user", "content": "Oslo?"}]
+    expected = rendered([*asked, {"role": "assistant", "content": "", "tool_calls": [as_object]}, *answered], tools=TOOLS)
+    assert prompt_tokens([*asked, {"role": "assistant", "content": None, "tool_calls": [call]}, *answered],
+                         tools=TOOLS) == expected
+
+
 @pytest.mark.parametrize("path,body,status,message", [
     ("/completions", {"prompt": "x", "n": 9}, 400, "n must be in [1, 8]"),
     ("/completions", {"prompt": "x", "guided_regex": "[0-"}, 400, "invalid regex"),
@@ -288,7 +354,14 @@ def test_a_json_schema_reply_validates_under_speculation(serve, stream):
     ("/completions", {"max_tokens": 3}, 400, "prompt"),
     ("/chat/completions", {"messages": []}, 400, "messages"),
     ("/chat/completions", {"messages": MESSAGES, "top_logprobs": 2}, 400, "top_logprobs needs logprobs"),
-    ("/chat/completions", {"messages": MESSAGES, "tools": [{"type": "function"}]}, 400, "tools"),
+    ("/chat/completions", {"messages": MESSAGES, "tools": [{"type": "function"}]}, 400, "tools[0] must be"),
+    ("/chat/completions", {"messages": MESSAGES, "functions": [{"name": "f"}]}, 400, "use tools"),
+    ("/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "tool_choice": {
+        "type": "function", "function": {"name": "launch"}}}, 400, "not among the tools"),
+    ("/chat/completions", {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required",
+                           "response_format": {"type": "json_object"}}, 400, "cannot be combined"),
+    ("/chat/completions", {"messages": [*MESSAGES, {"role": "assistant", "tool_calls": [
+        {"type": "function", "function": {"name": "now", "arguments": "{oops"}}]}]}, 400, "not JSON"),
     ("/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "text content"),
     ("/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
     ("/completions", {"prompt": "x", "model": "gpt-4o"}, 404, "does not exist"),

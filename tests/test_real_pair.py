@@ -51,6 +51,32 @@ def test_real_pair_greedy_logprobs_do_not_change_under_speculation(real_stack):
             assert max(abs(a - b) for a, b in zip(got.top_logprobs, want.top_logprobs)) <= 1e-5
 
 
+def test_real_pair_structured_output_and_a_forced_tool_call(real_stack):
+    """On the packaged vocabulary (151,936 ids, a multiple of 32; <tool_call> an added token that is not special):
+    a JSON-schema reply and a forced tool call parse, the same with speculation as target-only."""
+    import json
+
+    from specdec.http.tool_calls import forcing_grammar, parse_calls, read_tools
+
+    tools = read_tools([{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}])
+    schema = json.dumps({"type": "object", "properties": {"name": {"type": "string", "maxLength": 20},
+                                                          "age": {"type": "integer"}}, "required": ["name", "age"],
+                         "additionalProperties": False})
+    for kind, value, prompt in (("json_schema", schema, "A person as JSON: "),
+                                ("lark", forcing_grammar(tools, "get_weather", False), "What is the weather in Paris?\n")):
+        texts = []
+        for gamma in (0, None):
+            request = make_request(prompt=prompt, max_new_tokens=64, gamma=gamma)
+            setattr(request.constraint, kind, value)
+            texts.append(generate(real_stack.endpoint, request).text)
+        assert texts[0] == texts[1], texts
+        if kind == "json_schema":
+            assert set(json.loads(texts[0])) == {"name", "age"}
+        else:
+            assert [call["function"]["name"] for call in parse_calls(texts[0], tools)[1]] == ["get_weather"], texts[0]
+
+
 def test_real_target_gguf_path_tracks_fp32_on_the_same_weights():
     """The packaged target on the exact gguf path against the fp32 path on the dequantized weights:
     logits within float32 summation noise, the same greedy choice at every position."""

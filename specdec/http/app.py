@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from specdec.http import tool_calls
 from specdec.http.errors import error_body, rpc_error
 from specdec.http.flags import HttpConfig
 from specdec.http.guard import Guard
@@ -93,9 +94,16 @@ class Gateway:
         if not getattr(self.tokenizer, "chat_template", None):
             raise BadRequest(f"the model {self.model!r} has no chat template: use /v1/completions", "messages")
         messages = [m.for_template() for m in request.messages]
+        tools = request.offered_tools()
+        if tools:
+            try:
+                tool_calls.check_template(str(self.tokenizer.chat_template))
+            except tool_calls.ToolError as exc:
+                raise BadRequest(str(exc), "tools") from None
+        shown = {"tools": [tool.spec for tool in tools.values()]} if tools else {}
         try:
             ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False)
+                                                     return_dict=False, **shown)
         except Exception as exc:  # noqa: BLE001 - a template rejects what it cannot render (jinja raises)
             raise BadRequest(f"the chat template cannot render these messages: {exc}", "messages") from None
         return list(ids)
@@ -151,7 +159,8 @@ async def chat_completions(request: Request) -> Response:
     room = max(gateway.info.max_context - len(prompt), 1)
     max_tokens = body.max_new_tokens() or min(gateway.info.max_new_tokens or room, room)
     generate = body.generate_request(max_tokens, body.top(), prompt_token_ids=prompt)
-    return await run(request, gateway, body, generate, Reply("chat", gateway.model, gateway.tokens, body.top()))
+    return await run(request, gateway, body, generate, Reply("chat", gateway.model, gateway.tokens, body.top(),
+                                                             body.offered_tools()))
 
 
 async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest, reply: Reply) -> Response:
@@ -201,11 +210,13 @@ async def stream(call, first, reply: Reply, include_usage: bool) -> AsyncIterato
     try:
         async for message in messages(call, first, reply):
             logprobs, index = reply.logprobs(message), message.choice
-            if message.text or logprobs or index not in opened:
-                yield sse(reply.chunk(message.text, logprobs, first=index not in opened, index=index))
+            text = reply.stream_text(message.text, index)
+            if text or logprobs or index not in opened:
+                yield sse(reply.chunk(text, logprobs, first=index not in opened, index=index))
                 opened.add(index)
         for index in sorted(opened):
-            yield sse(reply.chunk("", None, reply.finish_reason(index), index=index))
+            for chunk in reply.closing_chunks(index):
+                yield sse(chunk)
         if include_usage:
             yield sse(reply.usage_chunk())
     except grpc.RpcError as exc:

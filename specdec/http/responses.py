@@ -8,6 +8,7 @@ import time
 import uuid
 
 from protos import specdec_pb2 as pb
+from specdec.http.tool_calls import Tool, ToolStream, parse_calls
 from specdec.weights.sources import gpt2_byte_chars
 
 FINISH = {pb.FINISH_REASON_STOP: "stop", pb.FINISH_REASON_LENGTH: "length", pb.FINISH_REASON_CONTEXT: "length"}
@@ -36,8 +37,11 @@ class TokenText:
 class Reply:
     """One request's identity and accumulated state: text, token logprobs and the final stats."""
 
-    def __init__(self, kind: str, model: str, tokens: TokenText, top: int | None):
+    def __init__(self, kind: str, model: str, tokens: TokenText, top: int | None, tools: dict[str, Tool] | None = None):
+        """tools: those the model may call (chat), whose calls are read out of each choice's text."""
         self.kind, self.model, self.tokens, self.top = kind, model, tokens, top  # kind: "completion" | "chat"
+        self.tools = tools or {}
+        self._splits: dict[int, ToolStream] = {}  # streamed choices' text, split into content and calls
         self.id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.text_offset: dict[int, int] = {}  # completions: characters emitted so far, per choice
@@ -107,8 +111,13 @@ class Reply:
         choices = []
         for index in sorted(texts):
             if self.kind == "chat":
-                choices.append({"index": index, "message": {"role": "assistant", "content": texts[index]},
-                                "logprobs": logprobs.get(index), "finish_reason": self.finish_reason(index)})
+                message, finish = {"role": "assistant", "content": texts[index]}, self.finish_reason(index)
+                if self.tools:
+                    message["content"], calls = parse_calls(texts[index], self.tools)
+                    if calls:
+                        message["tool_calls"], finish = calls, "tool_calls"
+                choices.append({"index": index, "message": message, "logprobs": logprobs.get(index),
+                                "finish_reason": finish})
             else:
                 choices.append({"index": index, "text": texts[index], "logprobs": logprobs.get(index),
                                 "finish_reason": self.finish_reason(index)})
@@ -124,6 +133,27 @@ class Reply:
             return self._envelope("chat.completion.chunk", [choice])
         choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}
         return self._envelope("text_completion", [choice])
+
+    def stream_text(self, text: str, index: int = 0) -> str:
+        """What of a choice's new text can be streamed now: all of it, or with tools, none of a tool call."""
+        if not self.tools:
+            return text
+        return self._splits.setdefault(index, ToolStream(self.tools)).push(text)
+
+    def closing_chunks(self, index: int = 0) -> list[dict]:
+        """A streamed choice's last chunks: with tools, the text held back and the calls; then its finish reason."""
+        chunks, finish = [], self.finish_reason(index)
+        split = self._splits.get(index)
+        if split is not None:
+            rest, calls = split.finish()
+            if rest:
+                chunks.append(self.chunk(rest, None, index=index))
+            if calls:
+                delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}
+                choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+                chunks.append(self._envelope("chat.completion.chunk", [choice]))
+                finish = "tool_calls"
+        return [*chunks, self.chunk("", None, finish, index=index)]
 
     def usage_chunk(self) -> dict:
         obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"

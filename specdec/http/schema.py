@@ -4,12 +4,13 @@ Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`
 `max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
 `logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` (1-8),
-`response_format` (text, json_object, json_schema), and the extensions `repetition_penalty`,
+`response_format` (text, json_object, json_schema), `tools`, `tool_choice` and `parallel_tool_calls` (chat;
+`specdec.http.tool_calls`), and the extensions `repetition_penalty`,
 `guided_regex`, `guided_grammar` (Lark), `gamma` (unset = adaptive, 0 = target-only), `proposer` ("model",
 "ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting during verification); unset = the
 server's default. Penalties, bias and constraints are exact under speculation.
 Refused with a 400 when set to anything but their neutral value: `best_of` > 1, `echo`,
-`suffix`, tools and functions, and non-text message parts.
+`suffix`, the legacy `functions`, and non-text message parts.
 Unknown fields are ignored, as OpenAI's own server does.
 """
 
@@ -19,10 +20,11 @@ import json
 import secrets
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from protos import specdec_pb2 as pb
 from specdec.core.logprobs import MAX_TOP_LOGPROBS
+from specdec.http import tool_calls
 from specdec.runtime.wire import logprob_request_to_pb, speculation_to_pb
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -81,6 +83,14 @@ class _Common(BaseModel):
     def constraint(self) -> tuple[str, str | bool] | None:
         """The one structured-output constraint the body asks for, as (kind, value): a field of
         `pb.Constraint` and its value; or None."""
+        asked = self.constraints()
+        if len(asked) > 1:
+            raise BadRequest("at most one of response_format (JSON), guided_regex and guided_grammar",
+                             "response_format")
+        return asked[0] if asked else None
+
+    def constraints(self) -> list[tuple[str, str | bool]]:
+        """Every constraint the body asks for, as (kind, value)."""
         asked: list[tuple[str, str | bool]] = []
         if self.response_format is not None and self.response_format.type == "json_object":
             asked.append(("json_object", True))
@@ -92,10 +102,7 @@ class _Common(BaseModel):
             asked.append(("regex", self.guided_regex))
         if self.guided_grammar is not None:
             asked.append(("lark", self.guided_grammar))
-        if len(asked) > 1:
-            raise BadRequest("at most one of response_format (JSON), guided_regex and guided_grammar",
-                             "response_format")
-        return asked[0] if asked else None
+        return asked
 
     def refuse_unsupported(self) -> None:
         if self.stream_options is not None and not self.stream:
@@ -195,7 +202,30 @@ class Message(BaseModel):
                 raise BadRequest("only text content parts are supported", "messages")
             content = "".join(part.text for part in content)
         role = "system" if self.role == "developer" else self.role
-        return {**(self.model_extra or {}), "role": role, "content": content or ""}
+        extra = dict(self.model_extra or {})
+        if extra.get("tool_calls"):
+            extra["tool_calls"] = template_calls(extra["tool_calls"])
+        return {**extra, "role": role, "content": content or ""}
+
+
+def template_calls(calls) -> list[dict]:
+    """An assistant message's earlier tool calls as chat templates render them: arguments as an object (OpenAI
+    sends them as a JSON string, which a template's `tojson` would quote again)."""
+    if not isinstance(calls, list):
+        raise BadRequest("an assistant message's tool_calls must be a list", "messages")
+    rendered = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise BadRequest("each tool call needs a function with a name", "messages")
+        arguments = function.get("arguments", "{}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except json.JSONDecodeError:
+                raise BadRequest(f"tool call {function['name']!r} has arguments that are not JSON", "messages") from None
+        rendered.append({**call, "function": {**function, "arguments": arguments}})
+    return rendered
 
 
 class ChatCompletionRequest(_Common):
@@ -205,14 +235,38 @@ class ChatCompletionRequest(_Common):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool = True
     functions: list | None = None
+    _tools: dict[str, tool_calls.Tool] = PrivateAttr(default_factory=dict)
+    _choice: str = PrivateAttr("none")
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.tools or self.functions:
-            raise BadRequest("tools and functions are not supported", "tools")
+        if self.functions:
+            raise BadRequest("functions (the legacy form) are not supported: use tools", "functions")
         if self.top_logprobs is not None and not self.logprobs:
             raise BadRequest("top_logprobs needs logprobs: true", "top_logprobs")
+        try:
+            self._tools = tool_calls.read_tools(self.tools or [])
+        except tool_calls.ToolError as exc:
+            raise BadRequest(str(exc), "tools") from None
+        try:
+            self._choice = tool_calls.read_choice(self.tool_choice, self._tools)
+        except tool_calls.ToolError as exc:
+            raise BadRequest(str(exc), "tool_choice") from None
+        if self._choice not in ("none", "auto") and self.constraints():
+            raise BadRequest("a tool_choice that forces a call cannot be combined with response_format (JSON), "
+                             "guided_regex or guided_grammar", "tool_choice")
+
+    def offered_tools(self) -> dict[str, tool_calls.Tool]:
+        """The tools the model is shown and may call: none where tool_choice is "none"."""
+        return {} if self._choice == "none" else self._tools
+
+    def constraint(self) -> tuple[str, str | bool] | None:
+        if self._choice in ("none", "auto"):
+            return super().constraint()
+        return "lark", tool_calls.forcing_grammar(self._tools, self._choice, self.parallel_tool_calls)
 
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -43,7 +43,15 @@ def build_byte_tokenizer():
     return fast
 
 
-CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+# ChatML, and tools as Qwen2.5's template renders them, tersely (in the system message, and calls in <tool_call> tags,
+# which the template names, as the tool-call reader wants: `specdec.http.tool_calls.check_template`).
+CHATML = ("{% if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n"
+          "{% endif %}<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools> <tool_call>"
+          "<|im_end|>\n{% endif %}"
+          "{% for m in messages %}{% if not (tools and loop.first and m.role == 'system') %}"
+          "<|im_start|>{{ m.role }}\n{{ m.content }}{% for call in m.tool_calls or [] %}\n<tool_call>\n"
+          "{\"name\": \"{{ call.function.name }}\", \"arguments\": {{ call.function.arguments | tojson }}}\n"
+          "</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
           "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 

@@ -1,0 +1,164 @@
+"""Tool calls in the chat API: the tools a request offers, the grammar that forces a call, and the calls read
+back out of the model's text.
+
+The format is the one Qwen2.5 (and Hermes) chat templates teach their models: each call is a JSON object
+with the function's name and arguments inside tags,
+    <tool_call>\\n{"name": "get_weather", "arguments": {"city": "Paris"}}\\n</tool_call>
+A chat template that renders tools in another format is refused (`check_template`). `tool_choice`:
+- "none": the tools are left out of the prompt, and the reply is text;
+- "auto" (the default with tools): the model writes text, calls, or both; the calls are read from the text;
+- "required" or one named function: the reply is constrained (llguidance, exact under speculation like any
+  other constraint) to one call, or with `parallel_tool_calls` one or more, whose arguments follow each
+  function's parameter schema.
+Plain functions, no grpc: the HTTP layer calls them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
+# The arguments as json.dumps writes them (`specdec.core.grammar.JSON_LAYOUT`), inside each forced call.
+LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}  # a function without arguments
+CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
+
+
+class ToolError(ValueError):
+    """A request's tools or tool_choice that cannot be served: the message says which and why."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    parameters: dict  # a JSON schema for the arguments object
+    spec: dict  # the tool as the request gave it: what the chat template renders
+
+
+def read_tools(tools: list) -> dict[str, Tool]:
+    """The request's `tools`, by name: each {"type": "function", "function": {"name", "parameters", ...}}."""
+    read: dict[str, Tool] = {}
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(function, dict):
+            raise ToolError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        name = function.get("name")
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise ToolError(f"tools[{i}].function.name must be 1-64 letters, digits, '_' or '-', got {name!r}")
+        if name in read:
+            raise ToolError(f"two tools are named {name!r}")
+        parameters = function.get("parameters", NO_PARAMETERS)
+        if not isinstance(parameters, dict):
+            raise ToolError(f"tools[{i}].function.parameters must be a JSON schema object")
+        read[name] = Tool(name, parameters, {"type": "function", "function": function})
+    return read
+
+
+def read_choice(choice, tools: dict[str, Tool]) -> str:
+    """`tool_choice` as "none", "auto", "required", or the one function's name it forces."""
+    if choice is None:
+        return "auto" if tools else "none"
+    if choice in ("none", "auto", "required"):
+        if choice != "none" and not tools:
+            raise ToolError(f"tool_choice {choice!r} needs tools")
+        return choice
+    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    name = function.get("name") if isinstance(function, dict) else None
+    if name is None:
+        raise ToolError('tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}')
+    if name not in tools:
+        raise ToolError(f"tool_choice names {name!r}, which is not among the tools")
+    return name
+
+
+def check_template(template: str | None) -> None:
+    """Tools need a chat template that renders them and teaches the <tool_call> format."""
+    if not template or OPEN not in template:
+        raise ToolError("this model's chat template has no <tool_call> format: tools are not supported for it")
+
+
+def forcing_grammar(tools: dict[str, Tool], choice: str, parallel: bool) -> str:
+    """The Lark grammar (llguidance's, with %json) that a "required" or named tool_choice constrains the
+    reply to: one call, or with `parallel` one or more, each naming a tool and giving arguments that follow
+    its parameters."""
+    names = [choice] if choice in tools else list(tools)
+    calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": tools[name].parameters},
+              "required": ["name", "arguments"], "additionalProperties": False} for name in names]
+    schema = {"x-guidance": LAYOUT, **(calls[0] if len(calls) == 1 else {"anyOf": calls})}
+    more = ' ("\\n" call)*' if parallel and choice not in tools else ""
+    return (f'start: call{more}\n'
+            f'call: "{OPEN}\\n" body "\\n{CLOSE}"\n'
+            f'body: %json {json.dumps(schema)}')
+
+
+def parse_calls(text: str, tools: dict[str, Tool]) -> tuple[str | None, list[dict]]:
+    """(content, tool_calls) of a whole reply: the text before the first call (None if blank), and each call in
+    OpenAI's shape with its arguments as a JSON string. A call that does not parse, or names no tool, leaves
+    the whole text as content and no calls, as a reply of text."""
+    start = text.find(OPEN)
+    if start < 0:
+        return text, []
+    calls = []
+    rest = text[start:]
+    for match in CALL.finditer(rest):
+        try:
+            call = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            return text, []
+        if not isinstance(call, dict) or call.get("name") not in tools or not isinstance(call.get("arguments", {}), dict):
+            return text, []
+        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                      "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))}})
+    if not calls or CALL.sub("", rest).strip():
+        return text, []  # an unclosed call, or text between or after the calls
+    content = text[:start].strip()
+    return content or None, calls
+
+
+class ToolStream:
+    """One streamed choice's text, split as it arrives: content that cannot be the start of a call goes out at
+    once; from the first <tool_call> on the text is held, and at the end read as calls (or, if it does not
+    parse as calls, sent as content after all)."""
+
+    def __init__(self, tools: dict[str, Tool]):
+        self.tools = tools
+        self.held = ""  # text not yet sent: a possible start of <tool_call>, or everything after one
+        self.sent = ""  # content sent so far
+        self.calling = False
+
+    def push(self, text: str) -> str:
+        """Add a delta; returns the content that can go out now."""
+        self.held += text
+        if not self.calling:
+            at = self.held.find(OPEN)
+            if at >= 0:
+                out, self.held, self.calling = self.held[:at], self.held[at:], True
+            else:
+                keep = _partial_tag(self.held)
+                out, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+            self.sent += out
+            return out
+        return ""
+
+    def finish(self) -> tuple[str, list[dict]]:
+        """(content still to send, the calls): called once the choice has ended."""
+        if not self.calling:
+            out, self.held = self.held, ""
+            return out, []
+        _, calls = parse_calls(self.sent + self.held, self.tools)
+        if not calls:
+            out, self.held = self.held, ""
+            return out, []
+        return "", calls
+
+
+def _partial_tag(text: str) -> int:
+    """How many characters at the end of `text` could begin <tool_call>."""
+    for keep in range(min(len(OPEN) - 1, len(text)), 0, -1):
+        if OPEN.startswith(text[-keep:]):
+            return keep
+    return 0
