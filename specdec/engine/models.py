@@ -32,7 +32,7 @@ from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.engine.synthetic import build_synthetic_model, is_synthetic
 from specdec.planning.controller import GAMMA_MAX
-from specdec.weights.sources import model_path
+from specdec.weights.sources import end_of_generation_ids, model_path
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
         path = "fp32"
         model = load_hf_model(spec, dev, WEIGHT_DTYPE[path])
     config = model.config
-    eos = _tiny_eos(spec) if spec.startswith("tiny:") else () if is_synthetic(spec) else _eos_ids(model)
+    eos = _tiny_eos(spec) if spec.startswith("tiny:") else () if is_synthetic(spec) else _eos_ids(model, spec)
     collectives = shard(model) if shard is not None else None
     built, choice = build_runner(model, path, max_tokens, collectives, runner, slots, context)
     if path in PACKED_PATHS:
@@ -228,8 +228,10 @@ def _tiny_eos(spec: str) -> tuple[int, ...]:
     return () if eos < 0 else (eos,)
 
 
-def _eos_ids(model) -> tuple[int, ...]:
+def _eos_ids(model, spec: str) -> tuple[int, ...]:
+    """The model's EOS ids (its generation config's, else its config's) and its vocabulary's end-of-generation
+    tokens (`specdec.weights.sources.END_OF_GENERATION`), within the vocabulary."""
     eos = getattr(model.generation_config, "eos_token_id", None) or model.config.eos_token_id
-    if eos is None:
-        return ()
-    return tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+    own = () if eos is None else tuple(eos) if isinstance(eos, (list, tuple)) else (int(eos),)
+    ends = [i for i in end_of_generation_ids(spec) if i < model.config.vocab_size]
+    return tuple(dict.fromkeys([*own, *ends]))

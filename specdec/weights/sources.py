@@ -75,6 +75,29 @@ def load_tokenizer(spec: str):
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
+# Tokens that end a generation wherever a model's vocabulary has them as special tokens, as llama.cpp's end-of-
+# generation list has them: a GGUF's config names one EOS (Qwen2.5-Instruct's <|im_end|>), while the model ends
+# other texts with another (its fill-in-the-middle reply with <|endoftext|>; upstream's generation config lists both).
+END_OF_GENERATION = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|end|>",
+                     "<end_of_turn>", "<｜end▁of▁sentence｜>")
+
+
+def end_of_generation_ids(spec: str) -> tuple[int, ...]:
+    """The ids of `spec`'s special tokens in END_OF_GENERATION (none for a model built in code). From a folder's
+    tokenizer.json where it has one (a few hundred milliseconds), else from its tokenizer."""
+    import json
+
+    if spec.startswith(BUILT_IN):
+        return ()
+    path = model_path(spec)
+    if path.is_dir() and (path / "tokenizer.json").exists():
+        added = json.loads((path / "tokenizer.json").read_text(encoding="utf-8")).get("added_tokens", [])
+        return tuple(sorted(t["id"] for t in added if t.get("special") and t.get("content") in END_OF_GENERATION))
+    tokenizer = load_tokenizer(spec)
+    return tuple(sorted(i for i, t in tokenizer.added_tokens_decoder.items()
+                        if t.special and t.content in END_OF_GENERATION))
+
+
 def save_gguf_metadata(gguf: Path, out_dir: Path) -> None:
     """Save a GGUF file's config and tokenizer as a Hugging Face folder (seconds to read, instead of
     the ~20 s that converting them from the GGUF's metadata takes on every start)."""
