@@ -338,6 +338,8 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
     ("/completions", {"prompt": "x", "presence_penalty": 3.0}, 400, "presence_penalty"),
     ("/completions", {"prompt": "x", "repetition_penalty": 0.0}, 400, "repetition_penalty"),
     ("/completions", {"prompt": "x", "echo": True}, 400, "echo"),
+    ("/completions", {"prompt": "x", "suffix": "y"}, 400, "no fill-in-the-middle tokens"),
+    ("/completions", {"prompt": [5, 6], "suffix": "y"}, 400, "suffix needs the prompt as one string"),
     ("/completions", {"prompt": ["a", "b"]}, 400, "one string or one list of token ids"),
     ("/completions", {"prompt": "x", "temperature": -1}, 400, "temperature"),
     ("/completions", {"prompt": "x", "max_tokens": 5000}, 400, "max_new_tokens must be in [1, 1024]"),

@@ -77,6 +77,22 @@ def test_real_pair_structured_output_and_a_forced_tool_call(real_stack):
             assert [call["function"]["name"] for call in parse_calls(texts[0], tools)[1]] == ["get_weather"], texts[0]
 
 
+def test_real_pair_fills_in_the_middle_and_stops_at_its_end_of_text(real_stack):
+    """A fill-in-the-middle prompt: the middle ends with <|endoftext|>, an end-of-generation token the GGUF's
+    config does not name (it names <|im_end|>), so the generation stops there; the same with speculation."""
+    from specdec.http.infill import infill_prompt
+    from specdec.weights import resolve
+    from specdec.weights.sources import load_tokenizer
+
+    tokenizer = load_tokenizer(resolve("packaged:target"))
+    ids = infill_prompt(tokenizer, 'def is_prime(n: int) -> bool:\n    """Whether n is a prime number."""\n',
+                        "\n\n\nprint([p for p in range(20) if is_prime(p)])\n")
+    results = [generate(real_stack.endpoint, make_request(prompt_token_ids=ids, max_new_tokens=96, gamma=gamma))
+               for gamma in (0, None)]
+    assert results[0].token_ids == results[1].token_ids
+    assert len(results[0].token_ids) < 96 and results[0].text.rstrip().endswith("return True"), results[0].text
+
+
 def test_real_target_gguf_path_tracks_fp32_on_the_same_weights():
     """The packaged target on the exact gguf path against the fp32 path on the dequantized weights:
     logits within float32 summation noise, the same greedy choice at every position."""

@@ -29,6 +29,7 @@ from specdec.http import tool_calls
 from specdec.http.errors import error_body, rpc_error
 from specdec.http.flags import HttpConfig
 from specdec.http.guard import Guard
+from specdec.http.infill import InfillError, infill_prompt
 from specdec.http.responses import Reply, TokenText
 from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
 from specdec.runtime import security
@@ -146,7 +147,15 @@ async def completions(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     body = parse(CompletionRequest, await request.body())
     gateway.check_model(body.model)
-    generate = body.generate_request(body.max_tokens, body.logprobs, **body.prompt_fields())
+    prompt = body.prompt_fields()
+    if body.suffix:
+        if "prompt" not in prompt:
+            raise BadRequest("suffix needs the prompt as one string", "suffix")
+        try:
+            prompt = {"prompt_token_ids": infill_prompt(gateway.tokenizer, prompt["prompt"], body.suffix)}
+        except InfillError as exc:
+            raise BadRequest(str(exc), "suffix") from None
+    generate = body.generate_request(body.max_tokens, body.logprobs, **prompt)
     return await run(request, gateway, body, generate, Reply("completion", gateway.model, gateway.tokens,
                                                              body.logprobs))
 

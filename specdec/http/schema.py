@@ -5,12 +5,13 @@ Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`
 `logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` (1-8),
 `response_format` (text, json_object, json_schema), `tools`, `tool_choice` and `parallel_tool_calls` (chat;
-`specdec.http.tool_calls`), and the extensions `repetition_penalty`,
+`specdec.http.tool_calls`), `suffix` (completions: fill in the middle, `specdec.http.infill`), and the
+extensions `repetition_penalty`,
 `guided_regex`, `guided_grammar` (Lark), `gamma` (unset = adaptive, 0 = target-only), `proposer` ("model",
 "ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting during verification); unset = the
 server's default. Penalties, bias and constraints are exact under speculation.
 Refused with a 400 when set to anything but their neutral value: `best_of` > 1, `echo`,
-`suffix`, the legacy `functions`, and non-text message parts.
+the legacy `functions`, and non-text message parts.
 Unknown fields are ignored, as OpenAI's own server does.
 """
 
@@ -165,8 +166,6 @@ class CompletionRequest(_Common):
         super().refuse_unsupported()
         if self.echo:
             raise BadRequest("echo is not supported", "echo")
-        if self.suffix:
-            raise BadRequest("suffix (insertion) is not supported", "suffix")
         if self.best_of not in (None, 1):
             raise BadRequest("best_of must be 1", "best_of")
 
