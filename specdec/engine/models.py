@@ -202,7 +202,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
         path = "fp32"
         model = load_hf_model(spec, dev, WEIGHT_DTYPE[path])
     config = model.config
-    eos = _tiny_eos(spec) if spec.startswith("tiny:") else () if is_synthetic(spec) else _eos_ids(model, spec)
+    eos = _tiny_eos(spec) if spec.startswith("tiny:") else () if is_synthetic(spec) else eos_token_ids(model, spec)
     collectives = shard(model) if shard is not None else None
     built, choice = build_runner(model, path, max_tokens, collectives, runner, slots, context)
     if path in PACKED_PATHS:
@@ -228,7 +228,7 @@ def _tiny_eos(spec: str) -> tuple[int, ...]:
     return () if eos < 0 else (eos,)
 
 
-def _eos_ids(model, spec: str) -> tuple[int, ...]:
+def eos_token_ids(model, spec: str) -> tuple[int, ...]:
     """The model's EOS ids (its generation config's, else its config's) and its vocabulary's end-of-generation
     tokens (`specdec.weights.sources.END_OF_GENERATION`), within the vocabulary."""
     eos = getattr(model.generation_config, "eos_token_id", None) or model.config.eos_token_id

@@ -83,19 +83,18 @@ END_OF_GENERATION = ("<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", 
 
 
 def end_of_generation_ids(spec: str) -> tuple[int, ...]:
-    """The ids of `spec`'s special tokens in END_OF_GENERATION (none for a model built in code). From a folder's
-    tokenizer.json where it has one (a few hundred milliseconds), else from its tokenizer."""
+    """The ids of `spec`'s special tokens in END_OF_GENERATION, from its folder's tokenizer.json (a few hundred
+    milliseconds): a packaged model's bundle, or a Hugging Face folder. None for a model built in code or a bare
+    .gguf file, whose tokenizer takes seconds to convert (its config's EOS stands alone there)."""
     import json
 
     if spec.startswith(BUILT_IN):
         return ()
     path = model_path(spec)
-    if path.is_dir() and (path / "tokenizer.json").exists():
-        added = json.loads((path / "tokenizer.json").read_text(encoding="utf-8")).get("added_tokens", [])
-        return tuple(sorted(t["id"] for t in added if t.get("special") and t.get("content") in END_OF_GENERATION))
-    tokenizer = load_tokenizer(spec)
-    return tuple(sorted(i for i, t in tokenizer.added_tokens_decoder.items()
-                        if t.special and t.content in END_OF_GENERATION))
+    if not (path.is_dir() and (path / "tokenizer.json").exists()):
+        return ()
+    added = json.loads((path / "tokenizer.json").read_text(encoding="utf-8")).get("added_tokens", [])
+    return tuple(sorted(t["id"] for t in added if t.get("special") and t.get("content") in END_OF_GENERATION))
 
 
 def save_gguf_metadata(gguf: Path, out_dir: Path) -> None:

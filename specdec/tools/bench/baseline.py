@@ -10,13 +10,18 @@ from specdec.engine.compute import WEIGHT_DTYPE
 from specdec.engine.cpu import blockquant
 from specdec.engine.cpu.q8dot import PACKED_PATHS, block_kernel
 from specdec.engine.kernels import make_kernel
-from specdec.engine.models import load_hf_model
+from specdec.engine.models import eos_token_ids, load_hf_model
 
 
 def hf_baseline(spec: str, device, path: str, kernel: str):
-    """A Hugging Face model for a baseline, with the linear kernels our runner uses on `path`."""
-    return swap_linears(load_hf_model(weights.resolve(spec), device, WEIGHT_DTYPE[path], packed=path in PACKED_PATHS),
-                        path, kernel)
+    """A Hugging Face model for a baseline, with the linear kernels our runner uses on `path`, and our EOS ids
+    (`eos_token_ids`: a GGUF's config names fewer), so that it stops where our decoding does."""
+    resolved = weights.resolve(spec)
+    model = load_hf_model(resolved, device, WEIGHT_DTYPE[path], packed=path in PACKED_PATHS)
+    ends = eos_token_ids(model, resolved)
+    if ends:
+        model.generation_config.eos_token_id = list(ends)
+    return swap_linears(model, path, kernel)
 
 
 def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Module:
