@@ -9,6 +9,12 @@ def printable(text: str, limit: int = 64) -> str:
     return escaped if len(escaped) <= limit else f"{escaped[:limit]}…({len(text)} chars)"
 
 
+def partial_len(text: str, strings: list[str] | tuple[str, ...]) -> int:
+    """Length of the longest suffix of `text` that could begin one of `strings` (a proper prefix of it)."""
+    return max((k for s in strings for k in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:k])),
+               default=0)
+
+
 class TextStream:
     """Turns a growing list of generated token ids into text deltas.
 
@@ -42,7 +48,7 @@ class TextStream:
             text, self.stopped = text[:cut], True
         else:
             text = text.rstrip("\ufffd")
-            text = text[:len(text) - self._partial_stop_len(text)]
+            text = text[:len(text) - partial_len(text, self.stop)]
         if not text.startswith(self.emitted_text):  # decoding changed earlier text; emit nothing new
             return ""
         delta = text[len(self.emitted_text):]
@@ -63,11 +69,6 @@ class TextStream:
         if not text.endswith("\ufffd"):
             self._settled, self._prefix, self._read = text, self._read, len(self.token_ids)
         return text
-
-    def _partial_stop_len(self, text: str) -> int:
-        """Length of the longest suffix of `text` that could begin a stop string."""
-        return max((k for s in self.stop for k in range(1, min(len(s), len(text) + 1)) if text.endswith(s[:k])),
-                   default=0)
 
     def finish(self) -> str:
         """Flush whatever was held back at the end of generation."""

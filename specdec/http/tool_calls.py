@@ -20,10 +20,11 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from specdec.core.grammar import JSON_LAYOUT
+from specdec.core.text import partial_len
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
-# The arguments as json.dumps writes them (`specdec.core.grammar.JSON_LAYOUT`), inside each forced call.
-LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}  # a function without arguments
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
 
@@ -88,7 +89,7 @@ def forcing_grammar(tools: dict[str, Tool], choice: str, parallel: bool) -> str:
     names = [choice] if choice in tools else list(tools)
     calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": tools[name].parameters},
               "required": ["name", "arguments"], "additionalProperties": False} for name in names]
-    schema = {"x-guidance": LAYOUT, **(calls[0] if len(calls) == 1 else {"anyOf": calls})}
+    schema = {"x-guidance": JSON_LAYOUT, **(calls[0] if len(calls) == 1 else {"anyOf": calls})}
     more = ' ("\\n" call)*' if parallel and choice not in tools else ""
     return (f'start: call{more}\n'
             f'call: "{OPEN}\\n" body "\\n{CLOSE}"\n'
@@ -126,8 +127,7 @@ class ToolStream:
 
     def __init__(self, tools: dict[str, Tool]):
         self.tools = tools
-        self.held = ""  # text not yet sent: a possible start of <tool_call>, or everything after one
-        self.sent = ""  # content sent so far
+        self.held = ""  # text not yet sent: a possible start of <tool_call>, or everything from one on
         self.calling = False
 
     def push(self, text: str) -> str:
@@ -138,27 +138,13 @@ class ToolStream:
             if at >= 0:
                 out, self.held, self.calling = self.held[:at], self.held[at:], True
             else:
-                keep = _partial_tag(self.held)
+                keep = partial_len(self.held, (OPEN,))
                 out, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
-            self.sent += out
             return out
         return ""
 
     def finish(self) -> tuple[str, list[dict]]:
         """(content still to send, the calls): called once the choice has ended."""
-        if not self.calling:
-            out, self.held = self.held, ""
-            return out, []
-        _, calls = parse_calls(self.sent + self.held, self.tools)
-        if not calls:
-            out, self.held = self.held, ""
-            return out, []
-        return "", calls
-
-
-def _partial_tag(text: str) -> int:
-    """How many characters at the end of `text` could begin <tool_call>."""
-    for keep in range(min(len(OPEN) - 1, len(text)), 0, -1):
-        if OPEN.startswith(text[-keep:]):
-            return keep
-    return 0
+        calls = parse_calls(self.held, self.tools)[1] if self.calling else []  # what came before it has gone out
+        out, self.held = ("" if calls else self.held), ""
+        return out, calls
