@@ -145,6 +145,22 @@ def test_slots_are_taken_and_given_back():
         c.reserve(runner.max_context + 1)
 
 
+def test_an_ended_sessions_slot_is_free_for_the_next_at_once():
+    """Through the engine and its batcher, whose idle worker used to keep its last pass's steps (and so their
+    sessions' slots) until the next pass: a full pool refused the next session."""
+    from specdec.core.sampling import SamplingParams
+    from specdec.engine.model_engine import TargetEngine
+
+    engine = TargetEngine(load_model(SPEC, "cpu", runner="static", slots=1), max_sessions=1, prefix_cache_bytes=0)
+    try:
+        for name in ("first", "next"):
+            engine.open(name, SamplingParams())
+            engine.verify(name, 0, PROMPT, [], None)
+            engine.release(name)
+    finally:
+        engine.close()
+
+
 def test_the_context_is_the_pools():
     loaded = load_model(SPEC, "cpu", runner="static", slots=1, context=100)
     assert loaded.max_context == loaded.runner.max_context == 100

@@ -231,6 +231,7 @@ class StepBatcher:
             self._pass(batch)
             for pending in batch:
                 pending.done.set()
+            del batch, pending  # a step holds its session's cache: the idle worker keeps no ended session's slot
 
     def _run(self, batch: list[_Pending]) -> None:
         """One shared pass. If it fails, each step runs alone, so an error reaches only the step
