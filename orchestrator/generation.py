@@ -147,6 +147,7 @@ class Generation:
                     record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)
                     estimates = Estimates(self.controller.acceptance.alpha, self.controller.cost_ratio())
                     self._annotate(span, record, estimates)
+                stats.cached_prompt_tokens = max(stats.cached_prompt_tokens, min(verdict.reused, len(req.prompt_ids)))
                 at_eos = len(new_tokens) < min(len(verdict.tokens), remaining)  # cut short at an EOS
                 new_tokens, delta = self._push(text, new_tokens)
                 if len(new_tokens) < record.emitted:  # cut at a stop string
@@ -158,6 +159,8 @@ class Generation:
                 stats.rounds.append(record)
                 if self.metrics is not None:
                     self.metrics.record(record)
+                    if len(stats.rounds) == 1:
+                        self.metrics.record_prompt(len(req.prompt_ids), stats.cached_prompt_tokens)
                 if self.on_round is not None:
                     self.on_round(committed[len(req.prompt_ids):], finish.value)
                 if finish:

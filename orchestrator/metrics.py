@@ -33,6 +33,15 @@ class SpecDecodeMetrics:
         self.gamma = meter.create_histogram(
             "spec_decode_gamma", description="γ chosen per round (0 = target-only step)",
             explicit_bucket_boundaries_advisory=tuple(float(g) + 0.5 for g in range(gamma_max)))
+        self.prefix_cache_queries = meter.create_counter(
+            "prefix_cache_queries", description="Prompt tokens of generations that started")
+        self.prefix_cache_hits = meter.create_counter(
+            "prefix_cache_hits", description="Of those, the tokens the target took from a kept or live KV cache")
+
+    def record_prompt(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """A generation's prompt, once its first round is done."""
+        self.prefix_cache_queries.add(prompt_tokens)
+        self.prefix_cache_hits.add(cached_tokens)
 
     def record(self, r: RoundRecord) -> None:
         self.gamma.record(r.gamma)

@@ -55,6 +55,7 @@ class VerifyReply:
     hop: Hop
     logprobs: list[pb.TokenLogprob] = ()  # one per token, when asked for
     passes: int = 1  # the verify and the target-only steps after it
+    reused: int = 0  # positions the target took from another session's cache (a shared prefix)
 
 
 @dataclass
@@ -187,4 +188,5 @@ class TargetSession(ServiceSession):
                                    extra_steps=extra_steps, stop_ids=sorted(stop_ids) if extra_steps else (),
                                    **logprob_request_to_pb(top_logprobs))
         reply, hop = self._call("target.verify", request, committed, span, timeout)
-        return VerifyReply(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs), 1 + reply.extra_passes)
+        return VerifyReply(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs), 1 + reply.extra_passes,
+                           reply.reused_tokens)

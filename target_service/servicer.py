@@ -25,7 +25,7 @@ class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):
                                compute_ns=int(result.compute_s * 1e9), rollback_ns=int(result.rollback.seconds * 1e9),
                                rolled_back_tokens=result.rollback.tokens,
                                load=pass_load_to_pb(result.load), logprobs=logprobs_to_pb(result.logprobs),
-                               extra_passes=result.passes - 1)
+                               extra_passes=result.passes - 1, reused_tokens=result.reused)
 
 
 def register(server, engine: TargetBackend) -> None:

@@ -287,7 +287,7 @@ def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks(closing):
     SHARED_PREFILL_CHUNK that leave room for that session's decode steps. The verdict is the same."""
     from specdec.engine.model_engine import SHARED_PREFILL_CHUNK
 
-    target = closing(TargetEngine(load_model(TINY_TARGET, device="cpu")))
+    target = closing(TargetEngine(load_model(TINY_TARGET, device="cpu"), prefix_cache_bytes=0))  # each prefill computed
     prompt = [(7 * i) % 250 + 3 for i in range(100)]
 
     def prefill(session_id: str):

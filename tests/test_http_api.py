@@ -158,6 +158,16 @@ def test_chat_plain_and_streamed(serve):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+def test_a_repeated_conversation_reports_its_prompt_as_cached(serve):
+    """The last request's kept cache holds the whole prompt: all of it but the token that starts the reply is
+    taken (`usage.prompt_tokens_details.cached_tokens`), and the reply is the same."""
+    client = serve.client()
+    replies = [client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0)
+               for _ in range(2)]
+    assert replies[1].choices[0].message.content == replies[0].choices[0].message.content
+    assert replies[1].usage.prompt_tokens_details.cached_tokens == replies[1].usage.prompt_tokens - 1
+
+
 def test_logprobs_equal_with_speculation_on_and_off(serve):
     """Greedy: the same numbers (float32, exactly) under γ = 0, γ = 4 and adaptive, streamed or not, and
     the numbers gRPC returns."""

@@ -157,6 +157,26 @@ def test_prometheus_endpoint_counts_drafts_and_accepted_tokens(traced):
     assert metric("spec_decode_num_accepted_tokens_per_pos_total") == accepted
     assert metric("spec_decode_round_latency_seconds_count") >= len(result.rounds)
     assert metric("spec_decode_gamma_count") >= len(result.rounds)
+    assert metric("prefix_cache_queries_total") >= result.stats["prompt_tokens"]
+
+
+def test_prometheus_endpoint_counts_prompt_tokens_taken_from_a_cache(traced):
+    stack, _ = traced
+
+    def counts() -> tuple[float, float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{stack.opts.metrics_port}/metrics", timeout=10).read()
+        lines = [line.rpartition(" ") for line in text.decode().splitlines() if line.startswith("prefix_cache_")]
+        return tuple(sum(float(v) for k, _, v in lines if k.split("{")[0] == name)
+                     for name in ("prefix_cache_queries_total", "prefix_cache_hits_total"))
+
+    request = make_request(prompt="a prompt long enough that its ended session's cache is kept", max_new_tokens=4)
+    generate(stack.endpoint, request)
+    before = counts()
+    again = generate(stack.endpoint, request)
+    assert again.stats["cached_prompt_tokens"] == again.stats["prompt_tokens"] - 1
+    after = counts()
+    assert (after[0] - before[0], after[1] - before[1]) == (again.stats["prompt_tokens"],
+                                                            again.stats["cached_prompt_tokens"])
 
 
 def test_spans_reach_a_real_otlp_collector():

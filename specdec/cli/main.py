@@ -106,7 +106,8 @@ BENCH_SWEEPS = (("gpu", "gpu", "run_gpu_bench"), ("constrained", "constrained", 
                 ("cpu_curve", "cpu_curve", "run_cpu_curve"),
                 ("concurrency", "concurrency", "run_concurrency_sweep"), ("tp_sweep", "tp", "run_tp_sweep"),
                 ("workloads", "workloads", "run_workloads"), ("http", "http_overhead", "run_http_overhead"),
-                ("overlap_rtt", "overlap", "run_overlap_sweep"), ("rtt_ms", "network", "run_rtt_sweep"))
+                ("overlap_rtt", "overlap", "run_overlap_sweep"), ("rtt_ms", "network", "run_rtt_sweep"),
+                ("turns", "chat", "run_chat"))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -189,10 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "and 9 tokens on each CPU path against its bandwidth and compute floors")
     bench.add_argument("--llama-bench", default="", help="with --cpu-curve: llama-bench's JSON (-p 1,2,5,9 -n 0 "
                        "-o json) on the same GGUF, drawn beside")
+    bench.add_argument("--turns", type=int, default=0, help="a chat of N turns, each resending the conversation, "
+                       "with ended sessions' caches kept (--prefix-cache-mb, else the services' default) and without: "
+                       "time to first token per turn, and the replies compared")
     bench.add_argument("--output", default="bench_results.json")
     # Every config meets each prompt fresh: with a memory, a config would look up the outputs of the
-    # configs that ran the prompt before it.
-    bench.set_defaults(lookup_memory_tokens=0)
+    # configs that ran the prompt before it, and with kept caches it would skip the prompt's prefill.
+    bench.set_defaults(lookup_memory_tokens=0, prefix_cache_mb=0)
     bench.set_defaults(func=cmd_bench)
     prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "
                                           "an OTLP JSON span file)")
@@ -204,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
     prof.add_argument("--limit-prompts", type=int, default=0)
     prof.add_argument("--output", default="profile.json", help="summary JSON; the PNG goes next to it")
+    prof.set_defaults(prefix_cache_mb=0)  # each round's prefill as a cold start has it
     prof.set_defaults(func=cmd_profile)
     return parser
 

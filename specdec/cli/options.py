@@ -17,7 +17,7 @@ from specdec.runtime.options import add_options, from_options
 from specdec.runtime.security import add_security_args, security_flags
 
 STACK_SERVICE_OPTIONS = ("device", "dtype", "quantize", "runner", "context", "log_level", "otlp_endpoint",
-                         "trace_file", "draft_vocab")  # both models (draft_vocab: the draft only)
+                         "trace_file", "draft_vocab", "prefix_cache_mb")  # both models (draft_vocab: the draft only)
 
 
 def add_stack_args(parser: argparse.ArgumentParser) -> None:

@@ -40,6 +40,7 @@ class GenerationSummary:
     session_id: str
     overlap_branches: int = 0  # branches drafted during a verify and resolved by the next round …
     overlap_hits: int = 0  # … of which the verdict matched: their round paid no draft time
+    cached_prompt_tokens: int = 0  # prompt tokens the target took from a cache instead of computing them
 
 
 @dataclass
@@ -50,6 +51,7 @@ class GenerationStats:
     finish_reason: FinishReason = FinishReason.NONE
     total_s: float = 0.0
     draft_replica: str = ""  # the replica that served the last speculative round
+    cached_prompt_tokens: int = 0
 
     def summary(self) -> GenerationSummary:
         spec = [r for r in self.rounds if r.drafted > 0]
@@ -71,4 +73,4 @@ class GenerationStats:
             target_compute_s=sum(r.target_compute_s for r in self.rounds),
             overhead_per_round_s=overhead / n if n else 0.0, draft_replica=self.draft_replica,
             session_id=self.session_id, overlap_branches=sum(r.overlapped for r in self.rounds[:-1]),
-            overlap_hits=sum(r.prefetched for r in self.rounds))
+            overlap_hits=sum(r.prefetched for r in self.rounds), cached_prompt_tokens=self.cached_prompt_tokens)

@@ -54,6 +54,7 @@ class Verification:
     load: PassLoad = PassLoad()  # the verify's shared pass
     logprobs: list[TokenLogprob] | None = None  # one per verdict token, when asked for
     passes: int = 1  # the verify and any target-only steps after it (`specdec.engine.continuation`)
+    reused: int = 0  # positions taken from another session's KV cache, not computed (a shared prefix)
 
 
 def resident_bytes() -> int:
@@ -109,7 +110,8 @@ class Backend(Protocol):
     def open(self, session_id: str, params: SamplingParams) -> None: ...
 
     def release(self, session_id: str) -> bool:
-        """End a session and free its caches; False if there was none."""
+        """End a session and free its caches (a model's may keep them for a later session that starts
+        the same way: `specdec.engine.prefix_cache`); False if there was none."""
 
     def reports(self) -> list[dict]:
         """One RankReport's fields per worker process behind this backend."""

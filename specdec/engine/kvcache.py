@@ -50,3 +50,7 @@ class KVCache:
 
     def nbytes(self) -> int:
         return 2 * self.keys.numel() * self.keys.element_size()
+
+    def own_bytes(self) -> int:
+        """Memory that dropping this cache frees: all of it."""
+        return self.nbytes()

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import torch
 
-from specdec.core.errors import InvalidArgument, OutOfRange
+from specdec.core.errors import InvalidArgument, OutOfRange, ResourceExhausted
 from specdec.core.logprobs import check_top_logprobs, token_logprobs
 from specdec.core.processing import process_logits
 from specdec.core.rejection import verify_greedy, verify_sampled
@@ -33,6 +33,7 @@ from specdec.engine.constraint import Grammars, GrammarState
 from specdec.engine.kvcache import KVCache
 from specdec.engine.measure import measure
 from specdec.engine.models import LoadedModel
+from specdec.engine.prefix_cache import PrefixCache
 from specdec.engine.profile_cache import ProfileCache, load_or_measure, profile_key
 from specdec.engine.runner import Step
 from specdec.engine.session_table import MAX_SESSIONS, SessionTable
@@ -44,6 +45,7 @@ PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds
 SHARED_PREFILL_CHUNK = 32
 BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify blocks
 REUSE_MIN_TOKENS = 16  # a shorter shared prefix is recomputed rather than copied
+PREFIX_CACHE_BYTES = 1 << 30  # ended sessions' KV caches kept for later sessions, by default (`PrefixCache`)
 PROB_SUM_TOLERANCE = 1e-3  # float32 sums over a 152k vocabulary stay well inside this
 
 
@@ -57,6 +59,7 @@ class Session:
     forward_s: float = 0.0  # the current round's steps: seconds in forward passes …
     wait_s: float = 0.0  # … and waiting for them to begin
     grammar: GrammarState | None = None  # a constrained session's matcher
+    reused: int = 0  # this round's positions whose keys and values came from another session's cache
 
 
 class Engine:
@@ -64,12 +67,16 @@ class Engine:
 
     tensor_parallel_size = 1
 
-    def __init__(self, loaded: LoadedModel, max_sessions: int = MAX_SESSIONS, gamma_max: int = GAMMA_LIMIT):
+    def __init__(self, loaded: LoadedModel, max_sessions: int = MAX_SESSIONS, gamma_max: int = GAMMA_LIMIT,
+                 prefix_cache_bytes: int = PREFIX_CACHE_BYTES):
         self.loaded = loaded
         self.gamma_max = gamma_max
         self.runner = loaded.runner
         self.cost_profile: CostProfile | None = None
         self._sessions: SessionTable[Session] = SessionTable(max_sessions)  # rounds hold their session's lock
+        # Ended sessions' caches, for later sessions that start the same way. Only where a cache's bits do
+        # not depend on how it was computed (row-invariant paths): then reuse changes no output.
+        self.prefix_cache = PrefixCache(prefix_cache_bytes if loaded.choice.row_invariant else 0)
         self.batcher = StepBatcher(self.runner)
         self.grammars = Grammars(loaded.name, loaded.vocab_size)
 
@@ -107,11 +114,38 @@ class Engine:
     def open(self, session_id: str, params: SamplingParams) -> None:
         params.validate()
         grammar = self.grammars.state(params.grammar) if params.grammar else None
-        self._sessions.add(session_id, lambda: Session(params, self.runner.new_cache(), grammar=grammar))
+        self._sessions.add(session_id, lambda: Session(params, self._new_cache(), grammar=grammar))
+
+    def _new_cache(self):
+        """A fresh cache; where the runner's KV pool is full, kept caches give their slots back, oldest first."""
+        while True:
+            try:
+                return self.runner.new_cache()
+            except ResourceExhausted:
+                if not self.prefix_cache.evict_oldest():
+                    raise
 
     def release(self, session_id: str) -> bool:
+        """End the session; its cache is kept for a later session that starts the same way (`PrefixCache`)."""
         self.batcher.forget(session_id)
-        return self._sessions.pop(session_id) is not None
+        session = self._sessions.pop(session_id)
+        if session is None:
+            return False
+        self._keep_cache(session)
+        return True
+
+    def _keep_cache(self, session: Session) -> None:
+        """Keep an ended session's cache, cut to the positions whose tokens it knows. Not while a round
+        still writes to it (a stream cancelled mid-round): that cache is dropped."""
+        if not session.lock.acquire(blocking=False):
+            return
+        try:
+            length = min(session.cache.length, session.state.cached)
+            if length >= REUSE_MIN_TOKENS:
+                session.cache.crop(length)
+                self.prefix_cache.keep(session.state.tokens[:length], session.cache, session.cache.own_bytes())
+        finally:
+            session.lock.release()
 
     @property
     def live_sessions(self) -> int:
@@ -125,7 +159,7 @@ class Engine:
         """This process's memory and KV state (a RankReport's fields)."""
         return {"rank": rank, "pid": os.getpid(), "resident_bytes": resident_bytes(),
                 "parameter_bytes": self.runner.weight_bytes(), "live_sessions": self.live_sessions,
-                "cached_tokens": self.cached_tokens()}
+                "cached_tokens": self.cached_tokens(), "kept_tokens": self.prefix_cache.tokens}
 
     def reports(self) -> list[dict]:
         """One report per worker process behind this engine (just this one unless tensor parallel)."""
@@ -137,7 +171,7 @@ class Engine:
         its forward steps may share passes with other sessions' (`specdec.engine.batcher`)."""
         session = self._sessions.get(session_id)
         with session.lock, self.batcher.taking_part(session_id):
-            session.passes, session.forward_s, session.wait_s = [], 0.0, 0.0
+            session.passes, session.forward_s, session.wait_s, session.reused = [], 0.0, 0.0, 0
             yield session
 
     def _load(self, session: Session) -> PassLoad:
@@ -166,11 +200,12 @@ class Engine:
         return Rollback(dropped, time.perf_counter() - began)
 
     def _reuse_prefix(self, session: Session) -> None:
-        """A fresh session whose tokens start like another live session's copies that session's cached
-        KV for the shared prefix instead of computing it (n choices of one prompt, a repeated prompt).
-        On a row-invariant path the copy is the very bits a prefill would give. The donor is the live
-        session with the longest shared prefix (the first such one opened), chosen the same way on
-        every tensor-parallel rank; its lock is held while its cache is read."""
+        """A fresh session whose tokens start like an ended session's takes that session's kept cache
+        (`PrefixCache`: a chat's next turn, a shared system prompt), or like a live session's copies
+        that session's cached KV for the shared prefix (n choices of one prompt), instead of computing
+        it; whichever shares more. On a row-invariant path either is the very bits a prefill would give.
+        The live donor is the one with the longest shared prefix (the first such one opened), chosen the
+        same way on every tensor-parallel rank; its lock is held while its cache is read."""
         state = session.state
         best, shared = None, REUSE_MIN_TOKENS - 1
         for other in self._sessions.values():
@@ -179,13 +214,19 @@ class Engine:
             common = common_prefix(state.tokens, other.state.tokens[:other.cache.length])
             if common > shared:
                 best, shared = other, common
+        taken = self.prefix_cache.take_longest(state.tokens[:-1], shared + 1)  # one token is left to feed
+        if taken is not None:
+            session.cache, length = taken
+            session.cache.crop(length)
+            state.cached = session.reused = length
+            return
         if best is None:
             return
         with best.lock:
             length = min(common_prefix(state.tokens, best.state.tokens[:best.cache.length]), len(state.tokens) - 1)
             if length >= REUSE_MIN_TOKENS:
                 self.runner.copy_prefix(best.cache, session.cache, length)
-                state.cached = length
+                state.cached = session.reused = length
 
     def _process(self, session: Session, logits: torch.Tensor, tokens: list[int],
                  proposed: list[int] = ()) -> torch.Tensor:
@@ -321,7 +362,8 @@ class TargetEngine(Engine):
                 verdict = verify_sampled(drafts, q, p, gen)
             logprobs = None if top_logprobs is None else \
                 token_logprobs(logits, verdict.tokens, params, top_logprobs)
-            return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs)
+            return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs,
+                                reused=session.reused)
 
     def check_request(self, draft_tokens: list[int], draft_probs: torch.Tensor | None,
                       top_logprobs: int | None) -> None:

@@ -98,6 +98,7 @@ class Reply:
         mean_length = sum(s.mean_accepted_length * s.rounds for s in stats) / rounds if rounds else 0.0
         return {"prompt_tokens": stats[0].prompt_tokens, "completion_tokens": generated,
                 "total_tokens": stats[0].prompt_tokens + generated,
+                "prompt_tokens_details": {"cached_tokens": stats[0].cached_prompt_tokens},
                 "speculation": {"drafted": drafted, "accepted": accepted,
                                 "acceptance_rate": accepted / drafted if drafted else 0.0,
                                 "mean_accepted_length": mean_length, "rounds": rounds}}

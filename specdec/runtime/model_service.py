@@ -20,7 +20,7 @@ import torch
 from specdec import weights
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS
 from specdec.engine.backend import GAMMA_LIMIT, Backend
-from specdec.engine.model_engine import Engine
+from specdec.engine.model_engine import PREFIX_CACHE_BYTES, Engine
 from specdec.engine.models import DRAFT_VOCAB_AUTO, load_model
 from specdec.engine.profile_cache import ProfileCache
 from specdec.engine.session_table import MAX_SESSIONS
@@ -61,6 +61,11 @@ class ModelServiceConfig(ServerConfig):
                                 env="SPECDEC_PROFILE_CACHE")
     max_sessions: int = option(MAX_SESSIONS, "live sessions before RESOURCE_EXHAUSTED")
     gamma_max: int = option(GAMMA_LIMIT, "largest γ accepted per round", deprecated=("--max-gamma",))
+    prefix_cache_mb: int = option(PREFIX_CACHE_BYTES >> 20, "MiB of ended sessions' KV caches kept for later sessions "
+                                  "whose tokens start the same way (a chat's next turn, a shared system prompt), "
+                                  "which then compute only the rest; 0 = off. On row-invariant paths only, where "
+                                  "it changes no output. With the static runner kept caches hold pool slots until "
+                                  "a new session needs one")
     threads: int = option(0, "torch intra-op threads (0 = torch default)")
     redis_url: str = option("", "register this replica in Redis with TTL heartbeats (default: $SPECDEC_REDIS_URL)",
                             env="SPECDEC_REDIS_URL")
@@ -125,7 +130,8 @@ def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: st
     loaded = load_model(weights.resolve(config.model), device or config.device, config.dtype, config.quantize,
                         shard=shard, max_tokens=config.profile_tokens, runner=config.runner,
                         slots=config.max_sessions, context=config.context)
-    return engine_cls(loaded, max_sessions=config.max_sessions, gamma_max=config.gamma_max)
+    return engine_cls(loaded, max_sessions=config.max_sessions, gamma_max=config.gamma_max,
+                      prefix_cache_bytes=config.prefix_cache_mb << 20)
 
 
 def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend]) -> Backend:

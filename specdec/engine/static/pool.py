@@ -71,3 +71,7 @@ class SlotCache:
 
     def nbytes(self) -> int:
         return self._nbytes
+
+    def own_bytes(self) -> int:
+        """Memory that dropping this cache frees: none (the pool stays allocated; the slot goes back to it)."""
+        return 0

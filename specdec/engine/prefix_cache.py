@@ -1,0 +1,108 @@
+"""KV caches of ended sessions, kept for later sessions whose tokens start the same way.
+
+A chat's next turn resends the whole conversation; an agent's next call resends its tools and
+history; many requests share a system prompt. An ended session has already computed the keys and
+values of those tokens. `PrefixCache` keeps such caches, least recently kept first out, within a
+byte budget; a new session takes the one that shares the longest prefix with its tokens, crops
+it there and computes only the rest (`Engine._reuse_prefix`). Taking moves the cache, no copy.
+
+On a row-invariant compute path a position's keys and values are the same bits however they were
+computed (alone, in a verify, in a chunk of a prompt, beside other sessions), so a session that
+takes them gets exactly what its own prefill would have written: output unchanged, prefill shorter.
+Thread-safe; plain Python and numpy, no torch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import numpy as np
+
+C = TypeVar("C")
+MAX_ENTRIES = 64  # caches kept at most, whatever their size (a lookup scans them all)
+
+
+@dataclass
+class _Kept(Generic[C]):
+    tokens: np.ndarray  # int64 [length]: the tokens whose keys and values `cache` holds, in order
+    cache: C
+    nbytes: int  # what dropping the cache frees
+
+
+def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """How many leading tokens two int arrays share."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
+
+
+class PrefixCache(Generic[C]):
+    """Ended sessions' caches by the tokens they hold, at most `budget_bytes` and MAX_ENTRIES of them."""
+
+    def __init__(self, budget_bytes: int, max_entries: int = MAX_ENTRIES):
+        self.budget_bytes, self.max_entries = budget_bytes, max_entries
+        self._kept: OrderedDict[int, _Kept[C]] = OrderedDict()  # oldest first
+        self._next_key = 0
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def keep(self, tokens: list[int], cache: C, nbytes: int) -> bool:
+        """Keep `cache`, which holds the keys and values of `tokens`; the oldest entries go to make room.
+        False (nothing kept) when it alone is over the budget, or the budget is 0 (off)."""
+        if self.budget_bytes <= 0 or nbytes > self.budget_bytes or self.max_entries <= 0:
+            return False
+        with self._lock:
+            while self._kept and (self._bytes + nbytes > self.budget_bytes or len(self._kept) >= self.max_entries):
+                self._drop(next(iter(self._kept)))
+            self._kept[self._next_key] = _Kept(np.asarray(tokens, dtype=np.int64), cache, nbytes)
+            self._bytes += nbytes
+            self._next_key += 1
+        return True
+
+    def take_longest(self, tokens: list[int], at_least: int) -> tuple[C, int] | None:
+        """Remove and return (the cache sharing the longest prefix with `tokens`, how many it shares), if
+        that is `at_least`; the first kept wins a tie. None otherwise, and nothing is removed."""
+        wanted = np.asarray(tokens, dtype=np.int64)
+        with self._lock:
+            best, shared = None, at_least - 1
+            for key, kept in self._kept.items():
+                common = shared_prefix(kept.tokens, wanted)
+                if common > shared:
+                    best, shared = key, common
+            if best is None:
+                return None
+            return self._drop(best).cache, shared
+
+    def evict_oldest(self) -> bool:
+        """Drop the oldest entry (its memory, or its KV pool slot, goes back); False if none is kept."""
+        with self._lock:
+            if not self._kept:
+                return False
+            self._drop(next(iter(self._kept)))
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+            self._bytes = 0
+
+    def _drop(self, key: int) -> _Kept[C]:
+        kept = self._kept.pop(key)
+        self._bytes -= kept.nbytes
+        return kept
+
+    @property
+    def tokens(self) -> int:
+        """Positions held over all kept caches."""
+        with self._lock:
+            return sum(len(k.tokens) for k in self._kept.values())
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._kept)

@@ -1,0 +1,201 @@
+"""Ended sessions' KV caches kept for later sessions that start the same way (`specdec.engine.prefix_cache`):
+a chat's next turn computes only its new tokens, and its output, logits and log-probabilities are the bits
+a cold start gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+import torch
+from conftest import TINY_TARGET, tiny_options
+
+from specdec.cli.client import generate, make_request
+from specdec.core.errors import ResourceExhausted
+from specdec.core.sampling import SamplingParams
+from specdec.core.sequence import common_prefix
+from specdec.engine.model_engine import REUSE_MIN_TOKENS, TargetEngine
+from specdec.engine.models import load_model
+from specdec.engine.prefix_cache import PrefixCache
+from specdec.launch.stack import EmbeddedStack
+
+PROMPT = [(7 * i + 3) % 250 for i in range(40)]  # no other test's prompt starts like this
+
+
+# -- the store ------------------------------------------------------------------------
+
+
+def test_the_longest_shared_prefix_is_taken_and_leaves_the_store():
+    store = PrefixCache(budget_bytes=100)
+    store.keep([1, 2, 3, 4], "a", 10)
+    store.keep([1, 2, 9], "b", 10)
+    store.keep([1, 2, 3, 4, 5, 6], "c", 10)
+    assert store.take_longest([1, 2, 3, 4, 5, 7], at_least=3) == ("c", 5)
+    assert store.take_longest([1, 2, 3, 4, 5, 7], at_least=3) == ("a", 4)  # c is gone: the next longest
+    assert store.take_longest([1, 2, 3], at_least=3) is None  # b shares only 2
+    assert len(store) == 1 and store.tokens == 3 and store.nbytes == 10
+    store.keep([5, 6, 7], "d", 10)
+    assert store.take_longest([5, 6, 7, 8], at_least=3) == ("d", 3)
+
+
+def test_a_tie_goes_to_the_first_kept():
+    store = PrefixCache(budget_bytes=100)
+    store.keep([1, 2, 3, 8], "first", 1)
+    store.keep([1, 2, 3, 9], "second", 1)
+    assert store.take_longest([1, 2, 3, 7], at_least=1) == ("first", 3)
+
+
+def test_the_oldest_go_first_to_keep_within_the_budget_and_the_entry_cap():
+    store = PrefixCache(budget_bytes=25, max_entries=3)
+    for name in "abc":
+        assert store.keep([ord(name)] * 4, name, 10)
+    assert [store.take_longest([ord(n)] * 4, 1) for n in "ab"] == [None, ("b", 4)]  # a made room for c
+    assert not store.keep([1] * 4, "huge", 26)  # over the budget alone: not kept, nothing dropped
+    assert len(store) == 1
+    small = PrefixCache(budget_bytes=100, max_entries=2)
+    for name in "xyz":
+        small.keep([ord(name)], name, 1)
+    assert len(small) == 2 and small.take_longest([ord("x")], 1) is None
+    assert small.evict_oldest() and small.evict_oldest() and not small.evict_oldest()
+    assert small.nbytes == 0
+
+
+# -- the engine -------------------------------------------------------------------------
+
+
+def _engine(runner: str = "ragged", slots: int = 4, **kw) -> TargetEngine:
+    return TargetEngine(load_model(TINY_TARGET, "cpu", runner=runner, slots=slots), max_sessions=slots, **kw)
+
+
+def _fed(engine: TargetEngine) -> list[int]:
+    """Tokens fed per forward pass from now on."""
+    fed, forward = [], engine.runner.forward
+    engine.runner.forward = lambda steps: fed.append(sum(len(s.tokens) for s in steps)) or forward(steps)
+    return fed
+
+
+def _first_turn(engine: TargetEngine) -> list[int]:
+    """A session that scores PROMPT and three drafts, then ends; returns the tokens it emitted."""
+    engine.open("turn-1", SamplingParams())
+    tokens = engine.verify("turn-1", 0, PROMPT, [5, 6, 7], None).verdict.tokens
+    assert engine.release("turn-1")
+    return tokens
+
+
+@pytest.mark.parametrize("runner", ["ragged", "static"])
+def test_the_next_turn_takes_the_ended_sessions_cache_and_computes_only_its_new_tokens(runner):
+    warm, cold = _engine(runner), _engine(runner, prefix_cache_bytes=0)
+    try:
+        emitted = _first_turn(warm)
+        assert _first_turn(cold) == emitted
+        kept = PROMPT + [5, 6, 7]  # the drafts' keys and values are kept too, rejected or not
+        assert warm.report()["kept_tokens"] == len(kept) and len(cold.prefix_cache) == 0
+        turn = PROMPT + emitted + [11, 12, 13]
+        shared = common_prefix(kept, turn)
+        fed = _fed(warm)
+        logits = {}
+        for name, engine in (("warm", warm), ("cold", cold)):
+            engine.open("turn-2", SamplingParams())
+            logits[name] = engine.score("turn-2", 0, turn, [1, 2])  # [3, V]
+        assert sum(fed) == len(turn) - shared + 2, f"fed {fed}: only what the kept cache lacks, and the drafts"
+        assert torch.equal(logits["warm"], logits["cold"])
+        assert len(warm.prefix_cache) == 0, "taken, not copied"
+        for name, engine in (("warm", warm), ("cold", cold)):
+            engine.release("turn-2")
+            engine.open("sampled", SamplingParams(temperature=1.0, seed=3))
+            verified = engine.verify("sampled", 0, turn + [4], [8, 9], None, top_logprobs=3)
+            logits[name] = (verified.verdict, verified.logprobs, verified.reused)
+        assert logits["warm"][:2] == logits["cold"][:2]
+        assert logits["warm"][2] == len(turn) and logits["cold"][2] == 0  # turn-2 kept turn + [1, 2]: [1] is not [4]
+    finally:
+        warm.close(), cold.close()
+
+
+def test_a_prefix_shorter_than_the_minimum_is_computed():
+    engine = _engine()
+    try:
+        _first_turn(engine)
+        engine.open("other", SamplingParams())
+        fed = _fed(engine)
+        other = PROMPT[:REUSE_MIN_TOKENS - 1] + [1, 2, 3]
+        assert engine.verify("other", 0, other, [], None).reused == 0
+        assert sum(fed) == len(other) and len(engine.prefix_cache) == 1
+    finally:
+        engine.close()
+
+
+def test_a_full_kv_pool_takes_its_slots_back_from_kept_caches():
+    engine = _engine("static", slots=2)
+    try:
+        for name in ("a", "b"):
+            engine.open(name, SamplingParams())
+            engine.verify(name, 0, [ord(name)] + PROMPT, [], None)  # prompts that share nothing
+            engine.release(name)
+        assert len(engine.prefix_cache) == 2 and engine.runner.pool.free_slots == 0
+        engine.open("c", SamplingParams())
+        engine.open("d", SamplingParams())
+        assert len(engine.prefix_cache) == 0
+        with pytest.raises(ResourceExhausted):
+            engine.open("e", SamplingParams())  # the cap on live sessions is what it was
+    finally:
+        engine.close()
+
+
+def test_a_cache_a_round_still_writes_to_is_dropped_not_kept():
+    """A stream cancelled mid-round releases its session while the round holds it."""
+    engine = _engine()
+    try:
+        engine.open("busy", SamplingParams())
+        engine.verify("busy", 0, PROMPT, [], None)
+        session = engine._sessions.get("busy")
+        holding, done = threading.Event(), threading.Event()
+
+        def round_in_flight():
+            with session.lock:
+                holding.set()
+                done.wait(10)
+
+        thread = threading.Thread(target=round_in_flight)
+        thread.start()
+        holding.wait(10)
+        assert engine.release("busy")
+        done.set()
+        thread.join()
+        assert len(engine.prefix_cache) == 0
+    finally:
+        engine.close()
+
+
+def test_nothing_is_kept_where_the_path_is_not_row_invariant():
+    loaded = load_model(TINY_TARGET, "cpu")
+    loaded = dataclasses.replace(loaded, choice=dataclasses.replace(loaded.choice, row_invariant=False))
+    engine = TargetEngine(loaded)
+    try:
+        _first_turn(engine)
+        assert len(engine.prefix_cache) == 0
+    finally:
+        engine.close()
+
+
+# -- through the services ------------------------------------------------------------------
+
+
+def test_a_chats_next_turn_reports_its_cached_prompt_and_gives_the_cold_output(stack):
+    """Turn 1, then turn 2 (turn 1's prompt and reply, then more) on the shared stack, which keeps caches, and
+    on one that keeps none: the same tokens and log-probabilities, greedy under speculation and sampled."""
+    first = PROMPT[::-1]
+    cold_options = dataclasses.replace(tiny_options(), service=dataclasses.replace(tiny_options().service,
+                                                                                   prefix_cache_mb=0))
+    with EmbeddedStack(cold_options) as cold:
+        for request in ({"gamma": 3, "top_logprobs": 2}, {"temperature": 1.0, "seed": 11, "gamma": 2}):
+            results = {}
+            for name, running in (("cold", cold), ("warm", stack)):
+                one = generate(running.endpoint, make_request(prompt_token_ids=first, max_new_tokens=12, **request))
+                second = first + list(one.token_ids) + [40, 41, 42]
+                two = generate(running.endpoint, make_request(prompt_token_ids=second, max_new_tokens=12, **request))
+                results[name] = (one.token_ids, one.logprobs, two.token_ids, two.logprobs, two.stats)
+            assert results["warm"][:4] == results["cold"][:4]
+            assert results["cold"][4]["cached_prompt_tokens"] == 0
+            assert results["warm"][4]["cached_prompt_tokens"] >= len(first) + 11, "turn 1's prompt and reply"
+            first = first[1:] + [0]  # the sampled pass starts afresh
