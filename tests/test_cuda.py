@@ -12,7 +12,9 @@ import torch
 from conftest import assert_speculated, tiny_options
 
 from specdec.cli.client import generate, make_request
+from specdec.core.sampling import SamplingParams
 from specdec.engine.batcher import StepBatcher
+from specdec.engine.model_engine import TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.launch.stack import EmbeddedStack
@@ -88,6 +90,29 @@ def test_logits_do_not_depend_on_gamma_bucket_or_neighbours(runner):
             runner.forward([Step(far, [1 + i % 200 for i in range(grown)])])
         shared = runner.forward([Step(far, [7], logits=1), Step(fresh(), [11], logits=1)])
         assert torch.equal(shared[1], alone), f"changed beside a session at position {far.length - 1}"
+
+
+def test_a_next_turn_on_a_kept_cache_scores_the_bits_of_a_cold_start(monkeypatch):
+    """Kept caches on the GPU's runner: turn 2 takes turn 1's pool slot, feeds only its new tokens, and its
+    logits equal an engine's that keeps nothing (one runner under both; its piece eager, which captures in
+    seconds: taking a slot is the same for either)."""
+    monkeypatch.setenv("SPECDEC_STATIC_COMPILE", "0")
+    loaded = load_model(TARGET, "cuda", runner="static", slots=8)
+    warm, cold = TargetEngine(loaded), TargetEngine(loaded, prefix_cache_bytes=0)
+    try:
+        prompt, logits, kept = list(range(40, 80)), [], []
+        for engine in (warm, cold):
+            engine.open("turn-1", SamplingParams())
+            emitted = engine.verify("turn-1", 0, prompt, [5, 6, 7], None).verdict.tokens
+            engine.release("turn-1")
+            kept.append(len(engine.prefix_cache))
+            engine.open("turn-2", SamplingParams())
+            logits.append(engine.score("turn-2", 0, prompt + emitted + [11, 12], [1, 2]))
+            kept.append(len(engine.prefix_cache))
+        assert kept == [1, 0, 0, 0], "warm kept turn 1 and turn 2 took it; cold kept nothing"
+        assert torch.equal(*logits)
+    finally:
+        warm.close(), cold.close()
 
 
 @pytest.fixture(scope="module")
