@@ -153,7 +153,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         grammar = compile_constraint(kind, str(getattr(request.constraint, kind))) if kind else ""
         params = SamplingParams(request.temperature, request.top_k, top_p, request.seed, request.presence_penalty,
                                 request.frequency_penalty, repetition, tuple(request.logit_bias.items()),
-                                len(prompt_ids), grammar).validate()
+                                len(prompt_ids), grammar, request.cache_salt).validate()
         gamma = request.gamma if request.HasField("gamma") else None
         if gamma is not None and not 0 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")
@@ -274,7 +274,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         return Generation(parsed, self.drafts, self.target, self.tokenizer, self._eos(parsed), self.max_context,
                           controller, is_cancelled=cancelled.is_set, metrics=self.metrics,
                           trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
-                          lookup_prior=self.lookup_prior, recent=self.recent,
+                          lookup_prior=self.lookup_prior,
+                          recent=None if parsed.params.cache_salt else self.recent,  # a tenant's own: not shared
                           target_chunk_s=self.config.target_chunk_ms / 1e3, **extra)
 
     def _eos(self, parsed: GenerationRequest) -> frozenset[int]:

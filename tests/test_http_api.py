@@ -166,6 +166,11 @@ def test_a_repeated_conversation_reports_its_prompt_as_cached(serve):
                for _ in range(2)]
     assert replies[1].choices[0].message.content == replies[0].choices[0].message.content
     assert replies[1].usage.prompt_tokens_details.cached_tokens == replies[1].usage.prompt_tokens - 1
+    salted = [client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0,
+                                             extra_body={"cache_salt": "tenant-x"}) for _ in range(2)]
+    assert [r.usage.prompt_tokens_details.cached_tokens for r in salted] == [0, salted[1].usage.prompt_tokens - 1], \
+        "a salt shares only with its own requests"
+    assert salted[1].choices[0].message.content == replies[0].choices[0].message.content
 
 
 def test_logprobs_equal_with_speculation_on_and_off(serve):
@@ -347,6 +352,7 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
     ("/completions", {"prompt": "x", "logit_bias": {"5": 300.0}}, 400, "[-100, 100]"),
     ("/completions", {"prompt": "x", "presence_penalty": 3.0}, 400, "presence_penalty"),
     ("/completions", {"prompt": "x", "repetition_penalty": 0.0}, 400, "repetition_penalty"),
+    ("/completions", {"prompt": "x", "cache_salt": "s" * 257}, 400, "cache_salt"),
     ("/completions", {"prompt": "x", "echo": True}, 400, "echo"),
     ("/completions", {"prompt": "x", "suffix": "y"}, 400, "no fill-in-the-middle tokens"),
     ("/completions", {"prompt": [5, 6], "suffix": "y"}, 400, "suffix needs the prompt as one string"),

@@ -7,13 +7,14 @@ from __future__ import annotations
 import dataclasses
 import threading
 
+import grpc
 import pytest
 import torch
 from conftest import TINY_TARGET, tiny_options
 
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import ResourceExhausted
-from specdec.core.sampling import SamplingParams
+from specdec.core.sampling import MAX_CACHE_SALT, SamplingParams
 from specdec.core.sequence import common_prefix
 from specdec.engine.model_engine import REUSE_MIN_TOKENS, TargetEngine
 from specdec.engine.models import load_model
@@ -167,6 +168,42 @@ def test_a_cache_a_round_still_writes_to_is_dropped_not_kept():
         engine.close()
 
 
+def test_only_sessions_of_the_same_cache_salt_share():
+    """A tenant's salt: its sessions take and copy only their own tenant's caches, kept or live."""
+    engine = _engine(slots=8)
+    try:
+        _first_turn(engine)  # unsalted, kept
+        engine.open("a-1", SamplingParams(cache_salt="tenant-a"))
+        assert engine.verify("a-1", 0, PROMPT + [1], [], None).reused == 0, "not the unsalted kept cache"
+        engine.open("b-1", SamplingParams(cache_salt="tenant-b"))
+        assert engine.verify("b-1", 0, PROMPT + [2], [], None).reused == 0, "nor tenant a's live one"
+        engine.open("a-2", SamplingParams(cache_salt="tenant-a"))
+        assert engine.verify("a-2", 0, PROMPT + [3], [], None).reused == len(PROMPT), "a copy of a-1's"
+        engine.release("a-1")
+        engine.open("a-3", SamplingParams(cache_salt="tenant-a"))
+        assert engine.verify("a-3", 0, PROMPT + [1, 4], [], None).reused == len(PROMPT) + 1, "a-1's, kept"
+        engine.open("plain", SamplingParams())
+        assert engine.verify("plain", 0, PROMPT + [4], [], None).reused == len(PROMPT), "turn-1's, kept"
+    finally:
+        engine.close()
+
+
+def test_a_salted_session_neither_reads_nor_feeds_the_shared_lookup_memory():
+    from specdec.engine.lookup_engine import LookupEngine
+
+    engine = LookupEngine(memory_tokens=1000)
+    remembered, secret = list(range(100, 120)), list(range(200, 220))
+    for session_id, tokens, salt in (("plain", remembered, ""), ("salted", secret, "tenant")):
+        engine.open(session_id, SamplingParams(cache_salt=salt))
+        engine.propose(session_id, 0, tokens, 4)
+        engine.release(session_id)
+    for session_id, tokens, salt, want in (("reads", [104, 105, 106], "", [107, 108, 109, 110]),
+                                            ("salted-reads", [104, 105, 106], "tenant", []),
+                                            ("secret", [204, 205, 206], "", [])):
+        engine.open(session_id, SamplingParams(cache_salt=salt))
+        assert engine.propose(session_id, 0, tokens, 4).tokens == want, session_id
+
+
 def test_nothing_is_kept_where_the_path_is_not_row_invariant():
     loaded = load_model(TINY_TARGET, "cpu")
     loaded = dataclasses.replace(loaded, choice=dataclasses.replace(loaded.choice, row_invariant=False))
@@ -199,3 +236,11 @@ def test_a_chats_next_turn_reports_its_cached_prompt_and_gives_the_cold_output(s
             assert results["cold"][4]["cached_prompt_tokens"] == 0
             assert results["warm"][4]["cached_prompt_tokens"] >= len(first) + 11, "turn 1's prompt and reply"
             first = first[1:] + [0]  # the sampled pass starts afresh
+
+
+def test_an_overlong_cache_salt_is_invalid_argument(stack):
+    request = make_request(prompt="x", max_new_tokens=2)
+    request.cache_salt = "s" * (MAX_CACHE_SALT + 1)
+    with pytest.raises(grpc.RpcError) as caught:
+        generate(stack.endpoint, request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "cache_salt" in caught.value.details()

@@ -16,6 +16,7 @@ from specdec.core.errors import InvalidArgument
 from specdec.core.processing import check_processing
 
 MIN_TEMPERATURE = 1e-4
+MAX_CACHE_SALT = 256
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class SamplingParams:
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias), by token
     prompt_tokens: int = 0
     grammar: str = ""  # an llguidance grammar the output follows (`specdec.engine.constraint`); "" = none
+    cache_salt: str = ""  # sessions share cached prompt KV only with sessions of the same salt
 
     def __post_init__(self):  # a record read back from JSON gives lists
         object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(v)) for t, v in self.logit_bias)))
@@ -62,6 +64,8 @@ class SamplingParams:
         check_processing(self.presence_penalty, self.frequency_penalty, self.repetition_penalty, self.logit_bias)
         if self.prompt_tokens < 0:
             raise InvalidArgument(f"prompt_tokens must be >= 0, got {self.prompt_tokens}")
+        if len(self.cache_salt) > MAX_CACHE_SALT:
+            raise InvalidArgument(f"cache_salt must be at most {MAX_CACHE_SALT} characters, got {len(self.cache_salt)}")
         return self
 
 

@@ -100,15 +100,17 @@ class LookupEngine:
 
     # -- sessions ----------------------------------------------------------------------------------
     def open(self, session_id: str, params: SamplingParams) -> None:
+        """A session; with a cache salt (a tenant's) it neither reads nor feeds the shared recent sequences."""
         params.validate()
-        self._sessions.add(session_id, lambda: LookupSession(LookupProposer(MIN_N, MAX_N, self.recent)))
+        recent = None if params.cache_salt else self.recent
+        self._sessions.add(session_id, lambda: LookupSession(LookupProposer(MIN_N, MAX_N, recent)))
 
     def release(self, session_id: str) -> bool:
-        """End a session; its committed tokens join the replica's recent sequences."""
+        """End a session; its committed tokens join the replica's recent sequences (if it read them)."""
         session = self._sessions.pop(session_id)
         if session is None:
             return False
-        if self.recent is not None and session.state.tokens:
+        if session.proposer.shared is not None and session.state.tokens:
             self.recent.add(session.state.tokens)
         return True
 

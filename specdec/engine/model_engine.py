@@ -143,7 +143,8 @@ class Engine:
             length = min(session.cache.length, session.state.cached)
             if length >= REUSE_MIN_TOKENS:
                 session.cache.crop(length)
-                self.prefix_cache.keep(session.state.tokens[:length], session.cache, session.cache.own_bytes())
+                self.prefix_cache.keep(session.state.tokens[:length], session.cache, session.cache.own_bytes(),
+                                       session.params.cache_salt)
         finally:
             session.lock.release()
 
@@ -205,16 +206,17 @@ class Engine:
         that session's cached KV for the shared prefix (n choices of one prompt), instead of computing
         it; whichever shares more. On a row-invariant path either is the very bits a prefill would give.
         The live donor is the one with the longest shared prefix (the first such one opened), chosen the
-        same way on every tensor-parallel rank; its lock is held while its cache is read."""
-        state = session.state
+        same way on every tensor-parallel rank; its lock is held while its cache is read. Only sessions of
+        the same cache salt share (`SamplingParams.cache_salt`)."""
+        state, salt = session.state, session.params.cache_salt
         best, shared = None, REUSE_MIN_TOKENS - 1
         for other in self._sessions.values():
-            if other is session or other.cache.length == 0:
+            if other is session or other.cache.length == 0 or other.params.cache_salt != salt:
                 continue
             common = common_prefix(state.tokens, other.state.tokens[:other.cache.length])
             if common > shared:
                 best, shared = other, common
-        taken = self.prefix_cache.take_longest(state.tokens[:-1], shared + 1)  # one token is left to feed
+        taken = self.prefix_cache.take_longest(state.tokens[:-1], shared + 1, salt)  # one token is left to feed
         if taken is not None:
             session.cache, length = taken
             session.cache.crop(length)

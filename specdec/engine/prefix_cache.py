@@ -30,6 +30,7 @@ class _Kept(Generic[C]):
     tokens: np.ndarray  # int64 [length]: the tokens whose keys and values `cache` holds, in order
     cache: C
     nbytes: int  # what dropping the cache frees
+    scope: str  # only a session of the same scope takes it (a tenant's cache salt)
 
 
 def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -49,26 +50,29 @@ class PrefixCache(Generic[C]):
         self._bytes = 0
         self._lock = threading.Lock()
 
-    def keep(self, tokens: list[int], cache: C, nbytes: int) -> bool:
-        """Keep `cache`, which holds the keys and values of `tokens`; the oldest entries go to make room.
+    def keep(self, tokens: list[int], cache: C, nbytes: int, scope: str = "") -> bool:
+        """Keep `cache`, which holds the keys and values of `tokens`, for sessions of `scope`; the oldest
+        entries (of any scope) go to make room.
         False (nothing kept) when it alone is over the budget, or the budget is 0 (off)."""
         if self.budget_bytes <= 0 or nbytes > self.budget_bytes or self.max_entries <= 0:
             return False
         with self._lock:
             while self._kept and (self._bytes + nbytes > self.budget_bytes or len(self._kept) >= self.max_entries):
                 self._drop(next(iter(self._kept)))
-            self._kept[self._next_key] = _Kept(np.asarray(tokens, dtype=np.int64), cache, nbytes)
+            self._kept[self._next_key] = _Kept(np.asarray(tokens, dtype=np.int64), cache, nbytes, scope)
             self._bytes += nbytes
             self._next_key += 1
         return True
 
-    def take_longest(self, tokens: list[int], at_least: int) -> tuple[C, int] | None:
-        """Remove and return (the cache sharing the longest prefix with `tokens`, how many it shares), if
-        that is `at_least`; the first kept wins a tie. None otherwise, and nothing is removed."""
+    def take_longest(self, tokens: list[int], at_least: int, scope: str = "") -> tuple[C, int] | None:
+        """Remove and return (the cache of `scope` sharing the longest prefix with `tokens`, how many it
+        shares), if that is `at_least`; the first kept wins a tie. None otherwise, and nothing is removed."""
         wanted = np.asarray(tokens, dtype=np.int64)
         with self._lock:
             best, shared = None, at_least - 1
             for key, kept in self._kept.items():
+                if kept.scope != scope:
+                    continue
                 common = shared_prefix(kept.tokens, wanted)
                 if common > shared:
                     best, shared = key, common

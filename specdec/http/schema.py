@@ -7,9 +7,9 @@ Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`
 `response_format` (text, json_object, json_schema), `tools`, `tool_choice` and `parallel_tool_calls` (chat;
 `specdec.http.tool_calls`), `suffix` (completions: fill in the middle, `specdec.http.infill`), and the
 extensions `repetition_penalty`,
-`guided_regex`, `guided_grammar` (Lark), `gamma` (unset = adaptive, 0 = target-only), `proposer` ("model",
-"ngram" or "hybrid") and `overlap` ("auto", "on" or "off": drafting during verification); unset = the
-server's default. Penalties, bias and constraints are exact under speculation.
+`guided_regex`, `guided_grammar` (Lark), `cache_salt` (cached prompts shared only within it), `gamma` (unset =
+adaptive, 0 = target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off":
+drafting during verification); unset = the server's default. Penalties, bias and constraints are exact under speculation.
 Refused with a 400 when set to anything but their neutral value: `best_of` > 1, `echo`,
 the legacy `functions`, and non-text message parts.
 Unknown fields are ignored, as OpenAI's own server does.
@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from protos import specdec_pb2 as pb
 from specdec.core.logprobs import MAX_TOP_LOGPROBS
+from specdec.core.sampling import MAX_CACHE_SALT
 from specdec.http import tool_calls
 from specdec.runtime.wire import logprob_request_to_pb, speculation_to_pb
 
@@ -80,6 +81,7 @@ class _Common(BaseModel):
     response_format: ResponseFormat | None = None
     guided_regex: str | None = None  # extension (vLLM's name): the output matches this regex
     guided_grammar: str | None = None  # extension (vLLM's name): the output follows this Lark grammar
+    cache_salt: str = Field("", max_length=MAX_CACHE_SALT)  # extension (vLLM's): share cached prompts only within it
 
     def constraint(self) -> tuple[str, str | bool] | None:
         """The one structured-output constraint the body asks for, as (kind, value): a field of
@@ -139,6 +141,7 @@ class _Common(BaseModel):
         request = pb.GenerateRequest(max_new_tokens=max_tokens, temperature=temperature, top_k=max(self.top_k or 0, 0),
                                      seed=seed, stop=self.stops(), presence_penalty=self.presence_penalty,
                                      frequency_penalty=self.frequency_penalty, logit_bias=self.bias(),
+                                     cache_salt=self.cache_salt,
                                      **logprob_request_to_pb(top_logprobs),
                                      **speculation_to_pb(self.proposer, self.overlap), **prompt)
         request.n = self.n
