@@ -27,37 +27,59 @@ PROMPT = [(7 * i + 3) % 250 for i in range(40)]  # no other test's prompt starts
 # -- the store ------------------------------------------------------------------------
 
 
+def _take(store: PrefixCache, tokens: list[int], at_least: int):
+    """`reuse` where every match is the same conversation going on (any tail is slack): a take."""
+    def never(*_):
+        raise AssertionError("taking copies nothing")
+
+    return store.reuse(tokens, at_least, "", never, slack=10**9)
+
+
 def test_the_longest_shared_prefix_is_taken_and_leaves_the_store():
     store = PrefixCache(budget_bytes=100)
     store.keep([1, 2, 3, 4], "a", 10)
     store.keep([1, 2, 9], "b", 10)
     store.keep([1, 2, 3, 4, 5, 6], "c", 10)
-    assert store.take_longest([1, 2, 3, 4, 5, 7], at_least=3) == ("c", 5)
-    assert store.take_longest([1, 2, 3, 4, 5, 7], at_least=3) == ("a", 4)  # c is gone: the next longest
-    assert store.take_longest([1, 2, 3], at_least=3) is None  # b shares only 2
+    assert _take(store, [1, 2, 3, 4, 5, 7], at_least=3) == ("c", 5)
+    assert _take(store, [1, 2, 3, 4, 5, 7], at_least=3) == ("a", 4)  # c is gone: the next longest
+    assert _take(store, [1, 2, 3], at_least=3) is None  # b shares only 2
     assert len(store) == 1 and store.tokens == 3 and store.nbytes == 10
     store.keep([5, 6, 7], "d", 10)
-    assert store.take_longest([5, 6, 7, 8], at_least=3) == ("d", 3)
+    assert _take(store, [5, 6, 7, 8], at_least=3) == ("d", 3)
 
 
 def test_a_tie_goes_to_the_first_kept():
     store = PrefixCache(budget_bytes=100)
     store.keep([1, 2, 3, 8], "first", 1)
     store.keep([1, 2, 3, 9], "second", 1)
-    assert store.take_longest([1, 2, 3, 7], at_least=1) == ("first", 3)
+    assert _take(store, [1, 2, 3, 7], at_least=1) == ("first", 3)
+
+
+def test_another_conversation_sharing_only_the_start_copies_it_and_leaves_the_cache():
+    """Past `slack` positions beyond the shared prefix, the cache is another conversation's: its shared part
+    is copied out, it stays, and it becomes the last to be evicted."""
+    store, copies = PrefixCache(budget_bytes=100), []
+    store.keep([1, 2, 3, 4, 5, 6, 7, 8], "system+a", 1)
+    store.keep([9, 9, 9], "other", 1)
+    copy = lambda cache, n: copies.append((cache, n))  # noqa: E731
+    assert store.reuse([1, 2, 3, 4, 50, 60], 3, "", copy, slack=2) == (None, 4)
+    assert copies == [("system+a", 4)] and len(store) == 2
+    assert store.evict_oldest() and store.reuse([9, 9, 9, 1], 3, "", copy, slack=2) is None  # "other" went first
+    assert store.reuse([1, 2, 3, 4, 5, 6, 70], 3, "", copy, slack=2) == ("system+a", 6)  # a's next turn: taken
+    assert len(store) == 0 and len(copies) == 1
 
 
 def test_the_oldest_go_first_to_keep_within_the_budget_and_the_entry_cap():
     store = PrefixCache(budget_bytes=25, max_entries=3)
     for name in "abc":
         assert store.keep([ord(name)] * 4, name, 10)
-    assert [store.take_longest([ord(n)] * 4, 1) for n in "ab"] == [None, ("b", 4)]  # a made room for c
+    assert [_take(store, [ord(n)] * 4, 1) for n in "ab"] == [None, ("b", 4)]  # a made room for c
     assert not store.keep([1] * 4, "huge", 26)  # over the budget alone: not kept, nothing dropped
     assert len(store) == 1
     small = PrefixCache(budget_bytes=100, max_entries=2)
     for name in "xyz":
         small.keep([ord(name)], name, 1)
-    assert len(small) == 2 and small.take_longest([ord("x")], 1) is None
+    assert len(small) == 2 and _take(small, [ord("x")], 1) is None
     assert small.evict_oldest() and small.evict_oldest() and not small.evict_oldest()
     assert small.nbytes == 0
 
@@ -109,6 +131,34 @@ def test_the_next_turn_takes_the_ended_sessions_cache_and_computes_only_its_new_
             logits[name] = (verified.verdict, verified.logprobs, verified.reused)
         assert logits["warm"][:2] == logits["cold"][:2]
         assert logits["warm"][2] == len(turn) and logits["cold"][2] == 0  # turn-2 kept turn + [1, 2]: [1] is not [4]
+    finally:
+        warm.close(), cold.close()
+
+
+@pytest.mark.parametrize("runner", ["ragged", "static"])
+def test_two_chats_with_one_system_prompt_keep_each_its_own_history(runner):
+    """B shares only A's system prompt: it copies that much and leaves A's cache for A's next turn, which takes
+    it. Every score equals an engine's that keeps nothing."""
+    warm, cold = _engine(runner, slots=6), _engine(runner, slots=6, prefix_cache_bytes=0)
+    chat_a, chat_b = PROMPT + list(range(100, 130)), PROMPT + list(range(200, 230))
+    try:
+        scores, reused = {}, []
+        for name, engine in (("warm", warm), ("cold", cold)):
+            engine.open("a-1", SamplingParams())
+            emitted = engine.verify("a-1", 0, chat_a, [5, 6], None).verdict.tokens
+            engine.release("a-1")
+            engine.open("b-1", SamplingParams())
+            first_b = engine.score("b-1", 0, chat_b, [7])
+            engine.release("b-1")
+            engine.open("a-2", SamplingParams())
+            fed = _fed(engine)
+            turn = chat_a + emitted + [11, 12]
+            scores[name] = (first_b, engine.score("a-2", 0, turn, [1, 2]))
+            reused.append((len(engine.prefix_cache), sum(fed), len(turn)))
+        assert all(torch.equal(w, c) for w, c in zip(scores["warm"], scores["cold"], strict=True))
+        (kept, fed, length), (_, cold_fed, _) = reused
+        assert kept == 1, "a-2 took a-1's cache; b-1's is kept"
+        assert fed == len(emitted) + 2 + 2 < cold_fed == length + 2, f"fed {fed}: only what follows a-1's prompt"
     finally:
         warm.close(), cold.close()
 

@@ -201,10 +201,10 @@ class Engine:
         return Rollback(dropped, time.perf_counter() - began)
 
     def _reuse_prefix(self, session: Session) -> None:
-        """A fresh session whose tokens start like an ended session's takes that session's kept cache
-        (`PrefixCache`: a chat's next turn, a shared system prompt), or like a live session's copies
-        that session's cached KV for the shared prefix (n choices of one prompt), instead of computing
-        it; whichever shares more. On a row-invariant path either is the very bits a prefill would give.
+        """A fresh session whose tokens start like an ended session's reuses that session's kept cache
+        (`PrefixCache.reuse`: taken for a chat's next turn, its shared part copied for another chat with the
+        same system prompt), or like a live session's copies that session's cached KV for the shared prefix
+        (n choices of one prompt), instead of computing it; whichever shares more. On a row-invariant path either is the very bits a prefill would give.
         The live donor is the one with the longest shared prefix (the first such one opened), chosen the
         same way on every tensor-parallel rank; its lock is held while its cache is read. Only sessions of
         the same cache salt share (`SamplingParams.cache_salt`)."""
@@ -216,10 +216,14 @@ class Engine:
             common = common_prefix(state.tokens, other.state.tokens[:other.cache.length])
             if common > shared:
                 best, shared = other, common
-        taken = self.prefix_cache.take_longest(state.tokens[:-1], shared + 1, salt)  # one token is left to feed
-        if taken is not None:
-            session.cache, length = taken
-            session.cache.crop(length)
+        found = self.prefix_cache.reuse(state.tokens[:-1], shared + 1, salt,  # one token is left to feed
+                                        lambda kept, length: self.runner.copy_prefix(kept, session.cache, length),
+                                        slack=self.gamma_max + 1)
+        if found is not None:
+            taken, length = found
+            if taken is not None:
+                session.cache = taken
+                taken.crop(length)
             state.cached = session.reused = length
             return
         if best is None:

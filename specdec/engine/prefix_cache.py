@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
@@ -64,9 +64,16 @@ class PrefixCache(Generic[C]):
             self._next_key += 1
         return True
 
-    def take_longest(self, tokens: list[int], at_least: int, scope: str = "") -> tuple[C, int] | None:
-        """Remove and return (the cache of `scope` sharing the longest prefix with `tokens`, how many it
-        shares), if that is `at_least`; the first kept wins a tie. None otherwise, and nothing is removed."""
+    def reuse(self, tokens: list[int], at_least: int, scope: str, copy: Callable[[C, int], None],
+              slack: int) -> tuple[C | None, int] | None:
+        """For a new session of `scope` whose tokens are `tokens`: the kept cache of that scope sharing the
+        longest prefix with them, if that is `at_least` tokens (the first kept wins a tie), else None.
+
+        A cache that holds at most `slack` positions past the shared prefix is the same conversation going
+        on (past it: the last round's rejected drafts): it is taken, removed and returned as (cache, shared).
+        One that holds more is another conversation that shares only its start (a system prompt): it stays
+        for that conversation's next turn, `copy(cache, shared)` copies the shared prefix out of it under this
+        store's lock, and (None, shared) is returned."""
         wanted = np.asarray(tokens, dtype=np.int64)
         with self._lock:
             best, shared = None, at_least - 1
@@ -78,7 +85,11 @@ class PrefixCache(Generic[C]):
                     best, shared = key, common
             if best is None:
                 return None
-            return self._drop(best).cache, shared
+            if len(self._kept[best].tokens) - shared <= slack:
+                return self._drop(best).cache, shared
+            copy(self._kept[best].cache, shared)
+            self._kept.move_to_end(best)  # just used: the last to go
+            return None, shared
 
     def evict_oldest(self) -> bool:
         """Drop the oldest entry (its memory, or its KV pool slot, goes back); False if none is kept."""
