@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 import torch
 from conftest import TINY_TARGET, tiny_options
 
+from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import ResourceExhausted
 from specdec.core.sampling import MAX_CACHE_SALT, SamplingParams
@@ -20,6 +22,8 @@ from specdec.engine.model_engine import REUSE_MIN_TOKENS, TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.prefix_cache import PrefixCache
 from specdec.launch.stack import EmbeddedStack
+from specdec.runtime.security import open_channel
+from specdec.runtime.server import CHANNEL_OPTIONS
 
 PROMPT = [(7 * i + 3) % 250 for i in range(40)]  # no other test's prompt starts like this
 
@@ -268,24 +272,64 @@ def test_nothing_is_kept_where_the_path_is_not_row_invariant():
 # -- through the services ------------------------------------------------------------------
 
 
-def test_a_chats_next_turn_reports_its_cached_prompt_and_gives_the_cold_output(stack):
+@pytest.fixture(scope="module")
+def cold():
+    """A tiny stack whose services keep nothing: every prompt computed."""
+    options = tiny_options()
+    with EmbeddedStack(dataclasses.replace(options, service=dataclasses.replace(options.service,
+                                                                                prefix_cache_mb=0))) as running:
+        yield running
+
+
+def test_a_chats_next_turn_reports_its_cached_prompt_and_gives_the_cold_output(stack, cold):
     """Turn 1, then turn 2 (turn 1's prompt and reply, then more) on the shared stack, which keeps caches, and
     on one that keeps none: the same tokens and log-probabilities, greedy under speculation and sampled."""
     first = PROMPT[::-1]
-    cold_options = dataclasses.replace(tiny_options(), service=dataclasses.replace(tiny_options().service,
-                                                                                   prefix_cache_mb=0))
-    with EmbeddedStack(cold_options) as cold:
-        for request in ({"gamma": 3, "top_logprobs": 2}, {"temperature": 1.0, "seed": 11, "gamma": 2}):
-            results = {}
-            for name, running in (("cold", cold), ("warm", stack)):
-                one = generate(running.endpoint, make_request(prompt_token_ids=first, max_new_tokens=12, **request))
-                second = first + list(one.token_ids) + [40, 41, 42]
-                two = generate(running.endpoint, make_request(prompt_token_ids=second, max_new_tokens=12, **request))
-                results[name] = (one.token_ids, one.logprobs, two.token_ids, two.logprobs, two.stats)
-            assert results["warm"][:4] == results["cold"][:4]
-            assert results["cold"][4]["cached_prompt_tokens"] == 0
-            assert results["warm"][4]["cached_prompt_tokens"] >= len(first) + 11, "turn 1's prompt and reply"
-            first = first[1:] + [0]  # the sampled pass starts afresh
+    for request in ({"gamma": 3, "top_logprobs": 2}, {"temperature": 1.0, "seed": 11, "gamma": 2}):
+        results = {}
+        for name, running in (("cold", cold), ("warm", stack)):
+            one = generate(running.endpoint, make_request(prompt_token_ids=first, max_new_tokens=12, **request))
+            second = first + list(one.token_ids) + [40, 41, 42]
+            two = generate(running.endpoint, make_request(prompt_token_ids=second, max_new_tokens=12, **request))
+            results[name] = (one.token_ids, one.logprobs, two.token_ids, two.logprobs, two.stats)
+        assert results["warm"][:4] == results["cold"][:4]
+        assert results["cold"][4]["cached_prompt_tokens"] == 0
+        assert results["warm"][4]["cached_prompt_tokens"] >= len(first) + 11, "turn 1's prompt and reply"
+        first = first[1:] + [0]  # the sampled pass starts afresh
+
+
+def test_six_concurrent_chats_with_one_system_prompt_give_the_cold_outputs(stack, cold):
+    """Six users at once, three turns each, all after one system prompt, some with n = 2 or a salt: kept and
+    live caches taken, copied and evicted beside each other's rounds, every reply the one computed cold."""
+    system = [(11 * i + 5) % 250 for i in range(30)]
+
+    def chat(endpoint: str, user: int) -> list[list[int]]:
+        history, replies = system + [(user * 37 + i) % 250 for i in range(20)], []  # more than a round's drafts
+        for turn in range(3):
+            greedy = user % 2 == 1  # adaptive γ only there: a sampled run is reproducible at a fixed γ
+            gamma = (None if greedy else 3, 2, 0)[(user + turn) % 3]
+            request = make_request(prompt_token_ids=history, max_new_tokens=6, gamma=gamma,
+                                   temperature=0.0 if greedy else 1.0, seed=user)
+            request.cache_salt = "salted" if user == 5 else ""
+            request.n = 2 if user == 4 and turn == 1 else 1
+            tokens = _choices_tokens(endpoint, request)
+            replies.append(tokens)
+            history = history + tokens[0] + [100 + turn, user]
+        return replies
+
+    want = [chat(cold.endpoint, user) for user in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda user: chat(stack.endpoint, user), range(6)))
+    assert got == want
+
+
+def _choices_tokens(endpoint: str, request) -> list[list[int]]:
+    """Each choice's tokens, in choice order."""
+    tokens: dict[int, list[int]] = {}
+    with open_channel(endpoint, CHANNEL_OPTIONS) as channel:
+        for message in pb_grpc.SpecDecStub(channel).Generate(request, timeout=120):
+            tokens.setdefault(message.choice, []).extend(message.token_ids)
+    return [tokens[i] for i in sorted(tokens)]
 
 
 def test_an_overlong_cache_salt_is_invalid_argument(stack):
