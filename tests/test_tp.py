@@ -138,13 +138,16 @@ def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
 
     def poll():
         while not done.is_set():
-            snapshots.append([(r.live_sessions, r.cached_tokens) for r in _target_info(tp_stack).ranks])
+            snapshots.append([(r.live_sessions, r.cached_tokens, r.kept_tokens) for r in _target_info(tp_stack).ranks])
 
     poller = Worker(poll)
     poller.start()
     try:
         for prompt in PROMPTS:
             generate(tp_stack.endpoint, make_request(prompt=prompt, max_new_tokens=120, gamma=4))
+        for _ in range(2):  # the second takes the first's kept cache
+            again = generate(tp_stack.endpoint, make_request(prompt=PROMPTS[0] * 4, max_new_tokens=8, gamma=4))
+        assert again.stats["cached_prompt_tokens"] > 0, "every rank took the kept cache of the same prompt"
         with grpc.insecure_channel(tp_stack.endpoint) as channel:
             stream = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="cancel me", max_new_tokens=400))
             next(stream)
@@ -153,12 +156,13 @@ def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
         done.set()
         poller.join(60)
     assert any(s[0][0] for s in snapshots), "no snapshot saw a live session"
+    assert any(s[0][2] for s in snapshots), "no snapshot saw a kept cache"
     assert all(s[0] == s[1] for s in snapshots), [s for s in snapshots if s[0] != s[1]][:3]
     deadline = time.monotonic() + 10
     while any(r.live_sessions for r in _target_info(tp_stack).ranks) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(r.live_sessions or r.cached_tokens for r in _target_info(tp_stack).ranks), \
-        "a cancelled session kept its cache"
+        "a cancelled session still holds a live cache"
 
 
 def test_killed_worker_rank_fails_the_stream_fast_and_marks_target_not_serving():
