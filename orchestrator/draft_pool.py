@@ -3,8 +3,11 @@
 Replicas come from a fixed list (`--draft a,b`) or from Redis, where each replica keeps a
 record alive by heartbeat (`specdec.runtime.redis_state`). A new session goes to the healthy
 replica with the lowest load: sessions it last reported, plus the sessions this orchestrator
-opened on it since, over its session cap. A replica that failed a call is skipped for
-`cooldown_s`; a replica whose heartbeat stopped drops out when its record expires.
+opened on it since, over its session cap. A session whose tokens start like a recent one's
+(a chat's next turn) goes back to the replica that served that one, which keeps its draft KV
+(`specdec.engine.prefix_cache`), unless that replica carries a session more than the least loaded.
+A replica that failed a call is skipped for `cooldown_s`; a replica whose heartbeat stopped drops
+out when its record expires.
 """
 
 from __future__ import annotations
@@ -12,15 +15,49 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 
 import grpc
+import numpy as np
 
 from orchestrator.clients import ServiceClient, draft_client
 from protos import specdec_pb2 as pb
+from specdec.core.sequence import shared_prefix
 from specdec.planning.cost import CostProfile
 from specdec.runtime.wire import cost_profile_from_pb
 
 log = logging.getLogger(__name__)
+ROUTES = 256  # recent sequences remembered with the replica that served them
+ROUTE_MIN_TOKENS = 16  # a shorter shared start is not worth a detour (the services' own reuse minimum)
+
+
+class Routes:
+    """The replica that served each of the latest sequences, by cache salt: where a conversation's next
+    turn finds its draft KV kept. Not thread-safe (the pool's lock guards it)."""
+
+    def __init__(self, capacity: int = ROUTES):
+        self.capacity = capacity
+        self._routes: OrderedDict[int, tuple[str, np.ndarray, str]] = OrderedDict()  # oldest first
+        self._next_key = 0
+
+    def remember(self, salt: str, tokens: Sequence[int], address: str) -> None:
+        if len(tokens) < ROUTE_MIN_TOKENS:
+            return
+        self._routes[self._next_key] = (salt, np.asarray(tokens, dtype=np.int64), address)
+        self._next_key += 1
+        while len(self._routes) > self.capacity:
+            self._routes.popitem(last=False)
+
+    def replica_for(self, salt: str, tokens: Sequence[int]) -> str | None:
+        """The replica of the remembered sequence of `salt` that shares the longest start with `tokens`
+        (at least ROUTE_MIN_TOKENS; the latest wins a tie), or None."""
+        wanted = np.asarray(tokens, dtype=np.int64)
+        best, shared = None, ROUTE_MIN_TOKENS - 1
+        for route_salt, sequence, address in reversed(self._routes.values()):
+            if route_salt == salt and (common := shared_prefix(sequence, wanted)) > shared:
+                best, shared = address, common
+        return best
 
 
 class DraftPool:
@@ -35,6 +72,7 @@ class DraftPool:
         self._opened: dict[str, int] = {}  # sessions opened here and still running, per replica
         self._failed_at: dict[str, float] = {}
         self._refused: set[str] = set()
+        self._routes = Routes()
         self._lock = threading.Lock()
 
     def _candidates(self) -> list[dict]:
@@ -48,8 +86,10 @@ class DraftPool:
             log.warning("cannot read the draft registry: %s", exc)
             return []
 
-    def acquire(self) -> ServiceClient | None:
-        """The least-loaded healthy replica for a new session (None: decode target-only)."""
+    def acquire(self, tokens: Sequence[int] = (), salt: str = "") -> ServiceClient | None:
+        """A healthy replica for a new session whose tokens are `tokens` (None: decode target-only): the
+        one that served a recent sequence starting like them, if it carries at most one session more than
+        the least loaded, else the least loaded."""
         candidates = self._candidates()
         tried: set[str] = set()
         while True:
@@ -59,8 +99,14 @@ class DraftPool:
                           and now - self._failed_at.get(c["address"], -1e9) >= self.cooldown_s]
                 if not usable:
                     return None
-                best = min(usable, key=lambda c: ((c["live_sessions"] + self._opened.get(c["address"], 0))
-                                                  / max(c["max_sessions"], 1), c["address"]))["address"]
+
+                def load(c: dict) -> float:
+                    return (c["live_sessions"] + self._opened.get(c["address"], 0)) / max(c["max_sessions"], 1)
+
+                least = min(usable, key=lambda c: (load(c), c["address"]))
+                routed = self._routes.replica_for(salt, tokens) if tokens else None
+                best = next((c["address"] for c in usable if c["address"] == routed
+                             and load(c) <= load(least) + 1 / max(c["max_sessions"], 1) + 1e-9), least["address"])
                 self._opened[best] = self._opened.get(best, 0) + 1
             client = self._client(best)
             if client is not None:
@@ -110,6 +156,16 @@ class DraftPool:
         if client is not None:
             with self._lock:
                 self._opened[client.address] = max(self._opened.get(client.address, 1) - 1, 0)
+
+    def opened(self) -> dict[str, int]:
+        """Sessions this orchestrator has open, per replica."""
+        with self._lock:
+            return dict(self._opened)
+
+    def remember(self, salt: str, tokens: Sequence[int], address: str) -> None:
+        """`address` served a session that ended holding `tokens`: a session starting like them goes there."""
+        with self._lock:
+            self._routes.remember(salt, tokens, address)
 
     def failed(self, client: ServiceClient) -> None:
         """`client`'s replica failed a call: new sessions skip it for `cooldown_s`."""

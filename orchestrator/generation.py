@@ -123,7 +123,7 @@ class Generation:
         req = self.request
         committed = [*req.prompt_ids, *req.resumed]
         if self._uses_model:
-            self.use_draft(self.drafts.acquire())
+            self.use_draft(self.drafts.acquire(committed, req.params.cache_salt))
         text = TextStream(self.tokenizer, req.stop)
         text.push(list(req.resumed[:req.resume_from]))  # shown to the client before the resume
         stats = GenerationStats(prompt_tokens=len(req.prompt_ids), session_id=self.session_id)
@@ -179,6 +179,8 @@ class Generation:
             self._draft.close()
             self._target.close()
             self.drafts.release(self._draft.client)
+            if self._draft_replica:  # where the draft's KV of this sequence is kept
+                self.drafts.remember(req.params.cache_salt, committed, self._draft_replica)
             log.info("session %s finished (%s) after %d tokens", printable(self.session_id),
                      finish.value or "aborted", generated)
 

@@ -66,4 +66,5 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
                            host, port, max_concurrent=config.max_concurrent, max_receive_bytes=MAX_CLIENT_MESSAGE_BYTES,
                            health_port=health_port)
     watch_target(target, running)
+    running.servicer = servicer
     return running

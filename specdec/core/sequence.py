@@ -14,12 +14,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from specdec.core.errors import InvalidArgument, OutOfRange
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading tokens `a` and `b` share."""
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """`common_prefix` of two int arrays, vectorised (for long sequences compared often)."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n
 
 
 @dataclass

@@ -21,6 +21,8 @@ from typing import Callable, Generic, TypeVar
 
 import numpy as np
 
+from specdec.core.sequence import shared_prefix
+
 C = TypeVar("C")
 MAX_ENTRIES = 64  # caches kept at most, whatever their size (a lookup scans them all)
 
@@ -31,13 +33,6 @@ class _Kept(Generic[C]):
     cache: C
     nbytes: int  # what dropping the cache frees
     scope: str  # only a session of the same scope takes it (a tenant's cache salt)
-
-
-def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """How many leading tokens two int arrays share."""
-    n = min(len(a), len(b))
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if len(differ) else n
 
 
 class PrefixCache(Generic[C]):

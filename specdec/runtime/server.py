@@ -42,6 +42,7 @@ class RunningServer:
                  health_server: grpc.Server | None = None):
         self.server, self.port, self.health, self.health_server = server, port, health_servicer, health_server
         self.stopped = threading.Event()
+        self.servicer: object | None = None  # what answers its calls, for inspection in this process
 
     def stop(self, grace: float = 2.0) -> None:
         self.stopped.set()
