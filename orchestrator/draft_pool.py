@@ -23,7 +23,7 @@ import numpy as np
 
 from orchestrator.clients import ServiceClient, draft_client
 from protos import specdec_pb2 as pb
-from specdec.core.sequence import shared_prefix
+from specdec.core.sequence import longest_shared
 from specdec.planning.cost import CostProfile
 from specdec.runtime.wire import cost_profile_from_pb
 
@@ -52,12 +52,9 @@ class Routes:
     def replica_for(self, salt: str, tokens: Sequence[int]) -> str | None:
         """The replica of the remembered sequence of `salt` that shares the longest start with `tokens`
         (at least ROUTE_MIN_TOKENS; the latest wins a tie), or None."""
-        wanted = np.asarray(tokens, dtype=np.int64)
-        best, shared = None, ROUTE_MIN_TOKENS - 1
-        for route_salt, sequence, address in reversed(self._routes.values()):
-            if route_salt == salt and (common := shared_prefix(sequence, wanted)) > shared:
-                best, shared = address, common
-        return best
+        found = longest_shared(tokens, ((address, sequence) for route_salt, sequence, address
+                                        in reversed(self._routes.values()) if route_salt == salt), ROUTE_MIN_TOKENS)
+        return None if found is None else found[0]
 
 
 class DraftPool:

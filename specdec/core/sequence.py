@@ -12,7 +12,9 @@ longer matches the committed sequence.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -29,6 +31,22 @@ def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
     n = min(len(a), len(b))
     differ = np.flatnonzero(a[:n] != b[:n])
     return int(differ[0]) if len(differ) else n
+
+
+T = TypeVar("T")
+
+
+def longest_shared(tokens: Sequence[int], candidates: Iterable[tuple[T, Sequence[int]]],
+                   at_least: int) -> tuple[T, int] | None:
+    """Of `candidates`, (item, its tokens) pairs, the first whose tokens share the longest prefix with `tokens`,
+    if that is `at_least` tokens: (item, how many it shares); else None."""
+    wanted = np.asarray(tokens, dtype=np.int64)
+    best, shared = None, at_least - 1
+    for item, sequence in candidates:
+        common = shared_prefix(np.asarray(sequence, dtype=np.int64), wanted)
+        if common > shared:
+            best, shared = (item,), common
+    return None if best is None else (best[0], shared)
 
 
 @dataclass

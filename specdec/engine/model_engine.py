@@ -26,7 +26,7 @@ from specdec.core.processing import process_logits
 from specdec.core.rejection import verify_greedy, verify_sampled
 from specdec.core.rounds import PassLoad
 from specdec.core.sampling import SamplingParams, position_generator, probs_from_logits, sample
-from specdec.core.sequence import SequenceState, common_prefix
+from specdec.core.sequence import SequenceState, common_prefix, longest_shared
 from specdec.engine.backend import GAMMA_LIMIT, Proposal, Rollback, Verification, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
 from specdec.engine.constraint import Grammars, GrammarState
@@ -204,18 +204,14 @@ class Engine:
         """A fresh session whose tokens start like an ended session's reuses that session's kept cache
         (`PrefixCache.reuse`: taken for a chat's next turn, its shared part copied for another chat with the
         same system prompt), or like a live session's copies that session's cached KV for the shared prefix
-        (n choices of one prompt), instead of computing it; whichever shares more. On a row-invariant path either is the very bits a prefill would give.
-        The live donor is the one with the longest shared prefix (the first such one opened), chosen the
-        same way on every tensor-parallel rank; its lock is held while its cache is read. Only sessions of
-        the same cache salt share (`SamplingParams.cache_salt`)."""
+        (n choices of one prompt), instead of computing it; whichever shares more. On a row-invariant path
+        either is the very bits a prefill would give. The live donor is the one with the longest shared prefix
+        (the first such one opened), chosen the same way on every tensor-parallel rank; its lock is held while
+        its cache is read. Only sessions of the same cache salt share (`SamplingParams.cache_salt`)."""
         state, salt = session.state, session.params.cache_salt
-        best, shared = None, REUSE_MIN_TOKENS - 1
-        for other in self._sessions.values():
-            if other is session or other.cache.length == 0 or other.params.cache_salt != salt:
-                continue
-            common = common_prefix(state.tokens, other.state.tokens[:other.cache.length])
-            if common > shared:
-                best, shared = other, common
+        donors = ((other, other.state.tokens[:other.cache.length]) for other in self._sessions.values()
+                  if other is not session and other.cache.length and other.params.cache_salt == salt)
+        best, shared = longest_shared(state.tokens, donors, REUSE_MIN_TOKENS) or (None, REUSE_MIN_TOKENS - 1)
         found = self.prefix_cache.reuse(state.tokens[:-1], shared + 1, salt,  # one token is left to feed
                                         lambda kept, length: self.runner.copy_prefix(kept, session.cache, length),
                                         slack=self.gamma_max + 1)

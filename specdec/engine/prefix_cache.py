@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import numpy as np
 
-from specdec.core.sequence import shared_prefix
+from specdec.core.sequence import longest_shared
 
 C = TypeVar("C")
 MAX_ENTRIES = 64  # caches kept at most, whatever their size (a lookup scans them all)
@@ -69,17 +70,12 @@ class PrefixCache(Generic[C]):
         One that holds more is another conversation that shares only its start (a system prompt): it stays
         for that conversation's next turn, `copy(cache, shared)` copies the shared prefix out of it under this
         store's lock, and (None, shared) is returned."""
-        wanted = np.asarray(tokens, dtype=np.int64)
         with self._lock:
-            best, shared = None, at_least - 1
-            for key, kept in self._kept.items():
-                if kept.scope != scope:
-                    continue
-                common = shared_prefix(kept.tokens, wanted)
-                if common > shared:
-                    best, shared = key, common
-            if best is None:
+            found = longest_shared(tokens, ((key, k.tokens) for key, k in self._kept.items() if k.scope == scope),
+                                   at_least)
+            if found is None:
                 return None
+            best, shared = found
             if len(self._kept[best].tokens) - shared <= slack:
                 return self._drop(best).cache, shared
             copy(self._kept[best].cache, shared)
