@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,6 +22,8 @@ class GenerateResult:
     stats: dict = field(default_factory=dict)
     rounds: list[pb.RoundStats] = field(default_factory=list)
     logprobs: list[pb.TokenLogprob] = field(default_factory=list)  # one per token, when asked for
+    first_token_s: float = 0.0  # from the call to the first message with tokens
+    seconds: float = 0.0  # from the call to the end of the stream
 
     def to_json(self) -> dict:
         rounds = [MessageToDict(r, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
@@ -59,9 +62,12 @@ def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, ma
 def generate(endpoint: str, request: pb.GenerateRequest, on_text: Callable[[str], None] | None = None,
              timeout: float | None = None) -> GenerateResult:
     """Run one generation to the end; `on_text` receives each text delta as it arrives."""
+    began = time.perf_counter()
     with open_channel(endpoint, CHANNEL_OPTIONS) as channel:
         result = GenerateResult()
         for response in pb_grpc.SpecDecStub(channel).Generate(request, timeout=timeout):
+            if response.token_ids and not result.token_ids:
+                result.first_token_s = time.perf_counter() - began
             result.token_ids.extend(response.token_ids)
             result.text += response.text
             result.rounds.append(response.round)
@@ -70,4 +76,5 @@ def generate(endpoint: str, request: pb.GenerateRequest, on_text: Callable[[str]
                 on_text(response.text)
             if response.HasField("stats"):
                 result.stats = stats_to_dict(response.stats)
+        result.seconds = time.perf_counter() - began
         return result

@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 from pathlib import Path
 
 from tqdm import tqdm
 
-from protos import specdec_pb2_grpc as pb_grpc
 from specdec import weights
-from specdec.cli.client import make_request
-from specdec.runtime.security import open_channel
-from specdec.runtime.server import CHANNEL_OPTIONS
+from specdec.cli.client import generate, make_request
 from specdec.tools.bench.speed import save_rows, service_infos, warm_up
 
 SYSTEM = ("You are a coding assistant inside an editor. You answer with short, correct Python and a sentence of "
@@ -49,17 +45,8 @@ class Turn:
 
 def ask(endpoint: str, ids: list[int], max_new_tokens: int) -> Turn:
     """One greedy generation, timed from the request to its first token and to its end."""
-    began, first, tokens, text, cached = time.perf_counter(), None, [], "", 0
-    with open_channel(endpoint, CHANNEL_OPTIONS) as channel:
-        for reply in pb_grpc.SpecDecStub(channel).Generate(make_request(prompt_token_ids=ids,
-                                                                        max_new_tokens=max_new_tokens), timeout=600):
-            if reply.token_ids and first is None:
-                first = time.perf_counter() - began
-            tokens += reply.token_ids
-            text += reply.text
-            if reply.HasField("stats"):
-                cached = reply.stats.cached_prompt_tokens
-    return Turn(len(ids), cached, first or 0.0, time.perf_counter() - began, tokens, text)
+    out = generate(endpoint, make_request(prompt_token_ids=ids, max_new_tokens=max_new_tokens), timeout=600)
+    return Turn(len(ids), out.stats["cached_prompt_tokens"], out.first_token_s, out.seconds, out.token_ids, out.text)
 
 
 def converse(endpoint: str, tokenizer, turns: int, max_new_tokens: int) -> list[Turn]:
