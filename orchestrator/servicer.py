@@ -23,7 +23,7 @@ from orchestrator.records import RecordWriter, resume_request
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.core.errors import FailedPrecondition, InvalidArgument, OutOfRange
-from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences
+from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences, shared_for
 from specdec.core.sampling import SamplingParams
 from specdec.core.grammar import compile_constraint
 from specdec.planning.controller import GAMMA_MAX
@@ -275,7 +275,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                           controller, is_cancelled=cancelled.is_set, metrics=self.metrics,
                           trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
                           lookup_prior=self.lookup_prior,
-                          recent=None if parsed.params.cache_salt else self.recent,  # a tenant's own: not shared
+                          recent=shared_for(self.recent, parsed.params.cache_salt),
                           target_chunk_s=self.config.target_chunk_ms / 1e3, **extra)
 
     def _eos(self, parsed: GenerationRequest) -> frozenset[int]:

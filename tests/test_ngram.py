@@ -203,3 +203,17 @@ def test_a_stack_with_no_draft_model_at_all():
         assert looked_up and sum(r.accepted for r in looked_up) > 0, "the lookup never proposed an accepted token"
         assert all(r.proposer in ("ngram", "") for r in lookup.rounds)
 
+
+
+def test_a_salted_request_neither_looks_up_nor_leaves_other_sessions_sequences(stack):
+    """A tenant's request (`cache_salt`) looks up in its own tokens only: asked after the same prompt's unsalted
+    answer, and again after itself, it takes as many rounds as an orchestrator without memory would, where an
+    unsalted repeat takes whole runs of the remembered answer."""
+    prompt = "a salted prompt asked again and again, whose answer is not in it"
+    baseline = generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=0))
+    again = generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=6, proposer="ngram"))
+    salted = make_request(prompt=prompt, max_new_tokens=48, gamma=6, proposer="ngram")
+    salted.cache_salt = "tenant"
+    first, second = generate(stack.endpoint, salted), generate(stack.endpoint, salted)
+    assert first.token_ids == second.token_ids == again.token_ids == baseline.token_ids
+    assert first.stats["rounds"] == second.stats["rounds"] > again.stats["rounds"]

@@ -148,6 +148,12 @@ class RecentSequences:
         return Lookup([])
 
 
+def shared_for(recent: RecentSequences | None, cache_salt: str) -> RecentSequences | None:
+    """The memory of other sessions' sequences a session reads and feeds: none for a salted (one tenant's)
+    session, so that no tenant's outputs shape another's proposals and speed."""
+    return None if cache_salt else recent
+
+
 class LookupProposer:
     """One session's lookups: its own sequence first, then, for a longer match, the recent sequences
     of other sessions (`shared`, or None; the caller adds each finished sequence to it)."""

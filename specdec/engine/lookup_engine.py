@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specdec.core.errors import InvalidArgument
-from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, LookupProposer, RecentSequences
+from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, LookupProposer, RecentSequences, shared_for
 from specdec.core.rounds import PassLoad
 from specdec.core.sampling import SamplingParams
 from specdec.core.sequence import SequenceState, common_prefix
@@ -102,8 +102,8 @@ class LookupEngine:
     def open(self, session_id: str, params: SamplingParams) -> None:
         """A session; with a cache salt (a tenant's) it neither reads nor feeds the shared recent sequences."""
         params.validate()
-        recent = None if params.cache_salt else self.recent
-        self._sessions.add(session_id, lambda: LookupSession(LookupProposer(MIN_N, MAX_N, recent)))
+        shared = shared_for(self.recent, params.cache_salt)
+        self._sessions.add(session_id, lambda: LookupSession(LookupProposer(MIN_N, MAX_N, shared)))
 
     def release(self, session_id: str) -> bool:
         """End a session; its committed tokens join the replica's recent sequences (if it read them)."""
