@@ -132,3 +132,30 @@ class Worker(threading.Thread):
         assert not self.is_alive(), f"thread {self.name} still running after {timeout} s"
         if self.error is not None:
             raise self.error
+
+
+def choices(endpoint: str, request, n: int) -> list[tuple[list[int], list, object]]:
+    """`request` asked for `n` choices: each choice's (tokens, logprobs, final GenerationStats), in choice order."""
+    import grpc
+
+    from protos import specdec_pb2_grpc as pb_grpc
+    from specdec.runtime.server import CHANNEL_OPTIONS
+
+    request.n = n
+    tokens, logprobs, stats = [[] for _ in range(n)], [[] for _ in range(n)], [None] * n
+    with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
+        for message in pb_grpc.SpecDecStub(channel).Generate(request, timeout=120):
+            tokens[message.choice] += message.token_ids
+            logprobs[message.choice] += message.logprobs
+            if message.HasField("stats"):
+                assert stats[message.choice] is None, "one final message per choice"
+                stats[message.choice] = message.stats
+    assert all(s is not None for s in stats)
+    return list(zip(tokens, logprobs, stats, strict=True))
+
+
+def count_fed(runner) -> list[int]:
+    """From now on, the tokens `runner` is fed per forward pass (appended to the list returned)."""
+    fed, forward = [], runner.forward
+    runner.forward = lambda steps: fed.append(sum(len(s.tokens) for s in steps)) or forward(steps)
+    return fed

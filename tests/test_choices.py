@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 import torch
-from conftest import TINY_TARGET
+from conftest import TINY_TARGET, choices, count_fed
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
@@ -22,9 +22,7 @@ PROMPT = [(3 * i) % 250 for i in range(40)]
 @pytest.mark.parametrize("runner", ["ragged", "static"])
 def test_a_session_with_a_live_sessions_prefix_copies_its_kv(runner):
     engine = TargetEngine(load_model(TINY_TARGET, "cpu", runner=runner, slots=4))
-    fed = []
-    forward = engine.runner.forward
-    engine.runner.forward = lambda steps: fed.append(sum(len(s.tokens) for s in steps)) or forward(steps)
+    fed = count_fed(engine.runner)
     try:
         engine.open("a", SamplingParams())
         first = engine.verify("a", 0, PROMPT, [7, 8], None).verdict
@@ -47,7 +45,7 @@ def test_copied_kv_gives_the_same_bits(stack):
     to the bit, under speculation."""
     prompt = dict(prompt_token_ids=PROMPT)
     single = generate(stack.endpoint, make_request(**prompt, max_new_tokens=24, gamma=3, top_logprobs=2))
-    chosen = _choices(stack.endpoint, make_request(**prompt, max_new_tokens=24, gamma=3, top_logprobs=2), 3)
+    chosen = choices(stack.endpoint, make_request(**prompt, max_new_tokens=24, gamma=3, top_logprobs=2), 3)
     for tokens, logprobs, stats in chosen:
         assert tokens == single.token_ids and logprobs == single.logprobs
         assert stats.finish_reason == pb.FINISH_REASON_LENGTH and stats.generated_tokens == 24
@@ -55,7 +53,7 @@ def test_copied_kv_gives_the_same_bits(stack):
 
 def test_sampled_choices_use_seed_plus_their_index(stack):
     request = make_request(prompt="hello", max_new_tokens=16, temperature=1.0, seed=5, gamma=2)
-    chosen = _choices(stack.endpoint, request, 3)
+    chosen = choices(stack.endpoint, request, 3)
     for i, (tokens, _, _) in enumerate(chosen):
         alone = make_request(prompt="hello", max_new_tokens=16, temperature=1.0, seed=5 + i, gamma=2)
         assert tokens == generate(stack.endpoint, alone).token_ids, f"choice {i} is not seed {5 + i}'s generation"
@@ -72,20 +70,6 @@ def test_bad_choice_counts_are_refused(stack, fields, message):
         with pytest.raises(grpc.RpcError) as caught:
             list(pb_grpc.SpecDecStub(channel).Generate(request, timeout=30))
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in caught.value.details()
-
-
-def _choices(endpoint: str, request: pb.GenerateRequest, n: int) -> list[tuple[list[int], list, pb.GenerationStats]]:
-    request.n = n
-    tokens, logprobs, stats = [[] for _ in range(n)], [[] for _ in range(n)], [None] * n
-    with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
-        for message in pb_grpc.SpecDecStub(channel).Generate(request, timeout=120):
-            tokens[message.choice] += message.token_ids
-            logprobs[message.choice] += message.logprobs
-            if message.HasField("stats"):
-                assert stats[message.choice] is None, "one final message per choice"
-                stats[message.choice] = message.stats
-    assert all(s is not None for s in stats)
-    return list(zip(tokens, logprobs, stats, strict=True))
 
 
 def test_the_prefix_copy_is_exact_on_the_static_runner():

@@ -11,9 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
-from conftest import TINY_TARGET, tiny_options
+from conftest import TINY_TARGET, choices, count_fed, tiny_options
 
-from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import ResourceExhausted
 from specdec.core.sampling import MAX_CACHE_SALT, SamplingParams
@@ -22,8 +21,6 @@ from specdec.engine.model_engine import REUSE_MIN_TOKENS, TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.prefix_cache import PrefixCache
 from specdec.launch.stack import EmbeddedStack
-from specdec.runtime.security import open_channel
-from specdec.runtime.server import CHANNEL_OPTIONS
 
 PROMPT = [(7 * i + 3) % 250 for i in range(40)]  # no other test's prompt starts like this
 
@@ -65,7 +62,7 @@ def test_another_conversation_sharing_only_the_start_copies_it_and_leaves_the_ca
     store, copies = PrefixCache(budget_bytes=100), []
     store.keep([1, 2, 3, 4, 5, 6, 7, 8], "system+a", 1)
     store.keep([9, 9, 9], "other", 1)
-    copy = lambda cache, n: copies.append((cache, n))  # noqa: E731
+    copy = lambda cache, n: copies.append((cache, n))
     assert store.reuse([1, 2, 3, 4, 50, 60], 3, "", copy, slack=2) == (None, 4)
     assert copies == [("system+a", 4)] and len(store) == 2
     assert store.evict_oldest() and store.reuse([9, 9, 9, 1], 3, "", copy, slack=2) is None  # "other" went first
@@ -95,13 +92,6 @@ def _engine(runner: str = "ragged", slots: int = 4, **kw) -> TargetEngine:
     return TargetEngine(load_model(TINY_TARGET, "cpu", runner=runner, slots=slots), max_sessions=slots, **kw)
 
 
-def _fed(engine: TargetEngine) -> list[int]:
-    """Tokens fed per forward pass from now on."""
-    fed, forward = [], engine.runner.forward
-    engine.runner.forward = lambda steps: fed.append(sum(len(s.tokens) for s in steps)) or forward(steps)
-    return fed
-
-
 def _first_turn(engine: TargetEngine) -> list[int]:
     """A session that scores PROMPT and three drafts, then ends; returns the tokens it emitted."""
     engine.open("turn-1", SamplingParams())
@@ -120,7 +110,7 @@ def test_the_next_turn_takes_the_ended_sessions_cache_and_computes_only_its_new_
         assert warm.report()["kept_tokens"] == len(kept) and len(cold.prefix_cache) == 0
         turn = PROMPT + emitted + [11, 12, 13]
         shared = common_prefix(kept, turn)
-        fed = _fed(warm)
+        fed = count_fed(warm.runner)
         logits = {}
         for name, engine in (("warm", warm), ("cold", cold)):
             engine.open("turn-2", SamplingParams())
@@ -155,7 +145,7 @@ def test_two_chats_with_one_system_prompt_keep_each_its_own_history(runner):
             first_b = engine.score("b-1", 0, chat_b, [7])
             engine.release("b-1")
             engine.open("a-2", SamplingParams())
-            fed = _fed(engine)
+            fed = count_fed(engine.runner)
             turn = chat_a + emitted + [11, 12]
             scores[name] = (first_b, engine.score("a-2", 0, turn, [1, 2]))
             reused.append((len(engine.prefix_cache), sum(fed), len(turn)))
@@ -172,7 +162,7 @@ def test_a_prefix_shorter_than_the_minimum_is_computed():
     try:
         _first_turn(engine)
         engine.open("other", SamplingParams())
-        fed = _fed(engine)
+        fed = count_fed(engine.runner)
         other = PROMPT[:REUSE_MIN_TOKENS - 1] + [1, 2, 3]
         assert engine.verify("other", 0, other, [], None).reused == 0
         assert sum(fed) == len(other) and len(engine.prefix_cache) == 1
@@ -311,8 +301,7 @@ def test_six_concurrent_chats_with_one_system_prompt_give_the_cold_outputs(stack
             request = make_request(prompt_token_ids=history, max_new_tokens=6, gamma=gamma,
                                    temperature=0.0 if greedy else 1.0, seed=user)
             request.cache_salt = "salted" if user == 5 else ""
-            request.n = 2 if user == 4 and turn == 1 else 1
-            tokens = _choices_tokens(endpoint, request)
+            tokens = [t for t, _, _ in choices(endpoint, request, 2 if user == 4 and turn == 1 else 1)]
             replies.append(tokens)
             history = history + tokens[0] + [100 + turn, user]
         return replies
@@ -321,15 +310,6 @@ def test_six_concurrent_chats_with_one_system_prompt_give_the_cold_outputs(stack
     with ThreadPoolExecutor(6) as pool:
         got = list(pool.map(lambda user: chat(stack.endpoint, user), range(6)))
     assert got == want
-
-
-def _choices_tokens(endpoint: str, request) -> list[list[int]]:
-    """Each choice's tokens, in choice order."""
-    tokens: dict[int, list[int]] = {}
-    with open_channel(endpoint, CHANNEL_OPTIONS) as channel:
-        for message in pb_grpc.SpecDecStub(channel).Generate(request, timeout=120):
-            tokens.setdefault(message.choice, []).extend(message.token_ids)
-    return [tokens[i] for i in sorted(tokens)]
 
 
 def test_an_overlong_cache_salt_is_invalid_argument(stack):
