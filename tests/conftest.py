@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 
+import openai
 import pytest
 
+from orchestrator.clients import draft_client, target_client
 from orchestrator.servicer import OrchestratorConfig
 from specdec.launch.stack import EmbeddedStack, StackOptions
 from specdec.runtime.model_service import ModelServiceConfig
@@ -159,3 +165,48 @@ def count_fed(runner) -> list[int]:
     fed, forward = [], runner.forward
     runner.forward = lambda steps: fed.append(sum(len(s.tokens) for s in steps)) or forward(steps)
     return fed
+
+
+class Serve:
+    """`specdec serve --http-port 0` as a child process; its endpoints read from its stdout."""
+
+    def __init__(self, *flags: str, draft: str = TINY_DRAFT, target: str = TINY_TARGET):
+        cmd = [sys.executable, "-m", "specdec.cli.main", "serve", "--draft-model", draft, "--target-model", target,
+               "--device", "cpu", "--port", "0", "--gamma-max", "6", "--max-new-tokens-limit", "1024",
+               "--http-port", "0", *flags]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        lines = {}
+        for line in self.proc.stdout:  # until all three lines are in, or the process ended
+            for key, pattern in (("grpc", r"specdec serving on (\S+)"), ("services", r"services: draft (\S+), target (\S+)"),
+                                 ("http", r"OpenAI-compatible API on (\S+)")):
+                if (match := re.search(pattern, line)):
+                    lines[key] = match.groups()
+            if len(lines) == 3:
+                break
+        assert len(lines) == 3, f"specdec serve did not start (exit {self.proc.poll()})"
+        self.grpc, = lines["grpc"]
+        self.draft, self.target = lines["services"]
+        self.base_url, = lines["http"]
+        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base_url, api_key=kw.pop("api_key", "none"), max_retries=0, **kw)
+
+    def live(self) -> tuple[int, int]:
+        """(target, draft) sessions open on the services."""
+        target, draft = target_client(self.target), draft_client(self.draft)
+        try:
+            return target.info().live_sessions, draft.info().live_sessions
+        finally:
+            target.close(), draft.close()
+
+    def wait_idle(self, timeout_s: float = 15.0) -> tuple[int, int]:
+        """Wait for no session to be open on either service; the last count seen."""
+        deadline = time.monotonic() + timeout_s
+        while (live := self.live()) != (0, 0) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return live
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)

@@ -16,9 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx2 as httpx
 import openai
 import pytest
-from conftest import TINY_DRAFT, TINY_TARGET, wait_until
+from conftest import TINY_TARGET, Serve, wait_until
 
-from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2 as pb
 from specdec.cli.client import generate, make_request
 from specdec.runtime.server import READY_PREFIX
@@ -28,36 +27,6 @@ MODEL = TINY_TARGET
 PROMPT = "def fib(n):"
 MESSAGES = [{"role": "system", "content": "You write code."}, {"role": "user", "content": "fib in Python"}]
 TOKEN = "http-test-token"
-
-
-class Serve:
-    """`specdec serve --http-port 0` as a child process; its endpoints read from its stdout."""
-
-    def __init__(self, *flags: str, draft: str = TINY_DRAFT, target: str = TINY_TARGET):
-        cmd = [sys.executable, "-m", "specdec.cli.main", "serve", "--draft-model", draft, "--target-model", target,
-               "--device", "cpu", "--port", "0", "--gamma-max", "6", "--max-new-tokens-limit", "1024",
-               "--http-port", "0", *flags]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        lines = {}
-        for line in self.proc.stdout:  # until all three lines are in, or the process ended
-            for key, pattern in (("grpc", r"specdec serving on (\S+)"), ("services", r"services: draft (\S+), target (\S+)"),
-                                 ("http", r"OpenAI-compatible API on (\S+)")):
-                if (match := re.search(pattern, line)):
-                    lines[key] = match.groups()
-            if len(lines) == 3:
-                break
-        assert len(lines) == 3, f"specdec serve did not start (exit {self.proc.poll()})"
-        self.grpc, = lines["grpc"]
-        self.draft, self.target = lines["services"]
-        self.base_url, = lines["http"]
-        threading.Thread(target=self.proc.stdout.read, daemon=True).start()
-
-    def client(self, **kw) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.base_url, api_key=kw.pop("api_key", "none"), max_retries=0, **kw)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -411,31 +380,16 @@ def test_a_refused_stream_gets_its_status_before_any_event(serve):
         list(serve.client().completions.create(model=MODEL, prompt="x", max_tokens=5000, stream=True))
 
 
-def _live(serve) -> tuple[int, int]:
-    target, draft = target_client(serve.target), draft_client(serve.draft)
-    try:
-        return target.info().live_sessions, draft.info().live_sessions
-    finally:
-        target.close(), draft.close()
-
-
-def _wait_idle(serve, timeout_s: float = 15.0) -> tuple[int, int]:
-    deadline = time.monotonic() + timeout_s
-    while (live := _live(serve)) != (0, 0) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return live
-
-
 def test_a_disconnect_mid_stream_frees_the_sessions_everywhere(serve):
-    assert _wait_idle(serve) == (0, 0)
+    assert serve.wait_idle() == (0, 0)
     with httpx.stream("POST", serve.base_url + "/completions", timeout=30,
                       json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "gamma": 3,
                             "proposer": "model", "stream": True}) as reply:
         lines = reply.iter_lines()
         assert next(lines).startswith("data: ")
-        assert _live(serve) == (1, 1), "the generation should be running on both services"
+        assert serve.live() == (1, 1), "the generation should be running on both services"
     # the client went away after one event, ~500 tokens before the end
-    assert _wait_idle(serve) == (0, 0)
+    assert serve.wait_idle() == (0, 0)
 
 
 def test_a_disconnect_before_a_plain_reply_cancels_it(serve):
@@ -446,7 +400,7 @@ def test_a_disconnect_before_a_plain_reply_cancels_it(serve):
         found = re.search(r'http_requests_total\{[^}]*route="/v1/completions",status="499"\} ([0-9.]+)', text)
         return float(found.group(1)) if found else 0.0
 
-    assert _wait_idle(serve) == (0, 0)
+    assert serve.wait_idle() == (0, 0)
     before = cancelled()
     url = httpx.URL(serve.base_url)
     body = json.dumps({"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "gamma": 3}).encode()
@@ -454,8 +408,8 @@ def test_a_disconnect_before_a_plain_reply_cancels_it(serve):
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     with socket.create_connection((url.host, url.port)) as conn:
         conn.sendall(head + body)
-        wait_until(lambda: _live(serve)[0] > 0, 30, "the generation to start on the target")
-    assert _wait_idle(serve) == (0, 0)
+        wait_until(lambda: serve.live()[0] > 0, 30, "the generation to start on the target")
+    assert serve.wait_idle() == (0, 0)
     wait_until(lambda: cancelled() == before + 1, 10, "the gateway to count the disconnect as a 499")
 
 

@@ -30,7 +30,10 @@ from specdec.http.errors import error_body, rpc_error
 from specdec.http.flags import HttpConfig
 from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
+from specdec.http.response_reply import ResponseReply, ResponseStream
+from specdec.http.response_store import ResponseNotFound, ResponseStore
 from specdec.http.responses import Reply, TokenText
+from specdec.http.responses_api import ResponsesRequest, output_message
 from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
 from specdec.runtime import security
 from specdec.runtime.server import CHANNEL_OPTIONS
@@ -44,6 +47,11 @@ def sse(data: dict | str) -> bytes:
     return f"data: {data if isinstance(data, str) else json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
+def named_sse(event: dict) -> bytes:
+    """A Responses API event: its type as the event's name, the event as its data."""
+    return f"event: {event['type']}\n".encode() + sse(event)
+
+
 class Gateway:
     """What the routes share: the channel to the orchestrator, the model's name and tokenizer."""
 
@@ -55,6 +63,7 @@ class Gateway:
         self.model = config.model_name
         self.tokenizer = None
         self.tokens: TokenText | None = None
+        self.stored = ResponseStore(config.response_store_mb << 20)
         meter = metrics.get_meter("specdec.http")
         self.requests = meter.create_counter("http_requests", description="HTTP requests by route and status")
         self.latency = meter.create_histogram("http_request_duration", unit="s",
@@ -108,6 +117,12 @@ class Gateway:
         except Exception as exc:  # noqa: BLE001 - a template rejects what it cannot render (jinja raises)
             raise BadRequest(f"the chat template cannot render these messages: {exc}", "messages") from None
         return list(ids)
+
+    def chat_request(self, body: ChatCompletionRequest, prompt: list[int]) -> pb.GenerateRequest:
+        """The generation a chat body asks for, its reply at most as long as the room left in the context."""
+        room = max(self.info.max_context - len(prompt), 1)
+        max_tokens = body.max_new_tokens() or min(self.info.max_new_tokens or room, room)
+        return body.generate_request(max_tokens, body.top(), prompt_token_ids=prompt)
 
 
 class ModelNotFound(Exception):
@@ -164,17 +179,47 @@ async def chat_completions(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     body = parse(ChatCompletionRequest, await request.body())
     gateway.check_model(body.model)
-    prompt = gateway.chat_prompt(body)
-    room = max(gateway.info.max_context - len(prompt), 1)
-    max_tokens = body.max_new_tokens() or min(gateway.info.max_new_tokens or room, room)
-    generate = body.generate_request(max_tokens, body.top(), prompt_token_ids=prompt)
+    generate = gateway.chat_request(body, gateway.chat_prompt(body))
     return await run(request, gateway, body, generate, Reply("chat", gateway.model, gateway.tokens, body.top(),
                                                              body.offered_tools()))
 
 
-async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest, reply: Reply) -> Response:
+async def create_response(request: Request) -> Response:
+    """The Responses API: a chat completion after the stored conversation it goes on from; stored in turn."""
+    gateway: Gateway = request.app.state.gateway
+    body = parse(ResponsesRequest, await request.body())
+    gateway.check_model(body.model)
+    conversation = gateway.stored.conversation(body.previous_response_id) if body.previous_response_id else []
+    chat = body.chat_request(conversation)
+    try:
+        prompt = gateway.chat_prompt(chat)
+    except BadRequest as exc:
+        raise BadRequest(str(exc), "input" if exc.param == "messages" else exc.param) from None
+    added = body.input_messages()
+
+    def keep(final: dict, content: str, calls: list[dict]) -> None:
+        if body.store and gateway.stored.enabled:
+            gateway.stored.put(final["id"], final, [*added, output_message(content, calls)], body.previous_response_id)
+
+    reply = ResponseReply(body, gateway.model, gateway.tokens, chat.offered_tools(), keep)
+    return await run(request, gateway, body, gateway.chat_request(chat, prompt), reply, response_events)
+
+
+async def stored_response(request: Request) -> Response:
+    """GET a stored response, or DELETE it."""
+    gateway: Gateway = request.app.state.gateway
+    response_id = request.path_params["response_id"]
+    if request.method == "DELETE":
+        gateway.stored.delete(response_id)
+        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
+    return JSONResponse(gateway.stored.body(response_id))
+
+
+async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest, reply: Reply,
+              events=None) -> Response:
     """Start the call and wait for its first message, so that a refused request gets its 4xx
-    status even when streamed; then stream the rest, or gather it."""
+    status even when streamed; then stream the rest (`events`: the stream's form, the chat API's by
+    default), or gather it."""
     call = gateway.stub.Generate(generate, timeout=gateway.config.request_timeout_s, metadata=gateway.metadata)
     try:
         first = await until_disconnected(request, call.read())
@@ -182,7 +227,7 @@ async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateReq
         call.cancel()
         raise
     if body.stream:
-        return StreamingResponse(stream(call, first, reply, body.include_usage()), media_type="text/event-stream",
+        return StreamingResponse((events or stream)(call, first, reply, body), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     try:
         texts, logprobs = await until_disconnected(request, gather(call, first, reply))
@@ -211,7 +256,7 @@ async def gather(call, first, reply: Reply) -> tuple[dict[int, str], dict[int, l
     return {i: "".join(parts) for i, parts in texts.items()}, logprobs
 
 
-async def stream(call, first, reply: Reply, include_usage: bool) -> AsyncIterator[bytes]:
+async def stream(call, first, reply: Reply, body) -> AsyncIterator[bytes]:
     """Server-sent events: a chunk per round, the finish reason, usage if asked for, then [DONE].
     An error after the first message arrives as an OpenAI error event. Closing the stream (the
     client went away) cancels the call."""
@@ -226,7 +271,7 @@ async def stream(call, first, reply: Reply, include_usage: bool) -> AsyncIterato
         for index in sorted(opened):
             for chunk in reply.closing_chunks(index):
                 yield sse(chunk)
-        if include_usage:
+        if body.include_usage():
             yield sse(reply.usage_chunk())
     except grpc.RpcError as exc:
         status, kind, message_text = rpc_error(exc)
@@ -234,6 +279,29 @@ async def stream(call, first, reply: Reply, include_usage: bool) -> AsyncIterato
     finally:
         call.cancel()
     yield sse("[DONE]")
+
+
+async def response_events(call, first, reply: ResponseReply, body) -> AsyncIterator[bytes]:
+    """A streamed response's events (`ResponseStream`); an error after the first message ends it as failed.
+    Closing the stream (the client went away) cancels the call."""
+    events = ResponseStream(reply)
+    try:
+        for event in events.start():
+            yield named_sse(event)
+        async for message in messages(call, first, reply):
+            logprobs = reply.logprobs(message)
+            text = reply.stream_text(message.text)
+            if text or logprobs is not None and logprobs["content"]:
+                for event in events.delta(text, logprobs["content"] if logprobs is not None else None):
+                    yield named_sse(event)
+        for event in events.finish():
+            yield named_sse(event)
+    except grpc.RpcError as exc:
+        _, kind, message_text = rpc_error(exc)
+        for event in events.failed(kind, message_text):
+            yield named_sse(event)
+    finally:
+        call.cancel()
 
 
 async def until_disconnected(request: Request, work):
@@ -290,6 +358,9 @@ def with_errors(route):
             return error_body(400, "invalid_request_error", str(exc), exc.param)
         except ModelNotFound as exc:
             return error_body(404, "not_found_error", str(exc), "model")
+        except ResponseNotFound as exc:
+            return error_body(404, "not_found_error", f"no stored response has the id {exc.args[0]!r}",
+                              "previous_response_id" if request.method == "POST" else "response_id")
         except grpc.RpcError as exc:
             return error_body(*rpc_error(exc))
         except ClientGone:
@@ -301,8 +372,9 @@ def with_errors(route):
 
 
 ROUTES = {"/v1/models": (models, ["GET"]), "/v1/models/{model:path}": (model, ["GET"]), "/v1/completions": (completions, ["POST"]),
-          "/v1/chat/completions": (chat_completions, ["POST"]), "/health": (health, ["GET"]),
-          "/metrics": (prometheus, ["GET"])}
+          "/v1/chat/completions": (chat_completions, ["POST"]), "/v1/responses": (create_response, ["POST"]),
+          "/v1/responses/{response_id}": (stored_response, ["GET", "DELETE"]),
+          "/health": (health, ["GET"]), "/metrics": (prometheus, ["GET"])}
 
 
 def create_app(config: HttpConfig) -> Starlette:

@@ -21,6 +21,8 @@ class HttpConfig:
     request_timeout_s: float = option(600.0, "deadline in seconds of one HTTP request's generation (then 504)",
                                       flag="--http-timeout")
     max_body_bytes: int = MAX_CLIENT_MESSAGE_BYTES  # as on gRPC; checked before parsing
+    response_store_mb: int = option(256, "memory in MiB for the Responses API's stored responses (what "
+                                    "previous_response_id goes on from; least recently used out); 0 = store none")
 
 
 def add_http_args(parser: argparse.ArgumentParser) -> None:

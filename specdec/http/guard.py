@@ -11,6 +11,17 @@ from specdec.http.errors import error_body
 OPEN_PATHS = ("/health", "/metrics")  # probes and scrapers, like gRPC health, need no token
 
 
+def route_of(path: str, routes) -> str:
+    """The route a path is counted under: itself, the template it fills (`/v1/models/{model:path}`), or "other"."""
+    if path in routes:
+        return path
+    for route in routes:
+        head, brace, _ = route.partition("{")
+        if brace and path.startswith(head) and len(path) > len(head):
+            return route
+    return "other"
+
+
 class Guard:
     """ASGI middleware run before any route: the bearer token (401), then the body's size (413),
     read whole and bounded before anything parses it; it also counts requests by route and status
@@ -39,8 +50,7 @@ class Guard:
             else:
                 await self.app(scope, receive, send_watching)
         finally:
-            route = scope["path"] if scope["path"] in self.routes else "model" \
-                if scope["path"].startswith("/v1/models/") else "other"
+            route = route_of(scope["path"], self.routes)
             self.gateway.requests.add(1, {"route": route, "status": status[0]})
             self.gateway.latency.record(time.perf_counter() - began, {"route": route})
 

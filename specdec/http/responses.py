@@ -141,19 +141,23 @@ class Reply:
             return text
         return self._splits.setdefault(index, ToolStream(self.tools)).push(text)
 
+    def held(self, index: int = 0) -> tuple[str, list[dict]]:
+        """Once a streamed choice has ended: the text `stream_text` held back that is content after all, and the
+        tool calls read from the rest."""
+        split = self._splits.get(index)
+        return split.finish() if split is not None else ("", [])
+
     def closing_chunks(self, index: int = 0) -> list[dict]:
         """A streamed choice's last chunks: with tools, the text held back and the calls; then its finish reason."""
         chunks, finish = [], self.finish_reason(index)
-        split = self._splits.get(index)
-        if split is not None:
-            rest, calls = split.finish()
-            if rest:
-                chunks.append(self.chunk(rest, None, index=index))
-            if calls:
-                delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}
-                choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
-                chunks.append(self._envelope("chat.completion.chunk", [choice]))
-                finish = "tool_calls"
+        rest, calls = self.held(index)
+        if rest:
+            chunks.append(self.chunk(rest, None, index=index))
+        if calls:
+            delta = {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": None}
+            chunks.append(self._envelope("chat.completion.chunk", [choice]))
+            finish = "tool_calls"
         return [*chunks, self.chunk("", None, finish, index=index)]
 
     def usage_chunk(self) -> dict:

@@ -277,13 +277,35 @@ class ChatCompletionRequest(_Common):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
-def parse(model: type[_Common], body: bytes) -> _Common:
-    """Validate a JSON body; any problem is a BadRequest naming the field."""
+def parse(model: type[BaseModel], body: bytes):
+    """Validate a JSON body, then refuse what it asks for that cannot be served; any problem is a BadRequest
+    naming the field."""
     try:
         request = model.model_validate_json(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise BadRequest(f"{where}: {first['msg']}" if where else first["msg"], where or None) from None
+        raise bad_request(exc) from None
     request.refuse_unsupported()
     return request
+
+
+def validated(model: type[BaseModel], data: dict, renames: dict[str, str] | None = None):
+    """As `parse`, for a body built from another one: `renames` maps a field's name here to the name the
+    client gave it."""
+    try:
+        request = model.model_validate(data)
+    except ValidationError as exc:
+        raise bad_request(exc, renames) from None
+    try:
+        request.refuse_unsupported()
+    except BadRequest as exc:
+        raise BadRequest(str(exc), (renames or {}).get(exc.param, exc.param)) from None
+    return request
+
+
+def bad_request(exc: ValidationError, renames: dict[str, str] | None = None) -> BadRequest:
+    first = exc.errors()[0]
+    loc = [str(part) for part in first["loc"]]
+    if loc and renames and loc[0] in renames:
+        loc = [renames[loc[0]]]
+    where = ".".join(loc)
+    return BadRequest(f"{where}: {first['msg']}" if where else first["msg"], where or None)

@@ -1,0 +1,153 @@
+"""The Responses API's reply: the response object, its output items, and a streamed response's events.
+
+A reply's output is a message (its text, with the tokens' log-probabilities if asked for) and then one
+`function_call` item per call read out of the text (`specdec.http.tool_calls`); a reply that is only calls has
+no message. A streamed response sends OpenAI's events in order (`response.created`, `response.in_progress`,
+the message's item, part and text deltas, each call's item and arguments, `response.completed`, or
+`response.incomplete` when the reply ran out of tokens), each with its `sequence_number`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable
+
+from specdec.http.responses import Reply, TokenText
+from specdec.http.responses_api import ResponsesRequest
+from specdec.http.tool_calls import Tool, parse_calls
+
+
+class ResponseReply(Reply):
+    """One response: its ids, the request's settings it repeats, and the chat reply it is built from."""
+
+    def __init__(self, request: ResponsesRequest, model: str, tokens: TokenText, tools: dict[str, Tool],
+                 keep: Callable[[dict, str, list[dict]], None] | None = None):
+        """keep(response, content, calls): called with the finished response object, its text and its calls."""
+        top = (request.top_logprobs or 0) if request.logprobs else None
+        super().__init__("chat", model, tokens, top, tools)
+        self.request = request
+        self.id = f"resp_{uuid.uuid4().hex}"
+        self.message_id = f"msg_{uuid.uuid4().hex}"
+        self.created_at = int(time.time())
+        self.keep = keep
+
+    def response(self, status: str, output: list[dict], usage: dict | None = None) -> dict:
+        return {"id": self.id, "object": "response", "created_at": self.created_at, "status": status, "error": None,
+                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+                "model": self.model, "output": output, "usage": usage, **self.request.echo()}
+
+    def status(self) -> str:
+        return "incomplete" if self.finish_reason() == "length" else "completed"
+
+    def final(self, content: str, calls: list[dict], logprobs: list | None) -> dict:
+        """The whole response object, from the reply's text (less its calls) and calls."""
+        status = self.status()
+        output = [self.message_item(status, content, logprobs)] if content or not calls else []
+        output += [call_item(call, "completed") for call in calls]
+        response = self.response(status, output, self.response_usage())
+        if self.keep is not None:
+            self.keep(response, content, calls)
+        return response
+
+    def whole(self, texts: dict[int, str], logprobs: dict[int, dict | None]) -> dict:
+        content, calls = parse_calls(texts.get(0, ""), self.tools) if self.tools else (texts.get(0, ""), [])
+        merged = logprobs.get(0)
+        return self.final(content or "", calls, merged["content"] if merged is not None else None)
+
+    def message_item(self, status: str, text: str | None, logprobs: list | None = None) -> dict:
+        """The message item; `text` None: its opening, before any part."""
+        return {"type": "message", "id": self.message_id, "status": status, "role": "assistant",
+                "content": [] if text is None else [text_part(text, logprobs)]}
+
+    def response_usage(self) -> dict:
+        chat = self.usage()
+        return {"input_tokens": chat["prompt_tokens"], "input_tokens_details": chat["prompt_tokens_details"],
+                "output_tokens": chat["completion_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": chat["total_tokens"], "speculation": chat["speculation"]}
+
+
+def text_part(text: str, logprobs: list | None) -> dict:
+    part = {"type": "output_text", "text": text, "annotations": []}
+    if logprobs is not None:
+        part["logprobs"] = logprobs
+    return part
+
+
+def call_item(call: dict, status: str, arguments: str | None = None) -> dict:
+    """A call (the chat API's shape) as a function_call item; `arguments` in place of the call's own."""
+    function = call["function"]
+    return {"type": "function_call", "id": "fc_" + call["id"].removeprefix("call_"), "call_id": call["id"],
+            "name": function["name"], "arguments": function["arguments"] if arguments is None else arguments,
+            "status": status}
+
+
+class ResponseStream:
+    """A streamed response's events, built as its text arrives; `final` is the response object once done."""
+
+    def __init__(self, reply: ResponseReply):
+        self.reply = reply
+        self.sequence = 0
+        self.text: list[str] = []
+        self.logprobs: list | None = [] if reply.top is not None else None
+        self.opened = False  # the message item has been announced
+        self.final: dict | None = None
+
+    def event(self, kind: str, **fields) -> dict:
+        event = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return event
+
+    def start(self) -> list[dict]:
+        response = self.reply.response("in_progress", [])
+        return [self.event("response.created", response=response), self.event("response.in_progress", response=response)]
+
+    def delta(self, text: str, logprobs: list | None) -> list[dict]:
+        """A delta of the message's text (and its tokens' log-probabilities)."""
+        events = [] if self.opened else self._open()
+        self.text.append(text)
+        if self.logprobs is not None:
+            self.logprobs += logprobs or []
+        events.append(self.event("response.output_text.delta", item_id=self.reply.message_id, output_index=0,
+                                 content_index=0, delta=text, logprobs=logprobs or []))
+        return events
+
+    def finish(self) -> list[dict]:
+        """The events after the last delta: the held text, the message's end, each call, then the response's end."""
+        rest, calls = self.reply.held()
+        events = self.delta(rest, []) if rest else []
+        text = "".join(self.text)
+        final = self.reply.final(text, calls, self.logprobs)
+        self.final = final
+        items = iter(final["output"])
+        if text or not calls:
+            events += [] if self.opened else self._open()
+            message = next(items)
+            part, where = message["content"][0], {"item_id": message["id"], "output_index": 0, "content_index": 0}
+            events += [self.event("response.output_text.done", **where, text=text, logprobs=self.logprobs or []),
+                       self.event("response.content_part.done", **where, part=part),
+                       self.event("response.output_item.done", output_index=0, item=message)]
+        first_call = len(final["output"]) - len(calls)
+        for index, (call, item) in enumerate(zip(calls, items), first_call):
+            events += [self.event("response.output_item.added", output_index=index,
+                                  item=call_item(call, "in_progress", arguments="")),
+                       self.event("response.function_call_arguments.delta", item_id=item["id"], output_index=index,
+                                  delta=item["arguments"]),
+                       self.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                                  name=item["name"], arguments=item["arguments"]),
+                       self.event("response.output_item.done", output_index=index, item=item)]
+        events.append(self.event(f"response.{final['status']}", response=final))
+        return events
+
+    def failed(self, code: str, message: str) -> list[dict]:
+        """An error after the response began: an error event, then the response as failed."""
+        response = {**self.reply.response("failed", []), "error": {"code": code, "message": message}}
+        return [self.event("error", code=code, message=message, param=None),
+                self.event("response.failed", response=response)]
+
+    def _open(self) -> list[dict]:
+        self.opened = True
+        where = {"item_id": self.reply.message_id, "output_index": 0, "content_index": 0}
+        return [self.event("response.output_item.added", output_index=0,
+                           item=self.reply.message_item("in_progress", None)),
+                self.event("response.content_part.added", **where, part=text_part("", None))]

@@ -1,0 +1,93 @@
+"""The Responses API's stored responses: what `previous_response_id` goes on from, and what
+`GET /v1/responses/{id}` returns.
+
+Each stored response keeps its own part of the conversation only (the chat messages its input added and
+the one its output added) and the id it went on from; a conversation is the chain of those parts, read
+oldest first. Reading a chain counts as using every response in it, so a conversation that goes on keeps
+its whole chain; the least recently used go first once the stored bodies and messages pass the budget
+(their JSON length). Plain Python, no web stack.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+class ResponseNotFound(KeyError):
+    """No stored response has this id (never stored, deleted, or dropped for room)."""
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    body: dict  # the response object as it was returned
+    messages: list[dict]  # the chat messages it added: its input items', then its output's
+    previous: str | None  # the response it went on from
+    size: int  # bytes counted against the budget
+
+
+class ResponseStore:
+    """Stored responses by id, least recently used out past `budget_bytes` (0: stores nothing)."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget_bytes = budget_bytes
+        self._stored: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.budget_bytes > 0
+
+    def put(self, response_id: str, body: dict, messages: list[dict], previous: str | None) -> bool:
+        """Store a response; False if it alone is over the budget (then nothing is stored)."""
+        size = len(json.dumps(body)) + len(json.dumps(messages))
+        if size > self.budget_bytes:
+            return False
+        with self._lock:
+            self._drop(response_id)
+            self._stored[response_id] = StoredResponse(body, messages, previous, size)
+            self._bytes += size
+            while self._bytes > self.budget_bytes:
+                self._drop(next(iter(self._stored)))
+        return True
+
+    def body(self, response_id: str) -> dict:
+        with self._lock:
+            return self._use(response_id).body
+
+    def conversation(self, response_id: str) -> list[dict]:
+        """The chat messages of the chain that ends at `response_id`, oldest first."""
+        parts: list[list[dict]] = []
+        with self._lock:
+            seen: set[str] = set()
+            at: str | None = response_id
+            while at is not None and at not in seen:
+                seen.add(at)
+                stored = self._use(at)
+                parts.append(stored.messages)
+                at = stored.previous
+        return [message for part in reversed(parts) for message in part]
+
+    def delete(self, response_id: str) -> None:
+        with self._lock:
+            if response_id not in self._stored:
+                raise ResponseNotFound(response_id)
+            self._drop(response_id)
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    def _use(self, response_id: str) -> StoredResponse:
+        stored = self._stored.get(response_id)
+        if stored is None:
+            raise ResponseNotFound(response_id)
+        self._stored.move_to_end(response_id)
+        return stored
+
+    def _drop(self, response_id: str) -> None:
+        stored = self._stored.pop(response_id, None)
+        if stored is not None:
+            self._bytes -= stored.size
