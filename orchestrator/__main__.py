@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     if serve_http:  # the OpenAI API beside it, a client of its gRPC port over loopback
         from specdec.http.server import start_http
 
-        http = start_http(http_config(args, f"127.0.0.1:{running.port}", args.tokenizer),
+        http = start_http(http_config(args, f"127.0.0.1:{running.port}", args.tokenizer, args.redis_url),
                           args.http_host or server.host, args.http_port, server.log_level.lower())
 
     def stop() -> None:

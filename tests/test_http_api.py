@@ -7,8 +7,6 @@ import json
 import os
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,11 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx2 as httpx
 import openai
 import pytest
-from conftest import TINY_TARGET, Serve, wait_until
+from conftest import TINY_TARGET, Serve, start_gateway, wait_until
 
 from protos import specdec_pb2 as pb
 from specdec.cli.client import generate, make_request
-from specdec.runtime.server import READY_PREFIX
 from specdec.weights.sources import build_byte_tokenizer
 
 MODEL = TINY_TARGET
@@ -45,12 +42,9 @@ def gateway(serve, tmp_path_factory):
     tokenizer.chat_template = None
     tokenizer.save_pretrained(folder / "tokenizer")
     (folder / "token").write_text(TOKEN + "\n")
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.http", "--endpoint", serve.grpc, "--http-host", "127.0.0.1",
-                             "--http-port", "0", "--auth-token-file", str(folder / "token"), "--http-timeout", "0.1",
-                             "--tokenizer", str(folder / "tokenizer"), "--log-level", "warning"],
-                            stdout=subprocess.PIPE, text=True)
-    port = next(int(line[len(READY_PREFIX):]) for line in proc.stdout if line.startswith(READY_PREFIX))
-    yield f"http://127.0.0.1:{port}/v1"
+    proc, base_url = start_gateway(serve.grpc, "--auth-token-file", str(folder / "token"), "--http-timeout", "0.1",
+                                   "--tokenizer", str(folder / "tokenizer"))
+    yield base_url
     proc.terminate()
     proc.wait(30)
 

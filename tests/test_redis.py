@@ -3,15 +3,17 @@ session records, and the γ prior shared between orchestrators."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import threading
 import time
 
 import grpc
+import openai
 import pytest
 import redis
-from conftest import holds_for, tiny_options, wait_until
+from conftest import holds_for, start_gateway, tiny_options, wait_until
 
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
@@ -25,8 +27,9 @@ from specdec.runtime.server import free_port
 TTL_S = 1.5
 
 
-@pytest.fixture(scope="module")
-def redis_url():
+@contextlib.contextmanager
+def redis_server():
+    """A redis-server of its own on a free loopback port: its URL."""
     binary = shutil.which("redis-server")
     assert binary, "redis-server is not installed (scripts/setup.sh installs Debian's package)"
     port = free_port()
@@ -40,10 +43,18 @@ def redis_url():
         except redis.ConnectionError:
             return False
 
-    wait_until(answers, 20, "redis-server to start", every_s=0.1)
-    yield f"redis://127.0.0.1:{port}/0"
-    server.terminate()
-    server.wait(10)
+    try:
+        wait_until(answers, 20, "redis-server to start", every_s=0.1)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    with redis_server() as url:
+        yield url
 
 
 @pytest.fixture
@@ -159,3 +170,41 @@ def test_resume_errors(request, target, code):
     with pytest.raises(grpc.RpcError) as failure:
         generate(endpoint, resume)
     assert failure.value.code() == code, failure.value.details()
+
+
+def test_http_servers_sharing_redis_go_on_from_each_others_responses(stack, redis_url):
+    """Two HTTP servers in front of one orchestrator, as replicas behind one address: a response created on one
+    is read, continued (`previous_response_id`, the same reply as one server alone gives) and deleted on the
+    other; a server whose Redis is gone answers 503 for a stored id and still replies to a new request."""
+    gateways = [start_gateway(stack.endpoint, "--redis-url", redis_url) for _ in range(2)]
+    try:
+        first, second = (openai.OpenAI(base_url=url, api_key="none", max_retries=0) for _, url in gateways)
+        args = dict(model="tiny:seed=0", max_output_tokens=8, temperature=0)
+        started = first.responses.create(input="fib in Python", **args)
+        assert second.responses.retrieve(started.id).output_text == started.output_text
+        went_on = second.responses.create(input="and in C?", previous_response_id=started.id, **args)
+        alone = first.responses.create(input="and in C?", previous_response_id=started.id, **args)
+        assert went_on.output_text == alone.output_text
+        assert went_on.usage.input_tokens == alone.usage.input_tokens > started.usage.input_tokens + 8
+        second.responses.delete(started.id)
+        with pytest.raises(openai.NotFoundError):
+            first.responses.retrieve(started.id)
+        with pytest.raises(openai.NotFoundError):
+            first.responses.create(input="x", previous_response_id=started.id, **args)
+    finally:
+        for proc, _ in gateways:
+            proc.terminate()
+            proc.wait(30)
+    with redis_server() as lost:
+        proc, url = start_gateway(stack.endpoint, "--redis-url", lost)
+        try:
+            client = openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+            kept = client.responses.create(input="fib in Python", **args)
+            redis.Redis.from_url(lost).shutdown(nosave=True)
+            with pytest.raises(openai.InternalServerError) as caught:
+                client.responses.create(input="x", previous_response_id=kept.id, **args)
+            assert caught.value.status_code == 503 and "cannot be reached" in caught.value.message
+            assert client.responses.create(input="fib in Python", **args).output_text == kept.output_text
+        finally:
+            proc.terminate()
+            proc.wait(30)

@@ -43,8 +43,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if args.http_port >= 0:
             from specdec.http.server import start_http
 
-            http = start_http(http_config(args, stack.endpoint), args.http_host or opts.host, args.http_port,
-                              args.log_level.lower())
+            config = http_config(args, stack.endpoint, redis_url=args.redis_url)
+            http = start_http(config, args.http_host or opts.host, args.http_port, args.log_level.lower())
             print(f"specdec OpenAI-compatible API on {http.url}/v1", flush=True)
         stop.wait()
         log.info("stopping: draining the orchestrator and stopping every service")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from specdec.http.flags import add_http_args, http_config
 from specdec.http.server import start_http
@@ -18,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokenizer", default="", help="model spec whose tokenizer and chat template to use "
                                                         "(default: the target model the orchestrator reports)")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--redis-url", default=os.environ.get("SPECDEC_REDIS_URL", ""),
+                        help="Redis for the Responses API's stored responses, shared with every HTTP server that "
+                             "names it (default: $SPECDEC_REDIS_URL; empty = this process's memory)")
     add_http_args(parser)
     security.add_security_args(parser)
     return parser
@@ -29,8 +33,8 @@ def main(argv: list[str] | None = None) -> None:
     security.use(security.security_from_args(args))
     installed = telemetry.configure("specdec-http", prometheus=True)  # for GET /metrics
     port = DEFAULT_PORT if args.http_port < 0 else args.http_port
-    running = start_http(http_config(args, args.endpoint, args.tokenizer), args.http_host or "0.0.0.0", port,
-                         args.log_level.lower())
+    config = http_config(args, args.endpoint, args.tokenizer, args.redis_url)
+    running = start_http(config, args.http_host or "0.0.0.0", port, args.log_level.lower())
     announce_and_wait(running, "http api", on_stop=installed.shutdown)
 
 

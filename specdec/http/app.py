@@ -31,9 +31,9 @@ from specdec.http.flags import HttpConfig
 from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
 from specdec.http.response_reply import ResponseReply, ResponseStream
-from specdec.http.response_store import ResponseNotFound, ResponseStore
+from specdec.http.response_store import ResponseNotFound, StoreUnavailable, response_store
 from specdec.http.responses import Reply, TokenText
-from specdec.http.responses_api import ResponsesRequest, output_message
+from specdec.http.responses_api import ResponsesRequest
 from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
 from specdec.runtime import security
 from specdec.runtime.server import CHANNEL_OPTIONS
@@ -63,7 +63,7 @@ class Gateway:
         self.model = config.model_name
         self.tokenizer = None
         self.tokens: TokenText | None = None
-        self.stored = ResponseStore(config.response_store_mb << 20)
+        self.stored = response_store(config)
         meter = metrics.get_meter("specdec.http")
         self.requests = meter.create_counter("http_requests", description="HTTP requests by route and status")
         self.latency = meter.create_histogram("http_request_duration", unit="s",
@@ -189,19 +189,15 @@ async def create_response(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     body = parse(ResponsesRequest, await request.body())
     gateway.check_model(body.model)
-    conversation = gateway.stored.conversation(body.previous_response_id) if body.previous_response_id else []
+    conversation = []
+    if body.previous_response_id:
+        conversation = await asyncio.to_thread(gateway.stored.conversation, body.previous_response_id)
     chat = body.chat_request(conversation)
     try:
         prompt = gateway.chat_prompt(chat)
     except BadRequest as exc:
         raise BadRequest(str(exc), "input" if exc.param == "messages" else exc.param) from None
-    added = body.input_messages()
-
-    def keep(final: dict, content: str, calls: list[dict]) -> None:
-        if body.store and gateway.stored.enabled:
-            gateway.stored.put(final["id"], final, [*added, output_message(content, calls)], body.previous_response_id)
-
-    reply = ResponseReply(body, gateway.model, gateway.tokens, chat.offered_tools(), keep)
+    reply = ResponseReply(body, gateway.model, gateway.tokens, chat.offered_tools(), gateway.stored)
     return await run(request, gateway, body, gateway.chat_request(chat, prompt), reply, response_events)
 
 
@@ -210,9 +206,9 @@ async def stored_response(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     response_id = request.path_params["response_id"]
     if request.method == "DELETE":
-        gateway.stored.delete(response_id)
+        await asyncio.to_thread(gateway.stored.delete, response_id)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})
-    return JSONResponse(gateway.stored.body(response_id))
+    return JSONResponse(await asyncio.to_thread(gateway.stored.body, response_id))
 
 
 async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest, reply: Reply,
@@ -233,7 +229,9 @@ async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateReq
         texts, logprobs = await until_disconnected(request, gather(call, first, reply))
     finally:
         call.cancel()  # a no-op once the call is done
-    return JSONResponse(reply.whole(texts, {i: reply.merge_logprobs(parts) for i, parts in logprobs.items()}))
+    whole = reply.whole(texts, {i: reply.merge_logprobs(parts) for i, parts in logprobs.items()})
+    await reply.settle(whole)
+    return JSONResponse(whole)
 
 
 async def messages(call, first, reply: Reply) -> AsyncIterator[pb.GenerateResponse]:
@@ -294,7 +292,9 @@ async def response_events(call, first, reply: ResponseReply, body) -> AsyncItera
             if text or logprobs is not None and logprobs["content"]:
                 for event in events.delta(text, logprobs["content"] if logprobs is not None else None):
                     yield named_sse(event)
-        for event in events.finish():
+        ending = events.finish()
+        await reply.settle(events.final)
+        for event in ending:
             yield named_sse(event)
     except grpc.RpcError as exc:
         _, kind, message_text = rpc_error(exc)
@@ -358,6 +358,8 @@ def with_errors(route):
             return error_body(400, "invalid_request_error", str(exc), exc.param)
         except ModelNotFound as exc:
             return error_body(404, "not_found_error", str(exc), "model")
+        except StoreUnavailable as exc:
+            return error_body(503, "service_unavailable", f"the response store cannot be reached: {exc}")
         except ResponseNotFound as exc:
             return error_body(404, "not_found_error", f"no stored response has the id {exc.args[0]!r}",
                               "previous_response_id" if request.method == "POST" else "response_id")

@@ -23,6 +23,9 @@ class HttpConfig:
     max_body_bytes: int = MAX_CLIENT_MESSAGE_BYTES  # as on gRPC; checked before parsing
     response_store_mb: int = option(256, "memory in MiB for the Responses API's stored responses (what "
                                     "previous_response_id goes on from; least recently used out); 0 = store none")
+    response_ttl_s: float = option(86400.0, "with --redis-url: how long Redis keeps a stored response after its "
+                                   "last use (the responses live there, shared by every HTTP server)")
+    redis_url: str = ""  # the deployment's Redis (the orchestrator's --redis-url): stored responses go there
 
 
 def add_http_args(parser: argparse.ArgumentParser) -> None:
@@ -32,5 +35,5 @@ def add_http_args(parser: argparse.ArgumentParser) -> None:
     add_options(parser, HttpConfig)
 
 
-def http_config(args: argparse.Namespace, endpoint: str, tokenizer: str = "") -> HttpConfig:
-    return from_options(HttpConfig, args, endpoint=endpoint, tokenizer=tokenizer)
+def http_config(args: argparse.Namespace, endpoint: str, tokenizer: str = "", redis_url: str = "") -> HttpConfig:
+    return from_options(HttpConfig, args, endpoint=endpoint, tokenizer=tokenizer, redis_url=redis_url)

@@ -9,28 +9,34 @@ the message's item, part and text deltas, each call's item and arguments, `respo
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import uuid
-from typing import Callable
 
+from specdec.http.response_store import StoreUnavailable
 from specdec.http.responses import Reply, TokenText
-from specdec.http.responses_api import ResponsesRequest
+from specdec.http.responses_api import ResponsesRequest, output_message
 from specdec.http.tool_calls import Tool, parse_calls
+
+log = logging.getLogger(__name__)
 
 
 class ResponseReply(Reply):
     """One response: its ids, the request's settings it repeats, and the chat reply it is built from."""
 
     def __init__(self, request: ResponsesRequest, model: str, tokens: TokenText, tools: dict[str, Tool],
-                 keep: Callable[[dict, str, list[dict]], None] | None = None):
-        """keep(response, content, calls): called with the finished response object, its text and its calls."""
+                 store=None):
+        """store: where the finished response goes (a `ResponseStore` or `RedisResponseStore`), if the
+        request asks to be stored."""
         top = (request.top_logprobs or 0) if request.logprobs else None
         super().__init__("chat", model, tokens, top, tools)
         self.request = request
         self.id = f"resp_{uuid.uuid4().hex}"
         self.message_id = f"msg_{uuid.uuid4().hex}"
         self.created_at = int(time.time())
-        self.keep = keep
+        self.store = store if request.store and store is not None and store.enabled else None
+        self.part: list[dict] = []  # the chat messages this response adds to its conversation, once final
 
     def response(self, status: str, output: list[dict], usage: dict | None = None) -> dict:
         return {"id": self.id, "object": "response", "created_at": self.created_at, "status": status, "error": None,
@@ -45,10 +51,18 @@ class ResponseReply(Reply):
         status = self.status()
         output = [self.message_item(status, content, logprobs)] if content or not calls else []
         output += [call_item(call, "completed") for call in calls]
-        response = self.response(status, output, self.response_usage())
-        if self.keep is not None:
-            self.keep(response, content, calls)
-        return response
+        self.part = [*self.request.input_messages(), output_message(content, calls)]
+        return self.response(status, output, self.response_usage())
+
+    async def settle(self, response: dict) -> None:
+        """Store the final response, before the client hears of it (so that its id can be gone on from at
+        once). A store that cannot be reached costs the response its place, not the reply."""
+        if self.store is not None:
+            try:
+                await asyncio.to_thread(self.store.put, response["id"], response, self.part,
+                                        self.request.previous_response_id)
+            except StoreUnavailable as exc:
+                log.warning("response %s not stored: %s", response["id"], exc)
 
     def whole(self, texts: dict[int, str], logprobs: dict[int, dict | None]) -> dict:
         content, calls = parse_calls(texts.get(0, ""), self.tools) if self.tools else (texts.get(0, ""), [])
@@ -100,7 +114,8 @@ class ResponseStream:
 
     def start(self) -> list[dict]:
         response = self.reply.response("in_progress", [])
-        return [self.event("response.created", response=response), self.event("response.in_progress", response=response)]
+        return [self.event("response.created", response=response),
+                self.event("response.in_progress", response=response)]
 
     def delta(self, text: str, logprobs: list | None) -> list[dict]:
         """A delta of the message's text (and its tokens' log-probabilities)."""
@@ -113,7 +128,8 @@ class ResponseStream:
         return events
 
     def finish(self) -> list[dict]:
-        """The events after the last delta: the held text, the message's end, each call, then the response's end."""
+        """The events after the last delta: the held text, the message's end, each call, then the response's end
+        (`final` is set when this returns)."""
         rest, calls = self.reply.held()
         events = self.delta(rest, []) if rest else []
         text = "".join(self.text)

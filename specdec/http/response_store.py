@@ -6,6 +6,10 @@ the one its output added) and the id it went on from; a conversation is the chai
 oldest first. Reading a chain counts as using every response in it, so a conversation that goes on keeps
 its whole chain; the least recently used go first once the stored bodies and messages pass the budget
 (their JSON length). Plain Python, no web stack.
+
+With Redis (`--redis-url`, as the distributed deployment runs) the responses live there instead, so that
+every HTTP replica behind one address can go on from any of them: `specdec:response:<id>`, JSON, expiring
+`--response-ttl-s` after its last use.
 """
 
 from __future__ import annotations
@@ -18,6 +22,19 @@ from dataclasses import dataclass
 
 class ResponseNotFound(KeyError):
     """No stored response has this id (never stored, deleted, or dropped for room)."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The store cannot be reached (Redis down)."""
+
+
+def response_store(config):
+    """The store an HTTP server's config asks for (`HttpConfig`): Redis's if it names one, else its memory."""
+    if config.redis_url:
+        from specdec.runtime.redis_state import connect
+
+        return RedisResponseStore(connect(config.redis_url), config.response_ttl_s)
+    return ResponseStore(config.response_store_mb << 20)
 
 
 @dataclass(frozen=True)
@@ -91,3 +108,54 @@ class ResponseStore:
         stored = self._stored.pop(response_id, None)
         if stored is not None:
             self._bytes -= stored.size
+
+
+class RedisResponseStore:
+    """Stored responses in Redis, shared by every HTTP server that names it; each expires `ttl_s` after its
+    last use. The same calls as `ResponseStore`."""
+
+    enabled = True
+
+    def __init__(self, client, ttl_s: float):
+        from specdec.runtime.redis_state import PREFIX
+
+        self.client, self.ttl_s, self.prefix = client, max(int(ttl_s), 1), f"{PREFIX}:response:"
+
+    def put(self, response_id: str, body: dict, messages: list[dict], previous: str | None) -> bool:
+        record = json.dumps({"body": body, "messages": messages, "previous": previous})
+        self._call(self.client.set, self.prefix + response_id, record, ex=self.ttl_s)
+        return True
+
+    def body(self, response_id: str) -> dict:
+        return self._use(response_id)["body"]
+
+    def conversation(self, response_id: str) -> list[dict]:
+        parts: list[list[dict]] = []
+        seen: set[str] = set()
+        at: str | None = response_id
+        while at is not None and at not in seen:
+            seen.add(at)
+            record = self._use(at)
+            parts.append(record["messages"])
+            at = record["previous"]
+        return [message for part in reversed(parts) for message in part]
+
+    def delete(self, response_id: str) -> None:
+        if not self._call(self.client.delete, self.prefix + response_id):
+            raise ResponseNotFound(response_id)
+
+    def _use(self, response_id: str) -> dict:
+        key = self.prefix + response_id
+        value = self._call(self.client.getex, key, ex=self.ttl_s)
+        if value is None:
+            raise ResponseNotFound(response_id)
+        return json.loads(value)
+
+    @staticmethod
+    def _call(method, *args, **kw):
+        import redis
+
+        try:
+            return method(*args, **kw)
+        except redis.RedisError as exc:
+            raise StoreUnavailable(str(exc)) from None

@@ -107,6 +107,9 @@ class Reply:
         stats = self.stats.get(choice)
         return FINISH.get(stats.finish_reason) if stats is not None else None
 
+    async def settle(self, body: dict) -> None:
+        """Anything to do with the finished body before the client has it (a Responses reply stores it)."""
+
     def whole(self, texts: dict[int, str], logprobs: dict[int, dict | None]) -> dict:
         """The non-streamed reply: one choice per index."""
         choices = []
