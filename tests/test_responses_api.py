@@ -10,11 +10,19 @@ import httpx2 as httpx
 import openai
 import pytest
 from conftest import TINY_TARGET, Serve
+from openai._models import construct_type
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
 
+from protos import specdec_pb2 as pb
 from specdec.http.guard import route_of
+from specdec.http.response_reply import ResponseReply, ResponseStream
 from specdec.http.response_store import ResponseNotFound, ResponseStore
+from specdec.http.responses import TokenText
 from specdec.http.responses_api import ResponsesRequest, chat_messages
 from specdec.http.schema import BadRequest
+from specdec.http.tool_calls import read_tools
+from specdec.weights.sources import build_byte_tokenizer
 
 MODEL = TINY_TARGET
 ASK = [{"role": "user", "content": "fib in Python"}]
@@ -112,6 +120,38 @@ def test_a_route_with_a_parameter_is_counted_under_its_template():
     assert route_of("/v1/responses/resp_1", routes) == "/v1/responses/{response_id}"
     assert route_of("/v1/models/a/b", routes) == "/v1/models/{model:path}"
     assert route_of("/v1/models/", routes) == "other" and route_of("/x", routes) == "other"
+
+
+def test_a_streamed_reply_of_text_then_calls_is_a_message_then_function_call_items():
+    """Text, then two calls in the <tool_call> format, streamed a few characters at a time: the text goes out as
+    deltas while the calls are held; at the end the message closes and each call is an item of its own with its
+    arguments, in OpenAI's order, and the official SDK's stream state accumulates them into the final response."""
+    request = ResponsesRequest.model_validate({"model": MODEL, "input": "hi", "tools": [WEATHER], "store": False})
+    reply = ResponseReply(request, MODEL, TokenText(build_byte_tokenizer()), read_tools([CHAT_WEATHER]))
+    text = ('Let me look.\n<tool_call>\n{"name": "weather", "arguments": {"city": "Oslo"}}\n</tool_call>\n'
+            '<tool_call>\n{"name": "weather", "arguments": {"city": "Rome"}}\n</tool_call>')
+    stream = ResponseStream(reply)
+    events = stream.start()
+    for at in range(0, len(text), 5):
+        if out := reply.stream_text(text[at:at + 5]):
+            events += stream.delta(out, None)
+    reply.stats[0] = pb.GenerationStats(finish_reason=pb.FINISH_REASON_STOP, prompt_tokens=3, generated_tokens=40)
+    events += stream.finish()
+    kinds = [e["type"] for e in events]
+    first_call = kinds.index("response.output_text.done")
+    assert kinds[first_call:] == ["response.output_text.done", "response.content_part.done",
+                                  "response.output_item.done", *["response.output_item.added",
+                                  "response.function_call_arguments.delta", "response.function_call_arguments.done",
+                                  "response.output_item.done"] * 2, "response.completed"]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    state = ResponseStreamState(input_tools=[WEATHER], text_format=openai.NOT_GIVEN)
+    for event in events:
+        state.handle_event(construct_type(type_=ResponseStreamEvent, value=event))
+    final = state._completed_response
+    assert final.output_text == "Let me look.\n" and [o.type for o in final.output] == ["message", "function_call",
+                                                                                       "function_call"]
+    assert [json.loads(o.arguments)["city"] for o in final.output[1:]] == ["Oslo", "Rome"]
+    assert [e["output_index"] for e in events if e["type"] == "response.output_item.added"] == [0, 1, 2]
 
 
 # -- through the server --------------------------------------------------------------
