@@ -134,7 +134,8 @@ class ResponsesRequest(BaseModel):
                 "temperature": 1.0 if self.temperature is None else self.temperature,
                 "top_p": 1.0 if self.top_p is None else self.top_p, "tools": self.tools,
                 "tool_choice": self.tool_choice or "auto", "parallel_tool_calls": self.parallel_tool_calls,
-                "text": {"format": self.text.format.model_dump(by_alias=True, exclude_none=True)},
+                "text": {"format": self.text.format.model_dump(by_alias=True, exclude_none=True)
+                         if self.text.format.type == "json_schema" else {"type": self.text.format.type}},
                 "previous_response_id": self.previous_response_id, "store": self.store,
                 "metadata": self.metadata or {}, "top_logprobs": self.top_logprobs,
                 "truncation": self.truncation or "disabled", "reasoning": {"effort": None, "summary": None},
