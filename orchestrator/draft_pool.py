@@ -5,7 +5,8 @@ record alive by heartbeat (`specdec.runtime.redis_state`). A new session goes to
 replica with the lowest load: sessions it last reported, plus the sessions this orchestrator
 opened on it since, over its session cap. A session whose tokens start like a recent one's
 (a chat's next turn) goes back to the replica that served that one, which keeps its draft KV
-(`specdec.engine.prefix_cache`), unless that replica carries a session more than the least loaded.
+(`specdec.engine.prefix_cache`), unless that replica carries a session more than the least loaded; with
+Redis, every orchestrator shares those routes (`specdec.runtime.redis_state.SharedRoutes`).
 A replica that failed a call is skipped for `cooldown_s`; a replica whose heartbeat stopped drops
 out when its record expires.
 """
@@ -33,34 +34,39 @@ ROUTE_MIN_TOKENS = 16  # a shorter shared start is not worth a detour (the servi
 
 
 class Routes:
-    """The replica that served each of the latest sequences, by cache salt: where a conversation's next
-    turn finds its draft KV kept. Not thread-safe (the pool's lock guards it)."""
+    """The replica that served each of this orchestrator's latest sequences, by cache salt: where a
+    conversation's next turn finds its draft KV kept."""
 
     def __init__(self, capacity: int = ROUTES):
         self.capacity = capacity
         self._routes: OrderedDict[int, tuple[str, np.ndarray, str]] = OrderedDict()  # oldest first
         self._next_key = 0
+        self._lock = threading.Lock()
 
     def remember(self, salt: str, tokens: Sequence[int], address: str) -> None:
         if len(tokens) < ROUTE_MIN_TOKENS:
             return
-        self._routes[self._next_key] = (salt, np.asarray(tokens, dtype=np.int64), address)
-        self._next_key += 1
-        while len(self._routes) > self.capacity:
-            self._routes.popitem(last=False)
+        with self._lock:
+            self._routes[self._next_key] = (salt, np.asarray(tokens, dtype=np.int64), address)
+            self._next_key += 1
+            while len(self._routes) > self.capacity:
+                self._routes.popitem(last=False)
 
     def replica_for(self, salt: str, tokens: Sequence[int]) -> str | None:
         """The replica of the remembered sequence of `salt` that shares the longest start with `tokens`
         (at least ROUTE_MIN_TOKENS; the latest wins a tie), or None."""
-        found = longest_shared(tokens, ((address, sequence) for route_salt, sequence, address
-                                        in reversed(self._routes.values()) if route_salt == salt), ROUTE_MIN_TOKENS)
+        with self._lock:
+            remembered = [(address, sequence) for route_salt, sequence, address in reversed(self._routes.values())
+                          if route_salt == salt]
+        found = longest_shared(tokens, remembered, ROUTE_MIN_TOKENS)
         return None if found is None else found[0]
 
 
 class DraftPool:
     def __init__(self, addresses: list[str] = (), registry=None, vocab_size: int | None = None,
-                 cooldown_s: float = 2.0):
-        """No addresses and no registry: an empty pool (no replica: model drafting decodes target-only)."""
+                 cooldown_s: float = 2.0, routes=None):
+        """No addresses and no registry: an empty pool (no replica: model drafting decodes target-only).
+        `routes`: where sequences' replicas are remembered (`SharedRoutes`); default, this pool's own."""
         self.addresses, self.registry = list(addresses), registry
         self.vocab_size, self.cooldown_s = vocab_size, cooldown_s
         self._clients: dict[str, ServiceClient] = {}
@@ -69,7 +75,7 @@ class DraftPool:
         self._opened: dict[str, int] = {}  # sessions opened here and still running, per replica
         self._failed_at: dict[str, float] = {}
         self._refused: set[str] = set()
-        self._routes = Routes()
+        self._routes = routes if routes is not None else Routes()
         self._lock = threading.Lock()
 
     def _candidates(self) -> list[dict]:
@@ -88,6 +94,7 @@ class DraftPool:
         one that served a recent sequence starting like them, if it carries at most one session more than
         the least loaded, else the least loaded."""
         candidates = self._candidates()
+        routed = self._routes.replica_for(salt, tokens) if len(tokens) >= ROUTE_MIN_TOKENS else None
         tried: set[str] = set()
         while True:
             now = time.monotonic()
@@ -101,7 +108,6 @@ class DraftPool:
                     return (c["live_sessions"] + self._opened.get(c["address"], 0)) / max(c["max_sessions"], 1)
 
                 least = min(usable, key=lambda c: (load(c), c["address"]))
-                routed = self._routes.replica_for(salt, tokens) if tokens else None
                 best = next((c["address"] for c in usable if c["address"] == routed
                              and load(c) <= load(least) + 1 / max(c["max_sessions"], 1) + 1e-9), least["address"])
                 self._opened[best] = self._opened.get(best, 0) + 1
@@ -161,8 +167,7 @@ class DraftPool:
 
     def remember(self, salt: str, tokens: Sequence[int], address: str) -> None:
         """`address` served a session that ended holding `tokens`: a session starting like them goes there."""
-        with self._lock:
-            self._routes.remember(salt, tokens, address)
+        self._routes.remember(salt, tokens, address)
 
     def failed(self, client: ServiceClient) -> None:
         """`client`'s replica failed a call: new sessions skip it for `cooldown_s`."""

@@ -9,11 +9,11 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from orchestrator.clients import ServiceClient, draft_client, target_client
-from orchestrator.draft_pool import DraftPool
+from orchestrator.draft_pool import ROUTE_MIN_TOKENS, DraftPool
 from orchestrator.servicer import OrchestratorConfig, SpecDecServicer
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec import weights
-from specdec.runtime.redis_state import connect
+from specdec.runtime.redis_state import SharedRoutes, connect
 from specdec.runtime.server import MAX_CLIENT_MESSAGE_BYTES, RunningServer, start_server
 from specdec.weights.sources import load_tokenizer
 
@@ -54,7 +54,8 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
     if not addresses and client is None and config.proposer == "model":
         raise ValueError("give draft replica addresses or a Redis registry, "
                          "or draft by lookup (proposer ngram or hybrid)")
-    drafts = DraftPool(addresses, registry=None if addresses else client)
+    routes = SharedRoutes(client, ROUTE_MIN_TOKENS) if client is not None else None
+    drafts = DraftPool(addresses, registry=None if addresses else client, routes=routes)
     for address in addresses:
         probe = draft_client(address)
         probe.wait_ready(READY_TIMEOUT_S)

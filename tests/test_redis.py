@@ -18,10 +18,11 @@ from conftest import holds_for, start_gateway, tiny_options, wait_until
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.rounds import RoundRecord
+from specdec.core.sequence import prefix_digests
 from specdec.launch.stack import EmbeddedStack
 from specdec.planning.cost import CostProfile
 from specdec.planning.prior import SharedPrior
-from specdec.runtime.redis_state import DraftRegistration, PriorStore, registered_drafts
+from specdec.runtime.redis_state import DraftRegistration, PriorStore, SharedRoutes, registered_drafts
 from specdec.runtime.server import free_port
 
 TTL_S = 1.5
@@ -93,6 +94,25 @@ def test_shared_prior_survives_the_trip_through_redis(client):
     assert [a.choose(8) for _ in range(3)] == [b.choose(8) for _ in range(3)]
 
 
+def test_shared_routes_find_the_longest_remembered_start_within_a_salt(client):
+    long = list(range(10, 58))  # three blocks of 16
+    routes = SharedRoutes(client, block=16)
+    routes.remember("", long[:20], "a")  # one whole block
+    routes.remember("", long, "b")  # three: the first block's route is now "b" too (the latest wins)
+    routes.remember("tenant", long, "c")
+    assert routes.replica_for("", long + [1]) == "b" and routes.replica_for("", long[:40]) == "b"
+    routes.remember("", long[:16] + [0] * 16, "a")
+    assert routes.replica_for("", long[:16] + [0] * 20) == "a" and routes.replica_for("", long[:33]) == "b"
+    assert routes.replica_for("tenant", long) == "c" and routes.replica_for("other", long) is None
+    assert routes.replica_for("", long[:15]) is None, "too short a start to route by"
+    assert prefix_digests("", long, 16)[:1] == prefix_digests("", long[:16] + [9], 16)
+    assert prefix_digests("", long, 16)[1] != prefix_digests("", long[:16] + [9] * 16, 16)[1]
+    assert all(ttl > 0 for ttl in (client.ttl(key) for key in client.keys("specdec:route:*")))
+    gone = SharedRoutes(redis.Redis(port=free_port(), socket_timeout=1, socket_connect_timeout=1), block=16)
+    gone.remember("", long, "a")  # Redis away: nothing remembered, nothing routed, no error
+    assert gone.replica_for("", long) is None
+
+
 @pytest.fixture(scope="module")
 def cluster(redis_url):
     opts = tiny_options(service=dict(redis_url=redis_url, heartbeat_ttl_s=TTL_S), draft_replicas=2)
@@ -135,6 +155,30 @@ def test_sessions_spread_over_replicas_then_route_around_a_dead_one(stack, clust
     out = generate(cluster.endpoint, make_request(prompt=prompts[0], max_new_tokens=64, gamma=2))
     assert out.token_ids == reference[prompts[0]] and out.stats["draft_replica"] == alive
     assert all(r.drafted > 0 for r in out.rounds[:-1]), "new sessions speculate on the live replica"
+
+
+def test_a_chats_next_turn_through_another_orchestrator_finds_its_draft_replica(cluster, redis_url):
+    """Turn 1 through the first orchestrator lands on the second replica while a generation holds the first;
+    once both are idle the least loaded would be the first again, but turn 2, through another orchestrator,
+    goes where turn 1's draft KV is kept: the orchestrators share their routes through Redis."""
+    registry = redis.Redis.from_url(redis_url, decode_responses=True)
+    first = sorted(cluster.draft_addresses)[0]
+    prompt = list(range(10, 10 + 48))
+    with grpc.insecure_channel(cluster.endpoint) as channel:
+        busy = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="hold a replica", max_new_tokens=400,
+                                                                  gamma=2), timeout=120)
+        next(busy)  # running: it holds the first replica
+        one = generate(cluster.endpoint, make_request(prompt_token_ids=prompt, max_new_tokens=8, gamma=2))
+        busy.cancel()
+    assert one.stats["draft_replica"] != first, "turn 1 should avoid the busy replica"
+    wait_until(lambda: not any(r["live_sessions"] for r in registered_drafts(registry)), 10, "both replicas idle")
+    other = cluster.start_another_orchestrator()
+    try:
+        two = generate(f"127.0.0.1:{other.port}", make_request(prompt_token_ids=prompt + one.token_ids + [3, 4],
+                                                               max_new_tokens=8, gamma=2))
+    finally:
+        other.stop(grace=1.0)
+    assert two.stats["draft_replica"] == one.stats["draft_replica"]
 
 
 def test_another_orchestrator_resumes_a_cut_generation(stack, cluster):

@@ -12,6 +12,7 @@ longer matches the committed sequence.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -47,6 +48,18 @@ def longest_shared(tokens: Sequence[int], candidates: Iterable[tuple[T, Sequence
         if common > shared:
             best, shared = (item,), common
     return None if best is None else (best[0], shared)
+
+
+def prefix_digests(salt: str, tokens: Sequence[int], block: int) -> list[str]:
+    """One digest per whole block of `tokens`: digest k names the first (k + 1)·block tokens under `salt`
+    (chained: each hashes the one before it and its block's tokens), so two sequences share digest k exactly
+    when they share those tokens (and the salt)."""
+    ids = np.asarray(tokens, dtype=np.int64)
+    digests, previous = [], hashlib.blake2b(salt.encode(), digest_size=16).digest()
+    for end in range(block, len(ids) + 1, block):
+        previous = hashlib.blake2b(previous + ids[end - block:end].tobytes(), digest_size=16).digest()
+        digests.append(previous.hex())
+    return digests
 
 
 @dataclass

@@ -3,7 +3,10 @@
 Keys (all under `specdec:`):
 - `draft:<address>`: a draft replica's record, JSON, expiring `ttl_s` after its last heartbeat;
 - `session:<id>`: a generation's committed state, JSON, rewritten every round;
-- `prior:<target model>`: the γ controller's shared prior for that target, JSON.
+- `prior:<target model>`: the γ controller's shared prior for that target, JSON;
+- `route:<digest>`: the draft replica that last served a sequence starting with the tokens the digest names
+  (`specdec.core.sequence.prefix_digests`), expiring `ROUTE_TTL_S` after it was written;
+- `response:<id>`: a stored response of the Responses API (`specdec.http.response_store`).
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from typing import Callable
 
 import redis
 
+from specdec.core.sequence import prefix_digests
+
 log = logging.getLogger(__name__)
 PREFIX = "specdec"
 SESSION_TTL_S = 3600.0
+ROUTE_TTL_S = 600.0  # a conversation's next turn comes within minutes, or finds its draft KV gone anyway
 
 
 def connect(url: str) -> redis.Redis:
@@ -107,3 +113,37 @@ class PriorStore:
 
     def save(self, snapshot: dict) -> None:
         self.client.set(self.key, json.dumps(snapshot))
+
+
+class SharedRoutes:
+    """Which draft replica served each recent sequence, shared by every orchestrator through Redis, so that a
+    chat's next turn finds the replica holding its draft KV whichever orchestrator it reaches. The same calls
+    as the pool's own `Routes`, at the granularity of `block` tokens; Redis away, nothing is routed (a
+    session then goes to the least loaded replica)."""
+
+    def __init__(self, client: redis.Redis, block: int, ttl_s: float = ROUTE_TTL_S):
+        self.client, self.block, self.ttl_s = client, block, max(int(ttl_s), 1)
+
+    def remember(self, salt: str, tokens, address: str) -> None:
+        digests = prefix_digests(salt, tokens, self.block)
+        if not digests:
+            return
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                for digest in digests:
+                    pipe.set(f"{PREFIX}:route:{digest}", address, ex=self.ttl_s)
+                pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("cannot write a draft route to Redis: %s", exc)
+
+    def replica_for(self, salt: str, tokens) -> str | None:
+        """The replica of the remembered sequence sharing the most whole blocks with `tokens`, or None."""
+        digests = prefix_digests(salt, tokens, self.block)
+        if not digests:
+            return None
+        try:
+            found = self.client.mget([f"{PREFIX}:route:{digest}" for digest in digests])
+        except redis.RedisError as exc:
+            log.warning("cannot read the draft routes from Redis: %s", exc)
+            return None
+        return next((address for address in reversed(found) if address), None)
