@@ -109,3 +109,42 @@ def test_a_stream_sends_content_at_once_and_holds_a_call_until_it_ends(step):
     sent = "".join(stream.push(broken[i:i + step]) for i in range(0, len(broken), step))
     rest, calls = stream.finish()
     assert sent + rest == broken and calls == [], "a call that does not parse goes out as text, whole"
+
+
+FENCED_CALL = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'  # the 1.5B coder's
+
+
+def test_a_reply_that_is_only_calls_json_is_read_as_those_calls():
+    """Without tags: one call's object, bare or as the reply's one ```json block (as the packaged coder writes
+    it), or a list of calls; anything else about it (another tool, text beside it, other code) stays content."""
+    for text in (FENCED_CALL, ' {"name": "get_weather", "arguments": {"city": "Paris"}}\n',
+                 '```\n{"name": "get_weather", "arguments": {"city": "Paris"}}```'):
+        content, calls = parse_calls(text, TOOLS)
+        assert content is None and [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] \
+            == [("get_weather", {"city": "Paris"})], text
+    two = json.dumps([{"name": "now", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Oslo"}}])
+    assert [c["function"]["name"] for c in parse_calls(two, TOOLS)[1]] == ["now", "get_weather"]
+    for text in (FENCED_CALL.replace("get_weather", "launch"), FENCED_CALL + "\nThat is the call.",
+                 "Call this:\n" + FENCED_CALL, '```python\nprint({"name": "now"})\n```', '{"name": "now", "x": 1',
+                 "[]", '{"city": "Paris"}', json.dumps([{"name": "now", "arguments": {}}, {"name": "launch"}])):
+        assert parse_calls(text, TOOLS) == (text, []), text
+
+
+@pytest.mark.parametrize("step", [1, 4, 1000], ids=["by-character", "by-four", "whole"])
+def test_a_stream_holds_a_reply_only_while_it_may_be_a_bare_call(step):
+    def streamed(text: str) -> tuple[list[str], str, list[dict]]:
+        stream = ToolStream(TOOLS)
+        sent = [stream.push(text[i:i + step]) for i in range(0, len(text), step)]
+        return sent, *stream.finish()
+
+    sent, rest, calls = streamed(FENCED_CALL)
+    assert "".join(sent) + rest == "" and [c["function"]["name"] for c in calls] == ["get_weather"]
+    code = "```python\nprint(1)\n```\nThat prints 1."
+    sent, rest, calls = streamed(code)
+    assert "".join(sent) == code and rest == "" and not calls, "other code streams as it comes"
+    assert "".join(sent[:3 // step + 1]).startswith("```p"), "released with the character that rules out a call"
+    answer = '{"city": "Paris", "sky": "clear"}'
+    sent, rest, calls = streamed(answer)
+    assert "".join(sent) == "" and rest == answer and not calls, "JSON that is no call is held, then sent whole"
+    sent, rest, calls = streamed('{"a": 1} ' + call("now", {}))
+    assert (rest, [c["function"]["name"] for c in calls]) == ('{"a": 1}', ["now"]), "text before a tagged call stays"

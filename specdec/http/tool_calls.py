@@ -6,7 +6,10 @@ with the function's name and arguments inside tags,
     <tool_call>\\n{"name": "get_weather", "arguments": {"city": "Paris"}}\\n</tool_call>
 A chat template that renders tools in another format is refused (`check_template`). `tool_choice`:
 - "none": the tools are left out of the prompt, and the reply is text;
-- "auto" (the default with tools): the model writes text, calls, or both; the calls are read from the text;
+- "auto" (the default with tools): the model writes text, calls, or both; the calls are read from the text.
+  A reply that is nothing but a call's JSON object (or a list of them), bare or in one Markdown ```json
+  block, is read as those calls too: small models taught the tags often write that instead (the packaged
+  1.5B coder does);
 - "required" or one named function: the reply is constrained (llguidance, exact under speculation like any
   other constraint) to one call, or with `parallel_tool_calls` one or more, whose arguments follow each
   function's parameter schema.
@@ -27,6 +30,9 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}  # a function without arguments
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
+FENCED = re.compile(r"```(?:json)?[ \t]*\n(.*?)\n?```", re.DOTALL)  # one Markdown block, its JSON inside
+BARE_START = re.compile(r"```(?:json)?\s*[\[{]")  # a reply that began so may be a bare call
+FENCE_OPENINGS = ("```json", "```")
 
 
 class ToolError(ValueError):
@@ -99,40 +105,84 @@ def forcing_grammar(tools: dict[str, Tool], choice: str, parallel: bool) -> str:
 def parse_calls(text: str, tools: dict[str, Tool]) -> tuple[str | None, list[dict]]:
     """(content, tool_calls) of a whole reply: the text before the first call (None if blank), and each call in
     OpenAI's shape with its arguments as a JSON string. A call that does not parse, or names no tool, leaves
-    the whole text as content and no calls, as a reply of text."""
+    the whole text as content and no calls, as a reply of text. Without tags, a reply that is only calls'
+    JSON (`bare_calls`) is those calls."""
     start = text.find(OPEN)
     if start < 0:
-        return text, []
+        calls = bare_calls(text, tools)
+        return (None, calls) if calls else (text, [])
     calls = []
     rest = text[start:]
     for match in CALL.finditer(rest):
-        try:
-            call = json.loads(match.group(1))
-        except json.JSONDecodeError:
+        call = read_call(match.group(1), tools)
+        if call is None:
             return text, []
-        if not isinstance(call, dict) or call.get("name") not in tools or not isinstance(call.get("arguments", {}), dict):
-            return text, []
-        calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                      "function": {"name": call["name"], "arguments": json.dumps(call.get("arguments", {}))}})
+        calls.append(call)
     if not calls or CALL.sub("", rest).strip():
         return text, []  # an unclosed call, or text between or after the calls
     content = text[:start].strip()
     return content or None, calls
 
 
+def read_call(body: str, tools: dict[str, Tool]) -> dict | None:
+    """One call's JSON ({"name", "arguments"}) in OpenAI's shape, or None if it is not a call of a tool."""
+    try:
+        return call_of(json.loads(body), tools)
+    except json.JSONDecodeError:
+        return None
+
+
+def call_of(value, tools: dict[str, Tool]) -> dict | None:
+    if not isinstance(value, dict) or value.get("name") not in tools or not isinstance(value.get("arguments", {}), dict):
+        return None
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": value["name"], "arguments": json.dumps(value.get("arguments", {}))}}
+
+
+def bare_calls(text: str, tools: dict[str, Tool]) -> list[dict]:
+    """The calls of a reply that is nothing but one call's JSON object or a list of them, bare or as the one
+    Markdown ```json block of the reply; else none."""
+    body = text.strip()
+    fenced = FENCED.fullmatch(body)
+    if fenced:
+        body = fenced.group(1)
+    try:
+        value = json.loads(body)
+    except json.JSONDecodeError:
+        return []
+    values = value if isinstance(value, list) and value else [value]
+    calls = [call_of(v, tools) for v in values]
+    return calls if all(calls) else []
+
+
+def may_be_bare_call(text: str) -> bool:
+    """Whether a reply that begins with `text` could still be nothing but calls' JSON (`bare_calls`)."""
+    start = text.lstrip()
+    if not start or start[0] in "[{" or BARE_START.match(start):
+        return True
+    return any(opening.startswith(start) for opening in FENCE_OPENINGS) or \
+        re.fullmatch(r"```(?:json)?\s*", start) is not None
+
+
 class ToolStream:
     """One streamed choice's text, split as it arrives: content that cannot be the start of a call goes out at
     once; from the first <tool_call> on the text is held, and at the end read as calls (or, if it does not
-    parse as calls, sent as content after all)."""
+    parse as calls, sent as content after all). A reply that begins as calls' bare JSON could is held whole
+    while it still could be (`may_be_bare_call`)."""
 
     def __init__(self, tools: dict[str, Tool]):
         self.tools = tools
         self.held = ""  # text not yet sent: a possible start of <tool_call>, or everything from one on
         self.calling = False
+        self.bare = True  # all the reply so far is held: it may be nothing but calls' JSON
 
     def push(self, text: str) -> str:
         """Add a delta; returns the content that can go out now."""
         self.held += text
+        if self.bare:
+            self.bare = may_be_bare_call(self.held)
+            if self.bare:
+                return ""
         if not self.calling:
             at = self.held.find(OPEN)
             if at >= 0:
@@ -145,6 +195,6 @@ class ToolStream:
 
     def finish(self) -> tuple[str, list[dict]]:
         """(content still to send, the calls): called once the choice has ended."""
-        calls = parse_calls(self.held, self.tools)[1] if self.calling else []  # what came before it has gone out
-        out, self.held = ("" if calls else self.held), ""
+        content, calls = parse_calls(self.held, self.tools) if self.calling or self.bare else (None, [])
+        out, self.held = ((content or "") if calls else self.held), ""  # held from a call on: its content is none
         return out, calls
