@@ -77,6 +77,28 @@ def test_real_pair_structured_output_and_a_forced_tool_call(real_stack):
             assert [call["function"]["name"] for call in parse_calls(texts[0], tools)[1]] == ["get_weather"], texts[0]
 
 
+def test_real_pair_calls_a_tool_on_auto(real_stack):
+    """With the tool in the chat template's prompt and nothing forced, the packaged coder answers a weather question
+    with the call as its one Markdown json block (not in <tool_call> tags): read as the call, the same with
+    speculation as target-only."""
+    from specdec import weights
+    from specdec.http.tool_calls import parse_calls, read_tools
+    from specdec.weights.sources import load_tokenizer
+
+    spec = {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city",
+                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                            "required": ["city"]}}}
+    tokenizer = load_tokenizer(weights.resolve("packaged:target"))
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What's the weather in Paris right now?"}],
+                                           tools=[spec], add_generation_prompt=True, tokenize=True, return_dict=False)
+    texts = [generate(real_stack.endpoint, make_request(prompt_token_ids=list(prompt), max_new_tokens=100,
+                                                        gamma=gamma)).text for gamma in (0, None)]
+    assert texts[0] == texts[1], texts
+    content, calls = parse_calls(texts[0], read_tools([spec]))
+    assert content is None and [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == \
+        [("get_weather", '{"city": "Paris"}')], texts[0]
+
+
 def test_real_pair_fills_in_the_middle_and_stops_at_its_end_of_text(real_stack):
     """A fill-in-the-middle prompt: the middle ends with <|endoftext|>, an end-of-generation token the GGUF's
     config does not name (it names <|im_end|>), so the generation stops there; the same with speculation."""
