@@ -59,8 +59,9 @@ class ResponseReply(Reply):
         once). A store that cannot be reached costs the response its place, not the reply."""
         if self.store is not None:
             try:
-                await asyncio.to_thread(self.store.put, response["id"], response, self.part,
-                                        self.request.previous_response_id)
+                if not await asyncio.to_thread(self.store.put, response["id"], response, self.part,
+                                               self.request.previous_response_id):
+                    log.warning("response %s not stored: larger than the store", response["id"])
             except StoreUnavailable as exc:
                 log.warning("response %s not stored: %s", response["id"], exc)
 
