@@ -294,6 +294,7 @@ def test_stored_responses_can_be_read_and_deleted_and_unknown_ids_are_404(serve)
     ({"input": "x", "max_output_tokens": 0}, "max_output_tokens", "greater than or equal to 1"),
     ({"input": "x", "gamma": -1}, "gamma", "greater than or equal to 0"),
     ({"input": "x", "tools": [{"type": "file_search"}]}, "tools", "only function tools"),
+    ({"input": "x", "tools": [{"type": "function", "name": "a b"}]}, "tools", "tools[0].name must be 1-64 letters"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input", "text parts"),
     ({"input": "x", "tool_choice": "required"}, "tool_choice", "needs tools"),
     ({"input": "x", "max_output_tokens": 5000}, None, "max_new_tokens"),

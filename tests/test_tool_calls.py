@@ -38,6 +38,17 @@ def test_malformed_tools_are_refused_with_the_reason(tools, message):
         read_tools(tools)
 
 
+def test_the_responses_apis_flat_tools_read_as_the_chat_apis():
+    flat = [{"type": "function", **WEATHER["function"]}, {"type": "function", "name": "now", "strict": False}]
+    assert {name: tool.spec for name, tool in read_tools(flat, flat=True).items()} == \
+        {"get_weather": WEATHER, "now": {"type": "function", "function": {"name": "now", "strict": False}}}
+    for tools, message in (([{"type": "web_search"}], "only function tools are supported, got type 'web_search'"),
+                           ([{"type": "function", "name": "a b"}], "tools[0].name must be"),
+                           ([{"type": "function", "name": "x", "parameters": []}], "tools[0].parameters must be")):
+        with pytest.raises(ToolError, match=re.escape(message)):
+            read_tools(tools, flat=True)
+
+
 def test_tool_choice():
     assert read_choice(None, TOOLS) == "auto" and read_choice(None, {}) == "none"
     assert read_choice("none", {}) == "none" and read_choice("required", TOOLS) == "required"

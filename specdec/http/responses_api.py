@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from specdec.core.logprobs import MAX_TOP_LOGPROBS
+from specdec.http import tool_calls
 from specdec.http.schema import UINT32_MAX, BadRequest, ChatCompletionRequest, validated
 
 LOGPROBS = "message.output_text.logprobs"
@@ -188,15 +189,11 @@ def item_text(content, where: str) -> str:
 
 
 def chat_tools(tools: list) -> list[dict]:
-    """Function tools as the chat API nests them."""
-    nested = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict) or tool.get("type") != "function":
-            kind = tool.get("type") if isinstance(tool, dict) else None
-            raise BadRequest(f"tools[{i}]: only function tools are supported, got {kind!r}", "tools")
-        function = {key: tool[key] for key in ("name", "description", "parameters", "strict") if key in tool}
-        nested.append({"type": "function", "function": function})
-    return nested
+    """Function tools as the chat API nests them (refused, with the reason, if they are not function tools)."""
+    try:
+        return [tool.spec for tool in tool_calls.read_tools(tools, flat=True).values()]
+    except tool_calls.ToolError as exc:
+        raise BadRequest(str(exc), "tools") from None
 
 
 def chat_tool_choice(choice: str | dict | None) -> str | dict | None:

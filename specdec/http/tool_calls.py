@@ -29,6 +29,7 @@ from specdec.core.text import partial_len
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}  # a function without arguments
+FUNCTION_FIELDS = ("name", "description", "parameters", "strict")  # a flat tool's fields that describe its function
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
 FENCED = re.compile(r"```(?:json)?[ \t]*\n(.*?)\n?```", re.DOTALL)  # one Markdown block, its JSON inside
 BARE_START = re.compile(r"```(?:json)?\s*[\[{]")  # a reply that began so may be a bare call
@@ -46,22 +47,29 @@ class Tool:
     spec: dict  # the tool as the request gave it: what the chat template renders
 
 
-def read_tools(tools: list) -> dict[str, Tool]:
-    """The request's `tools`, by name: each {"type": "function", "function": {"name", "parameters", ...}}."""
+def read_tools(tools: list, flat: bool = False) -> dict[str, Tool]:
+    """The request's `tools`, by name: each {"type": "function", "function": {"name", "parameters", ...}} (the chat
+    API's shape) or, `flat`, {"type": "function", "name", "parameters", ...} (the Responses API's); each Tool's
+    spec in the chat API's shape, as chat templates render it."""
     read: dict[str, Tool] = {}
     for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or not isinstance(function, dict):
+        kind = tool.get("type", "function") if isinstance(tool, dict) else None
+        function = tool if flat else (tool.get("function") if isinstance(tool, dict) else None)
+        if flat and kind != "function":
+            raise ToolError(f"tools[{i}]: only function tools are supported, got type {kind!r}")
+        if kind != "function" or not isinstance(function, dict):
             raise ToolError(f"tools[{i}] must be {{\"type\": \"function\", \"function\": {{...}}}}")
+        where = f"tools[{i}]" if flat else f"tools[{i}].function"
         name = function.get("name")
         if not isinstance(name, str) or not NAME.fullmatch(name):
-            raise ToolError(f"tools[{i}].function.name must be 1-64 letters, digits, '_' or '-', got {name!r}")
+            raise ToolError(f"{where}.name must be 1-64 letters, digits, '_' or '-', got {name!r}")
         if name in read:
             raise ToolError(f"two tools are named {name!r}")
         parameters = function.get("parameters", NO_PARAMETERS)
         if not isinstance(parameters, dict):
-            raise ToolError(f"tools[{i}].function.parameters must be a JSON schema object")
-        read[name] = Tool(name, parameters, {"type": "function", "function": function})
+            raise ToolError(f"{where}.parameters must be a JSON schema object")
+        spec = {key: function[key] for key in FUNCTION_FIELDS if key in function} if flat else function
+        read[name] = Tool(name, parameters, {"type": "function", "function": spec})
     return read
 
 
