@@ -93,7 +93,7 @@ def test_the_store_keeps_chains_and_drops_the_least_recently_used_past_its_budge
     def part(n: int) -> list[dict]:
         return [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
 
-    size = len(json.dumps({"id": "r1"})) + len(json.dumps(part(1)))  # every entry below is this size
+    size = len(json.dumps({"id": "r1"})) + len(json.dumps(part(1))) + len("[]")  # every entry below is this size
     store = ResponseStore(budget_bytes=4 * size)
     store.put("r1", {"id": "r1"}, part(1), None)
     store.put("r2", {"id": "r2"}, part(2), "r1")
@@ -115,9 +115,12 @@ def test_the_store_keeps_chains_and_drops_the_least_recently_used_past_its_budge
 
 
 def test_a_route_with_a_parameter_is_counted_under_its_template():
-    routes = frozenset({"/v1/responses", "/v1/responses/{response_id}", "/v1/models/{model:path}"})
+    routes = frozenset({"/v1/responses", "/v1/responses/{response_id}", "/v1/models/{model:path}",
+                        "/v1/responses/{response_id}/input_items"})
     assert route_of("/v1/responses", routes) == "/v1/responses"
     assert route_of("/v1/responses/resp_1", routes) == "/v1/responses/{response_id}"
+    assert route_of("/v1/responses/resp_1/input_items", routes) == "/v1/responses/{response_id}/input_items"
+    assert route_of("/v1/responses/resp_1/other", routes) == "other"
     assert route_of("/v1/models/a/b", routes) == "/v1/models/{model:path}"
     assert route_of("/v1/models/", routes) == "other" and route_of("/x", routes) == "other"
 
@@ -200,21 +203,23 @@ def test_a_reply_is_the_chat_completions_reply_under_speculation(serve, stream):
 
 
 def test_previous_response_id_goes_on_with_the_stored_conversation(serve):
-    """A second turn after `previous_response_id`: its prompt is the chat template's rendering of the whole
-    conversation (the first turn's instructions not carried over), its reply the chat reply to it, and the
-    first turn's kept cache serves most of its prompt. A third turn goes on from the second."""
+    """A second turn after `previous_response_id` (its instructions sent again, as clients do): its prompt is the
+    chat template's rendering of the whole conversation, its reply the chat reply to it, and the first turn's
+    cache serves most of its prompt (a salt of this test's own, so only its turns share). A third turn without
+    instructions goes on from the second, the earlier instructions not carried over."""
     client = serve.client()
-    first = client.responses.create(model=MODEL, input="fib in Python", instructions="You write code.",
-                                    max_output_tokens=12, temperature=0)
-    second = client.responses.create(model=MODEL, input="and in C?", previous_response_id=first.id,
-                                     max_output_tokens=12, temperature=0)
+    args = dict(model=MODEL, temperature=0, extra_body={"cache_salt": "previous-response-test"})
+    system = {"role": "system", "content": "You write code."}
+    first = client.responses.create(input="fib in Python", instructions=system["content"], max_output_tokens=12,
+                                    **args)
+    second = client.responses.create(input="and in C?", instructions=system["content"], previous_response_id=first.id,
+                                     max_output_tokens=12, **args)
     history = [*ASK, {"role": "assistant", "content": first.output_text}, {"role": "user", "content": "and in C?"}]
-    want = chat(client, history, max_tokens=12)
+    want = chat(client, [system, *history], max_tokens=12)
     assert second.output_text == want.choices[0].message.content
     assert second.usage.input_tokens == want.usage.prompt_tokens
     assert second.usage.input_tokens_details.cached_tokens > first.usage.input_tokens // 2
-    third = client.responses.create(model=MODEL, input="thanks", previous_response_id=second.id,
-                                    max_output_tokens=4, temperature=0)
+    third = client.responses.create(input="thanks", previous_response_id=second.id, max_output_tokens=4, **args)
     longer = [*history, {"role": "assistant", "content": second.output_text}, {"role": "user", "content": "thanks"}]
     assert third.usage.input_tokens == chat(client, longer, max_tokens=1).usage.prompt_tokens
     assert client.responses.retrieve(second.id).output_text == second.output_text
@@ -284,6 +289,30 @@ def test_stored_responses_can_be_read_and_deleted_and_unknown_ids_are_404(serve)
             client.responses.create(model=MODEL, input="y", previous_response_id=gone)
     with pytest.raises(openai.NotFoundError):
         client.responses.delete(kept.id)
+
+
+def test_a_stored_responses_input_items_are_listed_a_page_at_a_time(serve):
+    """`client.responses.input_items.list`: the request's items with ids (kept where given), text as parts, newest
+    first by default; pages of `limit` followed through `after` by the SDK; a bad order, limit or after is a 400."""
+    client = serve.client()
+    items = [{"role": "system", "content": "Be brief."},
+             {"type": "message", "id": "msg_given", "role": "user",
+              "content": [{"type": "input_text", "text": "weather in Oslo?"}]},
+             {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": '{"city": "Oslo"}'},
+             {"type": "function_call_output", "call_id": "call_1", "output": "-3 C"}]
+    reply = client.responses.create(model=MODEL, input=items, tools=[WEATHER], max_output_tokens=2, temperature=0)
+    listed = list(client.responses.input_items.list(reply.id, order="asc", limit=3))
+    assert [item.type for item in listed] == ["message", "message", "function_call", "function_call_output"]
+    assert listed[0].content[0].text == "Be brief." and listed[1].id == "msg_given"
+    assert (listed[2].call_id, listed[2].arguments, listed[3].output) == ("call_1", '{"city": "Oslo"}', "-3 C")
+    assert len({item.id for item in listed}) == 4 and all(item.id for item in listed)
+    newest = client.responses.input_items.list(reply.id, limit=2)
+    assert [item.id for item in newest.data] == [listed[3].id, listed[2].id] and newest.has_more
+    url = f"{serve.base_url}/responses/{reply.id}/input_items"
+    for query, param in (("order=up", "order"), ("limit=0", "limit"), ("limit=x", "limit"), ("after=nope", "after")):
+        answer = httpx.get(f"{url}?{query}", timeout=30)
+        assert answer.status_code == 400 and answer.json()["error"]["param"] == param, answer.text
+    assert httpx.get(f"{serve.base_url}/responses/resp_none/input_items", timeout=30).status_code == 404
 
 
 @pytest.mark.parametrize("body,param,message", [

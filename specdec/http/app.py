@@ -30,7 +30,7 @@ from specdec.http.errors import error_body, rpc_error
 from specdec.http.flags import HttpConfig
 from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
-from specdec.http.response_reply import ResponseReply, ResponseStream
+from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
 from specdec.http.response_store import ResponseNotFound, StoreUnavailable, response_store
 from specdec.http.responses import Reply, TokenText
 from specdec.http.responses_api import ResponsesRequest
@@ -211,6 +211,22 @@ async def stored_response(request: Request) -> Response:
     return JSONResponse(await asyncio.to_thread(gateway.stored.body, response_id))
 
 
+async def input_items(request: Request) -> Response:
+    """A stored response's input items, a page at a time (`order`, `limit`, `after`, as OpenAI's lists)."""
+    gateway: Gateway = request.app.state.gateway
+    query = request.query_params
+    order, limit = query.get("order", "desc"), query.get("limit", "20")
+    if order not in ("asc", "desc"):
+        raise BadRequest(f"order must be asc or desc, got {order!r}", "order")
+    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LISTED:
+        raise BadRequest(f"limit must be an integer in [1, {MAX_LISTED}], got {limit!r}", "limit")
+    items = await asyncio.to_thread(gateway.stored.items, request.path_params["response_id"])
+    try:
+        return JSONResponse(item_page(items, order, int(limit), query.get("after")))
+    except ValueError as exc:
+        raise BadRequest(str(exc), "after") from None
+
+
 async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest, reply: Reply,
               events=None) -> Response:
     """Start the call and wait for its first message, so that a refused request gets its 4xx
@@ -376,6 +392,7 @@ def with_errors(route):
 ROUTES = {"/v1/models": (models, ["GET"]), "/v1/models/{model:path}": (model, ["GET"]), "/v1/completions": (completions, ["POST"]),
           "/v1/chat/completions": (chat_completions, ["POST"]), "/v1/responses": (create_response, ["POST"]),
           "/v1/responses/{response_id}": (stored_response, ["GET", "DELETE"]),
+          "/v1/responses/{response_id}/input_items": (input_items, ["GET"]),
           "/health": (health, ["GET"]), "/metrics": (prometheus, ["GET"])}
 
 

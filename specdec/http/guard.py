@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 
 from starlette.responses import Response
@@ -12,14 +14,19 @@ OPEN_PATHS = ("/health", "/metrics")  # probes and scrapers, like gRPC health, n
 
 
 def route_of(path: str, routes) -> str:
-    """The route a path is counted under: itself, the template it fills (`/v1/models/{model:path}`), or "other"."""
+    """The route a path is counted under: itself, the template it fills (`/v1/models/{model:path}`,
+    `/v1/responses/{response_id}/input_items`), or "other"."""
     if path in routes:
         return path
-    for route in routes:
-        head, brace, _ = route.partition("{")
-        if brace and path.startswith(head) and len(path) > len(head):
-            return route
-    return "other"
+    return next((route for route in sorted(routes) if "{" in route and template(route).fullmatch(path)), "other")
+
+
+@functools.lru_cache(maxsize=64)
+def template(route: str) -> re.Pattern:
+    """A route template as a pattern: `{name}` one path segment, `{name:path}` the rest of the path."""
+    parts = re.split(r"(\{[^}]*\})", route)
+    return re.compile("".join(("(.+)" if part.endswith(":path}") else "([^/]+)") if part.startswith("{")
+                              else re.escape(part) for part in parts))
 
 
 class Guard:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 
 from specdec.http.response_store import StoreUnavailable
 from specdec.http.responses import Reply, TokenText
-from specdec.http.responses_api import ResponsesRequest, output_message
+from specdec.http.responses_api import ResponsesRequest, new_id, output_message
 from specdec.http.tool_calls import Tool, parse_calls
 
 log = logging.getLogger(__name__)
@@ -32,8 +31,8 @@ class ResponseReply(Reply):
         top = (request.top_logprobs or 0) if request.logprobs else None
         super().__init__("chat", model, tokens, top, tools)
         self.request = request
-        self.id = f"resp_{uuid.uuid4().hex}"
-        self.message_id = f"msg_{uuid.uuid4().hex}"
+        self.id = new_id("resp")
+        self.message_id = new_id("msg")
         self.created_at = int(time.time())
         self.store = store if request.store and store is not None and store.enabled else None
         self.part: list[dict] = []  # the chat messages this response adds to its conversation, once final
@@ -60,7 +59,7 @@ class ResponseReply(Reply):
         if self.store is not None:
             try:
                 if not await asyncio.to_thread(self.store.put, response["id"], response, self.part,
-                                               self.request.previous_response_id):
+                                               self.request.previous_response_id, self.request.input_items()):
                     log.warning("response %s not stored: larger than the store", response["id"])
             except StoreUnavailable as exc:
                 log.warning("response %s not stored: %s", response["id"], exc)
@@ -168,3 +167,21 @@ class ResponseStream:
         return [self.event("response.output_item.added", output_index=0,
                            item=self.reply.message_item("in_progress", None)),
                 self.event("response.content_part.added", **where, part=text_part("", None))]
+
+
+MAX_LISTED = 100  # OpenAI's largest `limit` for a list
+
+
+def item_page(items: list[dict], order: str, limit: int, after: str | None) -> dict:
+    """One page of a stored response's input items, as `GET /v1/responses/{id}/input_items` answers: `order`
+    "asc" or "desc" (the default), at most `limit` (1-100) items, those after the item `after` names."""
+    ordered = items if order == "asc" else items[::-1]
+    start = 0
+    if after is not None:
+        ids = [item.get("id") for item in ordered]
+        if after not in ids:
+            raise ValueError(f"after: no input item of this response has the id {after!r}")
+        start = ids.index(after) + 1
+    page = ordered[start:start + limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": start + limit < len(ordered)}

@@ -42,6 +42,7 @@ class StoredResponse:
     body: dict  # the response object as it was returned
     messages: list[dict]  # the chat messages it added: its input items', then its output's
     previous: str | None  # the response it went on from
+    items: list[dict]  # its input items, as `GET /v1/responses/{id}/input_items` lists them
     size: int  # bytes counted against the budget
 
 
@@ -58,14 +59,16 @@ class ResponseStore:
     def enabled(self) -> bool:
         return self.budget_bytes > 0
 
-    def put(self, response_id: str, body: dict, messages: list[dict], previous: str | None) -> bool:
+    def put(self, response_id: str, body: dict, messages: list[dict], previous: str | None,
+            items: list[dict] = ()) -> bool:
         """Store a response; False if it alone is over the budget (then nothing is stored)."""
-        size = len(json.dumps(body)) + len(json.dumps(messages))
+        items = list(items)
+        size = len(json.dumps(body)) + len(json.dumps(messages)) + len(json.dumps(items))
         if size > self.budget_bytes:
             return False
         with self._lock:
             self._drop(response_id)
-            self._stored[response_id] = StoredResponse(body, messages, previous, size)
+            self._stored[response_id] = StoredResponse(body, messages, previous, items, size)
             self._bytes += size
             while self._bytes > self.budget_bytes:
                 self._drop(next(iter(self._stored)))
@@ -74,6 +77,10 @@ class ResponseStore:
     def body(self, response_id: str) -> dict:
         with self._lock:
             return self._use(response_id).body
+
+    def items(self, response_id: str) -> list[dict]:
+        with self._lock:
+            return self._use(response_id).items
 
     def conversation(self, response_id: str) -> list[dict]:
         """The chat messages of the chain that ends at `response_id`, oldest first."""
@@ -121,13 +128,17 @@ class RedisResponseStore:
 
         self.client, self.ttl_s, self.prefix = client, max(int(ttl_s), 1), f"{PREFIX}:response:"
 
-    def put(self, response_id: str, body: dict, messages: list[dict], previous: str | None) -> bool:
-        record = json.dumps({"body": body, "messages": messages, "previous": previous})
+    def put(self, response_id: str, body: dict, messages: list[dict], previous: str | None,
+            items: list[dict] = ()) -> bool:
+        record = json.dumps({"body": body, "messages": messages, "previous": previous, "items": list(items)})
         self._call(self.client.set, self.prefix + response_id, record, ex=self.ttl_s)
         return True
 
     def body(self, response_id: str) -> dict:
         return self._use(response_id)["body"]
+
+    def items(self, response_id: str) -> list[dict]:
+        return self._use(response_id)["items"]
 
     def conversation(self, response_id: str) -> list[dict]:
         parts: list[list[dict]] = []

@@ -17,6 +17,7 @@ API's extensions (`seed`, `top_k`, `stop`, penalties, `logit_bias`, `gamma`, `pr
 
 from __future__ import annotations
 
+import uuid
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -100,6 +101,24 @@ class ResponsesRequest(BaseModel):
     def logprobs(self) -> bool:
         return LOGPROBS in self.include
 
+    def input_items(self) -> list[dict]:
+        """The input as `GET /v1/responses/{id}/input_items` lists it: items with their ids (given, or new), text
+        content as parts. Read after `chat_request`, which refuses items that cannot be served."""
+        items = [{"role": "user", "content": self.input}] if isinstance(self.input, str) else self.input
+        listed = []
+        for item in items:
+            kind = item.get("type", "message")
+            if kind == "message":
+                content = item["content"]
+                if isinstance(content, str):
+                    content = [{"type": "output_text" if item["role"] == "assistant" else "input_text", "text": content}]
+                listed.append({"type": "message", "id": item.get("id") or new_id("msg"), "role": item["role"],
+                               "content": content, "status": item.get("status", "completed")})
+            else:
+                prefix = {"function_call": "fc", "function_call_output": "fco"}.get(kind, "item")
+                listed.append({**item, "id": item.get("id") or new_id(prefix)})
+        return listed
+
     def input_messages(self) -> list[dict]:
         """The chat messages this request's input items add to the conversation."""
         if isinstance(self.input, str):
@@ -141,6 +160,10 @@ class ResponsesRequest(BaseModel):
                 "metadata": self.metadata or {}, "top_logprobs": self.top_logprobs,
                 "truncation": self.truncation or "disabled", "reasoning": {"effort": None, "summary": None},
                 "background": False, "user": self.user}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
 
 
 def chat_messages(items: list) -> list[dict]:
