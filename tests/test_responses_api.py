@@ -5,6 +5,7 @@ checked against the chat completion of the same conversation."""
 from __future__ import annotations
 
 import json
+import re
 
 import httpx2 as httpx
 import openai
@@ -289,6 +290,11 @@ def test_stored_responses_can_be_read_and_deleted_and_unknown_ids_are_404(serve)
             client.responses.create(model=MODEL, input="y", previous_response_id=gone)
     with pytest.raises(openai.NotFoundError):
         client.responses.delete(kept.id)
+    client.responses.create(model=MODEL, input="x", max_output_tokens=2)
+    gauges = httpx.get(serve.base_url.removesuffix("/v1") + "/metrics", timeout=10).text
+    stored = float(re.search(r"^http_stored_responses(?:\{[^}]*\})? ([0-9.e+]+)$", gauges, re.M).group(1))
+    size = float(re.search(r"^http_stored_response_bytes(?:_bytes)?(?:\{[^}]*\})? ([0-9.e+]+)$", gauges, re.M).group(1))
+    assert stored >= 1 and size > 1000 * stored / 2, gauges
 
 
 def test_a_stored_responses_input_items_are_listed_a_page_at_a_time(serve):

@@ -31,7 +31,7 @@ from specdec.http.flags import HttpConfig
 from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
 from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
-from specdec.http.response_store import ResponseNotFound, StoreUnavailable, response_store
+from specdec.http.response_store import ResponseNotFound, ResponseStore, StoreUnavailable, response_store
 from specdec.http.responses import Reply, TokenText
 from specdec.http.responses_api import ResponsesRequest
 from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
@@ -68,6 +68,17 @@ class Gateway:
         self.requests = meter.create_counter("http_requests", description="HTTP requests by route and status")
         self.latency = meter.create_histogram("http_request_duration", unit="s",
                                               description="Time to the response's last byte, by route")
+        if isinstance(self.stored, ResponseStore):  # Redis reports its own memory
+            meter.create_observable_gauge("http_stored_responses", [self._observe_store],
+                                          description="Responses API responses stored in this server's memory")
+            meter.create_observable_gauge("http_stored_response_bytes", [self._observe_store_bytes], unit="By",
+                                          description="Their size, against --response-store-mb")
+
+    def _observe_store(self, options):
+        yield metrics.Observation(len(self.stored))
+
+    def _observe_store_bytes(self, options):
+        yield metrics.Observation(self.stored.bytes)
 
     async def start(self) -> None:
         """Connect, and learn the model's name, context and tokenizer from the orchestrator."""

@@ -104,6 +104,11 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._stored)
 
+    @property
+    def bytes(self) -> int:
+        """What the stored responses count against the budget."""
+        return self._bytes
+
     def _use(self, response_id: str) -> StoredResponse:
         stored = self._stored.get(response_id)
         if stored is None:
