@@ -46,7 +46,33 @@ class StoredResponse:
     size: int  # bytes counted against the budget
 
 
-class ResponseStore:
+class Stored:
+    """What both stores read the same way, from their `_use(response_id) -> StoredResponse` (which counts as a
+    use, and raises ResponseNotFound)."""
+
+    def body(self, response_id: str) -> dict:
+        return self._use(response_id).body
+
+    def items(self, response_id: str) -> list[dict]:
+        return self._use(response_id).items
+
+    def conversation(self, response_id: str) -> list[dict]:
+        """The chat messages of the chain that ends at `response_id`, oldest first."""
+        parts: list[list[dict]] = []
+        seen: set[str] = set()
+        at: str | None = response_id
+        while at is not None and at not in seen:
+            seen.add(at)
+            stored = self._use(at)
+            parts.append(stored.messages)
+            at = stored.previous
+        return [message for part in reversed(parts) for message in part]
+
+    def _use(self, response_id: str) -> StoredResponse:
+        raise NotImplementedError
+
+
+class ResponseStore(Stored):
     """Stored responses by id, least recently used out past `budget_bytes` (0: stores nothing)."""
 
     def __init__(self, budget_bytes: int):
@@ -74,27 +100,6 @@ class ResponseStore:
                 self._drop(next(iter(self._stored)))
         return True
 
-    def body(self, response_id: str) -> dict:
-        with self._lock:
-            return self._use(response_id).body
-
-    def items(self, response_id: str) -> list[dict]:
-        with self._lock:
-            return self._use(response_id).items
-
-    def conversation(self, response_id: str) -> list[dict]:
-        """The chat messages of the chain that ends at `response_id`, oldest first."""
-        parts: list[list[dict]] = []
-        with self._lock:
-            seen: set[str] = set()
-            at: str | None = response_id
-            while at is not None and at not in seen:
-                seen.add(at)
-                stored = self._use(at)
-                parts.append(stored.messages)
-                at = stored.previous
-        return [message for part in reversed(parts) for message in part]
-
     def delete(self, response_id: str) -> None:
         with self._lock:
             if response_id not in self._stored:
@@ -110,11 +115,12 @@ class ResponseStore:
         return self._bytes
 
     def _use(self, response_id: str) -> StoredResponse:
-        stored = self._stored.get(response_id)
-        if stored is None:
-            raise ResponseNotFound(response_id)
-        self._stored.move_to_end(response_id)
-        return stored
+        with self._lock:
+            stored = self._stored.get(response_id)
+            if stored is None:
+                raise ResponseNotFound(response_id)
+            self._stored.move_to_end(response_id)
+            return stored
 
     def _drop(self, response_id: str) -> None:
         stored = self._stored.pop(response_id, None)
@@ -122,7 +128,7 @@ class ResponseStore:
             self._bytes -= stored.size
 
 
-class RedisResponseStore:
+class RedisResponseStore(Stored):
     """Stored responses in Redis, shared by every HTTP server that names it; each expires `ttl_s` after its
     last use. The same calls as `ResponseStore`."""
 
@@ -139,33 +145,15 @@ class RedisResponseStore:
         self._call(self.client.set, self.prefix + response_id, record, ex=self.ttl_s)
         return True
 
-    def body(self, response_id: str) -> dict:
-        return self._use(response_id)["body"]
-
-    def items(self, response_id: str) -> list[dict]:
-        return self._use(response_id)["items"]
-
-    def conversation(self, response_id: str) -> list[dict]:
-        parts: list[list[dict]] = []
-        seen: set[str] = set()
-        at: str | None = response_id
-        while at is not None and at not in seen:
-            seen.add(at)
-            record = self._use(at)
-            parts.append(record["messages"])
-            at = record["previous"]
-        return [message for part in reversed(parts) for message in part]
-
     def delete(self, response_id: str) -> None:
         if not self._call(self.client.delete, self.prefix + response_id):
             raise ResponseNotFound(response_id)
 
-    def _use(self, response_id: str) -> dict:
-        key = self.prefix + response_id
-        value = self._call(self.client.getex, key, ex=self.ttl_s)
+    def _use(self, response_id: str) -> StoredResponse:
+        value = self._call(self.client.getex, self.prefix + response_id, ex=self.ttl_s)
         if value is None:
             raise ResponseNotFound(response_id)
-        return json.loads(value)
+        return StoredResponse(**json.loads(value), size=len(value))
 
     @staticmethod
     def _call(method, *args, **kw):
