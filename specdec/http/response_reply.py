@@ -50,7 +50,7 @@ class ResponseReply(Reply):
         status = self.status()
         output = [self.message_item(status, content, logprobs)] if content or not calls else []
         output += [call_item(call, "completed") for call in calls]
-        self.part = [*self.request.input_messages(), output_message(content, calls)]
+        self.part = [*self.request.input_messages, output_message(content, calls)]
         return self.response(status, output, self.response_usage())
 
     async def settle(self, response: dict) -> None:

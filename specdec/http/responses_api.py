@@ -17,6 +17,7 @@ API's extensions (`seed`, `top_k`, `stop`, penalties, `logit_bias`, `gamma`, `pr
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import Any, Literal
 
@@ -119,8 +120,10 @@ class ResponsesRequest(BaseModel):
                 listed.append({**item, "id": item.get("id") or new_id(prefix)})
         return listed
 
+    @functools.cached_property
     def input_messages(self) -> list[dict]:
-        """The chat messages this request's input items add to the conversation."""
+        """The chat messages this request's input items add to the conversation (read once: the prompt's, and
+        the stored conversation's part)."""
         if isinstance(self.input, str):
             return [{"role": "user", "content": self.input}]
         return chat_messages(self.input)
@@ -128,7 +131,7 @@ class ResponsesRequest(BaseModel):
     def chat_request(self, conversation: list[dict]) -> ChatCompletionRequest:
         """The chat completion this request asks for, after the stored `conversation` it goes on from."""
         system = [{"role": "system", "content": self.instructions}] if self.instructions else []
-        body: dict[str, Any] = {"model": self.model, "messages": [*system, *conversation, *self.input_messages()],
+        body: dict[str, Any] = {"model": self.model, "messages": [*system, *conversation, *self.input_messages],
                                 "parallel_tool_calls": self.parallel_tool_calls, "logprobs": self.logprobs}
         optional = {"max_completion_tokens": self.max_output_tokens, "temperature": self.temperature,
                     "top_p": self.top_p, "top_logprobs": self.top_logprobs if self.logprobs else None,
