@@ -33,7 +33,7 @@ FUNCTION_FIELDS = ("name", "description", "parameters", "strict")  # a flat tool
 CALL = re.compile(re.escape(OPEN) + r"\s*(.*?)\s*" + re.escape(CLOSE), re.DOTALL)
 FENCED = re.compile(r"```(?:json)?[ \t]*\n(.*?)\n?```", re.DOTALL)  # one Markdown block, its JSON inside
 BARE_START = re.compile(r"```(?:json)?\s*[\[{]")  # a reply that began so may be a bare call
-FENCE_OPENINGS = ("```json", "```")
+FENCE_OPENING = re.compile(r"```(?:json)?\s*")  # a reply that is so far only this may become one
 
 
 class ToolError(ValueError):
@@ -168,15 +168,14 @@ def may_be_bare_call(text: str) -> bool:
     start = text.lstrip()
     if not start or start[0] in "[{" or BARE_START.match(start):
         return True
-    return any(opening.startswith(start) for opening in FENCE_OPENINGS) or \
-        re.fullmatch(r"```(?:json)?\s*", start) is not None
+    return "```json".startswith(start) or FENCE_OPENING.fullmatch(start) is not None
 
 
 class ToolStream:
     """One streamed choice's text, split as it arrives: content that cannot be the start of a call goes out at
     once; from the first <tool_call> on the text is held, and at the end read as calls (or, if it does not
-    parse as calls, sent as content after all). A reply that begins as calls' bare JSON could is held whole
-    while it still could be (`may_be_bare_call`)."""
+    parse as calls, sent as content after all). A reply that could still be nothing but calls' bare JSON is
+    held whole while it could (`may_be_bare_call`)."""
 
     def __init__(self, tools: dict[str, Tool]):
         self.tools = tools
