@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import specdec.engine.measure as measure_module
-from specdec.engine.attention import BLOCK
+from specdec.engine.attention import BLOCK, block_sum
 from specdec.engine.compute import build_runner, resolve_path
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.kernels import Int8Kernel, make_kernel
@@ -85,6 +85,34 @@ def test_a_tokens_logits_do_not_depend_on_what_is_computed_with_it(path, kernel)
     assert torch.equal(decoded, verified)
     assert torch.equal(verified, batched)
     assert torch.equal(whole, parts)
+
+
+@pytest.mark.parametrize("path,kernel", [*PATHS, ("gguf", "gguf"), ("gguf-q8", "gguf")])
+def test_past_four_attention_blocks_a_verify_gives_a_decodes_bits(path, kernel):
+    """With five or more key blocks cached, a 6-token verify, one-token decodes and a whole prefill give each
+    position the same bits. Torch's sum over the block axis ordered its additions by the number of query rows,
+    which broke this past 256 positions on the torch-attention paths (fp32 and gguf): the blocks are now added
+    in a fixed tree (`specdec.engine.attention.block_sum`)."""
+    model = runner(path, kernel, "tiny:seed=0,hidden=256,gguf=1" if path.startswith("gguf") else "tiny:seed=0")
+    tokens = [(7 * i + 3) % 200 + 1 for i in range(7 * BLOCK)]
+    for start in (4 * BLOCK + 14, 6 * BLOCK + 30):
+        cache = model.new_cache()
+        model.forward([Step(cache, tokens[:start])])
+        verified = model.forward([Step(cache, tokens[start:start + 6], logits=6)])[0]
+        cache.crop(start)
+        decoded = torch.cat([model.forward([Step(cache, [t])])[0] for t in tokens[start:start + 6]])
+        whole = model.forward([Step(model.new_cache(), tokens[:start + 6], logits=6)])[0]
+        assert torch.equal(verified, decoded), f"at position {start}"
+        assert torch.equal(whole, decoded), f"at position {start}"
+
+
+def test_block_sums_are_a_fixed_tree_that_trailing_zero_blocks_do_not_change():
+    parts = torch.randn(2, 5, 7, 3, generator=torch.Generator().manual_seed(1))
+    tree = ((parts[:, 0] + parts[:, 1]) + (parts[:, 2] + parts[:, 3])) + parts[:, 4]
+    assert torch.equal(block_sum(parts), tree)
+    padded = torch.cat([parts, torch.zeros(2, 6, 7, 3)], dim=1)  # 11 blocks, the last 6 empty
+    assert torch.equal(block_sum(padded), tree)
+    assert torch.equal(block_sum(parts[:, :, :2]), tree[:, :2]), "a row's sum does not depend on the others"
 
 
 @pytest.mark.parametrize("bits", [None, 7, 8])

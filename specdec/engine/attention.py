@@ -8,7 +8,11 @@ output equal target-only output by construction, not only up to rounding. Three 
 - query rows are padded to at least `MIN_ROWS`: below that, CPU matmuls take a differently
   rounded path (measured: 1–3 rows differ from ≥ 4 rows by about 1e-6);
 - invisible keys (the future, and blocks past the cache's end) get probability exactly 0, and a
-  row's max and sums only ever gain exact zeros from them.
+  row's max and sums only ever gain exact zeros from them;
+- the blocks' partial sums are added in one fixed pairwise tree (`block_sum`), never by a reduction
+  over the block axis: torch orders those additions by the shape of the rest of the tensor (measured:
+  five blocks summed differently for a 6-token verify than for one decoded token, so past 256 cached
+  positions the two gave different bits).
 
 Grouped-query attention folds the query heads that share a KV head into the row axis
 (q: [kv_heads, groups·S, D]), so repeated KV heads are never materialised.
@@ -52,6 +56,20 @@ def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visibl
     hidden = ~visible.view(padded, blocks, BLOCK).transpose(0, 1)  # [N, M', BLOCK]
     scores = scores.masked_fill(hidden, float("-inf"))
     probs = (scores - scores.amax(dim=(1, 3), keepdim=True)).exp()  # [KV, N, M', BLOCK]
-    total = probs.sum(dim=-1, keepdim=True).sum(dim=1)  # [KV, M', 1]
-    out = torch.matmul(probs, v).sum(dim=1) / total  # [KV, M', D]
+    total = block_sum(probs.sum(dim=-1, keepdim=True))  # [KV, M', 1]
+    out = block_sum(torch.matmul(probs, v)) / total  # [KV, M', D]
     return out[:, :rows]
+
+
+def block_sum(parts: torch.Tensor) -> torch.Tensor:
+    """parts: [KV, N, ...] -> [KV, ...]: the N blocks added pairwise in a fixed tree, after padding N with zero
+    blocks to a power of two. Elementwise additions only, so each entry's sum is the same sequence of
+    additions whatever the other dimensions, on any device; and a block of exact zeros changes no bit of a
+    tree (x + 0 = x), so blocks past a query's last key (more blocks for a longer verify) change nothing."""
+    blocks = parts.shape[1]
+    size = 1 << (blocks - 1).bit_length()
+    if size > blocks:
+        parts = torch.cat([parts, parts.new_zeros(parts.shape[0], size - blocks, *parts.shape[2:])], dim=1)
+    while parts.shape[1] > 1:
+        parts = parts[:, 0::2] + parts[:, 1::2]
+    return parts[:, 0]
