@@ -63,6 +63,7 @@ class GenerationRequest:
     resumed: tuple[int, ...] = ()  # tokens generated before a resume, from the session record
     resume_from: int = 0  # of those, how many the client already holds
     top_logprobs: int | None = None  # None: no log-probabilities; k: each token's, with k alternatives
+    prompt_top: int | None = None  # the same for the prompt's tokens (the target's raw distribution)
     proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.core.ngram`);
     # "hybrid": each round, whichever of the two promises more tokens per second
     overlap: str = "off"  # draft the next round during the verify: "on", "off", or "auto" (where it pays)
@@ -76,6 +77,9 @@ class Chunk:
     estimates: Estimates = Estimates()  # the controller's, after the round
     stats: GenerationStats | None = None  # on the last chunk only
     logprobs: list = field(default_factory=list)  # pb.TokenLogprob per token, when asked for
+    # On the first chunk, when the prompt's log-probabilities were asked for: its tokens, and theirs from position 1.
+    prompt_ids: list[int] = field(default_factory=list)
+    prompt_logprobs: list = field(default_factory=list)
 
 
 @dataclass
@@ -153,6 +157,8 @@ class Generation:
                 if len(new_tokens) < record.emitted:  # cut at a stop string
                     record = dataclasses.replace(record, emitted=len(new_tokens))
                 logprobs = verdict.logprobs[:len(new_tokens)]
+                prompt = {} if req.prompt_top is None or stats.rounds else \
+                    {"prompt_ids": req.prompt_ids, "prompt_logprobs": verdict.prompt_logprobs}
                 committed.extend(new_tokens)
                 generated += len(new_tokens)
                 finish = self._finish_reason(at_eos or text.stopped, generated, len(committed))
@@ -166,9 +172,9 @@ class Generation:
                 if finish:
                     stats.finish_reason, stats.total_s = finish, time.perf_counter() - began
                     stats.draft_replica = self._draft_replica
-                    yield Chunk(new_tokens, delta + text.finish(), record, estimates, stats, logprobs)
+                    yield Chunk(new_tokens, delta + text.finish(), record, estimates, stats, logprobs, **prompt)
                 else:
-                    yield Chunk(new_tokens, delta, record, estimates, logprobs=logprobs)
+                    yield Chunk(new_tokens, delta, record, estimates, logprobs=logprobs, **prompt)
         finally:
             if self.request.proposer == "hybrid":
                 self.lookup_prior.absorb(self.lookup_acceptance)
@@ -238,8 +244,9 @@ class Generation:
         extra = steps - 1 if not proposal.tokens and not prefill else 0
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens)) + \
             extra * self.controller.target_time(1)
+        prompt_top = self.request.prompt_top if prefill else None
         verdict = self._target.verify(committed, proposal, span, self.round_timeout.of(verify_s),
-                                      self.request.top_logprobs, extra, self.eos_ids)
+                                      self.request.top_logprobs, extra, self.eos_ids, prompt_top)
         new_tokens = verdict.tokens[:remaining]
         new_tokens = new_tokens[:next((i for i, t in enumerate(new_tokens) if t in self.eos_ids), len(new_tokens))]
         draft, target = proposal.hop, verdict.hop

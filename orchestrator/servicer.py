@@ -35,7 +35,7 @@ from specdec.runtime.errors import grpc_errors
 from specdec.runtime.guards import credential_of
 from specdec.runtime.options import option
 from specdec.runtime.redis_state import SESSION_TTL_S, PriorStore, SessionStore
-from specdec.runtime.wire import cost_profile_from_pb, logprob_request_from_pb, round_to_pb, summary_to_pb
+from specdec.runtime.wire import cost_profile_from_pb, logprob_requests_from_pb, round_to_pb, summary_to_pb
 
 log = logging.getLogger(__name__)
 FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
@@ -111,7 +111,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         config = self.config
         self.check_session_id(request.session_id)
         if request.resume:
-            if request.logprobs:
+            if request.logprobs or request.prompt_logprobs:
                 raise InvalidArgument("logprobs are not kept in session records: resume without them")
             if self.sessions is None:
                 raise FailedPrecondition("resume needs an orchestrator with --redis-url")
@@ -157,7 +157,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         gamma = request.gamma if request.HasField("gamma") else None
         if gamma is not None and not 0 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")
-        top_logprobs = logprob_request_from_pb(request.logprobs, request.top_logprobs)
+        top_logprobs, prompt_top = logprob_requests_from_pb(request.logprobs, request.prompt_logprobs,
+                                                            request.top_logprobs)
         proposer = config.proposer if request.proposer == pb.PROPOSER_UNSPECIFIED else PROPOSERS.get(request.proposer)
         if proposer is None:
             raise InvalidArgument(f"unknown proposer {request.proposer}: use PROPOSER_MODEL, _NGRAM or _HYBRID")
@@ -169,7 +170,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if request.n > 1 and request.session_id:
             raise InvalidArgument("n > 1 is not resumable: leave session_id unset")
         return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
-                                 top_logprobs=top_logprobs, proposer=proposer, overlap=overlap)
+                                 top_logprobs=top_logprobs, prompt_top=prompt_top, proposer=proposer, overlap=overlap)
 
     def check_session_id(self, session_id: str) -> None:
         limit = self.config.max_session_id_chars
@@ -231,8 +232,9 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         def run(index: int) -> None:
             params = dataclasses.replace(parsed.params, seed=(parsed.params.seed + index) % 2**64)
             controller = self._new_controller(parsed.proposer)
-            try:
-                generation = self._generation(dataclasses.replace(parsed, params=params), controller, cancelled, span)
+            try:  # the prompt's log-probabilities come once, with choice 0 (which computes the whole prompt)
+                generation = self._generation(dataclasses.replace(parsed, params=params, prompt_top=parsed.prompt_top
+                                                                  if index == 0 else None), controller, cancelled, span)
                 for chunk in generation.run():
                     prefilled.set()
                     results.put((index, chunk))
@@ -314,7 +316,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
 
 def chunk_to_pb(chunk: Chunk) -> pb.GenerateResponse:
     msg = pb.GenerateResponse(token_ids=chunk.token_ids, text=chunk.text, round=round_to_pb(chunk.record, chunk.estimates),
-                              logprobs=chunk.logprobs)
+                              logprobs=chunk.logprobs, prompt_token_ids=chunk.prompt_ids,
+                              prompt_logprobs=chunk.prompt_logprobs)
     if chunk.stats is not None:
         msg.stats.CopyFrom(summary_to_pb(chunk.stats.summary()))
     return msg

@@ -56,6 +56,7 @@ class VerifyReply:
     logprobs: list[pb.TokenLogprob] = ()  # one per token, when asked for
     passes: int = 1  # the verify and the target-only steps after it
     reused: int = 0  # positions the target took from another session's cache (a shared prefix)
+    prompt_logprobs: list[pb.TokenLogprob] = ()  # the committed tokens' from position 1, when asked for
 
 
 @dataclass
@@ -180,13 +181,14 @@ class DraftSession(ServiceSession):
 class TargetSession(ServiceSession):
     def verify(self, committed: list[int], proposal: DraftReply, span: Span, timeout: float,
                top_logprobs: int | None = None, extra_steps: int = 0,
-               stop_ids: frozenset[int] = frozenset()) -> VerifyReply:
-        """`top_logprobs`: None, or ask for each token's log-probability with that many alternatives.
+               stop_ids: frozenset[int] = frozenset(), prompt_top: int | None = None) -> VerifyReply:
+        """`top_logprobs`: None, or ask for each token's log-probability with that many alternatives;
+        `prompt_top` the same for the committed tokens (the session's first call: its prompt).
         `extra_steps`: target-only steps after the verdict in the same call, ending after a token in
         `stop_ids` (`specdec.engine.continuation`)."""
         request = pb.VerifyRequest(draft_tokens=proposal.tokens, draft_probs=proposal.probs,
                                    extra_steps=extra_steps, stop_ids=sorted(stop_ids) if extra_steps else (),
-                                   **logprob_request_to_pb(top_logprobs))
+                                   **logprob_request_to_pb(top_logprobs, prompt_top))
         reply, hop = self._call("target.verify", request, committed, span, timeout)
         return VerifyReply(list(reply.tokens), reply.num_accepted, hop, list(reply.logprobs), 1 + reply.extra_passes,
-                           reply.reused_tokens)
+                           reply.reused_tokens, list(reply.prompt_logprobs))

@@ -117,12 +117,15 @@ class TensorParallelTarget:
         return self._replicate(("release", session_id), lambda: self.engine.release(session_id))
 
     def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
-               draft_probs: torch.Tensor | None, top_logprobs: int | None = None) -> Verification:
-        """Followers score; rank 0 also samples and, when asked, computes the log-probabilities."""
-        self.engine.check_request(draft_tokens, draft_probs, top_logprobs)  # q stays on rank 0: check it first
-        return self._replicate(("score", session_id, start, tokens, draft_tokens),
+               draft_probs: torch.Tensor | None, top_logprobs: int | None = None,
+               prompt_top: int | None = None) -> Verification:
+        """Followers score (every position's logits too when the prompt's log-probabilities are asked for);
+        rank 0 also samples and, when asked, computes the log-probabilities."""
+        # q stays on rank 0: check it first
+        self.engine.check_request(draft_tokens, draft_probs, top_logprobs, prompt_top)
+        return self._replicate(("score", session_id, start, tokens, draft_tokens, prompt_top is not None),
                                lambda: self.engine.verify(session_id, start, tokens, draft_tokens, draft_probs,
-                                                          top_logprobs))
+                                                          top_logprobs, prompt_top))
 
     def reports(self) -> list[dict]:
         def gather() -> list[dict]:

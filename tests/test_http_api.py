@@ -211,6 +211,52 @@ def test_n_choices_through_the_official_client(serve):
     assert [c.index for c in pair] == [0, 1] and pair[0].message.content == single
 
 
+def test_echo_puts_the_prompt_and_its_logprobs_before_the_completion(serve):
+    """`echo`: the prompt's text, then the completion's; with `logprobs`, the prompt's tokens (the first
+    with none) before the completion's, whose numbers are those of a reply without echo; streamed alike;
+    for every choice of n."""
+    client = serve.client()
+    args = dict(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0, logprobs=2, extra_body={"gamma": 3})
+    plain = client.completions.create(**args).choices[0]
+    echoed = client.completions.create(echo=True, **args)
+    choice, prompt_tokens = echoed.choices[0], len(PROMPT)  # the byte tokenizer: a token a character
+    assert choice.text == PROMPT + plain.text and echoed.usage.completion_tokens == 10
+    logprobs = choice.logprobs
+    assert logprobs.tokens == [*PROMPT, *plain.logprobs.tokens]
+    assert logprobs.token_logprobs[0] is None and logprobs.top_logprobs[0] is None
+    assert all(isinstance(v, float) and v <= 0 for v in logprobs.token_logprobs[1:prompt_tokens])
+    assert logprobs.token_logprobs[prompt_tokens:] == plain.logprobs.token_logprobs
+    assert logprobs.top_logprobs[prompt_tokens:] == plain.logprobs.top_logprobs
+    assert logprobs.text_offset == list(range(prompt_tokens + 10))
+    assert client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, temperature=0,
+                                     echo=True).choices[0].text == choice.text
+    streamed, streamed_logprobs = "", []
+    for chunk in client.completions.create(echo=True, stream=True, **args):
+        for part in chunk.choices:
+            streamed += part.text
+            streamed_logprobs += part.logprobs.token_logprobs if part.logprobs else []
+    assert streamed == choice.text and streamed_logprobs == logprobs.token_logprobs
+    pair = client.completions.create(echo=True, n=2, **args).choices
+    assert [c.text for c in pair] == [choice.text] * 2
+    assert [c.logprobs.token_logprobs for c in pair] == [logprobs.token_logprobs] * 2
+
+
+def test_max_tokens_0_with_echo_scores_the_prompt_with_a_generations_numbers(serve):
+    """The prompt scored alone (what evaluation harnesses ask): no completion, and each of its tokens
+    the log-probability the target gave it when it generated that token (γ = 3), to the bit."""
+    client = serve.client()
+    _, ids, generated = grpc_text(serve, prompt=PROMPT, max_new_tokens=12, top_logprobs=3, gamma=3)
+    prompt_ids = build_byte_tokenizer().encode(PROMPT, add_special_tokens=False)
+    reply = client.completions.create(model=MODEL, prompt=[*prompt_ids, *ids], max_tokens=0, echo=True, logprobs=3,
+                                      temperature=0)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "length" and reply.usage.completion_tokens == 0
+    assert reply.usage.prompt_tokens == len(prompt_ids) + 12
+    assert choice.text == build_byte_tokenizer().decode([*prompt_ids, *ids])
+    assert choice.logprobs.token_logprobs[len(prompt_ids):] == [lp.logprob for lp in generated]
+    assert len(choice.logprobs.tokens) == len(prompt_ids) + 12
+
+
 SCHEMA = {"type": "object", "properties": {"name": {"enum": ["ada", "bob"]}, "ok": {"type": "boolean"}},
           "required": ["name", "ok"], "additionalProperties": False}
 
@@ -316,7 +362,8 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
     ("/completions", {"prompt": "x", "presence_penalty": 3.0}, 400, "presence_penalty"),
     ("/completions", {"prompt": "x", "repetition_penalty": 0.0}, 400, "repetition_penalty"),
     ("/completions", {"prompt": "x", "cache_salt": "s" * 257}, 400, "cache_salt"),
-    ("/completions", {"prompt": "x", "echo": True}, 400, "echo"),
+    ("/completions", {"prompt": "x", "max_tokens": 0}, 400, "0 only with echo"),
+    ("/completions", {"prompt": "x", "echo": True, "suffix": "y"}, 400, "echo cannot be combined with suffix"),
     ("/completions", {"prompt": "x", "suffix": "y"}, 400, "no fill-in-the-middle tokens"),
     ("/completions", {"prompt": [5, 6], "suffix": "y"}, 400, "suffix needs the prompt as one string"),
     ("/completions", {"prompt": ["a", "b"]}, 400, "one string or one list of token ids"),

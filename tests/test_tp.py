@@ -124,6 +124,24 @@ def test_tp2_logprobs_do_not_change_under_speculation(tp_stack):
     assert runs[0].logprobs == runs[1].logprobs
 
 
+def test_tp2_scores_a_prompt_with_its_generations_numbers(tp_stack):
+    """A prompt's log-probabilities: every rank runs the passes that compute every position's logits (a
+    follower that did not would hang the gather), and rank 0's numbers for generated tokens are theirs."""
+    made = generate(tp_stack.endpoint, make_request(prompt=PROMPTS[1], max_new_tokens=12, gamma=3, top_logprobs=2))
+    prompt = list(made_prompt_ids(tp_stack, PROMPTS[1]))
+    scored = generate(tp_stack.endpoint, make_request(prompt_token_ids=prompt + made.token_ids, max_new_tokens=4,
+                                                      gamma=3, prompt_top=2), timeout=60)
+    assert scored.prompt_logprobs[len(prompt) - 1:] == made.logprobs
+    again = generate(tp_stack.endpoint, make_request(prompt=PROMPTS[1], max_new_tokens=12, gamma=3), timeout=60)
+    assert again.token_ids == made.token_ids, "the ranks' caches stayed in step"
+
+
+def made_prompt_ids(stack: EmbeddedStack, prompt: str) -> list[int]:
+    """The prompt's token ids, as the orchestrator reads them (its prompt logprobs come with them)."""
+    return generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=1, gamma=0, prompt_top=0),
+                    timeout=60).prompt_token_ids
+
+
 def test_ranks_hold_half_the_layers_and_identical_kv_caches(tp_stack):
     info = _target_info(tp_stack)
     assert info.tensor_parallel_size == 2 and [r.rank for r in info.ranks] == [0, 1]

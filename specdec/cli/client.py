@@ -22,6 +22,9 @@ class GenerateResult:
     stats: dict = field(default_factory=dict)
     rounds: list[pb.RoundStats] = field(default_factory=list)
     logprobs: list[pb.TokenLogprob] = field(default_factory=list)  # one per token, when asked for
+    # When asked for: the prompt's tokens, and their log-probabilities from the second on
+    prompt_token_ids: list[int] = field(default_factory=list)
+    prompt_logprobs: list[pb.TokenLogprob] = field(default_factory=list)
     first_token_s: float = 0.0  # from the call to the first message with tokens
     seconds: float = 0.0  # from the call to the end of the stream
 
@@ -46,12 +49,14 @@ def stats_to_dict(stats: pb.GenerationStats) -> dict:
 def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, max_new_tokens: int = 64,
                  temperature: float = 0.0, top_k: int = 0, top_p: float | None = None, seed: int = 0,
                  gamma: int | None = None, stop: list[str] | None = None,
-                 top_logprobs: int | None = None, proposer: str = "", overlap: str = "") -> pb.GenerateRequest:
-    """`top_logprobs`: None = no log-probabilities; k = each token's, with k alternatives.
+                 top_logprobs: int | None = None, proposer: str = "", overlap: str = "",
+                 prompt_top: int | None = None) -> pb.GenerateRequest:
+    """`top_logprobs`: None = no log-probabilities; k = each token's, with k alternatives; `prompt_top` the same
+    for the prompt's tokens (one k serves both).
     `proposer` ("model", "ngram", "hybrid") and `overlap` ("auto", "on", "off"): "" = the server's default."""
     request = pb.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_token_ids or [], max_new_tokens=max_new_tokens,
                                  temperature=temperature, top_k=top_k, seed=seed, stop=stop or [],
-                                 **logprob_request_to_pb(top_logprobs), **speculation_to_pb(proposer, overlap))
+                                 **logprob_request_to_pb(top_logprobs, prompt_top), **speculation_to_pb(proposer, overlap))
     if top_p is not None:
         request.top_p = top_p
     if gamma is not None:
@@ -72,6 +77,8 @@ def generate(endpoint: str, request: pb.GenerateRequest, on_text: Callable[[str]
             result.text += response.text
             result.rounds.append(response.round)
             result.logprobs.extend(response.logprobs)
+            result.prompt_token_ids.extend(response.prompt_token_ids)
+            result.prompt_logprobs.extend(response.prompt_logprobs)
             if on_text and response.text:
                 on_text(response.text)
             if response.HasField("stats"):

@@ -9,6 +9,11 @@ drawn from, the target's alone (the rejection sampler makes the emitted token's 
   filters drop have log-probability -inf: they are never emitted and never listed among the top
   alternatives (a row lists fewer than k when the filters keep fewer).
 
+A prompt's tokens were drawn from nothing: their log-probabilities (`prompt_logprobs`, OpenAI's `echo`
+with `logprobs`) are under the model's raw distribution, log_softmax of the raw logits, with no
+penalties, bias, filters or grammar (vLLM's prompt logprobs are the same number). For a greedy request
+with none of those, a generated token's number is the same.
+
 Rows are computed one at a time, each a [1, V] row, so a token's numbers are the same bits
 whether its row was verified alone, in a γ-token block or in a shared pass, wherever the logits
 themselves are row-invariant (every compute path's `row_invariant`).
@@ -41,15 +46,18 @@ def check_top_logprobs(top: int) -> int:
     return top
 
 
-def row_logprobs(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """logits: [1, V] -> log-probabilities [1, V] float32 of the distribution a token is drawn from."""
-    if params.greedy:
+def row_logprobs(logits: torch.Tensor, params: SamplingParams | None) -> torch.Tensor:
+    """logits: [1, V] -> log-probabilities [1, V] float32 of the distribution a token is drawn from
+    (params None: the raw distribution, as for a prompt's tokens)."""
+    if params is None or params.greedy:
         return logits.float().log_softmax(dim=-1)
     return filtered_logits(logits, params).log_softmax(dim=-1)
 
 
-def token_logprobs(logits: torch.Tensor, tokens: list[int], params: SamplingParams, top: int) -> list[TokenLogprob]:
-    """logits: [≥n, V], row i the distribution of tokens[i] (n = len(tokens)) -> one TokenLogprob each."""
+def token_logprobs(logits: torch.Tensor, tokens: list[int], params: SamplingParams | None,
+                   top: int) -> list[TokenLogprob]:
+    """logits: [≥n, V], row i the distribution of tokens[i] (n = len(tokens)) -> one TokenLogprob each
+    (params None: under the raw distribution)."""
     out = []
     for i, token in enumerate(tokens):
         row = row_logprobs(logits[i:i + 1], params)[0]  # [V]

@@ -55,6 +55,7 @@ class Verification:
     logprobs: list[TokenLogprob] | None = None  # one per verdict token, when asked for
     passes: int = 1  # the verify and any target-only steps after it (`specdec.engine.continuation`)
     reused: int = 0  # positions taken from another session's KV cache, not computed (a shared prefix)
+    prompt_logprobs: list[TokenLogprob] | None = None  # committed positions 1.., when asked for (`TargetBackend.verify`)
 
 
 def resident_bytes() -> int:
@@ -129,5 +130,8 @@ class DraftBackend(Backend, Protocol):
 
 class TargetBackend(Backend, Protocol):
     def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
-               draft_probs: torch.Tensor | None, top_logprobs: int | None = None) -> Verification:
-        """Sync to the committed prefix, score it and the drafts in one pass, run the rejection sampler."""
+               draft_probs: torch.Tensor | None, top_logprobs: int | None = None,
+               prompt_top: int | None = None) -> Verification:
+        """Sync to the committed prefix, score it and the drafts in one pass, run the rejection sampler.
+        `prompt_top` (a session's first call): also each committed token's raw log-probability from position 1,
+        with that many alternatives, every position computed (`specdec.core.logprobs`)."""

@@ -20,14 +20,16 @@ from specdec.engine.backend import TargetBackend, Verification
 
 def verify_and_continue(engine: TargetBackend, session_id: str, start: int, tokens: list[int],
                         draft_tokens: list[int], draft_probs: torch.Tensor | None, top_logprobs: int | None,
-                        extra_steps: int = 0, stop_ids: frozenset[int] = frozenset()) -> Verification:
+                        extra_steps: int = 0, stop_ids: frozenset[int] = frozenset(),
+                        prompt_top: int | None = None) -> Verification:
     """`engine.verify`, then up to `extra_steps` target-only steps, each after the tokens before it; they
     end early after a token in `stop_ids` or at the model's context. Returns one Verification: the
     verdict's tokens followed by the steps' (num_accepted is the verify's), compute and the passes' seconds
-    summed (the load's rows and tokens are the verify's pass), `passes` counting the verify and each step."""
+    summed (the load's rows and tokens are the verify's pass), `passes` counting the verify and each step.
+    `prompt_top`: the verify's (`TargetBackend.verify`)."""
     if not 0 <= extra_steps <= MAX_EXTRA_STEPS:
         raise InvalidArgument(f"extra_steps must be in [0, {MAX_EXTRA_STEPS}], got {extra_steps}")
-    first = engine.verify(session_id, start, tokens, draft_tokens, draft_probs, top_logprobs)
+    first = engine.verify(session_id, start, tokens, draft_tokens, draft_probs, top_logprobs, prompt_top)
     emitted, logprobs = list(first.verdict.tokens), list(first.logprobs or [])
     compute_s, forward_s, wait_s, passes = first.compute_s, first.load.forward_s, first.load.wait_s, 1
     position, new = start + len(tokens), emitted[:]

@@ -16,12 +16,12 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 
 from specdec.core.errors import InvalidArgument, OutOfRange, ResourceExhausted
-from specdec.core.logprobs import check_top_logprobs, token_logprobs
+from specdec.core.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
 from specdec.core.processing import process_logits
 from specdec.core.rejection import verify_greedy, verify_sampled
 from specdec.core.rounds import PassLoad
@@ -47,6 +47,7 @@ BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify 
 REUSE_MIN_TOKENS = 16  # a shorter shared prefix is recomputed rather than copied
 PREFIX_CACHE_BYTES = 1 << 30  # ended sessions' KV caches kept for later sessions, by default (`PrefixCache`)
 PROB_SUM_TOLERANCE = 1e-3  # float32 sums over a 152k vocabulary stay well inside this
+RowsSink = Callable[[int, torch.Tensor], None]  # (offset, logits [n, V]) of fed tokens [offset, offset + n)
 
 
 @dataclass
@@ -188,15 +189,16 @@ class Engine:
         if bad:
             raise InvalidArgument(f"{what} holds token ids outside the vocabulary [0, {vocab}): {bad[:5]}")
 
-    def _sync(self, session: Session, start: int, tokens: list[int], extra: int) -> Rollback:
-        """Crop the cache to the committed prefix (`extra` tokens will be scored past it); returns the crop."""
+    def _sync(self, session: Session, start: int, tokens: list[int], extra: int, reuse: bool = True) -> Rollback:
+        """Crop the cache to the committed prefix (`extra` tokens will be scored past it); returns the crop.
+        `reuse`: a fresh session may take a shared prefix's KV from another session's cache."""
         self._check_tokens(tokens, "tokens")
         if start + len(tokens) + extra > self.loaded.max_context:
             raise OutOfRange(f"sequence of {start + len(tokens) + extra} tokens exceeds the model's "
                              f"context of {self.loaded.max_context}")
         began = time.perf_counter()
         dropped = session.cache.crop(session.state.commit(start, tokens))
-        if session.cache.length == 0:
+        if session.cache.length == 0 and reuse:
             self._reuse_prefix(session)
         return Rollback(dropped, time.perf_counter() - began)
 
@@ -242,21 +244,26 @@ class Engine:
         allowed = session.grammar.masks(output, list(proposed), logits.shape[0], logits.device)  # [N, V]
         return logits.float().masked_fill(~allowed, float("-inf"))
 
-    def _forward(self, session: Session, tokens: list[int], logits: int = 1) -> torch.Tensor:
+    def _forward(self, session: Session, tokens: list[int], logits: int = 1,
+                 every_row: RowsSink | None = None) -> torch.Tensor:
         """Feed `tokens` after the cached prefix; returns the last `logits` positions' logits [logits, V].
 
         Long inputs go in chunks (PREFILL_CHUNK alone, SHARED_PREFILL_CHUNK beside other sessions),
         the remainder first, so the last chunk holds every position that needs logits. Chunking
         does not change the result (`specdec.engine.attention`).
+        `every_row`: also called with (i, logits [n, V]) for every chunk, the logits of tokens[i:i + n]'s
+        positions, in order: every position's logits, a chunk at a time (a prompt's log-probabilities).
         """
         chunk = PREFILL_CHUNK if self.live_sessions <= 1 else max(SHARED_PREFILL_CHUNK, logits)
         first = len(tokens) % chunk or chunk
         bounds = [0, *range(first, len(tokens) + 1, chunk)]
-        for begin, end in zip(bounds[:-1], bounds[1:-1]):
-            self._step(session, Step(session.cache, tokens[begin:end], logits=0))
-        out, shape = self._step(session, Step(session.cache, tokens[bounds[-2]:], logits=logits))
+        for begin, end in zip(bounds[:-1], bounds[1:]):
+            rows = end - begin if every_row is not None else 0 if end < len(tokens) else logits
+            out, shape = self._step(session, Step(session.cache, tokens[begin:end], logits=rows))
+            if every_row is not None:
+                every_row(begin, out)
         session.passes.append(shape)
-        return out
+        return out[out.shape[0] - logits:]
 
     def _step(self, session: Session, step: Step) -> tuple[torch.Tensor, PassShape]:
         """One step in a shared pass; its time counts to the session's round."""
@@ -265,28 +272,34 @@ class Engine:
         session.wait_s += shape.waited_s
         return out, shape
 
-    def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int]) -> torch.Tensor:
+    def score(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
+              prompt_rows: bool = False) -> torch.Tensor:
         """Sync to the committed prefix and score its uncached tail plus `draft_tokens` in one pass;
         returns the logits [γ+1, V] of the last γ+1 positions. `verify` without the sampler: what a
-        tensor-parallel follower rank runs."""
+        tensor-parallel follower rank runs (`prompt_rows`: the passes of a verify that computes a prompt's
+        log-probabilities, whose logits rank 0 alone keeps)."""
         with self._held(session_id) as session:
-            return self._score(session, start, tokens, draft_tokens)[1]
+            return self._score(session, start, tokens, draft_tokens, (lambda i, rows: None) if prompt_rows else None)[1]
 
     def cached(self, session_id: str) -> int:
         """Tokens in the session's KV cache."""
         return self._sessions.get(session_id).cache.length
 
-    def _score(self, session: Session, start: int, tokens: list[int],
-               draft_tokens: list[int]) -> tuple[int, torch.Tensor, Rollback]:
-        """Sync, feed pending + drafts; returns (committed length, logits [γ+1, V], rollback)."""
+    def _score(self, session: Session, start: int, tokens: list[int], draft_tokens: list[int],
+               every_row: RowsSink | None = None) -> tuple[int, torch.Tensor, Rollback]:
+        """Sync, feed pending + drafts; returns (committed length, logits [γ+1, V], rollback).
+        `every_row` (`_forward`): the session must be new, and takes no cached prefix, so that every
+        position is computed, from the first."""
         gamma = len(draft_tokens)
         if gamma > self.gamma_max:
             raise InvalidArgument(f"at most {self.gamma_max} draft tokens per round, got {gamma}")
         self._check_tokens(draft_tokens, "draft_tokens")
-        rollback = self._sync(session, start, tokens, gamma)
+        if every_row is not None and session.state.tokens:
+            raise InvalidArgument("prompt log-probabilities are computed on a session's first call only")
+        rollback = self._sync(session, start, tokens, gamma, reuse=every_row is None)
         state = session.state
         committed = state.committed
-        logits = self._forward(session, state.pending() + draft_tokens, logits=gamma + 1)  # [γ+1, V]
+        logits = self._forward(session, state.pending() + draft_tokens, gamma + 1, every_row)  # [γ+1, V]
         state.extend(draft_tokens, cached=len(state.tokens) + gamma)
         return committed, logits, rollback
 
@@ -339,18 +352,25 @@ class DraftEngine(Engine):
 
 class TargetEngine(Engine):
     def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
-               draft_probs: torch.Tensor | None, top_logprobs: int | None = None) -> Verification:
+               draft_probs: torch.Tensor | None, top_logprobs: int | None = None,
+               prompt_top: int | None = None) -> Verification:
         """Score committed tail + drafts in one forward pass and run the rejection sampler.
 
         draft_probs: [γ, V] or None (greedy, or a deterministic proposer).
         With no draft tokens this is a plain target-only decoding step.
         top_logprobs: None = no log-probabilities; k = each emitted token's, with its k most likely
         alternatives (`specdec.core.logprobs`), from the rows just verified.
+        prompt_top: None, or k = each committed token's raw log-probability after the ones before it
+        (positions 1.., a prompt's: the session's first call), with k alternatives; that call computes
+        every position, taking no shared prefix from another session's cache.
         """
-        self.check_request(draft_tokens, draft_probs, top_logprobs)
+        self.check_request(draft_tokens, draft_probs, top_logprobs, prompt_top)
         with self._held(session_id) as session:
             began = time.perf_counter()
-            committed, logits, rollback = self._score(session, start, tokens, draft_tokens)
+            prompt: list[TokenLogprob] = []
+            sink = None if prompt_top is None else \
+                lambda i, rows: prompt.extend(token_logprobs(rows, tokens[i + 1:i + 1 + rows.shape[0]], None, prompt_top))
+            committed, logits, rollback = self._score(session, start, tokens, draft_tokens, sink)
             drafts = torch.tensor(draft_tokens, dtype=torch.long, device=logits.device)  # [γ]
             params = session.params
             # Row i is processed with the committed tokens and the first i drafts: target-only's state.
@@ -365,14 +385,15 @@ class TargetEngine(Engine):
             logprobs = None if top_logprobs is None else \
                 token_logprobs(logits, verdict.tokens, params, top_logprobs)
             return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs,
-                                reused=session.reused)
+                                reused=session.reused, prompt_logprobs=None if prompt_top is None else prompt)
 
     def check_request(self, draft_tokens: list[int], draft_probs: torch.Tensor | None,
-                      top_logprobs: int | None) -> None:
+                      top_logprobs: int | None, prompt_top: int | None = None) -> None:
         """Everything about a verify request that can be refused before any forward pass (and, with
         tensor parallelism, before any rank is told to run it)."""
-        if top_logprobs is not None:
-            check_top_logprobs(top_logprobs)
+        for top in (top_logprobs, prompt_top):
+            if top is not None:
+                check_top_logprobs(top)
         self.check_draft_probs(draft_tokens, draft_probs)
 
     def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:

@@ -32,7 +32,7 @@ from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
 from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
 from specdec.http.response_store import ResponseNotFound, ResponseStore, StoreUnavailable, response_store
-from specdec.http.responses import Reply, TokenText
+from specdec.http.responses import Echo, Reply, TokenText
 from specdec.http.responses_api import ResponsesRequest
 from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
 from specdec.runtime import security
@@ -181,9 +181,12 @@ async def completions(request: Request) -> Response:
             prompt = {"prompt_token_ids": infill_prompt(gateway.tokenizer, prompt["prompt"], body.suffix)}
         except InfillError as exc:
             raise BadRequest(str(exc), "suffix") from None
-    generate = body.generate_request(body.max_tokens, body.logprobs, **prompt)
-    return await run(request, gateway, body, generate, Reply("completion", gateway.model, gateway.tokens,
-                                                             body.logprobs))
+    echo = None
+    if body.echo:
+        text = prompt["prompt"] if "prompt" in prompt else gateway.tokenizer.decode(prompt["prompt_token_ids"])
+        echo = Echo(text, drop_output=body.scores_only())
+    return await run(request, gateway, body, body.completion_request(**prompt),
+                     Reply("completion", gateway.model, gateway.tokens, body.logprobs, echo=echo))
 
 
 async def chat_completions(request: Request) -> Response:
@@ -276,8 +279,9 @@ async def gather(call, first, reply: Reply) -> tuple[dict[int, str], dict[int, l
     texts: dict[int, list[str]] = {}
     logprobs: dict[int, list] = {}
     async for message in messages(call, first, reply):
-        texts.setdefault(message.choice, []).append(message.text)
-        logprobs.setdefault(message.choice, []).append(reply.logprobs(message))
+        text, parts = reply.content(message)
+        texts.setdefault(message.choice, []).append(text)
+        logprobs.setdefault(message.choice, []).append(parts)
     return {i: "".join(parts) for i, parts in texts.items()}, logprobs
 
 
@@ -288,8 +292,9 @@ async def stream(call, first, reply: Reply, body) -> AsyncIterator[bytes]:
     opened: set[int] = set()  # choices whose first chunk (naming the role, in chat) has gone out
     try:
         async for message in messages(call, first, reply):
-            logprobs, index = reply.logprobs(message), message.choice
-            text = reply.stream_text(message.text, index)
+            text, logprobs = reply.content(message)
+            index = message.choice
+            text = reply.stream_text(text, index)
             if text or logprobs or index not in opened:
                 yield sse(reply.chunk(text, logprobs, first=index not in opened, index=index))
                 opened.add(index)

@@ -4,8 +4,10 @@ logprobs in both of OpenAI's shapes, and usage with the speculation figures as a
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 import uuid
+from dataclasses import dataclass
 
 from protos import specdec_pb2 as pb
 from specdec.http.tool_calls import Tool, ToolStream, parse_calls
@@ -34,13 +36,26 @@ class TokenText:
         return list(self.text(token_id).encode("utf-8"))
 
 
+@dataclass(frozen=True)
+class Echo:
+    """A completion's prompt, put before each choice's text (`echo`), its tokens' log-probabilities before the
+    completion's; `drop_output`: no completion at all (`max_tokens: 0`, the prompt scored alone)."""
+
+    text: str
+    drop_output: bool = False
+
+
 class Reply:
     """One request's identity and accumulated state: text, token logprobs and the final stats."""
 
-    def __init__(self, kind: str, model: str, tokens: TokenText, top: int | None, tools: dict[str, Tool] | None = None):
-        """tools: those the model may call (chat), whose calls are read out of each choice's text."""
+    def __init__(self, kind: str, model: str, tokens: TokenText, top: int | None, tools: dict[str, Tool] | None = None,
+                 echo: Echo | None = None):
+        """tools: those the model may call (chat), whose calls are read out of each choice's text; echo: a
+        completion's prompt, repeated before each choice."""
         self.kind, self.model, self.tokens, self.top = kind, model, tokens, top  # kind: "completion" | "chat"
-        self.tools = tools or {}
+        self.tools, self.echo = tools or {}, echo
+        self._prompt_logprobs: dict | None = None  # with echo: the prompt's part, from the message that carries it
+        self._echoed: set[int] = set()  # choices whose echo has gone out
         self._splits: dict[int, ToolStream] = {}  # streamed choices' text, split into content and calls
         self.id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -50,7 +65,29 @@ class Reply:
     def _envelope(self, obj: str, choices: list[dict]) -> dict:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": choices}
 
+    def content(self, message: pb.GenerateResponse) -> tuple[str, dict | None]:
+        """What a message adds to its choice: its text and logprobs, after the echoed prompt on a choice's first."""
+        if self.echo is None:
+            return message.text, self.logprobs(message)
+        if message.prompt_token_ids:  # choice 0's first message; the other choices echo the same prompt
+            self._prompt_logprobs = self._prompt_part(message)
+        text, logprobs = "", None
+        if message.choice not in self._echoed:
+            self._echoed.add(message.choice)
+            text, logprobs = self.echo.text, self._prompt_logprobs
+            self.text_offset[message.choice] = len(self.echo.text)
+        if self.echo.drop_output:
+            return text, logprobs
+        return text + message.text, self.merge_logprobs([logprobs, self.logprobs(message)])
+
     # -- logprobs ---------------------------------------------------------------
+    def _prompt_part(self, message: pb.GenerateResponse) -> dict:
+        """The legacy logprobs of the prompt's tokens: the first has none (nothing comes before it)."""
+        texts = [self.tokens.text(t) for t in message.prompt_token_ids]
+        return {"tokens": texts, "token_logprobs": [None, *(lp.logprob for lp in message.prompt_logprobs)],
+                "top_logprobs": [None, *(self._top_by_text(lp) for lp in message.prompt_logprobs)],
+                "text_offset": list(itertools.accumulate((len(text) for text in texts[:-1]), initial=0))}
+
     def logprobs(self, message: pb.GenerateResponse) -> dict | None:
         if self.top is None:
             return None
@@ -92,7 +129,7 @@ class Reply:
     def usage(self) -> dict:
         """Tokens over all choices (the prompt once); speculation figures summed over them."""
         stats = list(self.stats.values()) or [pb.GenerationStats()]
-        generated = sum(s.generated_tokens for s in stats)
+        generated = 0 if self.echo is not None and self.echo.drop_output else sum(s.generated_tokens for s in stats)
         drafted, accepted = sum(s.draft_tokens for s in stats), sum(s.accepted_tokens for s in stats)
         rounds = sum(s.rounds for s in stats)
         mean_length = sum(s.mean_accepted_length * s.rounds for s in stats) / rounds if rounds else 0.0
@@ -104,6 +141,8 @@ class Reply:
                                 "mean_accepted_length": mean_length, "rounds": rounds}}
 
     def finish_reason(self, choice: int = 0) -> str | None:
+        if self.echo is not None and self.echo.drop_output:
+            return "length"
         stats = self.stats.get(choice)
         return FINISH.get(stats.finish_reason) if stats is not None else None
 

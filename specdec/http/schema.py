@@ -2,7 +2,9 @@
 
 Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`, `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
-`logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `stream`,
+`logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `echo` (completions: the prompt before the
+completion, with its tokens' log-probabilities under `logprobs`, the first null; `max_tokens: 0` then scores the
+prompt alone), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` (1-8),
 `response_format` (text, json_object, json_schema), `tools`, `tool_choice` and `parallel_tool_calls` (chat;
 `specdec.http.tool_calls`), `suffix` (completions: fill in the middle, `specdec.http.infill`), and the
@@ -10,7 +12,7 @@ extensions `repetition_penalty`,
 `guided_regex`, `guided_grammar` (Lark), `cache_salt` (cached prompts shared only within it), `gamma` (unset =
 adaptive, 0 = target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off":
 drafting during verification); unset = the server's default. Penalties, bias and constraints are exact under speculation.
-Refused with a 400 when set to anything but their neutral value: `best_of` > 1, `echo`,
+Refused with a 400 when set to anything but their neutral value: `best_of` > 1,
 the legacy `functions`, and non-text message parts.
 Unknown fields are ignored, as OpenAI's own server does.
 """
@@ -159,7 +161,7 @@ class _Common(BaseModel):
 
 class CompletionRequest(_Common):
     prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(COMPLETIONS_DEFAULT_MAX_TOKENS, ge=1, le=UINT32_MAX)
+    max_tokens: int | None = Field(COMPLETIONS_DEFAULT_MAX_TOKENS, ge=0, le=UINT32_MAX)  # 0: with echo only
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
@@ -167,10 +169,27 @@ class CompletionRequest(_Common):
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.echo:
-            raise BadRequest("echo is not supported", "echo")
         if self.best_of not in (None, 1):
             raise BadRequest("best_of must be 1", "best_of")
+        if self.max_tokens == 0 and not self.echo:
+            raise BadRequest("max_tokens must be at least 1 (0 only with echo: the prompt scored alone)", "max_tokens")
+        if self.echo and self.suffix:
+            raise BadRequest("echo cannot be combined with suffix", "echo")
+
+    def scores_only(self) -> bool:
+        """`echo` with `max_tokens: 0`: the prompt (and its log-probabilities) and no completion."""
+        return self.echo and self.max_tokens == 0
+
+    def completion_request(self, **prompt) -> pb.GenerateRequest:
+        """The GenerateRequest: with `echo` and `logprobs`, the prompt's log-probabilities too; scoring the prompt
+        alone generates one target-only token, which the reply leaves out."""
+        if self.scores_only():
+            request = self.generate_request(1, self.logprobs, **prompt)
+            request.gamma = 0
+        else:
+            request = self.generate_request(self.max_tokens, self.logprobs, **prompt)
+        request.prompt_logprobs = self.echo and self.logprobs is not None
+        return request
 
     def prompt_fields(self) -> dict:
         """{'prompt': text} or {'prompt_token_ids': ids}: exactly one prompt per request."""

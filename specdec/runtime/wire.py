@@ -78,16 +78,29 @@ def decode_probs(msg: pb.DraftProbs, gamma: int, vocab: int) -> torch.Tensor | N
 
 def logprob_request_from_pb(logprobs: bool, top_logprobs: int) -> int | None:
     """A request's (logprobs, top_logprobs) -> None (none asked for) or how many alternatives per token."""
-    if not logprobs:
+    return logprob_requests_from_pb(logprobs, False, top_logprobs)[0]
+
+
+def logprob_requests_from_pb(logprobs: bool, prompt_logprobs: bool, top_logprobs: int) -> tuple[int | None, int | None]:
+    """A request's (logprobs, prompt_logprobs, top_logprobs) -> for the generated tokens and for the prompt's,
+    None (not asked for) or how many alternatives per token: `top_logprobs` serves both."""
+    if not (logprobs or prompt_logprobs):
         if top_logprobs:
-            raise InvalidArgument("top_logprobs needs logprobs")
-        return None
-    return check_top_logprobs(top_logprobs)
+            raise InvalidArgument("top_logprobs needs logprobs (or prompt_logprobs)")
+        return None, None
+    top = check_top_logprobs(top_logprobs)
+    return top if logprobs else None, top if prompt_logprobs else None
 
 
-def logprob_request_to_pb(top_logprobs: int | None) -> dict:
-    """The inverse: a request's (logprobs, top_logprobs) fields for None or k alternatives per token."""
-    return {"logprobs": top_logprobs is not None, "top_logprobs": top_logprobs or 0}
+def logprob_request_to_pb(top_logprobs: int | None, prompt_top: int | None = None) -> dict:
+    """The inverse: a request's (logprobs, top_logprobs) fields for None or k alternatives per token, and
+    prompt_logprobs when `prompt_top` is set (both asked for: the same k)."""
+    fields = {"logprobs": top_logprobs is not None, "top_logprobs": (top_logprobs or prompt_top) or 0}
+    if prompt_top is not None:
+        if top_logprobs not in (None, prompt_top):
+            raise ValueError(f"one top_logprobs serves both: {top_logprobs} != {prompt_top}")
+        fields["prompt_logprobs"] = True
+    return fields
 
 
 def speculation_to_pb(proposer: str | None, overlap: str | None) -> dict:
