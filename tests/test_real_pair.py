@@ -51,6 +51,20 @@ def test_real_pair_greedy_logprobs_do_not_change_under_speculation(real_stack):
             assert max(abs(a - b) for a, b in zip(got.top_logprobs, want.top_logprobs)) <= 1e-5
 
 
+def test_real_pair_scores_a_generation_with_its_own_logprobs(real_stack):
+    """Scoring prompt + a greedy speculative generation (prompt_logprobs, OpenAI's echo) returns the numbers the
+    generation reported for its tokens, to the bit, and the prompt's first token has none."""
+    made = generate(real_stack.endpoint, make_request(prompt="def binary_search(xs, x):\n", max_new_tokens=32,
+                                                      top_logprobs=3))
+    assert made.stats["accepted_tokens"] > 0
+    prompt = generate(real_stack.endpoint, make_request(prompt="def binary_search(xs, x):\n", max_new_tokens=1,
+                                                        gamma=0, prompt_top=0)).prompt_token_ids
+    scored = generate(real_stack.endpoint, make_request(prompt_token_ids=prompt + made.token_ids, max_new_tokens=1,
+                                                        gamma=0, prompt_top=3))
+    assert len(scored.prompt_logprobs) == len(prompt) + 31
+    assert scored.prompt_logprobs[len(prompt) - 1:] == made.logprobs
+
+
 def test_real_pair_structured_output_and_a_forced_tool_call(real_stack):
     """On the packaged vocabulary (151,936 ids, a multiple of 32; <tool_call> an added token that is not special):
     a JSON-schema reply and a forced tool call parse, the same with speculation as target-only."""
