@@ -24,12 +24,13 @@ PROMPT = [40, 41, 42, 43, 7, 99, 3, 3, 120, 64, 12, 5, 77, 31, 31, 8, 90, 64, 2,
 LONG = [(7 * i + 3) % 200 + 1 for i in range(PREFILL_CHUNK + 45)]  # two chunks: 45 tokens, then 256
 
 
-@pytest.mark.parametrize("path", ["fp32", "gguf-q8"])
-def test_prompt_logprobs_are_the_rows_of_one_whole_prefill(path):
+@pytest.mark.parametrize("path,runner", [("fp32", "ragged"), ("gguf-q8", "ragged"), ("fp32", "static")])
+def test_prompt_logprobs_are_the_rows_of_one_whole_prefill(path, runner):
     """The engine's numbers for a prompt fed in chunks equal those of the raw log_softmax of one pass over the
     whole prompt, bit for bit; a kept cache of the same prompt is not taken (every position is computed); the
-    numbers come on a session's first call only."""
-    loaded = load_model(tiny_models(path)[1], "cpu", **PATH_SERVICE[path])
+    numbers come on a session's first call only. On the ragged runner and the static one (the GPU's, here on CPU)."""
+    static = {"runner": "static", "slots": 4} if runner == "static" else {}
+    loaded = load_model(tiny_models(path)[1], "cpu", **PATH_SERVICE[path], **static)
     runner = loaded.runner
     whole = runner.forward([Step(runner.new_cache(), LONG, logits=len(LONG))])[0]  # [P, V]
     want = token_logprobs(whole, LONG[1:], None, 4)

@@ -120,6 +120,24 @@ def _assert_row_invariant(static) -> None:
     assert torch.equal(shared[1], alone), "changed beside a session in a longer key window"
 
 
+def test_a_row_keeps_its_bits_beside_a_far_neighbour_at_every_position(static):
+    """Beside a session at position 300 (the 512 window on a GPU) a row at any position gives its bits alone.
+    CPU attention's bits depend on the window's length (about half of these positions changed), so on CPU
+    every piece attends over the longest window."""
+    tokens = [(7 * i + 3) % 200 + 1 for i in range(300)]
+    for position in range(20, 256, 23):
+        cache = static.new_cache()
+        static.forward([Step(cache, tokens[:position])])
+        alone = static.forward([Step(cache, [tokens[position]], logits=1)])[0]
+        cache.length = position
+        far = static.new_cache()
+        static.forward([Step(far, tokens)])
+        shared = static.forward([Step(far, [7], logits=1), Step(cache, [tokens[position]], logits=1)])[1]
+        assert torch.equal(shared, alone), f"at position {position}"
+        del cache, far
+        gc.collect()
+
+
 def test_rollback_is_setting_the_length(static):
     cache = static.new_cache()
     static.forward([Step(cache, PROMPT)])
