@@ -257,6 +257,34 @@ def test_max_tokens_0_with_echo_scores_the_prompt_with_a_generations_numbers(ser
     assert len(choice.logprobs.tokens) == len(prompt_ids) + 12
 
 
+def test_several_prompts_in_one_request_number_their_choices_prompt_by_prompt(serve):
+    """A list of prompts: choice prompt · n + c is that prompt's choice c, each the reply the prompt gets alone,
+    whole and streamed; usage counts every prompt once; six prompts on a server that runs two generations at
+    once all come back (the batch runs at most what the orchestrator allows); echo and scoring per prompt."""
+    client = serve.client()
+    prompts = [PROMPT, "class Stack:", "import os", "x = [", "# sum a list", "while True:"]
+    args = dict(model=MODEL, max_tokens=6, temperature=0, extra_body={"gamma": 2})
+    alone = [client.completions.create(prompt=p, **args).choices[0].text for p in prompts]
+    batch = client.completions.create(prompt=prompts, **args)
+    assert [(c.index, c.text) for c in batch.choices] == list(enumerate(alone))
+    assert batch.usage.prompt_tokens == sum(map(len, prompts)) and batch.usage.completion_tokens == 36
+    pair = client.completions.create(prompt=prompts[:2], n=2, **args)
+    assert [c.text for c in pair.choices] == [alone[0], alone[0], alone[1], alone[1]]
+    assert pair.usage.prompt_tokens == len(prompts[0]) + len(prompts[1])
+    texts: dict[int, str] = {}
+    for chunk in client.completions.create(prompt=prompts[:3], stream=True, **args):
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+    assert texts == dict(enumerate(alone[:3]))
+    ids = [build_byte_tokenizer().encode(p, add_special_tokens=False) for p in prompts[:3]]
+    scored = client.completions.create(model=MODEL, prompt=ids, max_tokens=0, echo=True, logprobs=1, temperature=0)
+    for i, choice in enumerate(scored.choices):
+        single = client.completions.create(model=MODEL, prompt=ids[i], max_tokens=0, echo=True, logprobs=1,
+                                           temperature=0).choices[0]
+        assert choice.text == prompts[i] and choice.logprobs.token_logprobs == single.logprobs.token_logprobs
+        assert choice.logprobs.tokens == list(prompts[i])
+
+
 SCHEMA = {"type": "object", "properties": {"name": {"enum": ["ada", "bob"]}, "ok": {"type": "boolean"}},
           "required": ["name", "ok"], "additionalProperties": False}
 
@@ -366,7 +394,10 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
     ("/completions", {"prompt": "x", "echo": True, "suffix": "y"}, 400, "echo cannot be combined with suffix"),
     ("/completions", {"prompt": "x", "suffix": "y"}, 400, "no fill-in-the-middle tokens"),
     ("/completions", {"prompt": [5, 6], "suffix": "y"}, 400, "suffix needs the prompt as one string"),
-    ("/completions", {"prompt": ["a", "b"]}, 400, "one string or one list of token ids"),
+    ("/completions", {"prompt": []}, 400, "a string or a list of token ids"),
+    ("/completions", {"prompt": ["a"] * 2049}, 400, "at most 2048 prompts"),
+    ("/completions", {"prompt": ["a", "b"], "suffix": "y"}, 400, "suffix needs the prompt as one string"),
+    ("/completions", {"prompt": [[5, 6], [7, 10**6]]}, 400, "outside the vocabulary"),
     ("/completions", {"prompt": "x", "temperature": -1}, 400, "temperature"),
     ("/completions", {"prompt": "x", "max_tokens": 5000}, 400, "max_new_tokens must be in [1, 1024]"),
     ("/completions", {"prompt": "x", "logprobs": 21}, 400, "logprobs"),
@@ -421,14 +452,18 @@ def test_a_refused_stream_gets_its_status_before_any_event(serve):
         list(serve.client().completions.create(model=MODEL, prompt="x", max_tokens=5000, stream=True))
 
 
-def test_a_disconnect_mid_stream_frees_the_sessions_everywhere(serve):
+@pytest.mark.parametrize("prompts", [1, 3], ids=["one-prompt", "three-prompts"])
+def test_a_disconnect_mid_stream_frees_the_sessions_everywhere(serve, prompts):
+    """Of one prompt, or of a batch whose third prompt waits for a free generation: every session is freed."""
     assert serve.wait_idle() == (0, 0)
+    prompt = PROMPT if prompts == 1 else [PROMPT, PROMPT + " ", PROMPT + "  "]
     with httpx.stream("POST", serve.base_url + "/completions", timeout=30,
-                      json={"model": MODEL, "prompt": PROMPT, "max_tokens": 1000, "temperature": 0, "gamma": 3,
+                      json={"model": MODEL, "prompt": prompt, "max_tokens": 1000, "temperature": 0, "gamma": 3,
                             "proposer": "model", "stream": True}) as reply:
         lines = reply.iter_lines()
         assert next(lines).startswith("data: ")
-        assert serve.live() == (1, 1), "the generation should be running on both services"
+        running = min(prompts, 2)  # the server runs two generations at once
+        wait_until(lambda: serve.live() == (running, running), 10, f"{running} generations on both services")
     # the client went away after one event, ~500 tokens before the end
     assert serve.wait_idle() == (0, 0)
 

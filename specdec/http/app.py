@@ -28,6 +28,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.http import tool_calls
 from specdec.http.errors import error_body, rpc_error
 from specdec.http.flags import HttpConfig
+from specdec.http.batch import PromptBatch, parallel_for
 from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
 from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
@@ -129,6 +130,15 @@ class Gateway:
             raise BadRequest(f"the chat template cannot render these messages: {exc}", "messages") from None
         return list(ids)
 
+    def generate(self, requests: pb.GenerateRequest | list[pb.GenerateRequest], n: int = 1):
+        """A Generate call for one request, or several prompts' read as one call (`PromptBatch`)."""
+        def start(one: pb.GenerateRequest):
+            return self.stub.Generate(one, timeout=self.config.request_timeout_s, metadata=self.metadata)
+
+        if isinstance(requests, pb.GenerateRequest) or len(requests) == 1:
+            return start(requests if isinstance(requests, pb.GenerateRequest) else requests[0])
+        return PromptBatch(start, requests, n, parallel_for(self.info.max_sessions, n))
+
     def chat_request(self, body: ChatCompletionRequest, prompt: list[int]) -> pb.GenerateRequest:
         """The generation a chat body asks for, its reply at most as long as the room left in the context."""
         room = max(self.info.max_context - len(prompt), 1)
@@ -173,20 +183,20 @@ async def completions(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     body = parse(CompletionRequest, await request.body())
     gateway.check_model(body.model)
-    prompt = body.prompt_fields()
+    prompts = body.prompts()
     if body.suffix:
-        if "prompt" not in prompt:
+        if len(prompts) > 1 or "prompt" not in prompts[0]:
             raise BadRequest("suffix needs the prompt as one string", "suffix")
         try:
-            prompt = {"prompt_token_ids": infill_prompt(gateway.tokenizer, prompt["prompt"], body.suffix)}
+            prompts = [{"prompt_token_ids": infill_prompt(gateway.tokenizer, prompts[0]["prompt"], body.suffix)}]
         except InfillError as exc:
             raise BadRequest(str(exc), "suffix") from None
     echo = None
     if body.echo:
-        text = prompt["prompt"] if "prompt" in prompt else gateway.tokenizer.decode(prompt["prompt_token_ids"])
-        echo = Echo(text, drop_output=body.scores_only())
-    return await run(request, gateway, body, body.completion_request(**prompt),
-                     Reply("completion", gateway.model, gateway.tokens, body.logprobs, echo=echo))
+        texts = tuple(p["prompt"] if "prompt" in p else gateway.tokenizer.decode(p["prompt_token_ids"]) for p in prompts)
+        echo = Echo(texts, drop_output=body.scores_only())
+    return await run(request, gateway, body, [body.completion_request(**prompt) for prompt in prompts],
+                     Reply("completion", gateway.model, gateway.tokens, body.logprobs, echo=echo, n=body.n))
 
 
 async def chat_completions(request: Request) -> Response:
@@ -195,7 +205,7 @@ async def chat_completions(request: Request) -> Response:
     gateway.check_model(body.model)
     generate = gateway.chat_request(body, gateway.chat_prompt(body))
     return await run(request, gateway, body, generate, Reply("chat", gateway.model, gateway.tokens, body.top(),
-                                                             body.offered_tools()))
+                                                             body.offered_tools(), n=body.n))
 
 
 async def create_response(request: Request) -> Response:
@@ -241,12 +251,12 @@ async def input_items(request: Request) -> Response:
         raise BadRequest(str(exc), "after") from None
 
 
-async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest, reply: Reply,
-              events=None) -> Response:
-    """Start the call and wait for its first message, so that a refused request gets its 4xx
-    status even when streamed; then stream the rest (`events`: the stream's form, the chat API's by
-    default), or gather it."""
-    call = gateway.stub.Generate(generate, timeout=gateway.config.request_timeout_s, metadata=gateway.metadata)
+async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest | list[pb.GenerateRequest],
+              reply: Reply, events=None) -> Response:
+    """Start the call (several prompts' as one: `PromptBatch`) and wait for its first message, so that a refused
+    request gets its 4xx status even when streamed; then stream the rest (`events`: the stream's form, the chat
+    API's by default), or gather it."""
+    call = gateway.generate(generate, getattr(body, "n", 1))
     try:
         first = await until_disconnected(request, call.read())
     except BaseException:

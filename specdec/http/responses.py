@@ -38,10 +38,10 @@ class TokenText:
 
 @dataclass(frozen=True)
 class Echo:
-    """A completion's prompt, put before each choice's text (`echo`), its tokens' log-probabilities before the
-    completion's; `drop_output`: no completion at all (`max_tokens: 0`, the prompt scored alone)."""
+    """A completion's prompts, each put before its choices' text (`echo`), its tokens' log-probabilities before
+    the completion's; `drop_output`: no completion at all (`max_tokens: 0`, the prompts scored alone)."""
 
-    text: str
+    texts: tuple[str, ...]  # by prompt
     drop_output: bool = False
 
 
@@ -49,12 +49,12 @@ class Reply:
     """One request's identity and accumulated state: text, token logprobs and the final stats."""
 
     def __init__(self, kind: str, model: str, tokens: TokenText, top: int | None, tools: dict[str, Tool] | None = None,
-                 echo: Echo | None = None):
+                 echo: Echo | None = None, n: int = 1):
         """tools: those the model may call (chat), whose calls are read out of each choice's text; echo: a
-        completion's prompt, repeated before each choice."""
+        completion's prompts, repeated before their choices; n: choices per prompt (choice c is prompt c // n's)."""
         self.kind, self.model, self.tokens, self.top = kind, model, tokens, top  # kind: "completion" | "chat"
-        self.tools, self.echo = tools or {}, echo
-        self._prompt_logprobs: dict | None = None  # with echo: the prompt's part, from the message that carries it
+        self.tools, self.echo, self.n = tools or {}, echo, n
+        self._prompt_logprobs: dict[int, dict] = {}  # with echo: each prompt's part, from the message carrying it
         self._echoed: set[int] = set()  # choices whose echo has gone out
         self._splits: dict[int, ToolStream] = {}  # streamed choices' text, split into content and calls
         self.id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
@@ -69,13 +69,14 @@ class Reply:
         """What a message adds to its choice: its text and logprobs, after the echoed prompt on a choice's first."""
         if self.echo is None:
             return message.text, self.logprobs(message)
-        if message.prompt_token_ids:  # choice 0's first message; the other choices echo the same prompt
-            self._prompt_logprobs = self._prompt_part(message)
+        prompt = message.choice // self.n
+        if message.prompt_token_ids:  # the prompt's first choice's first message; its other choices come after
+            self._prompt_logprobs[prompt] = self._prompt_part(message)
         text, logprobs = "", None
         if message.choice not in self._echoed:
             self._echoed.add(message.choice)
-            text, logprobs = self.echo.text, self._prompt_logprobs
-            self.text_offset[message.choice] = len(self.echo.text)
+            text, logprobs = self.echo.texts[prompt], self._prompt_logprobs.get(prompt)
+            self.text_offset[message.choice] = len(text)
         if self.echo.drop_output:
             return text, logprobs
         return text + message.text, self.merge_logprobs([logprobs, self.logprobs(message)])
@@ -127,15 +128,20 @@ class Reply:
 
     # -- bodies --------------------------------------------------------------------
     def usage(self) -> dict:
-        """Tokens over all choices (the prompt once); speculation figures summed over them."""
+        """Tokens over all choices (each prompt once); speculation figures summed over them."""
         stats = list(self.stats.values()) or [pb.GenerationStats()]
+        first: dict[int, pb.GenerationStats] = {}  # each prompt's first choice's
+        for choice, s in sorted(self.stats.items()):
+            first.setdefault(choice // self.n, s)
+        prompts = list(first.values()) or stats
+        prompt_tokens = sum(s.prompt_tokens for s in prompts)
         generated = 0 if self.echo is not None and self.echo.drop_output else sum(s.generated_tokens for s in stats)
         drafted, accepted = sum(s.draft_tokens for s in stats), sum(s.accepted_tokens for s in stats)
         rounds = sum(s.rounds for s in stats)
         mean_length = sum(s.mean_accepted_length * s.rounds for s in stats) / rounds if rounds else 0.0
-        return {"prompt_tokens": stats[0].prompt_tokens, "completion_tokens": generated,
-                "total_tokens": stats[0].prompt_tokens + generated,
-                "prompt_tokens_details": {"cached_tokens": stats[0].cached_prompt_tokens},
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
+                "total_tokens": prompt_tokens + generated,
+                "prompt_tokens_details": {"cached_tokens": sum(s.cached_prompt_tokens for s in prompts)},
                 "speculation": {"drafted": drafted, "accepted": accepted,
                                 "acceptance_rate": accepted / drafted if drafted else 0.0,
                                 "mean_accepted_length": mean_length, "rounds": rounds}}

@@ -1,6 +1,7 @@
 """OpenAI request bodies, checked, and turned into the `GenerateRequest` they ask for.
 
-Supported: `model`, `prompt` (one string, or one list of token ids) / `messages`, `max_tokens` /
+Supported: `model`, `prompt` (a string or a list of token ids, or a list of those: several prompts, their choices
+numbered prompt · n + choice) / `messages`, `max_tokens` /
 `max_completion_tokens`, `temperature`, `top_p`, `top_k` (extension), `seed`, `stop`,
 `logprobs`/`top_logprobs` (chat) and `logprobs: N` (completions), `echo` (completions: the prompt before the
 completion, with its tokens' log-probabilities under `logprobs`, the first null; `max_tokens: 0` then scores the
@@ -33,6 +34,7 @@ from specdec.runtime.wire import logprob_request_to_pb, speculation_to_pb
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP = 4  # OpenAI's limit on stop sequences
+MAX_PROMPTS = 2048  # OpenAI's limit on a completions request's prompts
 INT32_MAX, UINT32_MAX = 2**31 - 1, 2**32 - 1  # the wire's integer widths: anything wider is refused here
 
 
@@ -191,18 +193,25 @@ class CompletionRequest(_Common):
         request.prompt_logprobs = self.echo and self.logprobs is not None
         return request
 
-    def prompt_fields(self) -> dict:
-        """{'prompt': text} or {'prompt_token_ids': ids}: exactly one prompt per request."""
+    def prompts(self) -> list[dict]:
+        """Each prompt as {'prompt': text} or {'prompt_token_ids': ids}: one string or list of token ids, or a
+        list of either (a batch, at most MAX_PROMPTS)."""
         prompt = self.prompt
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one
-        if isinstance(prompt, str):
-            return {"prompt": prompt}
-        if prompt and all(isinstance(t, int) for t in prompt):
-            if any(not -INT32_MAX - 1 <= t <= INT32_MAX for t in prompt):
-                raise BadRequest("prompt token ids must be 32-bit integers", "prompt")
-            return {"prompt_token_ids": prompt}
-        raise BadRequest("prompt must be one string or one list of token ids (batches are not supported)", "prompt")
+        batch = prompt if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt) \
+            else [prompt]
+        if len(batch) > MAX_PROMPTS:
+            raise BadRequest(f"at most {MAX_PROMPTS} prompts in one request, got {len(batch)}", "prompt")
+        return [_prompt_field(one) for one in batch]
+
+
+def _prompt_field(prompt) -> dict:
+    if isinstance(prompt, str):
+        return {"prompt": prompt}
+    if prompt and all(isinstance(t, int) for t in prompt):
+        if any(not -INT32_MAX - 1 <= t <= INT32_MAX for t in prompt):
+            raise BadRequest("prompt token ids must be 32-bit integers", "prompt")
+        return {"prompt_token_ids": prompt}
+    raise BadRequest("prompt must be a string or a list of token ids, or a list of those", "prompt")
 
 
 class ContentPart(BaseModel):
