@@ -67,6 +67,8 @@ class GenerationRequest:
     proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.core.ngram`);
     # "hybrid": each round, whichever of the two promises more tokens per second
     overlap: str = "off"  # draft the next round during the verify: "on", "off", or "auto" (where it pays)
+    stop_ids: tuple[int, ...] = ()  # ids that end the output as EOS does
+    ignore_eos: bool = False  # the model's EOS does not end the output
 
 
 @dataclass
@@ -128,7 +130,7 @@ class Generation:
         committed = [*req.prompt_ids, *req.resumed]
         if self._uses_model:
             self.use_draft(self.drafts.acquire(committed, req.params.cache_salt))
-        text = TextStream(self.tokenizer, req.stop)
+        text = TextStream(self.tokenizer, req.stop, req.params.min_tokens)
         text.push(list(req.resumed[:req.resume_from]))  # shown to the client before the resume
         stats = GenerationStats(prompt_tokens=len(req.prompt_ids), session_id=self.session_id)
         began = time.perf_counter()

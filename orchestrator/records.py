@@ -16,7 +16,8 @@ def record_of(request: GenerationRequest, generated: list[int], finish: str, own
     """What a resume needs: the request as parsed, every token committed so far, and who may resume."""
     return {"owner": owner, "prompt_ids": list(request.prompt_ids), "generated": list(generated), "finish_reason": finish,
             "max_new_tokens": request.max_new_tokens, "params": dataclasses.asdict(request.params),
-            "gamma": request.gamma, "stop": list(request.stop)}
+            "gamma": request.gamma, "stop": list(request.stop), "stop_ids": list(request.stop_ids),
+            "ignore_eos": request.ignore_eos}
 
 
 def resume_request(record: dict | None, session_id: str, resume_from: int, owner: str = "") -> GenerationRequest:
@@ -33,7 +34,8 @@ def resume_request(record: dict | None, session_id: str, resume_from: int, owner
         raise InvalidArgument(f"resume_from {resume_from} is past the {len(generated)} tokens generated so far")
     return GenerationRequest(record["prompt_ids"], record["max_new_tokens"], SamplingParams(**record["params"]),
                              record["gamma"], tuple(record["stop"]), resumed=tuple(generated),
-                             resume_from=resume_from)
+                             resume_from=resume_from, stop_ids=tuple(record.get("stop_ids", ())),
+                             ignore_eos=record.get("ignore_eos", False))
 
 
 class RecordWriter:

@@ -42,6 +42,7 @@ FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
 
 
 MAX_CHOICES = 8  # n per request: each choice holds a session on every service
+MAX_STOP_IDS = 64  # stop_token_ids per request
 SESSION_ID = re.compile(r"[A-Za-z0-9._:~-]+")
 PROPOSERS = {pb.PROPOSER_MODEL: "model", pb.PROPOSER_NGRAM: "ngram", pb.PROPOSER_HYBRID: "hybrid"}
 OVERLAPS = {pb.OVERLAP_AUTO: "auto", pb.OVERLAP_ON: "on", pb.OVERLAP_OFF: "off"}
@@ -169,8 +170,28 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             raise InvalidArgument(f"n must be in [1, {MAX_CHOICES}], got {request.n}")
         if request.n > 1 and request.session_id:
             raise InvalidArgument("n > 1 is not resumable: leave session_id unset")
-        return GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
-                                 top_logprobs=top_logprobs, prompt_top=prompt_top, proposer=proposer, overlap=overlap)
+        parsed = GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
+                                   top_logprobs=top_logprobs, prompt_top=prompt_top, proposer=proposer,
+                                   overlap=overlap, stop_ids=self._stop_ids(request), ignore_eos=request.ignore_eos)
+        if request.min_tokens:
+            params = dataclasses.replace(params, min_tokens=request.min_tokens, ending_ids=tuple(self._eos(parsed)))
+            parsed = dataclasses.replace(parsed, params=params)
+        return parsed
+
+    def _stop_ids(self, request: pb.GenerateRequest) -> tuple[int, ...]:
+        """The request's stop_token_ids, and its min_tokens and ignore_eos, checked."""
+        if len(request.stop_token_ids) > MAX_STOP_IDS:
+            raise InvalidArgument(f"at most {MAX_STOP_IDS} stop_token_ids, got {len(request.stop_token_ids)}")
+        outside = sorted(t for t in request.stop_token_ids if not 0 <= t < self.vocab_size)
+        if outside:
+            raise InvalidArgument(f"stop_token_ids outside the vocabulary [0, {self.vocab_size}): {outside[:5]}")
+        if request.min_tokens > request.max_new_tokens:
+            raise InvalidArgument(f"min_tokens ({request.min_tokens}) must be at most max_new_tokens "
+                                  f"({request.max_new_tokens})")
+        if (request.min_tokens or request.ignore_eos) and request.HasField("constraint"):
+            raise InvalidArgument("min_tokens and ignore_eos cannot be combined with a constraint (structured "
+                                  "output ends where its grammar does)")
+        return tuple(request.stop_token_ids)
 
     def check_session_id(self, session_id: str) -> None:
         limit = self.config.max_session_id_chars
@@ -281,10 +302,13 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                           target_chunk_s=self.config.target_chunk_ms / 1e3, **extra)
 
     def _eos(self, parsed: GenerationRequest) -> frozenset[int]:
-        """The tokens that end a generation: the model's EOS, and under a grammar also the tokenizer's,
-        the only token a completed grammar allows."""
+        """The tokens that end a generation: the model's EOS (unless ignore_eos), and under a grammar also the
+        tokenizer's, the only token a completed grammar allows; and the request's stop ids."""
         eos = getattr(self.tokenizer, "eos_token_id", None)
-        return self.eos_ids | {eos} if parsed.params.grammar and eos is not None else self.eos_ids
+        ending = frozenset() if parsed.ignore_eos else self.eos_ids
+        if parsed.params.grammar and eos is not None:
+            ending |= {eos}
+        return ending | frozenset(parsed.stop_ids)
 
     def _new_controller(self, proposer: str):
         """A γ controller seeded from the proposer's shared prior (the model's refreshed from Redis when

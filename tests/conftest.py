@@ -113,6 +113,16 @@ def holds_for(condition, seconds: float, what: str, every_s: float = 0.05) -> No
         time.sleep(every_s)
 
 
+def set_fields(message, **fields):
+    """`message` with `fields` set: a list extends a repeated field, anything else is assigned. Returns it."""
+    for name, value in fields.items():
+        if isinstance(value, list):
+            getattr(message, name).extend(value)
+        else:
+            setattr(message, name, value)
+    return message
+
+
 def assert_speculated(result, what: str = "") -> None:
     """A greedy-identity claim means something only if drafts were accepted: a path whose draft never
     agreed with the target would run target-only and match trivially."""

@@ -5,7 +5,7 @@ and through the HTTP API."""
 from __future__ import annotations
 
 import pytest
-from conftest import TINY_DRAFT, TINY_TARGET, tiny_options
+from conftest import TINY_DRAFT, TINY_TARGET, assert_speculated, set_fields, tiny_options
 from test_http_api import Serve
 
 from specdec.cli.client import generate, make_request
@@ -52,6 +52,30 @@ def test_eos_inside_an_accepted_round_stops_like_target_only(eos_stack, gamma):
         assert last.emitted >= 1, "tokens before the EOS in the same round are emitted"
 
 
+@pytest.mark.parametrize("gamma", [3, None], ids=["gamma3", "adaptive"])
+def test_ignore_eos_runs_past_it_and_min_tokens_holds_it_off(stack, eos_stack, gamma):
+    """ignore_eos: the output goes on past the EOS at index 8, token for token the output of the same model
+    without an EOS. min_tokens 12: no EOS in the first 12 tokens. Both the same under speculation as
+    target-only."""
+    without = generate(stack.endpoint, make_request(prompt=PROMPT, max_new_tokens=NEW_TOKENS, gamma=0)).token_ids
+    for policy in (0, gamma):
+        request = make_request(prompt=PROMPT, max_new_tokens=NEW_TOKENS, gamma=policy)
+        request.ignore_eos = True
+        result = generate(eos_stack.endpoint, request)
+        assert result.token_ids == without and result.stats["finish_reason"] == "length"
+        if policy == 3:
+            assert_speculated(result, "past the EOS")
+    held = []
+    for policy in (0, gamma):
+        request = make_request(prompt=PROMPT, max_new_tokens=NEW_TOKENS, gamma=policy)
+        request.min_tokens = 12
+        result = generate(eos_stack.endpoint, request)
+        held.append((result.token_ids, result.stats["finish_reason"]))
+        assert EOS not in result.token_ids and len(result.token_ids) >= 12
+        assert result.token_ids[:8] == without[:8] and result.token_ids[8] != EOS
+    assert held[0] == held[1]
+
+
 @pytest.fixture(scope="module")
 def eos_serve():
     running = Serve(target=EOS_TARGET, draft=TINY_DRAFT)
@@ -76,3 +100,16 @@ def test_eos_through_the_http_api(eos_serve, gamma, stream):
         text, finish, usage = reply.choices[0].text, [reply.choices[0].finish_reason], reply.usage
     assert text == expected and finish == ["stop"]
     assert usage.completion_tokens == 8
+
+
+def test_ending_fields_through_the_http_api(eos_serve):
+    """vLLM's `ignore_eos`, `min_tokens` and `stop_token_ids` reach the generation: the same text as gRPC."""
+    client = eos_serve.client()
+    args = dict(model=EOS_TARGET, prompt=PROMPT, max_tokens=20, temperature=0)
+    for fields in ({"ignore_eos": True}, {"min_tokens": 12}, {"stop_token_ids": [187]}):
+        want = generate(eos_serve.grpc, set_fields(make_request(prompt=PROMPT, max_new_tokens=20, gamma=0), **fields))
+        reply = client.completions.create(**args, extra_body={**fields, "gamma": 3})
+        assert reply.choices[0].text == want.text and reply.usage.completion_tokens == len(want.token_ids)
+        assert reply.choices[0].finish_reason == want.stats["finish_reason"]
+    assert len(client.completions.create(**args, extra_body={"ignore_eos": True}).choices[0].text) > \
+        len(client.completions.create(**args).choices[0].text)

@@ -13,7 +13,9 @@ The definition (vLLM's order and conventions; OpenAI's for the two penalties and
    by r if positive and multiplied by r otherwise;
 2. frequency and presence penalties, over the output so far (not the prompt):
    logit −= frequency · count + presence · [count > 0];
-3. logit_bias: logit += bias[token].
+3. logit_bias: logit += bias[token];
+4. min_tokens: at an output position before min_tokens, the ids that would end the output (EOS and the
+   request's stop ids, `SamplingParams.ending_ids`) get −∞, so the output has at least that many tokens.
 """
 
 from __future__ import annotations
@@ -60,9 +62,10 @@ def process_logits(logits: torch.Tensor, params, history: list[int], proposed: l
     logits plus a few gathers: every row with the history's counts, then the entries a row's earlier
     proposals change, recomputed from the raw logits.
     """
-    if not params.processes:
-        return logits
     rows, _ = logits.shape
+    early = min(rows, max(params.min_tokens - (len(history) - params.prompt_tokens), 0)) if params.ending_ids else 0
+    if not params.processes and not early:
+        return logits
     device = logits.device
     raw = logits.float()
     out = raw.clone()
@@ -83,4 +86,6 @@ def process_logits(logits: torch.Tensor, params, history: list[int], proposed: l
         counts = torch.tensor([float(output[t] + list(proposed[:i]).count(t)) for i, t in pairs], device=device)
         value = _penalise(raw[row, token], counts, params)
         out[row, token] = value + torch.tensor([bias.get(t, 0.0) for _, t in pairs], dtype=torch.float32, device=device)
+    if early:  # rows [0, early) are output positions before min_tokens: last, so nothing above undoes it
+        out[:early, torch.tensor(params.ending_ids, dtype=torch.long, device=device)] = float("-inf")
     return out

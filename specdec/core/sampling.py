@@ -21,9 +21,10 @@ MAX_CACHE_SALT = 256
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature 0 means greedy; top_k 0 means no top-k; top_p 1.0 means no top-p. The penalties and
-    the bias are processed per position before them (`specdec.core.processing`); `prompt_tokens` says
-    where the prompt ends in the committed tokens, for the penalties that count the output only."""
+    """temperature 0 means greedy; top_k 0 means no top-k; top_p 1.0 means no top-p. The penalties, the bias
+    and `min_tokens` are processed per position before them (`specdec.core.processing`); `prompt_tokens` says
+    where the prompt ends in the committed tokens, for the processing that counts the output only.
+    `min_tokens`: the output's first min_tokens tokens are none of `ending_ids` (the ids that would end it)."""
 
     temperature: float = 0.0
     top_k: int = 0
@@ -36,9 +37,12 @@ class SamplingParams:
     prompt_tokens: int = 0
     grammar: str = ""  # an llguidance grammar the output follows (`specdec.engine.constraint`); "" = none
     cache_salt: str = ""  # sessions share cached prompt KV only with sessions of the same salt
+    min_tokens: int = 0
+    ending_ids: tuple[int, ...] = ()  # kept out of the output's first min_tokens positions
 
     def __post_init__(self):  # a record read back from JSON gives lists
         object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(v)) for t, v in self.logit_bias)))
+        object.__setattr__(self, "ending_ids", tuple(sorted({int(t) for t in self.ending_ids})))
 
     @property
     def greedy(self) -> bool:
@@ -64,6 +68,9 @@ class SamplingParams:
         check_processing(self.presence_penalty, self.frequency_penalty, self.repetition_penalty, self.logit_bias)
         if self.prompt_tokens < 0:
             raise InvalidArgument(f"prompt_tokens must be >= 0, got {self.prompt_tokens}")
+        if self.min_tokens < 0 or any(t < 0 for t in self.ending_ids):
+            raise InvalidArgument(f"min_tokens and the ids it keeps out must be >= 0, got {self.min_tokens}, "
+                                  f"{self.ending_ids[:3]}")
         if len(self.cache_salt) > MAX_CACHE_SALT:
             raise InvalidArgument(f"cache_salt must be at most {MAX_CACHE_SALT} characters, got {len(self.cache_salt)}")
         return self

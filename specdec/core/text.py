@@ -21,15 +21,18 @@ class TextStream:
     Holds back a trailing U+FFFD (a multi-byte character cut between tokens) and any tail
     that could begin a stop string, and ends the text at the first stop string. Stop strings
     are searched only where a match could be new, so matching stays linear in the output.
+    `min_tokens`: stop strings count once that many tokens are in (vLLM's rule): a match that ends
+    before then is not one.
 
     Each push decodes only the tokens since the last settled point, with the tokens of the push before
     them (so a character or a leading space that depends on them decodes as in the whole text): the
     tokenizer's work per push stays constant, not the length of the output so far.
     """
 
-    def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] = ()):
+    def __init__(self, tokenizer, stop: list[str] | tuple[str, ...] = (), min_tokens: int = 0):
         self.tokenizer = tokenizer
         self.stop = [s for s in stop if s]
+        self.min_tokens = min_tokens
         self.token_ids: list[int] = []
         self.emitted_text = ""
         self.stopped = False
@@ -41,9 +44,11 @@ class TextStream:
         """Add tokens; returns the new text to show (may be empty)."""
         self.token_ids.extend(token_ids)
         text = self._text()
-        found = (text.find(s, max(self._searched - len(s) + 1, 0)) for s in self.stop)
+        armed = len(self.token_ids) >= self.min_tokens
+        found = (text.find(s, max(self._searched - len(s) + 1, 0)) for s in self.stop) if armed else ()
         cut = min((i for i in found if i >= 0), default=-1)
-        self._searched = max(len(text) - 8, 0)  # a re-decoded partial character may change the tail
+        # A re-decoded partial character may change the tail; before min_tokens nothing so far is a match.
+        self._searched = max(len(text) - 8, 0) if armed else len(text)
         if cut >= 0:
             text, self.stopped = text[:cut], True
         else:

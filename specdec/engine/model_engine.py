@@ -114,6 +114,7 @@ class Engine:
     # -- session lifecycle -------------------------------------------------
     def open(self, session_id: str, params: SamplingParams) -> None:
         params.validate()
+        self._check_tokens([t for t, _ in params.logit_bias] + list(params.ending_ids), "sampling")
         grammar = self.grammars.state(params.grammar) if params.grammar else None
         self._sessions.add(session_id, lambda: Session(params, self._new_cache(), grammar=grammar))
 

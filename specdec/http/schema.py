@@ -10,7 +10,8 @@ prompt alone), `stream`,
 `response_format` (text, json_object, json_schema), `tools`, `tool_choice` and `parallel_tool_calls` (chat;
 `specdec.http.tool_calls`), `suffix` (completions: fill in the middle, `specdec.http.infill`), and the
 extensions `repetition_penalty`,
-`guided_regex`, `guided_grammar` (Lark), `cache_salt` (cached prompts shared only within it), `gamma` (unset =
+`guided_regex`, `guided_grammar` (Lark), `cache_salt` (cached prompts shared only within it), `min_tokens`,
+`ignore_eos` and `stop_token_ids` (vLLM's: how the output may end, exact under speculation), `gamma` (unset =
 adaptive, 0 = target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off":
 drafting during verification); unset = the server's default. Penalties, bias and constraints are exact under speculation.
 Refused with a 400 when set to anything but their neutral value: `best_of` > 1,
@@ -86,6 +87,9 @@ class _Common(BaseModel):
     guided_regex: str | None = None  # extension (vLLM's name): the output matches this regex
     guided_grammar: str | None = None  # extension (vLLM's name): the output follows this Lark grammar
     cache_salt: str = Field("", max_length=MAX_CACHE_SALT)  # extension (vLLM's): share cached prompts only within it
+    min_tokens: int = Field(0, ge=0, le=UINT32_MAX)  # extension (vLLM's): no EOS or stop before this many tokens
+    ignore_eos: bool = False  # extension (vLLM's): run past the model's EOS
+    stop_token_ids: list[int] | None = None  # extension (vLLM's): ids that end the output as EOS does
 
     def constraint(self) -> tuple[str, str | bool] | None:
         """The one structured-output constraint the body asks for, as (kind, value): a field of
@@ -149,6 +153,10 @@ class _Common(BaseModel):
                                      **logprob_request_to_pb(top_logprobs),
                                      **speculation_to_pb(self.proposer, self.overlap), **prompt)
         request.n = self.n
+        request.min_tokens, request.ignore_eos = self.min_tokens, self.ignore_eos
+        if any(not 0 <= t <= INT32_MAX for t in self.stop_token_ids or ()):
+            raise BadRequest(f"stop_token_ids must be token ids in [0, {INT32_MAX}]", "stop_token_ids")
+        request.stop_token_ids.extend(self.stop_token_ids or ())
         constraint = self.constraint()
         if constraint is not None:
             setattr(request.constraint, *constraint)

@@ -19,13 +19,15 @@ def sampling_to_pb(params: SamplingParams) -> pb.SamplingParams:
                              seed=params.seed, presence_penalty=params.presence_penalty,
                              frequency_penalty=params.frequency_penalty, repetition_penalty=params.repetition_penalty,
                              logit_bias=dict(params.logit_bias), prompt_tokens=params.prompt_tokens,
-                             grammar=params.grammar, cache_salt=params.cache_salt)
+                             grammar=params.grammar, cache_salt=params.cache_salt, min_tokens=params.min_tokens,
+                             ending_ids=params.ending_ids)
 
 
 def sampling_from_pb(msg: pb.SamplingParams) -> SamplingParams:
     return SamplingParams(msg.temperature, msg.top_k, msg.top_p, msg.seed, msg.presence_penalty,
                           msg.frequency_penalty, msg.repetition_penalty or 1.0, tuple(msg.logit_bias.items()),
-                          msg.prompt_tokens, msg.grammar, msg.cache_salt).validate()
+                          msg.prompt_tokens, msg.grammar, msg.cache_salt, msg.min_tokens,
+                          tuple(msg.ending_ids)).validate()
 
 
 def encode_probs(probs: torch.Tensor | None) -> pb.DraftProbs:
