@@ -113,11 +113,27 @@ def test_shared_routes_find_the_longest_remembered_start_within_a_salt(client):
     assert gone.replica_for("", long) is None
 
 
+def _cluster(redis_url):
+    opts = tiny_options(service=dict(redis_url=redis_url, heartbeat_ttl_s=TTL_S), draft_replicas=2)
+    return EmbeddedStack(opts)
+
+
 @pytest.fixture(scope="module")
 def cluster(redis_url):
-    opts = tiny_options(service=dict(redis_url=redis_url, heartbeat_ttl_s=TTL_S), draft_replicas=2)
-    with EmbeddedStack(opts) as stack:
+    with _cluster(redis_url) as stack:
         yield stack
+
+
+@pytest.fixture
+def two_replicas(redis_url):
+    """A cluster of its own, on a Redis database of its own, both replicas alive and registered (`cluster`
+    loses one in a test, and its live one would be a third replica): (the stack, its Redis URL)."""
+    url = redis_url.removesuffix("/0") + "/1"
+    with _cluster(url) as stack:
+        registry = redis.Redis.from_url(url, decode_responses=True)
+        wait_until(lambda: sorted(r["address"] for r in registered_drafts(registry)) == sorted(stack.draft_addresses),
+                   TTL_S + 10, "both replicas registered")
+        yield stack, url
 
 
 def test_sessions_spread_over_replicas_then_route_around_a_dead_one(stack, cluster, redis_url):
@@ -157,11 +173,13 @@ def test_sessions_spread_over_replicas_then_route_around_a_dead_one(stack, clust
     assert all(r.drafted > 0 for r in out.rounds[:-1]), "new sessions speculate on the live replica"
 
 
-def test_a_chats_next_turn_through_another_orchestrator_finds_its_draft_replica(cluster, redis_url):
+def test_a_chats_next_turn_through_another_orchestrator_finds_its_draft_replica(two_replicas):
     """Turn 1 through the first orchestrator lands on the second replica while a generation holds the first;
     once both are idle the least loaded would be the first again, but turn 2, through another orchestrator,
     goes where turn 1's draft KV is kept: the orchestrators share their routes through Redis."""
-    registry = redis.Redis.from_url(redis_url, decode_responses=True)
+    cluster, url = two_replicas
+    registry = redis.Redis.from_url(url, decode_responses=True)
+    wait_until(lambda: not any(r["live_sessions"] for r in registered_drafts(registry)), 10, "both replicas idle")
     first = sorted(cluster.draft_addresses)[0]
     prompt = list(range(10, 10 + 48))
     with grpc.insecure_channel(cluster.endpoint) as channel:
