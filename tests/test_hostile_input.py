@@ -53,6 +53,10 @@ MUTATIONS = [
     lambda r, rng: setattr(r, "session_id", rng.choice(["bad id", "x" * 300, "é", "a/b"])),
     lambda r, rng: (setattr(r, "resume", True), setattr(r, "session_id", "ok-1")),
     lambda r, rng: setattr(r, "seed", 2**64 - 1),
+    lambda r, rng: setattr(r, "min_tokens", rng.choice([1, 3, 2**32 - 1])),
+    lambda r, rng: setattr(r, "ignore_eos", True),
+    lambda r, rng: r.stop_token_ids.extend(rng.choice([[-1], [10**6], [5], list(range(70))])),
+    lambda r, rng: (setattr(r, "prompt_logprobs", True), setattr(r, "top_logprobs", rng.choice([0, 3, 21]))),
 ]
 
 

@@ -285,6 +285,26 @@ def test_several_prompts_in_one_request_number_their_choices_prompt_by_prompt(se
         assert choice.logprobs.tokens == list(prompts[i])
 
 
+def test_tokenize_and_detokenize(serve):
+    """vLLM's routes: a prompt's ids as completions feed them, a conversation's as chat does (the count is the
+    chat reply's prompt_tokens), and the text of ids back; a client's mistake is a 400 or 404."""
+    post = lambda path, body: httpx.post(serve.base_url.removesuffix("/v1") + path, json={"model": MODEL, **body},
+                                         timeout=30)
+    reply = post("/tokenize", {"prompt": PROMPT}).json()
+    assert reply["tokens"] == build_byte_tokenizer().encode(PROMPT, add_special_tokens=False)
+    assert reply["count"] == len(PROMPT) and reply["max_model_len"] == 512
+    chat = serve.client().chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=1)
+    assert post("/tokenize", {"messages": MESSAGES}).json()["count"] == chat.usage.prompt_tokens
+    assert post("/detokenize", {"tokens": reply["tokens"]}).json() == {"prompt": PROMPT}
+    for path, body, status, message in [("/tokenize", {}, 400, "exactly one of prompt and messages"),
+                                        ("/tokenize", {"prompt": "x", "messages": MESSAGES}, 400, "exactly one"),
+                                        ("/detokenize", {"tokens": [5, 10**6]}, 400, "outside the vocabulary"),
+                                        ("/detokenize", {"tokens": "abc"}, 400, "tokens"),
+                                        ("/tokenize", {"prompt": "x", "model": "gpt-4o"}, 404, "does not exist")]:
+        refused = post(path, body)
+        assert refused.status_code == status and message in refused.json()["error"]["message"], refused.text
+
+
 SCHEMA = {"type": "object", "properties": {"name": {"enum": ["ada", "bob"]}, "ok": {"type": "boolean"}},
           "required": ["name", "ok"], "additionalProperties": False}
 

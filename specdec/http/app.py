@@ -36,6 +36,7 @@ from specdec.http.response_store import ResponseNotFound, ResponseStore, StoreUn
 from specdec.http.responses import Echo, Reply, TokenText
 from specdec.http.responses_api import ResponsesRequest
 from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
+from specdec.http.tokens_api import detokenize, tokenize
 from specdec.runtime import security
 from specdec.runtime.server import CHANNEL_OPTIONS
 
@@ -419,6 +420,7 @@ ROUTES = {"/v1/models": (models, ["GET"]), "/v1/models/{model:path}": (model, ["
           "/v1/chat/completions": (chat_completions, ["POST"]), "/v1/responses": (create_response, ["POST"]),
           "/v1/responses/{response_id}": (stored_response, ["GET", "DELETE"]),
           "/v1/responses/{response_id}/input_items": (input_items, ["GET"]),
+          "/tokenize": (tokenize, ["POST"]), "/detokenize": (detokenize, ["POST"]),
           "/health": (health, ["GET"]), "/metrics": (prometheus, ["GET"])}
 
 
