@@ -73,6 +73,31 @@ def test_items_and_tools_that_cannot_be_served_are_refused_with_the_reason(body,
         request.chat_request([])
 
 
+def test_truncation_auto_drops_the_fewest_oldest_messages_that_make_it_fit():
+    """A stand-in renderer (a token per character and 4 a message): the fewest oldest messages go, a tool's output
+    whose call went goes too, the instructions and the last message stay; without "auto", nothing goes; a last
+    message that cannot fit is a 400 naming the input."""
+    def render(chat) -> list[int]:
+        return [0] * sum(4 + len(m.content or "") for m in chat.messages)
+
+    conversation = [{"role": "user", "content": "a" * 40}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "b" * 40}, {"role": "assistant", "content": "c" * 20}]
+    body = {"model": MODEL, "input": "d" * 20, "instructions": "sys", "max_output_tokens": 10}
+    auto = ResponsesRequest.model_validate({**body, "truncation": "auto"})
+    chat, prompt = auto.fitted(conversation, render, 100)  # all: 7 + 44 + 4 + 44 + 24 + 24 = 147 tokens
+    kept = [(m.role, m.content) for m in chat.messages]
+    assert kept == [("system", "sys"), ("assistant", "c" * 20), ("user", "d" * 20)], "the tool output went with its call"
+    assert len(prompt) + 10 <= 100
+    chat, prompt = auto.fitted(conversation, render, 200)
+    assert len(chat.messages) == 6 and len(prompt) == 147, "it fits: nothing dropped"
+    plain = ResponsesRequest.model_validate(body)
+    assert len(plain.fitted(conversation, render, 100)[0].messages) == 6, "truncation disabled: nothing dropped"
+    with pytest.raises(BadRequest, match="exceeds the context of 40") as refused:
+        auto.fitted(conversation, render, 40)
+    assert refused.value.param == "input"
+
+
 def test_the_chat_request_carries_the_settings_and_the_extensions():
     request = ResponsesRequest.model_validate({
         "model": MODEL, "input": "hi", "instructions": "Be brief.", "max_output_tokens": 9, "temperature": 0.5,
@@ -339,6 +364,22 @@ def test_bad_requests_get_a_400_naming_the_field(serve, body, param, message):
     error = reply.json()["error"]
     assert reply.status_code == 400 and error["type"] == "invalid_request_error", reply.text
     assert message in error["message"] and (param is None or error["param"] == param), error
+
+
+def test_truncation_auto_fits_a_long_conversation_to_the_context(serve):
+    """Forty messages of the tiny model's 512-token context: refused as they are, answered with "auto", whose
+    prompt is the conversation from the first message that lets it fit with the reply's 16 tokens of room."""
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}: " + "xy" * 12} for i in range(40)]
+    args = dict(model=MODEL, input=turns, instructions="Be brief.", max_output_tokens=16, temperature=0)
+    refused = httpx.post(serve.base_url + "/responses", json=args, timeout=30)
+    assert refused.status_code == 400 and "context" in refused.json()["error"]["message"], refused.text
+    reply = serve.client().responses.create(truncation="auto", **args)
+    system = [{"role": "system", "content": "Be brief."}]
+    count = lambda messages: httpx.post(serve.base_url.removesuffix("/v1") + "/tokenize", timeout=30,
+                                        json={"model": MODEL, "messages": system + messages}).json()["count"]
+    first = next(d for d in range(40) if count(turns[d:]) + 16 <= 512)
+    assert first > 0 and count(turns[first - 1:]) + 16 > 512
+    assert reply.usage.input_tokens == count(turns[first:]) and reply.truncation == "auto"
 
 
 def test_a_disconnect_mid_stream_frees_the_sessions(serve):

@@ -217,9 +217,8 @@ async def create_response(request: Request) -> Response:
     conversation = []
     if body.previous_response_id:
         conversation = await asyncio.to_thread(gateway.stored.conversation, body.previous_response_id)
-    chat = body.chat_request(conversation)
     try:
-        prompt = gateway.chat_prompt(chat)
+        chat, prompt = body.fitted(conversation, gateway.chat_prompt, gateway.info.max_context)
     except BadRequest as exc:
         raise BadRequest(str(exc), "input" if exc.param == "messages" else exc.param) from None
     reply = ResponseReply(body, gateway.model, gateway.tokens, chat.offered_tools(), gateway.stored)

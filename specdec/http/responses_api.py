@@ -12,14 +12,19 @@ Function tools (`{"type": "function", "name", "parameters", ...}`), `tool_choice
 `top_logprobs` with `include: ["message.output_text.logprobs"]` map onto their chat fields, and the chat
 API's extensions (`seed`, `top_k`, `stop`, penalties, `logit_bias`, `gamma`, `proposer`, `overlap`,
 `guided_*`, `cache_salt`) pass through. Refused with a 400: other tool types, `background`,
-`conversation`, `truncation: "auto"`, non-text input parts, and log-probabilities together with tools.
+`conversation`, non-text input parts, and log-probabilities together with tools.
+
+`truncation: "auto"`: a conversation that does not fit the context (with room for `max_output_tokens`, or for
+one token) loses its oldest messages until it does (`fitted`): never the instructions nor the last message, and
+a tool's output only with the call it answers (unless it is the last message). Nothing stored is dropped: each
+request fits it anew.
 """
 
 from __future__ import annotations
 
 import functools
 import uuid
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -83,8 +88,6 @@ class ResponsesRequest(BaseModel):
             raise BadRequest("background responses are not supported", "background")
         if self.conversation is not None:
             raise BadRequest("conversations are not supported: use previous_response_id", "conversation")
-        if self.truncation == "auto":
-            raise BadRequest('truncation "auto" is not supported: the conversation must fit the context', "truncation")
         unknown = sorted(set(self.include) - INCLUDABLE)
         if unknown:
             raise BadRequest(f"include: unknown value {unknown[0]!r}", "include")
@@ -128,10 +131,14 @@ class ResponsesRequest(BaseModel):
             return [{"role": "user", "content": self.input}]
         return chat_messages(self.input)
 
-    def chat_request(self, conversation: list[dict]) -> ChatCompletionRequest:
-        """The chat completion this request asks for, after the stored `conversation` it goes on from."""
+    def chat_request(self, conversation: list[dict], dropped: int = 0) -> ChatCompletionRequest:
+        """The chat completion this request asks for, after the stored `conversation` it goes on from, without
+        its first `dropped` messages (and a tool's output left without its call), the instructions kept."""
         system = [{"role": "system", "content": self.instructions}] if self.instructions else []
-        body: dict[str, Any] = {"model": self.model, "messages": [*system, *conversation, *self.input_messages],
+        messages = [*conversation, *self.input_messages][dropped:]
+        while dropped and len(messages) > 1 and messages[0]["role"] == "tool":
+            messages = messages[1:]
+        body: dict[str, Any] = {"model": self.model, "messages": [*system, *messages],
                                 "parallel_tool_calls": self.parallel_tool_calls, "logprobs": self.logprobs}
         optional = {"max_completion_tokens": self.max_output_tokens, "temperature": self.temperature,
                     "top_p": self.top_p, "top_logprobs": self.top_logprobs if self.logprobs else None,
@@ -141,6 +148,32 @@ class ResponsesRequest(BaseModel):
         body.update({key: value for key, value in (self.model_extra or {}).items() if key in EXTENSIONS})
         return validated(ChatCompletionRequest, body, {"messages": "input", "response_format": "text.format",
                                                        "max_completion_tokens": "max_output_tokens"})
+
+    def fitted(self, conversation: list[dict], render: Callable[[ChatCompletionRequest], list[int]],
+               context: int) -> tuple[ChatCompletionRequest, list[int]]:
+        """The chat request and its prompt ids (`render`); with truncation "auto", the fewest oldest messages
+        dropped (a binary search: dropping more never lengthens the prompt) for the prompt and the reply's room
+        (`max_output_tokens`, else one token) to fit `context`. Raises BadRequest if not even the last message
+        fits."""
+        chat = self.chat_request(conversation)
+        prompt = render(chat)
+        room = self.max_output_tokens or 1
+        if self.truncation != "auto" or len(prompt) + room <= context:
+            return chat, prompt
+        last = len(conversation) + len(self.input_messages) - 1  # dropping this many leaves the last message
+        shortest = len(render(self.chat_request(conversation, last)))
+        if shortest + room > context:
+            raise BadRequest(f"the input's last message (with the instructions) takes {shortest} tokens: with room "
+                             f"for {room} more it exceeds the context of {context}", "input")
+        low, high = 1, last  # the fewest drops that fit lie in [low, high], and `high` fits
+        while low < high:
+            middle = (low + high) // 2
+            if len(render(self.chat_request(conversation, middle))) + room <= context:
+                high = middle
+            else:
+                low = middle + 1
+        chat = self.chat_request(conversation, high)
+        return chat, render(chat)
 
     def response_format(self) -> dict | None:
         form = self.text.format
