@@ -34,9 +34,10 @@ class PromptBatch:
 
     async def _pump(self, index: int, request: pb.GenerateRequest) -> None:
         async with self._slots:
-            call = self._start(request)
-            self._calls.add(call)
+            call = None
             try:
+                call = self._start(request)
+                self._calls.add(call)
                 while (message := await call.read()) is not grpc.aio.EOF:
                     message.choice += index * self._n
                     self._queue.put_nowait(message)
