@@ -102,7 +102,8 @@ def test_sampling_fields_and_stop_reach_the_generation(serve):
     assert reply.choices[0].text == want
     stop = next(c for c in want[3:] if c.isascii() and c.isprintable() and not c.isspace())  # random bytes
     stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=30, temperature=0.8, top_p=0.9, seed=5,
-                                        stop=[stop], extra_body={"top_k": 20, "gamma": 3, "proposer": "model"})
+                                        stop=[f"<never {i}>" for i in range(4)] + [stop],  # more than OpenAI's 4
+                                        extra_body={"top_k": 20, "gamma": 3, "proposer": "model"})
     assert want.startswith(stopped.choices[0].text) and stop not in stopped.choices[0].text
     assert stopped.choices[0].finish_reason == "stop"
 
@@ -428,7 +429,7 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
     ("/completions", {"prompt": "x", "gamma": 2**40}, 400, "gamma"),
     ("/completions", {"prompt": "x", "gamma": 99}, 400, "gamma must be in [0, 6]"),
     ("/completions", {"prompt": "x", "proposer": "oracle"}, 400, "proposer"),
-    ("/completions", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, 400, "at most 4 stop"),
+    ("/completions", {"prompt": "x", "stop": [str(i) for i in range(17)]}, 400, "at most 16 stop strings"),
     ("/completions", {"prompt": "x", "seed": -1}, 400, "seed"),
     ("/completions", {"max_tokens": 3}, 400, "prompt"),
     ("/chat/completions", {"messages": []}, 400, "messages"),
