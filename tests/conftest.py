@@ -171,6 +171,19 @@ def choices(endpoint: str, request, n: int) -> list[tuple[list[int], list, objec
     return list(zip(tokens, logprobs, stats, strict=True))
 
 
+def refusal(endpoint: str, request):
+    """The grpc.RpcError a Generate call of `request` ends with (the test fails if it ends without one)."""
+    import grpc
+
+    from protos import specdec_pb2_grpc as pb_grpc
+    from specdec.runtime.server import CHANNEL_OPTIONS
+
+    with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            list(pb_grpc.SpecDecStub(channel).Generate(request, timeout=30))
+    return caught.value
+
+
 def count_fed(runner) -> list[int]:
     """From now on, the tokens `runner` is fed per forward pass (appended to the list returned)."""
     fed, forward = [], runner.forward

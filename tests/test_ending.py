@@ -7,18 +7,16 @@ from __future__ import annotations
 import grpc
 import pytest
 import torch
-from conftest import assert_speculated, set_fields, tiny_models
+from conftest import assert_speculated, refusal, set_fields, tiny_models
 from test_lossless_e2e import assert_follows, sampled_runs
 
 from protos import specdec_pb2 as pb
-from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.processing import process_logits
 from specdec.core.sampling import SamplingParams, probs_from_logits
 from specdec.core.text import TextStream
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
-from specdec.runtime.server import CHANNEL_OPTIONS
 from specdec.weights.sources import build_byte_tokenizer
 
 PROMPT = [40, 41, 42, 43, 7, 99, 3, 3, 120, 64]
@@ -95,15 +93,9 @@ def test_sampled_first_tokens_follow_the_masked_targets_law(stack):
     (dict(stop_token_ids=list(range(65))), "at most 64 stop_token_ids"),
 ])
 def test_bad_ending_requests_are_refused(stack, fields, message):
-    request = set_fields(make_request(prompt_token_ids=PROMPT, max_new_tokens=24), **fields)
-    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
-        with pytest.raises(grpc.RpcError) as caught:
-            list(pb_grpc.SpecDecStub(channel).Generate(request, timeout=30))
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in caught.value.details()
+    refused = refusal(stack.endpoint, set_fields(make_request(prompt_token_ids=PROMPT, max_new_tokens=24), **fields))
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and message in refused.details()
     constrained = make_request(prompt_token_ids=PROMPT, max_new_tokens=8)
     constrained.ignore_eos = True
     constrained.constraint.regex = "[a-z]+"
-    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
-        with pytest.raises(grpc.RpcError) as caught:
-            list(pb_grpc.SpecDecStub(channel).Generate(constrained, timeout=30))
-    assert "cannot be combined with a constraint" in caught.value.details()
+    assert "cannot be combined with a constraint" in refusal(stack.endpoint, constrained).details()

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
-from conftest import PATH_SERVICE, stack_on, tiny_models
+from conftest import PATH_SERVICE, refusal, stack_on, tiny_models
 
 from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
@@ -166,14 +166,13 @@ def test_no_logprobs_unless_asked(stack):
     (dict(logprobs=True, top_logprobs=21), "top_logprobs must be in [0, 20]"),
     (dict(top_logprobs=3), "top_logprobs needs logprobs"),
     (dict(logprobs=True, resume=True, session_id="x"), "not kept in session records"),
+    (dict(prompt_logprobs=True, top_logprobs=21), "top_logprobs must be in [0, 20]"),
+    (dict(prompt_logprobs=True, resume=True, session_id="x"), "not kept in session records"),
 ])
 def test_bad_logprob_requests_are_refused(stack, fields, message):
-    request = pb.GenerateRequest(prompt_token_ids=PROMPTS[0], max_new_tokens=4, **fields)
-    with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
-        with pytest.raises(grpc.RpcError) as caught:
-            list(pb_grpc.SpecDecStub(channel).Generate(request, timeout=30))
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert message in caught.value.details()
+    refused = refusal(stack.endpoint, pb.GenerateRequest(prompt_token_ids=PROMPTS[0], max_new_tokens=4, **fields))
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in refused.details()
 
 
 def test_info_reports_the_target_and_the_orchestrators_caps(stack):
