@@ -131,13 +131,13 @@ class Gateway:
             raise BadRequest(f"the chat template cannot render these messages: {exc}", "messages") from None
         return list(ids)
 
-    def generate(self, requests: pb.GenerateRequest | list[pb.GenerateRequest], n: int = 1):
-        """A Generate call for one request, or several prompts' read as one call (`PromptBatch`)."""
+    def generate(self, requests: list[pb.GenerateRequest], n: int = 1):
+        """The Generate call of one prompt's request, or several prompts' read as one call (`PromptBatch`)."""
         def start(one: pb.GenerateRequest):
             return self.stub.Generate(one, timeout=self.config.request_timeout_s, metadata=self.metadata)
 
-        if isinstance(requests, pb.GenerateRequest) or len(requests) == 1:
-            return start(requests if isinstance(requests, pb.GenerateRequest) else requests[0])
+        if len(requests) == 1:
+            return start(requests[0])
         return PromptBatch(start, requests, n, parallel_for(self.info.max_sessions, n))
 
     def chat_request(self, body: ChatCompletionRequest, prompt: list[int]) -> pb.GenerateRequest:
@@ -205,7 +205,7 @@ async def chat_completions(request: Request) -> Response:
     body = parse(ChatCompletionRequest, await request.body())
     gateway.check_model(body.model)
     generate = gateway.chat_request(body, gateway.chat_prompt(body))
-    return await run(request, gateway, body, generate, Reply("chat", gateway.model, gateway.tokens, body.top(),
+    return await run(request, gateway, body, [generate], Reply("chat", gateway.model, gateway.tokens, body.top(),
                                                              body.offered_tools(), n=body.n))
 
 
@@ -222,7 +222,7 @@ async def create_response(request: Request) -> Response:
     except BadRequest as exc:
         raise BadRequest(str(exc), "input" if exc.param == "messages" else exc.param) from None
     reply = ResponseReply(body, gateway.model, gateway.tokens, chat.offered_tools(), gateway.stored)
-    return await run(request, gateway, body, gateway.chat_request(chat, prompt), reply, response_events)
+    return await run(request, gateway, body, [gateway.chat_request(chat, prompt)], reply, response_events)
 
 
 async def stored_response(request: Request) -> Response:
@@ -251,11 +251,11 @@ async def input_items(request: Request) -> Response:
         raise BadRequest(str(exc), "after") from None
 
 
-async def run(request: Request, gateway: Gateway, body, generate: pb.GenerateRequest | list[pb.GenerateRequest],
-              reply: Reply, events=None) -> Response:
-    """Start the call (several prompts' as one: `PromptBatch`) and wait for its first message, so that a refused
-    request gets its 4xx status even when streamed; then stream the rest (`events`: the stream's form, the chat
-    API's by default), or gather it."""
+async def run(request: Request, gateway: Gateway, body, generate: list[pb.GenerateRequest], reply: Reply,
+              events=None) -> Response:
+    """Start the call (`generate`: a request per prompt, several read as one: `PromptBatch`) and wait for its first
+    message, so that a refused request gets its 4xx status even when streamed; then stream the rest (`events`:
+    the stream's form, the chat API's by default), or gather it."""
     call = gateway.generate(generate, getattr(body, "n", 1))
     try:
         first = await until_disconnected(request, call.read())
