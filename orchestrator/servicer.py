@@ -35,7 +35,7 @@ from specdec.runtime.errors import grpc_errors
 from specdec.runtime.guards import credential_of
 from specdec.runtime.options import option
 from specdec.runtime.redis_state import SESSION_TTL_S, PriorStore, SessionStore
-from specdec.runtime.wire import cost_profile_from_pb, logprob_requests_from_pb, round_to_pb, summary_to_pb
+from specdec.runtime.wire import constraint_from_pb, cost_profile_from_pb, logprob_requests_from_pb, round_to_pb, summary_to_pb
 
 log = logging.getLogger(__name__)
 FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
@@ -150,8 +150,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if outside:
             raise InvalidArgument(f"logit_bias names tokens outside the vocabulary [0, {self.vocab_size}): "
                                   f"{outside[:5]}")
-        kind = request.constraint.WhichOneof("kind") if request.HasField("constraint") else None
-        grammar = compile_constraint(kind, str(getattr(request.constraint, kind))) if kind else ""
+        constraint = constraint_from_pb(request.constraint) if request.HasField("constraint") else None
+        grammar = compile_constraint(*constraint) if constraint else ""
         params = SamplingParams(request.temperature, request.top_k, top_p, request.seed, request.presence_penalty,
                                 request.frequency_penalty, repetition, tuple(request.logit_bias.items()),
                                 len(prompt_ids), grammar, request.cache_salt).validate()

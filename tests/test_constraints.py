@@ -22,16 +22,18 @@ from specdec.engine.constraint import Grammars
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.runtime.server import CHANNEL_OPTIONS
+from specdec.runtime.wire import constraint_to_pb
 
 CODE = r"[a-f]{2,4}-[0-9]{3}"
+OPTIONS = ["dead-beef", "cafe-123", "ab-9"]
 SCHEMA = {"type": "object", "properties": {"pick": {"enum": ["red", "green", "blue"]}, "n": {"type": "boolean"}},
           "required": ["pick", "n"], "additionalProperties": False}
 
 
 def constrained(**kw) -> pb.GenerateRequest:
-    kind, value = kw.pop("constraint", ("regex", CODE))
+    constraint = kw.pop("constraint", ("regex", CODE))
     request = make_request(**kw)
-    setattr(request.constraint, kind, value)
+    request.constraint.CopyFrom(constraint_to_pb(*constraint))
     return request
 
 
@@ -75,6 +77,24 @@ def test_an_added_token_that_is_not_special_is_text_to_the_grammar():
     assert guidance_tokenizer(tokenizer, 288).is_special_token(eos) and not guidance_tokenizer(tokenizer, 288).is_special_token(call)
 
 
+def test_a_choice_allows_exactly_its_strings_whole():
+    """vLLM's guided_choice: after any prefix only the options' next bytes are allowed, and EOS only once an
+    option is whole; quotes, backslashes, line breaks and non-ASCII text are matched as written, not read as
+    grammar (the tiny vocabulary's ids 0-255 are the bytes)."""
+    options = ['say "hi"', "a\\b\n", "ü", "say"]
+    state = Grammars("tiny:seed=0", 260).state(compile_constraint("choice", options))
+
+    def allowed(text: bytes) -> set[int]:
+        return set(state.masks([], list(text), len(text) + 1)[-1].nonzero().flatten().tolist())
+
+    assert allowed(b"") == {ord("s"), ord("a"), 0xC3}
+    assert allowed(b"say") == {ord(" "), 256}, "an option that is a prefix of another may end there"
+    assert allowed(b'say "hi') == {ord('"')} and allowed(b'say "hi"') == {256}
+    assert allowed(b"a") == {ord("\\")} and allowed(b"a\\b") == {ord("\n")} and allowed(b"a\\b\n") == {256}
+    assert allowed("ü".encode()) == {256}
+    assert compile_constraint("choice", ["x", "x"]) == compile_constraint("choice", ["x"])
+
+
 def test_rolling_back_gives_the_masks_a_fresh_matcher_gives():
     """200 rounds of random drafts (EOS among them) and commits on one matcher: every row that can be
     used equals the mask of a new matcher fed the same tokens. (A draft EOS is never consumed: a stopped
@@ -104,7 +124,8 @@ def test_rolling_back_gives_the_masks_a_fresh_matcher_gives():
 
 @pytest.mark.parametrize("kind,value,message", [("json_schema", "{oops", "invalid json schema"),
                                                 ("regex", "[0-", "invalid regex"),
-                                                ("lark", "start: x(", "invalid lark")])
+                                                ("lark", "start: x(", "invalid lark"),
+                                                ("choice", [], "invalid choice: give at least one option")])
 def test_a_bad_constraint_is_refused_before_any_round(stack, kind, value, message):
     with grpc.insecure_channel(stack.endpoint, options=CHANNEL_OPTIONS) as channel:
         with pytest.raises(grpc.RpcError) as caught:
@@ -117,7 +138,8 @@ def test_a_bad_constraint_is_refused_before_any_round(stack, kind, value, messag
 def test_greedy_constrained_speculation_equals_constrained_target_only(stack, proposer):
     colours = ("red", "green", "blue")
     for constraint, check in ((("regex", CODE), lambda t: re.fullmatch(CODE, t)),
-                              (("json_schema", json.dumps(SCHEMA)), lambda t: json.loads(t)["pick"] in colours)):
+                              (("json_schema", json.dumps(SCHEMA)), lambda t: json.loads(t)["pick"] in colours),
+                              (("choice", OPTIONS), lambda t: t in OPTIONS)):
         base = generate(stack.endpoint, constrained(prompt="id: ", max_new_tokens=40, gamma=0, constraint=constraint))
         assert base.stats["finish_reason"] == "stop" and check(base.text), base.text
         for gamma in (1, 3, None):

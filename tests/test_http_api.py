@@ -333,6 +333,35 @@ def test_a_json_schema_reply_validates_under_speculation(serve, stream):
     assert re.fullmatch(r"[0-9]{2}:[0-9]{2}", text(extra_body={"guided_regex": r"[0-9]{2}:[0-9]{2}", "gamma": 2}))
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_vllms_structured_output_fields_under_speculation(serve, stream):
+    """vLLM's guided_json (a schema as an object or as JSON text), guided_choice, and its newer
+    structured_outputs (json, choice, regex, grammar), through the official client's extra_body: each reply
+    follows its constraint, the same with speculation (γ = 3) as target-only."""
+    client = serve.client()
+
+    def text(extra: dict) -> str:
+        reply = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=60, temperature=0, stream=stream,
+                                          extra_body=extra)
+        if stream:
+            return "".join(c.choices[0].text for c in reply if c.choices)
+        assert reply.choices[0].finish_reason == "stop", reply
+        return reply.choices[0].text
+
+    options = ["yes", 'a "quoted" no', "maybe\nnot"]
+    for extra, check in [({"guided_json": SCHEMA}, lambda t: json.loads(t)["name"] in ("ada", "bob")),
+                         ({"guided_json": json.dumps(SCHEMA)}, lambda t: json.loads(t)["name"] in ("ada", "bob")),
+                         ({"structured_outputs": {"json": SCHEMA}}, lambda t: set(json.loads(t)) == {"name", "ok"}),
+                         ({"guided_choice": options}, lambda t: t in options),
+                         ({"structured_outputs": {"choice": options}}, lambda t: t in options),
+                         ({"structured_outputs": {"regex": "[0-9]{3}"}}, lambda t: re.fullmatch("[0-9]{3}", t)),
+                         ({"structured_outputs": {"grammar": 'start: "x" "y"+', "disable_any_whitespace": True}},
+                          lambda t: re.fullmatch("xy+", t))]:
+        speculated = text({**extra, "gamma": 3, "proposer": "model"})
+        assert check(speculated), (extra, speculated)
+        assert speculated == text({**extra, "gamma": 0}), extra
+
+
 TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {
               "type": "object", "properties": {"city": {"enum": ["Rome", "Oslo"]}}, "required": ["city"],
               "additionalProperties": False}}},
@@ -403,6 +432,16 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
     ("/completions", {"prompt": "x", "n": 9}, 400, "n must be in [1, 8]"),
     ("/completions", {"prompt": "x", "guided_regex": "[0-"}, 400, "invalid regex"),
     ("/completions", {"prompt": "x", "guided_regex": "a", "guided_grammar": "start: \"a\""}, 400, "at most one"),
+    ("/completions", {"prompt": "x", "guided_json": {}, "guided_choice": ["a"]}, 400,
+     "at most one structured-output constraint, got guided_json and guided_choice"),
+    ("/completions", {"prompt": "x", "guided_choice": []}, 400, "invalid choice: give at least one option"),
+    ("/completions", {"prompt": "x", "guided_choice": "yes"}, 400, "guided_choice"),
+    ("/completions", {"prompt": "x", "guided_json": "{oops"}, 400, "guided_json must be a JSON schema"),
+    ("/completions", {"prompt": "x", "guided_json": "[1]"}, 400, "guided_json must be a JSON schema (an object)"),
+    ("/completions", {"prompt": "x", "structured_outputs": {"regex": "a", "json_object": True}}, 400,
+     "got structured_outputs.regex and structured_outputs.json_object"),
+    ("/completions", {"prompt": "x", "structured_outputs": {"structural_tag": "{}"}}, 400, "structural_tag"),
+    ("/completions", {"prompt": "x", "structured_outputs": "json"}, 400, "structured_outputs"),
     ("/chat/completions", {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "nonsense"}}}}, 400, "invalid json schema"),
     ("/completions", {"prompt": "x", "logit_bias": {"100000": 1.0}}, 400, "outside the vocabulary"),

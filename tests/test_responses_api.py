@@ -283,13 +283,18 @@ def test_a_forced_call_is_a_function_call_item_and_its_output_goes_on(serve, str
 
 
 def test_a_json_schema_format_and_logprobs(serve):
-    """text.format json_schema: the text parses and follows the schema (γ = 3 as target-only); the output text's
+    """text.format json_schema: the text parses and follows the schema (γ = 3 as target-only), as guided_choice
+    does its options; the output text's
     log-probabilities (include) are the chat API's, whole and streamed."""
     client = serve.client()
     form = {"format": {"type": "json_schema", "name": "person", "schema": SCHEMA, "strict": True}}
     texts = [client.responses.create(model=MODEL, input="who?", text=form, max_output_tokens=60, temperature=0,
                                      extra_body={"gamma": g, "proposer": "model"}).output_text for g in (3, 0)]
     assert texts[0] == texts[1] and json.loads(texts[0])["name"] in ("ada", "bob")
+    options = ["north", "south"]
+    chosen = client.responses.create(model=MODEL, input="which way?", max_output_tokens=20, temperature=0,
+                                     extra_body={"guided_choice": options, "gamma": 3}).output_text
+    assert chosen in options, "vLLM's structured-output fields pass through as the chat API's"
     want = chat(client, ASK, max_tokens=10, logprobs=True, top_logprobs=3).choices[0].logprobs.content
     want = [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in want]
     args = dict(model=MODEL, input="fib in Python", max_output_tokens=10, temperature=0, top_logprobs=3,

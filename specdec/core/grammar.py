@@ -8,21 +8,24 @@ from __future__ import annotations
 
 from specdec.core.errors import InvalidArgument
 
-KINDS = ("json_schema", "json_object", "regex", "lark")
+KINDS = ("json_schema", "json_object", "regex", "lark", "choice")
 # JSON as json.dumps writes it: ", " and ": " and no other whitespace, so a model cannot spend its tokens on
 # blanks (a schema's own "x-guidance" options override this).
 JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
-def compile_constraint(kind: str, value: str) -> str:
+def compile_constraint(kind: str, value: str | list[str]) -> str:
     """A request's constraint as an llguidance grammar: kind "json_schema" (value: the schema as
-    JSON), "json_object" (any object), "regex" or "lark". Raises InvalidArgument if it is invalid."""
+    JSON), "json_object" (any object), "regex", "lark" or "choice" (value: the strings allowed, one of
+    them whole). Raises InvalidArgument if it is invalid."""
     import json
 
     import llguidance
 
     try:
-        if kind in ("json_object", "json_schema"):
+        if kind == "choice":
+            grammar = llguidance.LLMatcher.grammar_from_lark(choice_grammar(value))
+        elif kind in ("json_object", "json_schema"):
             schema = {"type": "object"} if kind == "json_object" else json.loads(value)
             grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_LAYOUT)
         elif kind == "regex":
@@ -37,3 +40,13 @@ def compile_constraint(kind: str, value: str) -> str:
     if message:
         raise InvalidArgument(f"invalid {kind.replace('_', ' ')}: {message}")
     return grammar
+
+
+def choice_grammar(options: list[str]) -> str:
+    """A Lark grammar whose language is exactly `options`: each a string literal, JSON's escapes being the
+    dialect's."""
+    import json
+
+    if not options:
+        raise InvalidArgument("invalid choice: give at least one option")
+    return "start: " + " | ".join(json.dumps(option) for option in dict.fromkeys(options))

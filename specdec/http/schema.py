@@ -10,7 +10,8 @@ prompt alone), `stream`,
 `response_format` (text, json_object, json_schema), `tools`, `tool_choice` and `parallel_tool_calls` (chat;
 `specdec.http.tool_calls`), `suffix` (completions: fill in the middle, `specdec.http.infill`), and the
 extensions `repetition_penalty`,
-`guided_regex`, `guided_grammar` (Lark), `cache_salt` (cached prompts shared only within it), `min_tokens`,
+`guided_regex`, `guided_grammar` (Lark), `guided_json`, `guided_choice` and `structured_outputs` (vLLM's newer
+form of them), `cache_salt` (cached prompts shared only within it), `min_tokens`,
 `ignore_eos` and `stop_token_ids` (vLLM's: how the output may end, exact under speculation), `gamma` (unset =
 adaptive, 0 = target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off":
 drafting during verification); unset = the server's default. Penalties, bias and constraints are exact under speculation.
@@ -31,7 +32,7 @@ from protos import specdec_pb2 as pb
 from specdec.core.logprobs import MAX_TOP_LOGPROBS
 from specdec.core.sampling import MAX_CACHE_SALT
 from specdec.http import tool_calls
-from specdec.runtime.wire import logprob_request_to_pb, speculation_to_pb
+from specdec.runtime.wire import constraint_to_pb, logprob_request_to_pb, speculation_to_pb
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_PROMPTS = 2048  # OpenAI's limit on a completions request's prompts
@@ -63,6 +64,30 @@ class ResponseFormat(BaseModel):
     json_schema: JsonSchemaFormat | None = None
 
 
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs` (its newer form of the guided_* fields): one of these constraints. Its
+    backend options (disable_*, whitespace_pattern) are accepted and ignored: JSON here is always compact."""
+    model_config = ConfigDict(extra="ignore")
+    json_: dict | str | None = Field(None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    structural_tag: Any = None
+
+
+def schema_text(schema: dict | str, field: str) -> str:
+    """A JSON schema given as an object or as JSON text (vLLM takes both), as JSON text."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise BadRequest(f"{field} must be a JSON schema: {exc}", field) from None
+    if not isinstance(schema, (dict, bool)):
+        raise BadRequest(f"{field} must be a JSON schema (an object)", field)
+    return json.dumps(schema)
+
+
 class _Common(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -85,33 +110,47 @@ class _Common(BaseModel):
     response_format: ResponseFormat | None = None
     guided_regex: str | None = None  # extension (vLLM's name): the output matches this regex
     guided_grammar: str | None = None  # extension (vLLM's name): the output follows this Lark grammar
+    guided_json: dict | str | None = None  # extension (vLLM's name): the output is JSON following this schema
+    guided_choice: list[str] | None = None  # extension (vLLM's name): the output is one of these strings
+    structured_outputs: StructuredOutputs | None = None  # extension: vLLM's newer form of the guided_* fields
     cache_salt: str = Field("", max_length=MAX_CACHE_SALT)  # extension (vLLM's): share cached prompts only within it
     min_tokens: int = Field(0, ge=0, le=UINT32_MAX)  # extension (vLLM's): no EOS or stop before this many tokens
     ignore_eos: bool = False  # extension (vLLM's): run past the model's EOS
     stop_token_ids: list[int] | None = None  # extension (vLLM's): ids that end the output as EOS does
 
-    def constraint(self) -> tuple[str, str | bool] | None:
+    def constraint(self) -> tuple[str, str | bool | list[str]] | None:
         """The one structured-output constraint the body asks for, as (kind, value): a field of
         `pb.Constraint` and its value; or None."""
         asked = self.constraints()
         if len(asked) > 1:
-            raise BadRequest("at most one of response_format (JSON), guided_regex and guided_grammar",
-                             "response_format")
-        return asked[0] if asked else None
+            raise BadRequest(f"at most one structured-output constraint, got {' and '.join(f for f, _, _ in asked)}",
+                             asked[1][0])
+        return asked[0][1:] if asked else None
 
-    def constraints(self) -> list[tuple[str, str | bool]]:
-        """Every constraint the body asks for, as (kind, value)."""
-        asked: list[tuple[str, str | bool]] = []
+    def constraints(self) -> list[tuple[str, str, str | bool | list[str]]]:
+        """Every constraint the body asks for, as (field, kind, value)."""
+        asked: list[tuple[str, str, str | bool | list[str]]] = []
         if self.response_format is not None and self.response_format.type == "json_object":
-            asked.append(("json_object", True))
+            asked.append(("response_format", "json_object", True))
         if self.response_format is not None and self.response_format.type == "json_schema":
             if self.response_format.json_schema is None:
                 raise BadRequest("response_format json_schema needs its json_schema", "response_format")
-            asked.append(("json_schema", json.dumps(self.response_format.json_schema.schema_)))
-        if self.guided_regex is not None:
-            asked.append(("regex", self.guided_regex))
-        if self.guided_grammar is not None:
-            asked.append(("lark", self.guided_grammar))
+            asked.append(("response_format", "json_schema", json.dumps(self.response_format.json_schema.schema_)))
+        outputs = self.structured_outputs or StructuredOutputs()
+        if outputs.structural_tag is not None:
+            raise BadRequest("structured_outputs.structural_tag is not supported: use json, regex, choice or grammar",
+                             "structured_outputs")
+        for field, kind, value in [("guided_json", "json_schema", self.guided_json),
+                                   ("structured_outputs.json", "json_schema", outputs.json_),
+                                   ("guided_regex", "regex", self.guided_regex),
+                                   ("structured_outputs.regex", "regex", outputs.regex),
+                                   ("guided_choice", "choice", self.guided_choice),
+                                   ("structured_outputs.choice", "choice", outputs.choice),
+                                   ("guided_grammar", "lark", self.guided_grammar),
+                                   ("structured_outputs.grammar", "lark", outputs.grammar),
+                                   ("structured_outputs.json_object", "json_object", outputs.json_object or None)]:
+            if value is not None:
+                asked.append((field, kind, schema_text(value, field) if kind == "json_schema" else value))
         return asked
 
     def refuse_unsupported(self) -> None:
@@ -157,7 +196,7 @@ class _Common(BaseModel):
         request.stop_token_ids.extend(self.stop_token_ids or ())
         constraint = self.constraint()
         if constraint is not None:
-            setattr(request.constraint, *constraint)
+            request.constraint.CopyFrom(constraint_to_pb(*constraint))
         if self.repetition_penalty is not None:
             request.repetition_penalty = self.repetition_penalty
         if self.top_p is not None:
@@ -292,8 +331,8 @@ class ChatCompletionRequest(_Common):
         except tool_calls.ToolError as exc:
             raise BadRequest(str(exc), "tool_choice") from None
         if self._choice not in ("none", "auto") and self.constraints():
-            raise BadRequest("a tool_choice that forces a call cannot be combined with response_format (JSON), "
-                             "guided_regex or guided_grammar", "tool_choice")
+            raise BadRequest(f"a tool_choice that forces a call cannot be combined with {self.constraints()[0][0]}",
+                             "tool_choice")
 
     def offered_tools(self) -> dict[str, tool_calls.Tool]:
         """The tools the model is shown and may call: none where tool_choice is "none"."""

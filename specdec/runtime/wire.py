@@ -30,6 +30,21 @@ def sampling_from_pb(msg: pb.SamplingParams) -> SamplingParams:
                           tuple(msg.ending_ids)).validate()
 
 
+def constraint_from_pb(msg: pb.Constraint) -> tuple[str, str | list[str]] | None:
+    """A request's constraint as `compile_constraint` takes it, (kind, value); None if it has none."""
+    kind = msg.WhichOneof("kind")
+    if kind is None:
+        return None
+    return kind, list(msg.choice.options) if kind == "choice" else str(getattr(msg, kind))
+
+
+def constraint_to_pb(kind: str, value: str | bool | list[str]) -> pb.Constraint:
+    """The inverse: a Constraint asking for `kind` with `value`."""
+    if kind == "choice":
+        return pb.Constraint(choice=pb.Choices(options=value))
+    return pb.Constraint(**{kind: value})
+
+
 def encode_probs(probs: torch.Tensor | None) -> pb.DraftProbs:
     """q: [γ, V] or None -> the cheapest exact encoding (ids only, sparse rows, or dense float32)."""
     if probs is None:
