@@ -401,6 +401,66 @@ def test_a_forced_tool_call_comes_back_as_tool_calls_under_speculation(serve, st
     assert not content and finish == "tool_calls" and len(calls) == 1 and calls[0][0] in ("weather", "now")
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_chat_reply_continues_the_final_message(serve, stream):
+    """vLLM's continue_final_message: the prompt is the conversation with the last (assistant) message left
+    open, as the template renders it and /tokenize counts it, and the reply is what completions give on those
+    ids, the same under speculation (γ = 3) as target-only; with echo the reply starts with that message's
+    text."""
+    client = serve.client()
+    prefill = [*MESSAGES, {"role": "assistant", "content": "def fib(n):\n    "}]
+    ids = build_byte_tokenizer().apply_chat_template(prefill, continue_final_message=True, tokenize=True,
+                                                     return_dict=False)
+    tokenized = httpx.post(serve.base_url.removesuffix("/v1") + "/tokenize", timeout=30, json={
+        "model": MODEL, "messages": prefill, "continue_final_message": True, "add_generation_prompt": False}).json()
+    assert tokenized["tokens"] == list(ids) and bytes(ids[-6:]) == b":\n    "
+    want = client.completions.create(model=MODEL, prompt=list(ids), max_tokens=30, temperature=0).choices[0].text
+
+    def reply(**extra) -> str:
+        answer = client.chat.completions.create(model=MODEL, messages=prefill, max_tokens=30, temperature=0,
+                                                stream=stream, extra_body={"continue_final_message": True, **extra})
+        if stream:
+            return "".join(c.choices[0].delta.content or "" for c in answer if c.choices)
+        assert (answer.usage.prompt_tokens == len(ids)) == extra.get("continue_final_message", True)
+        return answer.choices[0].message.content
+
+    assert reply(gamma=0) == want == reply(gamma=3, proposer="model")
+    assert reply(echo=True, gamma=3) == "def fib(n):\n    " + want
+    assert reply(echo=True, continue_final_message=False, gamma=0) != "def fib(n):\n    " + want
+
+
+def test_the_chat_templates_arguments(serve):
+    """add_generation_prompt: false leaves the assistant's header out; chat_template_kwargs reach the template
+    (Qwen3's enable_thinking: false, an empty thought after the header); echo of a user's last message adds
+    nothing; the template's own arguments cannot be set through chat_template_kwargs."""
+    client = serve.client()
+    tokenizer = build_byte_tokenizer()
+
+    def prompt_tokens(**extra) -> int:
+        answer = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=1, temperature=0,
+                                                extra_body=extra)
+        return answer.usage.prompt_tokens
+
+    def rendered(**kw) -> int:
+        return len(tokenizer.apply_chat_template(MESSAGES, tokenize=True, return_dict=False, **kw))
+
+    assert prompt_tokens() == rendered(add_generation_prompt=True)
+    assert prompt_tokens(add_generation_prompt=False) == rendered(add_generation_prompt=False) < prompt_tokens()
+    thinking_off = prompt_tokens(chat_template_kwargs={"enable_thinking": False})
+    assert thinking_off == rendered(add_generation_prompt=True, enable_thinking=False) == prompt_tokens() + 19
+    assert prompt_tokens(chat_template_kwargs={"unused_variable": 1}) == prompt_tokens()
+    plain = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0)
+    echoed = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0,
+                                            extra_body={"echo": True})
+    assert echoed.choices[0].message.content == plain.choices[0].message.content
+    for extra, message in [({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs cannot set tools"),
+                           ({"continue_final_message": True, "add_generation_prompt": True}, "cannot be combined"),
+                           ({"chat_template_kwargs": [1]}, "chat_template_kwargs")]:
+        refused = httpx.post(serve.base_url + "/chat/completions", timeout=30,
+                             json={"model": MODEL, "messages": MESSAGES, **extra})
+        assert refused.status_code == 400 and message in refused.json()["error"]["message"], refused.text
+
+
 def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_them(serve):
     """The tools are in the prompt unless tool_choice is "none"; an earlier assistant call (arguments a JSON
     string, as OpenAI sends them) and the tool's answer render as the chat template renders them with the

@@ -125,8 +125,8 @@ class Gateway:
                 raise BadRequest(str(exc), "tools") from None
         shown = {"tools": [tool.spec for tool in tools.values()]} if tools else {}
         try:
-            ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                     return_dict=False, **shown)
+            ids = self.tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False, **shown,
+                                                     **request.template_arguments())
         except Exception as exc:  # noqa: BLE001 - a template rejects what it cannot render (jinja raises)
             raise BadRequest(f"the chat template cannot render these messages: {exc}", "messages") from None
         return list(ids)
@@ -205,8 +205,10 @@ async def chat_completions(request: Request) -> Response:
     body = parse(ChatCompletionRequest, await request.body())
     gateway.check_model(body.model)
     generate = gateway.chat_request(body, gateway.chat_prompt(body))
+    echoed = body.echoed()
     return await run(request, gateway, body, [generate], Reply("chat", gateway.model, gateway.tokens, body.top(),
-                                                             body.offered_tools(), n=body.n))
+                                                             body.offered_tools(), n=body.n,
+                                                             echo=Echo((echoed,)) if echoed else None))
 
 
 async def create_response(request: Request) -> Response:

@@ -39,7 +39,8 @@ class TokenText:
 @dataclass(frozen=True)
 class Echo:
     """A completion's prompts, each put before its choices' text (`echo`), its tokens' log-probabilities before
-    the completion's; `drop_output`: no completion at all (`max_tokens: 0`, the prompts scored alone)."""
+    the completion's; `drop_output`: no completion at all (`max_tokens: 0`, the prompts scored alone). In chat:
+    the last message's text, the assistant's, before the reply that continues it."""
 
     texts: tuple[str, ...]  # by prompt
     drop_output: bool = False

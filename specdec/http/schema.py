@@ -8,7 +8,8 @@ completion, with its tokens' log-probabilities under `logprobs`, the first null;
 prompt alone), `stream`,
 `stream_options.include_usage`, `presence_penalty`, `frequency_penalty`, `logit_bias`, `n` (1-8),
 `response_format` (text, json_object, json_schema), `tools`, `tool_choice` and `parallel_tool_calls` (chat;
-`specdec.http.tool_calls`), `suffix` (completions: fill in the middle, `specdec.http.infill`), and the
+`specdec.http.tool_calls`), vLLM's chat extensions `add_generation_prompt`, `continue_final_message` (the reply
+continues the last message), `chat_template_kwargs` and `echo`, `suffix` (completions: fill in the middle, `specdec.http.infill`), and the
 extensions `repetition_penalty`,
 `guided_regex`, `guided_grammar` (Lark), `guided_json`, `guided_choice` and `structured_outputs` (vLLM's newer
 form of them), `cache_salt` (cached prompts shared only within it), `min_tokens`,
@@ -303,6 +304,12 @@ def template_calls(calls) -> list[dict]:
     return rendered
 
 
+# apply_chat_template's own parameters: what chat_template_kwargs may not set
+TEMPLATE_ARGUMENTS = frozenset({"conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+                                "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+                                "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs"})
+
+
 class ChatCompletionRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1, le=UINT32_MAX)
@@ -313,6 +320,10 @@ class ChatCompletionRequest(_Common):
     tool_choice: str | dict | None = None
     parallel_tool_calls: bool = True
     functions: list | None = None
+    add_generation_prompt: bool | None = None  # extension (vLLM's): unset = true, false with continue_final_message
+    continue_final_message: bool = False  # extension (vLLM's): the reply continues the last message, left open
+    chat_template_kwargs: dict[str, Any] | None = None  # extension (vLLM's): more variables for the chat template
+    echo: bool = False  # extension (vLLM's): the reply starts with the last message's text when it is the assistant's
     _tools: dict[str, tool_calls.Tool] = PrivateAttr(default_factory=dict)
     _choice: str = PrivateAttr("none")
 
@@ -322,6 +333,13 @@ class ChatCompletionRequest(_Common):
             raise BadRequest("functions (the legacy form) are not supported: use tools", "functions")
         if self.top_logprobs is not None and not self.logprobs:
             raise BadRequest("top_logprobs needs logprobs: true", "top_logprobs")
+        if self.continue_final_message and self.add_generation_prompt:
+            raise BadRequest("continue_final_message leaves the last message open: it cannot be combined with "
+                             "add_generation_prompt: true", "continue_final_message")
+        reserved = sorted(TEMPLATE_ARGUMENTS & set(self.chat_template_kwargs or ()))
+        if reserved:
+            raise BadRequest(f"chat_template_kwargs cannot set {', '.join(reserved)}: they are the request's own",
+                             "chat_template_kwargs")
         try:
             self._tools = tool_calls.read_tools(self.tools or [])
         except tool_calls.ToolError as exc:
@@ -342,6 +360,19 @@ class ChatCompletionRequest(_Common):
         if self._choice in ("none", "auto"):
             return super().constraint()
         return "lark", tool_calls.forcing_grammar(self._tools, self._choice, self.parallel_tool_calls)
+
+    def template_arguments(self) -> dict[str, Any]:
+        """What the chat template is rendered with, besides the messages and tools."""
+        generation_prompt = not self.continue_final_message if self.add_generation_prompt is None \
+            else self.add_generation_prompt
+        return {**(self.chat_template_kwargs or {}), "add_generation_prompt": generation_prompt,
+                "continue_final_message": self.continue_final_message}
+
+    def echoed(self) -> str | None:
+        """With `echo`, the text the reply starts with: the last message's, if it is the assistant's (the reply's
+        role), as vLLM echoes."""
+        last = self.messages[-1]
+        return last.for_template()["content"] if self.echo and last.role == "assistant" else None
 
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

@@ -17,6 +17,9 @@ class TokenizeRequest(BaseModel):
     prompt: str | None = None
     messages: list[dict] | None = None  # a conversation, rendered as chat completions render it
     tools: list | None = None
+    add_generation_prompt: bool | None = None  # with messages: as chat completions take them
+    continue_final_message: bool = False
+    chat_template_kwargs: dict | None = None
     add_special_tokens: bool = False  # completions here feed the prompt without them
 
     def refuse_unsupported(self) -> None:
@@ -42,7 +45,8 @@ async def tokenize(request: Request) -> Response:
     if body.prompt is not None:
         ids = list(gateway.tokenizer.encode(body.prompt, add_special_tokens=body.add_special_tokens))
     else:
-        chat = {"model": body.model, "messages": body.messages, **({"tools": body.tools} if body.tools else {})}
+        chat = body.model_dump(include={"model", "messages", "tools", "add_generation_prompt", "continue_final_message",
+                                        "chat_template_kwargs"}, exclude_none=True)
         ids = gateway.chat_prompt(validated(ChatCompletionRequest, chat))
     return JSONResponse({"count": len(ids), "max_model_len": gateway.info.max_context, "tokens": ids})
 

@@ -44,7 +44,9 @@ def build_byte_tokenizer():
 
 
 # ChatML, and tools as Qwen2.5's template renders them, tersely (in the system message, and calls in <tool_call> tags,
-# which the template names, as the tool-call reader wants: `specdec.http.tool_calls.check_template`).
+# which the template names, as the tool-call reader wants: `specdec.http.tool_calls.check_template`), and Qwen3's
+# `enable_thinking: false` (an empty thought after the generation prompt), a variable clients set through
+# `chat_template_kwargs`.
 CHATML = ("{% if tools %}<|im_start|>system\n{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n"
           "{% endif %}<tools>{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools> <tool_call>"
           "<|im_end|>\n{% endif %}"
@@ -52,7 +54,8 @@ CHATML = ("{% if tools %}<|im_start|>system\n{% if messages[0].role == 'system' 
           "<|im_start|>{{ m.role }}\n{{ m.content }}{% for call in m.tool_calls or [] %}\n<tool_call>\n"
           "{\"name\": \"{{ call.function.name }}\", \"arguments\": {{ call.function.arguments | tojson }}}\n"
           "</tool_call>{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+          "{% if add_generation_prompt %}<|im_start|>assistant\n"
+          "{% if enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}")
 
 
 def gpt2_byte_chars() -> dict[int, str]:
