@@ -24,7 +24,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.core.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences, shared_for
-from specdec.core.sampling import SamplingParams
+from specdec.core.sampling import MAX_CHOICES, SamplingParams
 from specdec.core.grammar import compile_constraint
 from specdec.planning.controller import GAMMA_MAX
 from specdec.planning.cost import CostProfile
@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 FREE_DRAFT = CostProfile((0.0,))  # a lookup's draft step: no compute, no hop
 
 
-MAX_CHOICES = 8  # n per request: each choice holds a session on every service
 MAX_STOP_IDS = 64  # stop_token_ids per request
 SESSION_ID = re.compile(r"[A-Za-z0-9._:~-]+")
 PROPOSERS = {pb.PROPOSER_MODEL: "model", pb.PROPOSER_NGRAM: "ngram", pb.PROPOSER_HYBRID: "hybrid"}

@@ -212,6 +212,37 @@ def test_n_choices_through_the_official_client(serve):
     assert [c.index for c in pair] == [0, 1] and pair[0].message.content == single
 
 
+def test_best_of_returns_the_likeliest_choices_per_token(serve):
+    """best_of = 2, n = 1, sampled with a seed: the one choice is whichever of the n = 2 choices for that seed
+    has the higher mean logprob per token (the second for one prompt, the first for the other), without
+    logprobs unless asked for; usage counts both; several prompts each get their own best. best_of < n, or
+    streamed, is a 400."""
+    client = serve.client()
+    args = dict(model=MODEL, max_tokens=10, temperature=1.0, seed=3,
+                extra_body={"gamma": 2, "proposer": "model", "overlap": "off"})  # one trajectory per seed
+
+    def best(prompt: str) -> tuple[str, int]:
+        pair = client.completions.create(prompt=prompt, n=2, logprobs=0, **args)
+        means = [sum(c.logprobs.token_logprobs) / len(c.logprobs.token_logprobs) for c in pair.choices]
+        assert pair.choices[0].text != pair.choices[1].text and means[0] != means[1], "want two different choices"
+        return pair.choices[means.index(max(means))].text, means.index(max(means))
+
+    (want, first), (other_want, other_first) = best(PROMPT), best("x = ")
+    assert (first, other_first) == (1, 0), "want the best to be either choice"
+    reply = client.completions.create(prompt=PROMPT, best_of=2, **args)
+    assert [(c.index, c.text, c.logprobs) for c in reply.choices] == [(0, want, None)]
+    assert reply.usage.completion_tokens == 20
+    with_logprobs = client.completions.create(prompt=PROMPT, best_of=2, logprobs=1, **args).choices
+    assert len(with_logprobs) == 1 and with_logprobs[0].text == want and len(with_logprobs[0].logprobs.tokens) == 10
+    both = client.completions.create(prompt=[PROMPT, "x = "], best_of=2, **args)
+    assert [(c.index, c.text) for c in both.choices] == [(0, want), (1, other_want)]
+    for extra, message in [({"n": 2, "best_of": 1}, "best_of must be at least n (2)"),
+                           ({"best_of": 2, "stream": True}, "cannot be streamed"),
+                           ({"best_of": 9}, "best_of")]:
+        refused = httpx.post(serve.base_url + "/completions", timeout=30, json={"model": MODEL, "prompt": "x", **extra})
+        assert refused.status_code == 400 and message in refused.json()["error"]["message"], refused.text
+
+
 def test_echo_puts_the_prompt_and_its_logprobs_before_the_completion(serve):
     """`echo`: the prompt's text, then the completion's; with `logprobs`, the prompt's tokens (the first
     with none) before the completion's, whose numbers are those of a reply without echo; streamed alike;

@@ -17,6 +17,7 @@ from specdec.core.processing import check_processing
 
 MIN_TEMPERATURE = 1e-4
 MAX_CACHE_SALT = 256
+MAX_CHOICES = 8  # n per request: each choice holds a session on every service
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from specdec.http import tool_calls
 from specdec.http.errors import error_body, rpc_error
 from specdec.http.flags import HttpConfig
 from specdec.http.batch import PromptBatch, parallel_for
+from specdec.http.best_of import BestOf
 from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
 from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
@@ -196,8 +197,10 @@ async def completions(request: Request) -> Response:
     if body.echo:
         texts = tuple(p["prompt"] if "prompt" in p else gateway.tokenizer.decode(p["prompt_token_ids"]) for p in prompts)
         echo = Echo(texts, drop_output=body.scores_only())
+    best = BestOf(body.n, body.best_of, body.logprobs is not None) if body.ranked() else None
     return await run(request, gateway, body, [body.completion_request(**prompt) for prompt in prompts],
-                     Reply("completion", gateway.model, gateway.tokens, body.logprobs, echo=echo, n=body.n))
+                     Reply("completion", gateway.model, gateway.tokens, body.reported_logprobs(), echo=echo,
+                           n=body.generated(), best=best))
 
 
 async def chat_completions(request: Request) -> Response:
@@ -258,7 +261,7 @@ async def run(request: Request, gateway: Gateway, body, generate: list[pb.Genera
     """Start the call (`generate`: a request per prompt, several read as one: `PromptBatch`) and wait for its first
     message, so that a refused request gets its 4xx status even when streamed; then stream the rest (`events`:
     the stream's form, the chat API's by default), or gather it."""
-    call = gateway.generate(generate, getattr(body, "n", 1))
+    call = gateway.generate(generate, reply.n)
     try:
         first = await until_disconnected(request, call.read())
     except BaseException:

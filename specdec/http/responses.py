@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 
 from protos import specdec_pb2 as pb
+from specdec.http.best_of import BestOf
 from specdec.http.tool_calls import Tool, ToolStream, parse_calls
 from specdec.weights.sources import gpt2_byte_chars
 
@@ -50,11 +51,12 @@ class Reply:
     """One request's identity and accumulated state: text, token logprobs and the final stats."""
 
     def __init__(self, kind: str, model: str, tokens: TokenText, top: int | None, tools: dict[str, Tool] | None = None,
-                 echo: Echo | None = None, n: int = 1):
+                 echo: Echo | None = None, n: int = 1, best: BestOf | None = None):
         """tools: those the model may call (chat), whose calls are read out of each choice's text; echo: a
-        completion's prompts, repeated before their choices; n: choices per prompt (choice c is prompt c // n's)."""
+        completion's prompts, repeated before their choices; n: choices generated per prompt (choice c is prompt
+        c // n's); best: which of them the whole reply keeps (`best_of`)."""
         self.kind, self.model, self.tokens, self.top = kind, model, tokens, top  # kind: "completion" | "chat"
-        self.tools, self.echo, self.n = tools or {}, echo, n
+        self.tools, self.echo, self.n, self.best = tools or {}, echo, n, best
         self._prompt_logprobs: dict[int, dict] = {}  # with echo: each prompt's part, from the message carrying it
         self._echoed: set[int] = set()  # choices whose echo has gone out
         self._splits: dict[int, ToolStream] = {}  # streamed choices' text, split into content and calls
@@ -68,6 +70,8 @@ class Reply:
 
     def content(self, message: pb.GenerateResponse) -> tuple[str, dict | None]:
         """What a message adds to its choice: its text and logprobs, after the echoed prompt on a choice's first."""
+        if self.best is not None:
+            self.best.add(message)
         if self.echo is None:
             return message.text, self.logprobs(message)
         prompt = message.choice // self.n
@@ -171,6 +175,8 @@ class Reply:
             else:
                 choices.append({"index": index, "text": texts[index], "logprobs": logprobs.get(index),
                                 "finish_reason": self.finish_reason(index)})
+        if self.best is not None:
+            choices = self.best.pick(choices)
         body = self._envelope("chat.completion" if self.kind == "chat" else "text_completion", choices)
         return {**body, "usage": self.usage()}
 

@@ -16,8 +16,8 @@ form of them), `cache_salt` (cached prompts shared only within it), `min_tokens`
 `ignore_eos` and `stop_token_ids` (vLLM's: how the output may end, exact under speculation), `gamma` (unset =
 adaptive, 0 = target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off":
 drafting during verification); unset = the server's default. Penalties, bias and constraints are exact under speculation.
-Refused with a 400 when set to anything but their neutral value: `best_of` > 1,
-the legacy `functions`, and non-text message parts.
+`best_of` (completions: the n likeliest of best_of, `specdec.http.best_of`). Refused with a 400 when set to
+anything but their neutral value: the legacy `functions`, and non-text message parts.
 Unknown fields are ignored, as OpenAI's own server does.
 """
 
@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from protos import specdec_pb2 as pb
 from specdec.core.logprobs import MAX_TOP_LOGPROBS
-from specdec.core.sampling import MAX_CACHE_SALT
+from specdec.core.sampling import MAX_CACHE_SALT, MAX_CHOICES
 from specdec.http import tool_calls
 from specdec.runtime.wire import constraint_to_pb, logprob_request_to_pb, speculation_to_pb
 
@@ -213,16 +213,28 @@ class CompletionRequest(_Common):
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: int | None = Field(None, ge=1, le=MAX_CHOICES)  # generated per prompt, the n likeliest returned
 
     def refuse_unsupported(self) -> None:
         super().refuse_unsupported()
-        if self.best_of not in (None, 1):
-            raise BadRequest("best_of must be 1", "best_of")
+        if self.best_of is not None and self.best_of < self.n:
+            raise BadRequest(f"best_of must be at least n ({self.n}), got {self.best_of}", "best_of")
+        if self.ranked() and self.stream:
+            raise BadRequest("best_of > n cannot be streamed: the best are known only at the end", "best_of")
+        if self.ranked() and self.max_tokens == 0:
+            raise BadRequest("best_of > n needs completions to rank (max_tokens > 0)", "best_of")
         if self.max_tokens == 0 and not self.echo:
             raise BadRequest("max_tokens must be at least 1 (0 only with echo: the prompt scored alone)", "max_tokens")
         if self.echo and self.suffix:
             raise BadRequest("echo cannot be combined with suffix", "echo")
+
+    def ranked(self) -> bool:
+        """Are more choices generated than returned (`best_of` > n)?"""
+        return self.best_of is not None and self.best_of > self.n
+
+    def generated(self) -> int:
+        """Choices generated per prompt."""
+        return self.best_of if self.ranked() else self.n
 
     def scores_only(self) -> bool:
         """`echo` with `max_tokens: 0`: the prompt (and its log-probabilities) and no completion."""
@@ -235,9 +247,14 @@ class CompletionRequest(_Common):
             request = self.generate_request(1, self.logprobs, **prompt)
             request.gamma = 0
         else:
-            request = self.generate_request(self.max_tokens, self.logprobs, **prompt)
+            request = self.generate_request(self.max_tokens, self.reported_logprobs(), **prompt)
         request.prompt_logprobs = self.echo and self.logprobs is not None
+        request.n = self.generated()
         return request
+
+    def reported_logprobs(self) -> int | None:
+        """The top logprobs the reply is built with: the client's, or the sampled tokens' alone to rank them by."""
+        return self.logprobs if self.logprobs is not None or not self.ranked() else 0
 
     def prompts(self) -> list[dict]:
         """Each prompt as {'prompt': text} or {'prompt_token_ids': ids}: one string or list of token ids, or a
