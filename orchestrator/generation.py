@@ -23,7 +23,7 @@ from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.sessions import NO_DRAFTS, Branch, DraftReply, DraftSession, TargetSession, VerifyReply
-from specdec.core.ngram import Lookup, LookupProposer, RecentSequences
+from specdec.core.ngram import Lookup, LookupProposer, Prediction, RecentSequences
 from specdec.core.rounds import ALPHA_MAX, Estimates, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.core.stats import FinishReason, GenerationStats
@@ -39,7 +39,8 @@ LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM'
 # What a lookup's α is learned under (`Lookup.kind`): where it matched (this sequence, or an earlier
 # session's), how long a suffix, and whether that suffix recurred there.
 LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)] + \
-    [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)]
+    [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)] + \
+    [("prediction", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 3)]  # + 1, + 2: `Prediction`'s own
 # The α hybrid prices the first lookup of a kind no session tried at (`_priced_lookup`): as if accepted whole
 # (the largest an estimate gives), or a kind whose prior loses to a good draft model would never be tried, nor
 # learned. A miss costs one round.
@@ -69,6 +70,7 @@ class GenerationRequest:
     overlap: str = "off"  # draft the next round during the verify: "on", "off", or "auto" (where it pays)
     stop_ids: tuple[int, ...] = ()  # ids that end the output as EOS does
     ignore_eos: bool = False  # the model's EOS does not end the output
+    prediction: tuple[int, ...] = ()  # the output the client expects, a lookup source (`specdec.core.ngram.Prediction`)
 
 
 @dataclass
@@ -115,8 +117,10 @@ class Generation:
         self._draft_failed_at: float | None = None
         self._draft_replica = ""
         proposer = self.request.proposer
-        self._lookup = LookupProposer(LOOKUP_MIN_N, LOOKUP_MAX_N, self.recent) if proposer in ("ngram", "hybrid") \
-            else None
+        prediction = Prediction(list(self.request.prediction), len(self.request.prompt_ids), LOOKUP_MIN_N,
+                                LOOKUP_MAX_N) if self.request.prediction else None
+        self._lookup = LookupProposer(LOOKUP_MIN_N, LOOKUP_MAX_N, self.recent, prediction) \
+            if proposer in ("ngram", "hybrid") else None
         self._uses_model = proposer in ("model", "hybrid")
         # α of lookup proposals, learned per kind (`Lookup.kind`; the model's is the controller's);
         # hybrid plans with it, and hands it back to `lookup_prior`.
@@ -258,7 +262,8 @@ class Generation:
             target_wall_s=target.wall_s, target_compute_s=target.compute_s, draft_steady=draft_steady,
             draft_load=draft.load, target_load=target.load,
             proposer="" if not proposal.tokens else "ngram" if lookup is not None else "model",
-            overlapped=self._branch is not None, prefetched=hit is not None, target_passes=verdict.passes)
+            overlapped=self._branch is not None, prefetched=hit is not None, target_passes=verdict.passes,
+            predicted=lookup is not None and lookup.source == "prediction")
         if lookup is not None:
             self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
         if not prefill:  # a prefill says nothing about steady-state cost, only about the load

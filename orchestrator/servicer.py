@@ -124,10 +124,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if any(len(s) > config.max_stop_chars for s in request.stop):
             raise InvalidArgument(f"a stop string may hold at most {config.max_stop_chars} characters")
         if request.prompt:
-            size = len(request.prompt.encode("utf-8", "surrogatepass"))
-            if size > config.max_prompt_bytes:
-                raise InvalidArgument(f"prompt is {size} bytes; the limit is {config.max_prompt_bytes}")
-            prompt_ids = list(self.tokenizer.encode(request.prompt, add_special_tokens=False))
+            prompt_ids = self._encode(request.prompt, "prompt")
         else:
             if len(request.prompt_token_ids) >= self.max_context:
                 raise OutOfRange(f"prompt has {len(request.prompt_token_ids)} tokens; "
@@ -135,9 +132,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             prompt_ids = list(request.prompt_token_ids)
         if not prompt_ids:
             raise InvalidArgument("prompt is empty: set prompt or prompt_token_ids")
-        bad = [t for t in prompt_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise InvalidArgument(f"prompt_token_ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        self._token_ids(prompt_ids, "prompt_token_ids")
         if len(prompt_ids) >= self.max_context:
             raise OutOfRange(f"prompt has {len(prompt_ids)} tokens; the model context is {self.max_context}")
         limit = self.config.max_new_tokens_limit
@@ -169,13 +164,35 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             raise InvalidArgument(f"n must be in [1, {MAX_CHOICES}], got {request.n}")
         if request.n > 1 and request.session_id:
             raise InvalidArgument("n > 1 is not resumable: leave session_id unset")
+        prediction = tuple(self._encode(request.prediction, "prediction") if request.prediction
+                           else self._token_ids(request.prediction_token_ids, "prediction_token_ids"))
+        if len(prediction) > self.max_context:
+            raise InvalidArgument(f"prediction has {len(prediction)} tokens; at most the model context, "
+                                  f"{self.max_context}")
+        if prediction and proposer == "model":  # a prediction is drafted from by lookups
+            proposer = "hybrid"
         parsed = GenerationRequest(prompt_ids, request.max_new_tokens, params, gamma, tuple(request.stop),
                                    top_logprobs=top_logprobs, prompt_top=prompt_top, proposer=proposer,
-                                   overlap=overlap, stop_ids=self._stop_ids(request), ignore_eos=request.ignore_eos)
+                                   overlap=overlap, stop_ids=self._stop_ids(request), ignore_eos=request.ignore_eos,
+                                   prediction=prediction)
         if request.min_tokens:
             params = dataclasses.replace(params, min_tokens=request.min_tokens, ending_ids=tuple(self._eos(parsed)))
             parsed = dataclasses.replace(parsed, params=params)
         return parsed
+
+    def _encode(self, text: str, field: str) -> list[int]:
+        """A text field's tokens, as a prompt string's; one over --max-prompt-bytes is refused."""
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > self.config.max_prompt_bytes:
+            raise InvalidArgument(f"{field} is {size} bytes; the limit is {self.config.max_prompt_bytes}")
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _token_ids(self, ids, field: str) -> list[int]:
+        """Token ids, each checked against the vocabulary."""
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise InvalidArgument(f"{field} outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        return list(ids)
 
     def _stop_ids(self, request: pb.GenerateRequest) -> tuple[int, ...]:
         """The request's stop_token_ids, and its min_tokens and ignore_eos, checked."""

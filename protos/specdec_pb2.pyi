@@ -324,7 +324,7 @@ class VerifyResult(_message.Message):
     def __init__(self, num_accepted: _Optional[int] = ..., tokens: _Optional[_Iterable[int]] = ..., compute_ns: _Optional[int] = ..., rollback_ns: _Optional[int] = ..., rolled_back_tokens: _Optional[int] = ..., load: _Optional[_Union[PassLoad, _Mapping]] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ..., extra_passes: _Optional[int] = ..., reused_tokens: _Optional[int] = ..., prompt_logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop", "session_id", "resume", "resume_from", "logprobs", "top_logprobs", "proposer", "overlap", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n", "constraint", "cache_salt", "prompt_logprobs", "min_tokens", "ignore_eos", "stop_token_ids")
+    __slots__ = ("prompt", "prompt_token_ids", "max_new_tokens", "temperature", "top_k", "top_p", "seed", "gamma", "stop", "session_id", "resume", "resume_from", "logprobs", "top_logprobs", "proposer", "overlap", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "n", "constraint", "cache_salt", "prompt_logprobs", "min_tokens", "ignore_eos", "stop_token_ids", "prediction", "prediction_token_ids")
     class LogitBiasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -359,6 +359,8 @@ class GenerateRequest(_message.Message):
     MIN_TOKENS_FIELD_NUMBER: _ClassVar[int]
     IGNORE_EOS_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     prompt: str
     prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
     max_new_tokens: int
@@ -386,7 +388,9 @@ class GenerateRequest(_message.Message):
     min_tokens: int
     ignore_eos: bool
     stop_token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., resume: _Optional[bool] = ..., resume_from: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., proposer: _Optional[_Union[Proposer, str]] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., n: _Optional[int] = ..., constraint: _Optional[_Union[Constraint, _Mapping]] = ..., cache_salt: _Optional[str] = ..., prompt_logprobs: _Optional[bool] = ..., min_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., stop_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    prediction: str
+    prediction_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, prompt: _Optional[str] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ..., max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_k: _Optional[int] = ..., top_p: _Optional[float] = ..., seed: _Optional[int] = ..., gamma: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ..., resume: _Optional[bool] = ..., resume_from: _Optional[int] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ..., proposer: _Optional[_Union[Proposer, str]] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., logit_bias: _Optional[_Mapping[int, float]] = ..., n: _Optional[int] = ..., constraint: _Optional[_Union[Constraint, _Mapping]] = ..., cache_salt: _Optional[str] = ..., prompt_logprobs: _Optional[bool] = ..., min_tokens: _Optional[int] = ..., ignore_eos: _Optional[bool] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., prediction: _Optional[str] = ..., prediction_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class RoundStats(_message.Message):
     __slots__ = ("gamma", "drafted", "accepted", "emitted", "wall_s", "draft_compute_s", "target_compute_s", "alpha_estimate", "cost_ratio_estimate", "rtt_draft_s", "rtt_target_s", "proposer", "overlapped", "prefetched", "target_forward_s", "target_wait_s", "target_passes")
@@ -427,7 +431,7 @@ class RoundStats(_message.Message):
     def __init__(self, gamma: _Optional[int] = ..., drafted: _Optional[int] = ..., accepted: _Optional[int] = ..., emitted: _Optional[int] = ..., wall_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., alpha_estimate: _Optional[float] = ..., cost_ratio_estimate: _Optional[float] = ..., rtt_draft_s: _Optional[float] = ..., rtt_target_s: _Optional[float] = ..., proposer: _Optional[str] = ..., overlapped: _Optional[bool] = ..., prefetched: _Optional[bool] = ..., target_forward_s: _Optional[float] = ..., target_wait_s: _Optional[float] = ..., target_passes: _Optional[int] = ...) -> None: ...
 
 class GenerationStats(_message.Message):
-    __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s", "draft_replica", "session_id", "overlap_branches", "overlap_hits", "cached_prompt_tokens")
+    __slots__ = ("rounds", "draft_tokens", "accepted_tokens", "acceptance_rate", "alpha", "mean_accepted_length", "tokens_per_second", "gamma_per_round", "finish_reason", "generated_tokens", "prompt_tokens", "total_s", "draft_compute_s", "target_compute_s", "overhead_per_round_s", "draft_replica", "session_id", "overlap_branches", "overlap_hits", "cached_prompt_tokens", "prediction_accepted_tokens", "prediction_rejected_tokens")
     ROUNDS_FIELD_NUMBER: _ClassVar[int]
     DRAFT_TOKENS_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -448,6 +452,8 @@ class GenerationStats(_message.Message):
     OVERLAP_BRANCHES_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_HITS_FIELD_NUMBER: _ClassVar[int]
     CACHED_PROMPT_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_ACCEPTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    PREDICTION_REJECTED_TOKENS_FIELD_NUMBER: _ClassVar[int]
     rounds: int
     draft_tokens: int
     accepted_tokens: int
@@ -468,7 +474,9 @@ class GenerationStats(_message.Message):
     overlap_branches: int
     overlap_hits: int
     cached_prompt_tokens: int
-    def __init__(self, rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., alpha: _Optional[float] = ..., mean_accepted_length: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., gamma_per_round: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., generated_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., total_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., overhead_per_round_s: _Optional[float] = ..., draft_replica: _Optional[str] = ..., session_id: _Optional[str] = ..., overlap_branches: _Optional[int] = ..., overlap_hits: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ...) -> None: ...
+    prediction_accepted_tokens: int
+    prediction_rejected_tokens: int
+    def __init__(self, rounds: _Optional[int] = ..., draft_tokens: _Optional[int] = ..., accepted_tokens: _Optional[int] = ..., acceptance_rate: _Optional[float] = ..., alpha: _Optional[float] = ..., mean_accepted_length: _Optional[float] = ..., tokens_per_second: _Optional[float] = ..., gamma_per_round: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[FinishReason, str]] = ..., generated_tokens: _Optional[int] = ..., prompt_tokens: _Optional[int] = ..., total_s: _Optional[float] = ..., draft_compute_s: _Optional[float] = ..., target_compute_s: _Optional[float] = ..., overhead_per_round_s: _Optional[float] = ..., draft_replica: _Optional[str] = ..., session_id: _Optional[str] = ..., overlap_branches: _Optional[int] = ..., overlap_hits: _Optional[int] = ..., cached_prompt_tokens: _Optional[int] = ..., prediction_accepted_tokens: _Optional[int] = ..., prediction_rejected_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("token_ids", "text", "round", "stats", "logprobs", "choice", "prompt_token_ids", "prompt_logprobs")

@@ -243,6 +243,39 @@ def test_best_of_returns_the_likeliest_choices_per_token(serve):
         assert refused.status_code == 400 and message in refused.json()["error"]["message"], refused.text
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_predicted_output_is_drafted_from_and_counted(serve, stream):
+    """OpenAI's `prediction` (chat and, as an extension, completions): the reply is target-only's, drafted from
+    the prediction (the reply itself, or with a letter changed), and usage's completion_tokens_details count the
+    prediction's accepted and rejected tokens. (The tiny model is biased to lowercase letters, so that its text
+    and its tokens say the same.)"""
+    client = serve.client()
+    letters = {str(t): 100 for t in range(ord("a"), ord("z") + 1)}
+    args = dict(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, logit_bias=letters)
+    base = client.completions.create(**args, extra_body={"gamma": 0}).choices[0].text
+    assert re.fullmatch("[a-z]{40}", base)
+
+    def reply(prediction: str, salt: str, **extra):
+        body = {"prediction": {"type": "content", "content": prediction}, "cache_salt": salt, **extra}
+        if not stream:
+            answer = client.completions.create(**args, extra_body=body)
+            return answer.choices[0].text, answer.usage.completion_tokens_details
+        chunks = list(client.completions.create(**args, stream=True, stream_options={"include_usage": True},
+                                                extra_body=body))
+        return "".join(c.choices[0].text for c in chunks if c.choices), chunks[-1].usage.completion_tokens_details
+
+    text, details = reply(base, f"exact-{stream}", proposer="model")
+    assert text == base and details.accepted_prediction_tokens >= 30 and details.rejected_prediction_tokens == 0
+    text, details = reply(base[:10] + "#" + base[11:], f"edited-{stream}", gamma=6)
+    assert text == base and details.accepted_prediction_tokens >= 25 and details.rejected_prediction_tokens >= 1
+    chat = dict(model=MODEL, messages=MESSAGES, max_tokens=30, temperature=0, logit_bias=letters)
+    want = client.chat.completions.create(**chat).choices[0].message.content
+    predicted = client.chat.completions.create(**chat, prediction={"type": "content", "content": [
+        {"type": "text", "text": want}]}, extra_body={"cache_salt": f"chat-{stream}"})
+    assert predicted.choices[0].message.content == want
+    assert predicted.usage.completion_tokens_details.accepted_prediction_tokens >= 20
+
+
 def test_echo_puts_the_prompt_and_its_logprobs_before_the_completion(serve):
     """`echo`: the prompt's text, then the completion's; with `logprobs`, the prompt's tokens (the first
     with none) before the completion's, whose numbers are those of a reply without echo; streamed alike;
@@ -533,6 +566,9 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
      "got structured_outputs.regex and structured_outputs.json_object"),
     ("/completions", {"prompt": "x", "structured_outputs": {"structural_tag": "{}"}}, 400, "structural_tag"),
     ("/completions", {"prompt": "x", "structured_outputs": "json"}, 400, "structured_outputs"),
+    ("/completions", {"prompt": "x", "prediction": {"type": "file", "content": "x"}}, 400, "prediction"),
+    ("/chat/completions", {"messages": MESSAGES, "prediction": {"type": "content", "content": [{"type": "image"}]}},
+     400, "prediction content parts must be text"),
     ("/chat/completions", {"messages": MESSAGES, "response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "nonsense"}}}}, 400, "invalid json schema"),
     ("/completions", {"prompt": "x", "logit_bias": {"100000": 1.0}}, 400, "outside the vocabulary"),

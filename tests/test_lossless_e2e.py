@@ -23,14 +23,16 @@ SAMPLES = 1200
 
 
 def first_tokens(endpoint: str, prompt: list[int], seeds, concurrency: int, proposer: int = pb.PROPOSER_UNSPECIFIED,
-                 **sampling) -> list[tuple[int, pb.RoundStats]]:
-    """(first emitted token, its round) of a γ = 1 generation per seed, `concurrency` sessions at a time."""
+                 prediction: list[int] = (), **sampling) -> list[tuple[int, pb.RoundStats]]:
+    """(first emitted token, its round) of a γ = 1 generation per seed, `concurrency` sessions at a time; with
+    `prediction`, the client's predicted output."""
     with grpc.insecure_channel(endpoint, options=CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.SpecDecStub(channel)
 
         def first(seed: int):
             request = make_request(prompt_token_ids=prompt, max_new_tokens=2, seed=seed, gamma=1, **sampling)
             request.proposer = proposer
+            request.prediction_token_ids.extend(prediction)
             reply = next(iter(stub.Generate(request, timeout=60)))
             return reply.token_ids[0], reply.round
 
@@ -110,7 +112,25 @@ def test_lookup_and_hybrid_first_token_matches_target(stack, proposer):
     proposal = max(range(256), key=lambda t: float(p_after([*stem, t, *stem])[t]))
     prompt = [*stem, proposal, *stem]  # the lookup matches the suffix [40, 41, 42] and proposes `proposal`
     drawn = first_tokens(stack.endpoint, prompt, range(SAMPLES), 8, proposer, temperature=0.8, top_k=8)
+    assert_proposed_and_follows(drawn, p_after(prompt))
+
+
+def assert_proposed_and_follows(drawn: list[tuple[int, pb.RoundStats]], p: torch.Tensor) -> None:
     assert all(r.drafted == 1 for _, r in drawn), "no proposal was verified"
     accepted = sum(r.accepted for _, r in drawn)
     assert 0.2 * SAMPLES < accepted < SAMPLES, f"{accepted} of {SAMPLES} accepted: both outcomes must occur"
-    assert_follows(drawn, p_after(prompt))
+    assert_follows(drawn, p)
+
+
+def test_a_predicted_first_token_follows_the_target(stack):
+    """A client's prediction (GenerateRequest.prediction_token_ids) is proposed from its first token on, a
+    point mass like any lookup: at T = 0.8 the first emitted token still follows p, whether the prediction's
+    first token is accepted or not."""
+    params = SamplingParams(temperature=0.8, top_k=8)
+    target = load_model(tiny_models("fp32")[1], "cpu").runner
+    prompt = [60, 61, 62, 63]
+    p = probs_from_logits(target.forward([Step(target.new_cache(), prompt)])[0], params)[0]  # [V]
+    likeliest = int(p.argmax())
+    drawn = first_tokens(stack.endpoint, prompt, range(SAMPLES), 8, pb.PROPOSER_NGRAM, [likeliest, 5, 6],
+                         temperature=0.8, top_k=8)
+    assert_proposed_and_follows(drawn, p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import grpc
 import pytest
 from conftest import tiny_options
 
@@ -12,7 +13,7 @@ from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from protos import specdec_pb2 as pb
 from specdec.cli.client import generate, make_request
-from specdec.core.ngram import LookupProposer, NgramIndex, RecentSequences
+from specdec.core.ngram import Lookup, LookupProposer, NgramIndex, Prediction, RecentSequences
 from specdec.launch.stack import EmbeddedStack
 
 
@@ -106,6 +107,41 @@ def test_no_match_proposes_nothing():
         NgramIndex(min_n=0)
 
 
+def test_a_prediction_is_followed_from_its_start_and_found_again_after_an_edit():
+    """Before any output, the prediction's start; while the output follows it, what comes next (reported as
+    the aligned match, max_n + 1); after one token replaced, what follows it; after a longer edit, the longest
+    suffix found again, at the occurrence nearest after where the output was (not an earlier repeat), and
+    followed from there; at its end, nothing."""
+    prompt = [90, 91, 92]
+    predicted = [1, 2, 3, 7, 8, 1, 2, 3, 4, 5, 6]  # "1 2 3" twice
+    follow = Prediction(predicted, len(prompt), 2, 4)
+    assert (follow.propose(prompt, 3).tokens, follow.propose(prompt, 3).match) == ([1, 2, 3], 5)
+    out = prompt + [1, 2, 3, 7, 8, 1]
+    assert (follow.propose(out, 2).tokens, follow.propose(out, 2).match, follow.propose(out, 2).source) == \
+        ([2, 3], 5, "prediction")
+    edited = out + [2, 3, 99, 2, 3]  # the output leaves the prediction, then writes "2 3" again
+    found = follow.propose(edited, 3)
+    assert (found.tokens, found.match) == ([4, 5, 6], 2), "the later '2 3', nearest after the last place"
+    assert follow.propose(edited + [4, 5], 3).tokens == [6] and follow.propose(edited + [4, 5, 6], 3).tokens == []
+    replaced = Prediction(predicted, len(prompt), 2, 4)
+    assert (replaced.propose(prompt + [1, 2, 42], 3).tokens, replaced.propose(prompt + [1, 2, 42], 3).match) == \
+        ([7, 8, 1], 6), "one token replaced: followed after it (reported as max_n + 2)"
+    assert (replaced.propose(prompt + [1, 2, 42, 7], 3).tokens, replaced.propose(prompt + [1, 2, 42, 7], 3).match) == \
+        ([8, 1, 2], 5), "and in step again once the output goes on with it"
+    lost = Prediction(predicted, len(prompt), 2, 4)
+    assert lost.propose(prompt + [50, 51], 3).tokens == [], "off the prediction and no suffix in it"
+    assert lost.propose(prompt + [50, 51, 7, 8], 2).tokens == [1, 2]
+    assert lost.propose(prompt, 2) == Lookup([1, 2], 5, "prediction"), "the committed tokens cut back: from the start"
+
+
+def test_a_prediction_wins_a_tie_with_the_sequences_own_lookup():
+    prediction = Prediction([5, 6, 7, 8, 9], 4, 2, 4)
+    proposer = LookupProposer(2, 4, None, prediction)
+    proposer.sync([5, 6, 40, 41, 5, 6])  # the output so far "5 6": its own index and the prediction match (5, 6)
+    found = proposer.propose(2)
+    assert (found.tokens, found.source) == ([7, 8], "prediction") and proposer.index.propose(2).tokens == [40, 41]
+
+
 # -- through the services ----------------------------------------------------------------------
 REPEATING = "def area(r):\n    return 3.14 * r * r\n\n" * 3 + "def area(r):\n"
 
@@ -186,6 +222,38 @@ def test_a_repeated_request_is_looked_up_in_the_first_ones_output(stack):
     shared = [r for r in again.rounds if r.proposer == "ngram"]
     assert again.stats["rounds"] <= len(baseline.token_ids) / 5 and sum(r.accepted for r in shared) >= 36
     assert alone.stats["rounds"] > again.stats["rounds"]
+
+
+def test_a_predicted_output_changes_the_speed_and_nothing_else(stack):
+    """GenerateRequest.prediction_token_ids (OpenAI's Predicted Outputs): greedy output equals target-only's
+    with the output itself as the prediction (drafted from nearly whole, in a few rounds), with an edited copy
+    (a run of it rejected, the rest found again) and at γ = 0 (ignored); a model proposer uses it too. The
+    stats count its accepted and rejected tokens. Salted: no other session's sequence is looked up."""
+    def run(prediction: list[int], gamma: int | None = None, proposer: str = "model", salt: str = "prediction"):
+        request = make_request(prompt="a prompt whose answer the client predicts", max_new_tokens=48, gamma=gamma,
+                               proposer=proposer)
+        request.prediction_token_ids.extend(prediction)
+        request.cache_salt = salt
+        return generate(stack.endpoint, request)
+
+    base = run([], gamma=0)
+    exact = run(base.token_ids)
+    assert exact.token_ids == base.token_ids
+    assert exact.stats["prediction_accepted_tokens"] >= 40 and exact.stats["rounds"] <= 12, exact.stats
+    edited = [7 if i % 10 == 5 else t for i, t in enumerate(base.token_ids)]  # every tenth token replaced
+    for proposer in ("model", "ngram"):
+        followed = run(edited, proposer=proposer, salt=f"edited-{proposer}")
+        assert followed.token_ids == base.token_ids, proposer
+        assert followed.stats["prediction_rejected_tokens"] > 0 and followed.stats["prediction_accepted_tokens"] >= 30
+    plain = run(base.token_ids, gamma=0)
+    assert plain.token_ids == base.token_ids and plain.stats["draft_tokens"] == 0
+    for field, value, message in [("prediction_token_ids", [10**6], "prediction_token_ids outside the vocabulary"),
+                                  ("prediction", "x" * 600, "prediction has 600 tokens")]:
+        request = make_request(prompt="x", max_new_tokens=4)
+        getattr(request, field).extend(value) if isinstance(value, list) else setattr(request, field, value)
+        with pytest.raises(grpc.RpcError) as caught:
+            generate(stack.endpoint, request)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in caught.value.details()
 
 
 def test_a_stack_with_no_draft_model_at_all():

@@ -13,12 +13,16 @@ an agent's loop, an answer pasted back into the next prompt). `LookupProposer` a
 the longer match; each proposal says where it came from, how long its match is and how often that
 context was seen, so the γ controller can price it.
 
+A client's own guess at the output (OpenAI's Predicted Outputs) is a third source: `Prediction` follows it
+as the output goes, and is asked first.
+
 A proposal is deterministic: its q is a point mass, q(x) = 1, so the rejection sampler stays exact
 at any temperature (`specdec.core.rejection`: no q sent means a point mass).
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 from collections import OrderedDict
@@ -148,6 +152,68 @@ class RecentSequences:
         return Lookup([])
 
 
+class Prediction:
+    """The output a client expects (OpenAI's Predicted Outputs: an edited file's old text, say), followed as the
+    output is committed. While the output matches it token for token from a known place, the proposal is what
+    comes next there (reported as the match `aligned`, max_n + 1). Where the output writes another token than the
+    prediction's, that token is taken to replace the prediction's (`replaced`, max_n + 2) and the prediction is
+    followed after it, as long as the output goes on matching it; otherwise its longest suffix of
+    `min_n`..`max_n` tokens is looked up in the prediction, at the occurrence nearest after the last place (or,
+    if none, the last before it), and followed from there. A proposal, like every lookup, is a point mass:
+    what the output is stays the target's alone."""
+
+    def __init__(self, tokens: list[int], start: int, min_n: int, max_n: int):
+        """start: where the output begins among the committed tokens (after the prompt)."""
+        self.tokens, self.start, self.min_n, self.max_n = list(tokens), start, min_n, max_n
+        self.aligned, self.replaced = max_n + 1, max_n + 2  # the matches those proposals report
+        self._after: dict[tuple[int, ...], list[int]] = {}  # n-gram -> ascending positions right after it
+        for end in range(1, len(self.tokens)):
+            for n in range(min_n, min(max_n, end) + 1):
+                self._after.setdefault(tuple(self.tokens[end - n:end]), []).append(end)
+        self._place: int | None = 0  # the prediction's position the output's end is at, while it follows it
+        self._match = self.aligned  # how the place was found: the match its proposals report
+        self._checked = 0  # output tokens the place accounts for
+        self._last = 0  # the last place found, where a search prefers to continue
+
+    def propose(self, committed: list[int], gamma: int) -> Lookup:
+        """Up to `gamma` tokens of the prediction from where the committed output is in it; none if it is in
+        no known place or at the prediction's end."""
+        output = committed[self.start:]
+        if len(output) < self._checked:  # the committed tokens were cut back: start over
+            self._place, self._checked, self._match = 0, 0, self.aligned
+        new = output[self._checked:]
+        self._checked = len(output)
+        if new or self._place is None:  # else: where the last call left it
+            self._place, self._match = self._follow(new) if self._place is not None else (None, 0)
+        if self._place is None:
+            self._place, self._match = self._search(committed)
+        if self._place is None or self._place >= len(self.tokens):
+            return Lookup([])
+        self._last = self._place
+        return Lookup(self.tokens[self._place:self._place + gamma], self._match, "prediction")
+
+    def _follow(self, new: list[int]) -> tuple[int | None, int]:
+        """The place after the `new` output tokens if they follow the prediction from the place, one of them
+        replaced at most (the tokens after it matching), and the match to report; else (None, 0)."""
+        same = common_prefix(new, self.tokens[self._place:self._place + len(new)])
+        if same == len(new):
+            return self._place + same, self.aligned
+        rest, after = new[same + 1:], self._place + same + 1  # one token replaced: the rest must follow it
+        if after + len(rest) <= len(self.tokens) and self.tokens[after:after + len(rest)] == rest:
+            return after + len(rest), self.aligned if rest else self.replaced
+        return None, 0
+
+    def _search(self, committed: list[int]) -> tuple[int | None, int]:
+        """The place after the longest suffix's occurrence nearest after the last place (else the last one
+        before it), and the suffix's length; (None, 0) if no suffix occurs."""
+        for n in range(min(self.max_n, len(committed)), self.min_n - 1, -1):
+            places = self._after.get(tuple(committed[len(committed) - n:]))
+            if places:
+                later = bisect.bisect_left(places, self._last)
+                return (places[later] if later < len(places) else places[-1]), n
+        return None, 0
+
+
 def shared_for(recent: RecentSequences | None, cache_salt: str) -> RecentSequences | None:
     """The memory of other sessions' sequences a session reads and feeds: none for a salted (one tenant's)
     session, so that no tenant's outputs shape another's proposals and speed."""
@@ -155,18 +221,24 @@ def shared_for(recent: RecentSequences | None, cache_salt: str) -> RecentSequenc
 
 
 class LookupProposer:
-    """One session's lookups: its own sequence first, then, for a longer match, the recent sequences
-    of other sessions (`shared`, or None; the caller adds each finished sequence to it)."""
+    """One session's lookups: the client's prediction of the output where it has one and matches at least as
+    long a suffix, else its own sequence, then, for a longer match, the recent sequences of other sessions
+    (`shared`, or None; the caller adds each finished sequence to it)."""
 
-    def __init__(self, min_n: int, max_n: int, shared: RecentSequences | None = None):
+    def __init__(self, min_n: int, max_n: int, shared: RecentSequences | None = None,
+                 prediction: Prediction | None = None):
         self.index = NgramIndex(min_n, max_n)
-        self.shared = shared
+        self.shared, self.prediction = shared, prediction
 
     def sync(self, committed: list[int]) -> None:
         self.index.sync(committed)
 
     def propose(self, gamma: int) -> Lookup:
         own = self.index.propose(gamma)
+        if self.prediction is not None:
+            predicted = self.prediction.propose(self.index.tokens, gamma)
+            if predicted.tokens and predicted.match >= own.match:
+                return predicted
         if self.shared is None or own.match >= self.index.max_n:
             return own
         found = self.shared.propose(self.index.tokens, gamma, longer_than=own.match)

@@ -57,6 +57,7 @@ class RoundRecord:
     overlapped: bool = False  # the draft drafted the next round's branch while the target verified this one
     prefetched: bool = False  # this round's proposal is the branch drafted during the last verify (a hit)
     target_passes: int = 1  # the verify and the target-only steps the target took after it in the same call
+    predicted: bool = False  # the proposal came from the client's prediction of the output
 
     @property
     def rtt_draft_s(self) -> float:

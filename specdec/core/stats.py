@@ -41,6 +41,8 @@ class GenerationSummary:
     overlap_branches: int = 0  # branches drafted during a verify and resolved by the next round …
     overlap_hits: int = 0  # … of which the verdict matched: their round paid no draft time
     cached_prompt_tokens: int = 0  # prompt tokens the target took from a cache instead of computing them
+    prediction_accepted: int = 0  # tokens proposed from the client's prediction that the target accepted …
+    prediction_rejected: int = 0  # … and that it did not
 
 
 @dataclass
@@ -73,4 +75,6 @@ class GenerationStats:
             target_compute_s=sum(r.target_compute_s for r in self.rounds),
             overhead_per_round_s=overhead / n if n else 0.0, draft_replica=self.draft_replica,
             session_id=self.session_id, overlap_branches=sum(r.overlapped for r in self.rounds[:-1]),
-            overlap_hits=sum(r.prefetched for r in self.rounds), cached_prompt_tokens=self.cached_prompt_tokens)
+            overlap_hits=sum(r.prefetched for r in self.rounds), cached_prompt_tokens=self.cached_prompt_tokens,
+            prediction_accepted=sum(r.accepted for r in spec if r.predicted),
+            prediction_rejected=sum(r.drafted - r.accepted for r in spec if r.predicted))

@@ -147,6 +147,9 @@ class Reply:
         return {"prompt_tokens": prompt_tokens, "completion_tokens": generated,
                 "total_tokens": prompt_tokens + generated,
                 "prompt_tokens_details": {"cached_tokens": sum(s.cached_prompt_tokens for s in prompts)},
+                "completion_tokens_details": {
+                    "accepted_prediction_tokens": sum(s.prediction_accepted_tokens for s in stats),
+                    "rejected_prediction_tokens": sum(s.prediction_rejected_tokens for s in stats)},
                 "speculation": {"drafted": drafted, "accepted": accepted,
                                 "acceptance_rate": accepted / drafted if drafted else 0.0,
                                 "mean_accepted_length": mean_length, "rounds": rounds}}

@@ -89,6 +89,26 @@ def schema_text(schema: dict | str, field: str) -> str:
     return json.dumps(schema)
 
 
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    type: str
+    text: str | None = None
+
+
+class PredictedContent(BaseModel):
+    """OpenAI's `prediction` (Predicted Outputs): text the reply is expected to repeat much of."""
+    model_config = ConfigDict(extra="ignore")
+    type: Literal["content"]
+    content: str | list[ContentPart]
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        if any(part.type != "text" or part.text is None for part in self.content):
+            raise BadRequest("prediction content parts must be text", "prediction")
+        return "".join(part.text for part in self.content)
+
+
 class _Common(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -118,6 +138,7 @@ class _Common(BaseModel):
     min_tokens: int = Field(0, ge=0, le=UINT32_MAX)  # extension (vLLM's): no EOS or stop before this many tokens
     ignore_eos: bool = False  # extension (vLLM's): run past the model's EOS
     stop_token_ids: list[int] | None = None  # extension (vLLM's): ids that end the output as EOS does
+    prediction: PredictedContent | None = None  # drafted from (Predicted Outputs): the speed changes, not the reply
 
     def constraint(self) -> tuple[str, str | bool | list[str]] | None:
         """The one structured-output constraint the body asks for, as (kind, value): a field of
@@ -204,6 +225,8 @@ class _Common(BaseModel):
             request.top_p = self.top_p
         if self.gamma is not None:
             request.gamma = self.gamma
+        if self.prediction is not None:
+            request.prediction = self.prediction.text()
         return request
 
 
@@ -275,12 +298,6 @@ def _prompt_field(prompt) -> dict:
             raise BadRequest("prompt token ids must be 32-bit integers", "prompt")
         return {"prompt_token_ids": prompt}
     raise BadRequest("prompt must be a string or a list of token ids, or a list of those", "prompt")
-
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: str
-    text: str | None = None
 
 
 class Message(BaseModel):
