@@ -2,8 +2,9 @@
 
 Editing (the prompt holds code, the answer rewrites it with a small change), fresh code and prose,
 as chat requests through the model's template, greedy. Per prompt, in turn: target-only, the draft
-model, prompt lookup, hybrid, hybrid with drafting during verification (overlap on), and Hugging
-Face's prompt-lookup decoding (`prompt_lookup_num_tokens`)
+model, prompt lookup, hybrid, hybrid with drafting during verification (overlap on), hybrid with the
+client's predicted output where the workload has one (editing: the file it edits, `predicted_output`), and
+Hugging Face's prompt-lookup decoding (`prompt_lookup_num_tokens`)
 in this process on the same kernels, the n-gram peer. It prints tok/s, α, mean accepted length, the
 draft model's c, the share of speculative rounds each proposer drafted and the overlap hit rate, per
 workload, and a PNG.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 from importlib import resources
 from pathlib import Path
@@ -26,6 +28,8 @@ from specdec.tools.bench.speed import ConfigResult, save_rows, service_infos, wa
 
 CONFIGS = (("target-only", 0, "model", "off"), ("model", None, "model", "off"), ("ngram", None, "ngram", "off"),
            ("hybrid", None, "hybrid", "off"), ("hybrid+overlap", None, "hybrid", "on"))
+PREDICTED = ("hybrid+prediction", None, "hybrid", "off")  # where a conversation has a predicted output
+FENCED = re.compile(r"```[^\n]*\n.*?```", re.DOTALL)
 HF_LOOKUP_TOKENS = 10  # Hugging Face's documented example value
 
 
@@ -58,6 +62,13 @@ def load_workloads(names: list[str]) -> dict[str, list[list[dict]]]:
     return {name: [p["messages"] for p in every[name]] for name in names}
 
 
+def predicted_output(messages: list[dict]) -> str | None:
+    """What an editing request's answer is expected to repeat, as its client would predict it (OpenAI's Predicted
+    Outputs): the last fenced code block of the last message, fences included; None without one."""
+    blocks = FENCED.findall(messages[-1]["content"])
+    return blocks[-1] if blocks else None
+
+
 def summary(result: ConfigResult, workload: str, baseline_tps: float) -> dict:
     drafted = [r for r in result.rounds if r.drafted]
     by = {source: sum(1 for r in drafted if r.proposer == source) for source in ("model", "ngram")}
@@ -85,13 +96,18 @@ def run_workloads(args: argparse.Namespace) -> int:
         peer = None if args.no_hf else HFPromptLookup(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, "def fib(n):", args.gamma_max)
         for workload, conversations in workloads.items():
-            results = [ConfigResult(name, gamma) for name, gamma, *_ in CONFIGS]
+            predicted = all(predicted_output(messages) for messages in conversations)
+            configs = CONFIGS + ((PREDICTED,) if predicted else ())
+            results = [ConfigResult(name, gamma) for name, gamma, *_ in configs]
             peer_result = ConfigResult(HFPromptLookup.name, None)
             for messages in tqdm(conversations, desc=workload):
                 ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
-                for (_, gamma, proposer, overlap), result in zip(CONFIGS, results):
+                for config, result in zip(configs, results):
+                    _, gamma, proposer, overlap = config
                     request = make_request(prompt_token_ids=ids, max_new_tokens=args.max_new_tokens, gamma=gamma,
                                            proposer=proposer, overlap=overlap)
+                    if config is PREDICTED:
+                        request.prediction = predicted_output(messages)
                     result.add(lambda: generate(stack.endpoint, request))
                 if peer is not None:
                     peer_result.add(lambda: peer(ids, args.max_new_tokens, tokenizer.eos_token_id))
