@@ -26,6 +26,7 @@ from orchestrator.sessions import NO_DRAFTS, Branch, DraftReply, DraftSession, T
 from specdec.core.ngram import Lookup, LookupProposer, Prediction, RecentSequences
 from specdec.core.rounds import ALPHA_MAX, Estimates, RoundRecord
 from specdec.core.sampling import SamplingParams
+from specdec.core.sequence import common_prefix
 from specdec.core.stats import FinishReason, GenerationStats
 from specdec.core.text import TextStream, printable
 from specdec.planning.controller import GammaController
@@ -113,6 +114,7 @@ class Generation:
         self._draft = DraftSession(None, service_session, sampling)
         self._target = TargetSession(self.target, service_session, sampling)
         self._last_drafted = 0
+        self._shadow: Lookup | None = None  # a lookup found this round but not proposed (`_observe_shadow`)
         self._branch: Branch | None = None  # the next round, drafting while this one verifies
         self._draft_failed_at: float | None = None
         self._draft_replica = ""
@@ -266,6 +268,7 @@ class Generation:
             predicted=lookup is not None and lookup.source == "prediction")
         if lookup is not None:
             self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
+        self._observe_shadow(verdict.tokens)
         if not prefill:  # a prefill says nothing about steady-state cost, only about the load
             self.controller.observe(record, by_model=lookup is None or not self._uses_model)
         else:
@@ -315,6 +318,8 @@ class Generation:
         if not options:  # a fixed γ with neither (the draft down, no lookup)
             return None, 0, plain
         _, lookup, model_gamma = max(options, key=lambda option: option[0])
+        if lookup is None and priced is not None:
+            self._shadow = priced[1]
         return lookup, model_gamma, chunk if lookup is None and model_gamma == 0 else 1
 
     def _overlaps(self, useful: int) -> bool:
@@ -365,7 +370,23 @@ class Generation:
         self._lookup.sync(committed)
         priced = self._priced_lookup(cap)
         _, drafted_rate = self.controller.best_free(self.controller.acceptance.alpha, len(hit.tokens))
-        return priced[1] if priced is not None and priced[0] > drafted_rate else None
+        if priced is not None and priced[0] > drafted_rate:
+            return priced[1]
+        self._shadow = priced[1] if priced is not None else None
+        return None
+
+    def _observe_shadow(self, committed: list[int]) -> None:
+        """Learn the α of a lookup that was found this round but not proposed, from the tokens the round
+        committed, as if it had been: its tokens up to the first that differs would have been accepted (a point
+        mass x is accepted with probability p(x), the probability that the target's token is x), and what lies
+        past the round's tokens is unknown (no rejection is counted there). Without it a kind priced below the
+        draft model at its prior α would never be proposed, nor learned."""
+        shadow, self._shadow = self._shadow, None
+        if shadow is None:
+            return
+        seen = shadow.tokens[:len(committed)]
+        same = common_prefix(seen, committed)
+        self.lookup_acceptance[shadow.kind].observe(min(same + 1, len(seen)), same)
 
     def _priced_lookup(self, cap: int) -> tuple[float, Lookup] | None:
         """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its

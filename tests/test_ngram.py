@@ -285,3 +285,26 @@ def test_a_salted_request_neither_looks_up_nor_leaves_other_sessions_sequences(s
     first, second = generate(stack.endpoint, salted), generate(stack.endpoint, salted)
     assert first.token_ids == second.token_ids == again.token_ids == baseline.token_ids
     assert first.stats["rounds"] == second.stats["rounds"] > again.stats["rounds"]
+
+
+def test_a_lookup_not_proposed_is_learned_from_the_tokens_the_round_committed():
+    """Hybrid learns a lookup kind's α from rounds that found it but drafted with the model: its tokens up to the
+    first that differs from the committed ones count as accepted, a differing token as the rejection, and
+    tokens past the round's are not counted (the next round may still accept them)."""
+    from orchestrator.draft_pool import DraftPool
+    from orchestrator.generation import Generation, GenerationRequest
+    from specdec.core.sampling import SamplingParams
+    from specdec.planning.controller import GammaController
+    from specdec.planning.cost import CostProfile
+
+    request = GenerationRequest([5, 6], 8, SamplingParams(), gamma=None, proposer="hybrid")
+    generation = Generation(request, DraftPool([]), None, None, frozenset(), 64, GammaController(4, CostProfile((0.1, 0.1))))
+    kind = ("self", 3, False)
+    estimate = generation.lookup_acceptance[kind]
+    for proposal, committed, counted in [([1, 2, 3], [1, 2, 9, 4], (2, 1)), ([1, 2, 3], [1, 2], (4, 1)),
+                                         ([1, 2], [1, 2, 3], (6, 1)), ([7], [8], (6, 2))]:
+        generation._shadow = Lookup(proposal, 3)
+        generation._observe_shadow(committed)
+        assert (estimate.accepted, estimate.rejections) == counted, (proposal, committed)
+    generation._observe_shadow([1, 2, 3])
+    assert (estimate.accepted, estimate.rejections) == (6, 2), "a shadow is observed once"
