@@ -9,6 +9,9 @@ output equal target-only output by construction, not only up to rounding. Three 
   rounded path (measured: 1–3 rows differ from ≥ 4 rows by about 1e-6);
 - invisible keys (the future, and blocks past the cache's end) get probability exactly 0, and a
   row's max and sums only ever gain exact zeros from them;
+- the products over a block go through MKL in its strict mode (`specdec.engine.cpu.features`), which keeps a
+  row's bits whatever the other rows on AVX2 and AVX-512; below AVX2 it has none, and `fixed_order_matmul`
+  adds each entry's products in order instead;
 - the blocks' partial sums are added in one fixed pairwise tree (`block_sum`), never by a reduction
   over the block axis: torch orders those additions by the shape of the rest of the tensor (measured:
   five blocks summed differently for a 6-token verify than for one decoded token, so past 256 cached
@@ -21,6 +24,8 @@ Grouped-query attention folds the query heads that share a KV head into the row 
 from __future__ import annotations
 
 import torch
+
+from specdec.engine.cpu.features import rows_need_fixed_order
 
 BLOCK = 64  # keys per block
 MIN_ROWS = 4
@@ -52,13 +57,24 @@ def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, visibl
     blocks = keys.shape[1] // BLOCK
     k = keys.float().view(kv, blocks, BLOCK, dim)
     v = values.float().view(kv, blocks, BLOCK, dim)
-    scores = torch.matmul(query.float()[:, None], k.transpose(-1, -2)) * scale  # [KV, N, M', BLOCK]
+    matmul = fixed_order_matmul if query.device.type == "cpu" and rows_need_fixed_order() else torch.matmul
+    scores = matmul(query.float()[:, None], k.transpose(-1, -2)) * scale  # [KV, N, M', BLOCK]
     hidden = ~visible.view(padded, blocks, BLOCK).transpose(0, 1)  # [N, M', BLOCK]
     scores = scores.masked_fill(hidden, float("-inf"))
     probs = (scores - scores.amax(dim=(1, 3), keepdim=True)).exp()  # [KV, N, M', BLOCK]
     total = block_sum(probs.sum(dim=-1, keepdim=True))  # [KV, M', 1]
-    out = block_sum(torch.matmul(probs, v)) / total  # [KV, M', D]
+    out = block_sum(matmul(probs, v)) / total  # [KV, M', D]
     return out[:, :rows]
+
+
+def fixed_order_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a: [..., M, K] @ b: [..., K, N] with each entry's K products added in order, by elementwise operations
+    only, so that a row's bits never depend on the other rows. For CPUs where MKL's products do (below AVX2:
+    `specdec.engine.cpu.features.rows_need_fixed_order`); K slices of work instead of one call."""
+    out = a[..., :, :1] * b[..., :1, :]
+    for i in range(1, a.shape[-1]):
+        out = out + a[..., :, i:i + 1] * b[..., i:i + 1, :]
+    return out
 
 
 def block_sum(parts: torch.Tensor) -> torch.Tensor:

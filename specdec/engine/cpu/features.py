@@ -29,6 +29,12 @@ _ONEDNN = {"sse41": "SSE41", "avx2": "AVX2", "avx512": "AVX512_CORE", "avx512_vn
            "avx512_bf16": "AVX512_CORE_BF16", "amx": "AVX512_CORE_AMX"}
 _ATEN = {"sse41": "default", "avx2": "avx2"}  # every AVX-512 level: "avx512"
 _MKL = {"sse41": "SSE4_2", "avx2": "AVX2"}  # every AVX-512 level: "AVX512"
+# MKL's strict reproducibility mode. Besides what MKL promises for it (the same bits whatever the thread count),
+# measured on an Emerald Rapids Xeon: without it MKL's AVX2 sgemm gives a row of a product other bits when
+# the product has another number of rows (the torch attention's q·kᵀ and p·v, and a dense fp32 linear), with
+# it the same bits; its AVX-512 sgemm kept them either way, and on AMD CPUs so did every level. MKL has no
+# strict mode below AVX2 (there `attention.fixed_order_matmul` takes over).
+MKL_REPRODUCIBLE = {"MKL_CBWR": "AUTO,STRICT"}
 
 
 class UnsupportedIsa(ValueError):
@@ -40,7 +46,7 @@ def isa_environment(level: str) -> dict[str, str]:
     if level not in LEVELS:
         raise UnsupportedIsa(f"{ENV}={level!r} is not a level; choose one of {', '.join(LEVELS)}")
     return {ENV: level, "ONEDNN_MAX_CPU_ISA": _ONEDNN[level], "ATEN_CPU_CAPABILITY": _ATEN.get(level, "avx512"),
-            "MKL_ENABLE_INSTRUCTIONS": _MKL.get(level, "AVX512")}
+            "MKL_ENABLE_INSTRUCTIONS": _MKL.get(level, "AVX512"), **MKL_REPRODUCIBLE}
 
 
 @dataclass(frozen=True)
@@ -121,12 +127,20 @@ def cpu_features() -> CpuFeatures:
     return CpuFeatures(name, level, native, avx_vnni="avx_vnni" in flags)
 
 
+
 def _cap_libraries() -> None:
-    """Put the libraries' own caps in this process's environment (before their first call)."""
+    """Put the libraries' own caps in this process's environment (before their first call), and MKL's
+    strict reproducibility mode whether capped or not."""
     forced = os.environ.get(ENV, "").strip()
-    if forced in LEVELS:
-        for name, value in isa_environment(forced).items():
-            os.environ.setdefault(name, value)
+    for name, value in (isa_environment(forced) if forced in LEVELS else MKL_REPRODUCIBLE).items():
+        os.environ.setdefault(name, value)
+
+
+def rows_need_fixed_order() -> bool:
+    """Whether MKL's products may give a row other bits beside other rows here: below AVX2, where it has no
+    strict mode."""
+    features = cpu_features()
+    return features.level is not None and not features.has("avx2")
 
 
 _cap_libraries()
