@@ -20,6 +20,14 @@ STATUS_OF = {
 }
 
 
+class BadRequest(Exception):
+    """A client's mistake: answered 400 with OpenAI's error shape. `param`: the offending field."""
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+
 def error_body(status: int, kind: str, message: str, param: str | None = None) -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
 

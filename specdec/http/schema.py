@@ -32,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from protos import specdec_pb2 as pb
 from specdec.core.logprobs import MAX_TOP_LOGPROBS
 from specdec.core.sampling import MAX_CACHE_SALT, MAX_CHOICES
-from specdec.http import tool_calls
+from specdec.http import structured, tool_calls
+from specdec.http.errors import BadRequest
+from specdec.http.structured import ResponseFormat, StructuredOutputs
 from specdec.runtime.wire import constraint_to_pb, logprob_request_to_pb, speculation_to_pb
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -40,53 +42,8 @@ MAX_PROMPTS = 2048  # OpenAI's limit on a completions request's prompts
 INT32_MAX, UINT32_MAX = 2**31 - 1, 2**32 - 1  # the wire's integer widths: anything wider is refused here
 
 
-class BadRequest(Exception):
-    """A client's mistake: answered 400 with OpenAI's error shape. `param`: the offending field."""
-
-    def __init__(self, message: str, param: str | None = None):
-        super().__init__(message)
-        self.param = param
-
-
 class StreamOptions(BaseModel):
     include_usage: bool = False
-
-
-class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-    name: str = "response"
-    schema_: dict = Field(default_factory=dict, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["text", "json_object", "json_schema"] = "text"
-    json_schema: JsonSchemaFormat | None = None
-
-
-class StructuredOutputs(BaseModel):
-    """vLLM's `structured_outputs` (its newer form of the guided_* fields): one of these constraints. Its
-    backend options (disable_*, whitespace_pattern) are accepted and ignored: JSON here is always compact."""
-    model_config = ConfigDict(extra="ignore")
-    json_: dict | str | None = Field(None, alias="json")
-    regex: str | None = None
-    choice: list[str] | None = None
-    grammar: str | None = None
-    json_object: bool | None = None
-    structural_tag: Any = None
-
-
-def schema_text(schema: dict | str, field: str) -> str:
-    """A JSON schema given as an object or as JSON text (vLLM takes both), as JSON text."""
-    if isinstance(schema, str):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as exc:
-            raise BadRequest(f"{field} must be a JSON schema: {exc}", field) from None
-    if not isinstance(schema, (dict, bool)):
-        raise BadRequest(f"{field} must be a JSON schema (an object)", field)
-    return json.dumps(schema)
 
 
 class ContentPart(BaseModel):
@@ -143,37 +100,11 @@ class _Common(BaseModel):
     def constraint(self) -> tuple[str, str | bool | list[str]] | None:
         """The one structured-output constraint the body asks for, as (kind, value): a field of
         `pb.Constraint` and its value; or None."""
-        asked = self.constraints()
-        if len(asked) > 1:
-            raise BadRequest(f"at most one structured-output constraint, got {' and '.join(f for f, _, _ in asked)}",
-                             asked[1][0])
-        return asked[0][1:] if asked else None
+        return structured.the_one(self.constraints())
 
     def constraints(self) -> list[tuple[str, str, str | bool | list[str]]]:
         """Every constraint the body asks for, as (field, kind, value)."""
-        asked: list[tuple[str, str, str | bool | list[str]]] = []
-        if self.response_format is not None and self.response_format.type == "json_object":
-            asked.append(("response_format", "json_object", True))
-        if self.response_format is not None and self.response_format.type == "json_schema":
-            if self.response_format.json_schema is None:
-                raise BadRequest("response_format json_schema needs its json_schema", "response_format")
-            asked.append(("response_format", "json_schema", json.dumps(self.response_format.json_schema.schema_)))
-        outputs = self.structured_outputs or StructuredOutputs()
-        if outputs.structural_tag is not None:
-            raise BadRequest("structured_outputs.structural_tag is not supported: use json, regex, choice or grammar",
-                             "structured_outputs")
-        for field, kind, value in [("guided_json", "json_schema", self.guided_json),
-                                   ("structured_outputs.json", "json_schema", outputs.json_),
-                                   ("guided_regex", "regex", self.guided_regex),
-                                   ("structured_outputs.regex", "regex", outputs.regex),
-                                   ("guided_choice", "choice", self.guided_choice),
-                                   ("structured_outputs.choice", "choice", outputs.choice),
-                                   ("guided_grammar", "lark", self.guided_grammar),
-                                   ("structured_outputs.grammar", "lark", outputs.grammar),
-                                   ("structured_outputs.json_object", "json_object", outputs.json_object or None)]:
-            if value is not None:
-                asked.append((field, kind, schema_text(value, field) if kind == "json_schema" else value))
-        return asked
+        return structured.requested(self)
 
     def refuse_unsupported(self) -> None:
         if self.stream_options is not None and not self.stream:
