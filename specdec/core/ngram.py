@@ -97,6 +97,13 @@ class NgramIndex:
         return Lookup([])
 
 
+def followed_ngrams(tokens: list[int], min_n: int, max_n: int):
+    """(n-gram, position after it) for every n-gram of `min_n`..`max_n` tokens followed by a token."""
+    for end in range(1, len(tokens)):
+        for n in range(min_n, min(max_n, end) + 1):
+            yield tuple(tokens[end - n:end]), end
+
+
 class RecentSequences:
     """The sequences of finished sessions, at most `capacity` tokens in all (the oldest dropped first),
     indexed by n-gram: for each, where it last occurred with a token after it, and how often. Thread-safe."""
@@ -110,12 +117,6 @@ class RecentSequences:
         self._ids = itertools.count()
         self._lock = threading.Lock()
 
-    def _ngrams(self, tokens: list[int]):
-        """(n-gram, position after it) for every n-gram followed by a token."""
-        for end in range(1, len(tokens)):
-            for n in range(self.min_n, min(self.max_n, end) + 1):
-                yield tuple(tokens[end - n:end]), end
-
     def add(self, tokens: list[int]) -> None:
         """Keep a finished session's sequence (longer than `capacity`: its last `capacity` tokens)."""
         tokens = list(tokens[-self.capacity:])
@@ -125,14 +126,14 @@ class RecentSequences:
             sequence = next(self._ids)
             self._sequences[sequence] = tokens
             self._size += len(tokens)
-            for key, end in self._ngrams(tokens):
+            for key, end in followed_ngrams(tokens, self.min_n, self.max_n):
                 self._after[key] = (sequence, end)
                 self._seen[key] = self._seen.get(key, 0) + 1
 
     def _evict(self) -> None:
         sequence, tokens = self._sequences.popitem(last=False)
         self._size -= len(tokens)
-        for key, _ in self._ngrams(tokens):
+        for key, _ in followed_ngrams(tokens, self.min_n, self.max_n):
             if self._after.get(key, (None,))[0] == sequence:
                 del self._after[key]
             self._seen[key] -= 1
@@ -167,9 +168,8 @@ class Prediction:
         self.tokens, self.start, self.min_n, self.max_n = list(tokens), start, min_n, max_n
         self.aligned, self.replaced = max_n + 1, max_n + 2  # the matches those proposals report
         self._after: dict[tuple[int, ...], list[int]] = {}  # n-gram -> ascending positions right after it
-        for end in range(1, len(self.tokens)):
-            for n in range(min_n, min(max_n, end) + 1):
-                self._after.setdefault(tuple(self.tokens[end - n:end]), []).append(end)
+        for key, end in followed_ngrams(self.tokens, min_n, max_n):
+            self._after.setdefault(key, []).append(end)
         self._place: int | None = 0  # the prediction's position the output's end is at, while it follows it
         self._match = self.aligned  # how the place was found: the match its proposals report
         self._checked = 0  # output tokens the place accounts for
@@ -178,13 +178,13 @@ class Prediction:
     def propose(self, committed: list[int], gamma: int) -> Lookup:
         """Up to `gamma` tokens of the prediction from where the committed output is in it; none if it is in
         no known place or at the prediction's end."""
-        output = committed[self.start:]
-        if len(output) < self._checked:  # the committed tokens were cut back: start over
+        output = len(committed) - self.start
+        if output < self._checked:  # the committed tokens were cut back: start over
             self._place, self._checked, self._match = 0, 0, self.aligned
-        new = output[self._checked:]
-        self._checked = len(output)
-        if new or self._place is None:  # else: where the last call left it
-            self._place, self._match = self._follow(new) if self._place is not None else (None, 0)
+        new = committed[self.start + self._checked:]
+        self._checked = output
+        if new and self._place is not None:  # no new tokens: where the last call left it
+            self._place, self._match = self._follow(new)
         if self._place is None:
             self._place, self._match = self._search(committed)
         if self._place is None or self._place >= len(self.tokens):
