@@ -59,11 +59,17 @@ class PredictedContent(BaseModel):
     content: str | list[ContentPart]
 
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        if any(part.type != "text" or part.text is None for part in self.content):
-            raise BadRequest("prediction content parts must be text", "prediction")
-        return "".join(part.text for part in self.content)
+        return joined_text(self.content, "prediction content parts must be text", "prediction")
+
+
+def joined_text(content: str | list[ContentPart] | None, refusal: str, param: str) -> str | None:
+    """Content as a string: given as one, or its text parts joined; a part that is not text is a BadRequest
+    (`refusal`, naming `param`)."""
+    if not isinstance(content, list):
+        return content
+    if any(part.type != "text" or part.text is None for part in content):
+        raise BadRequest(refusal, param)
+    return "".join(part.text for part in content)
 
 
 class _Common(BaseModel):
@@ -237,11 +243,7 @@ class Message(BaseModel):
     content: str | list[ContentPart] | None = None
 
     def for_template(self) -> dict[str, Any]:
-        content = self.content
-        if isinstance(content, list):
-            if any(part.type != "text" or part.text is None for part in content):
-                raise BadRequest("only text content parts are supported", "messages")
-            content = "".join(part.text for part in content)
+        content = joined_text(self.content, "only text content parts are supported", "messages")
         role = "system" if self.role == "developer" else self.role
         extra = dict(self.model_extra or {})
         if extra.get("tool_calls"):
@@ -313,9 +315,9 @@ class ChatCompletionRequest(_Common):
             self._choice = tool_calls.read_choice(self.tool_choice, self._tools)
         except tool_calls.ToolError as exc:
             raise BadRequest(str(exc), "tool_choice") from None
-        if self._choice not in ("none", "auto") and self.constraints():
-            raise BadRequest(f"a tool_choice that forces a call cannot be combined with {self.constraints()[0][0]}",
-                             "tool_choice")
+        asked = self.constraints() if self._choice not in ("none", "auto") else []
+        if asked:
+            raise BadRequest(f"a tool_choice that forces a call cannot be combined with {asked[0][0]}", "tool_choice")
 
     def offered_tools(self) -> dict[str, tool_calls.Tool]:
         """The tools the model is shown and may call: none where tool_choice is "none"."""

@@ -96,18 +96,18 @@ def run_workloads(args: argparse.Namespace) -> int:
         peer = None if args.no_hf else HFPromptLookup(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, "def fib(n):", args.gamma_max)
         for workload, conversations in workloads.items():
-            predicted = all(predicted_output(messages) for messages in conversations)
-            configs = CONFIGS + ((PREDICTED,) if predicted else ())
+            predictions = [predicted_output(messages) for messages in conversations]
+            configs = CONFIGS + ((PREDICTED,) if all(predictions) else ())
             results = [ConfigResult(name, gamma) for name, gamma, *_ in configs]
             peer_result = ConfigResult(HFPromptLookup.name, None)
-            for messages in tqdm(conversations, desc=workload):
+            for messages, prediction in tqdm(list(zip(conversations, predictions)), desc=workload):
                 ids = list(tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
                 for config, result in zip(configs, results):
                     _, gamma, proposer, overlap = config
                     request = make_request(prompt_token_ids=ids, max_new_tokens=args.max_new_tokens, gamma=gamma,
                                            proposer=proposer, overlap=overlap)
                     if config is PREDICTED:
-                        request.prediction = predicted_output(messages)
+                        request.prediction = prediction
                     result.add(lambda: generate(stack.endpoint, request))
                 if peer is not None:
                     peer_result.add(lambda: peer(ids, args.max_new_tokens, tokenizer.eos_token_id))
