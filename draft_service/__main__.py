@@ -1,19 +1,14 @@
 """python -m draft_service: host the draft model behind specdec.v1.DraftService (`--model lookup`: no
 model, n-gram lookups; `specdec.engine.lookup_engine`)."""
 
-import os
+import argparse
+import logging
 
-# PyTorch backs large CPU allocations with transparent huge pages: about 5% faster decode.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
-
-import argparse  # noqa: E402
-import logging  # noqa: E402
-
-from draft_service.servicer import register  # noqa: E402
-from specdec.engine.lookup_engine import LOOKUP_MODEL, LookupEngine  # noqa: E402
-from specdec.engine.model_engine import DraftEngine  # noqa: E402
-from specdec.engine.models import draft_vocabulary  # noqa: E402
-from specdec.runtime.model_service import (  # noqa: E402
+from draft_service.servicer import register
+from specdec.engine.lookup_engine import LOOKUP_MODEL, LookupEngine
+from specdec.engine.model_engine import DraftEngine
+from specdec.engine.models import draft_vocabulary
+from specdec.runtime.model_service import (
     ModelServiceConfig,
     load_engine,
     model_service_config,

@@ -4,26 +4,21 @@ With `--tp N` (N > 1) this process is rank 0 of N: it starts ranks 1..N-1 as chi
 of the same command, shards the model over all of them and serves the one gRPC endpoint.
 """
 
-import os
+import argparse
+import dataclasses
+import logging
+import subprocess
+import sys
+from dataclasses import dataclass
 
-# PyTorch backs large CPU allocations with transparent huge pages: about 5% faster decode.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+import torch
+from grpc_health.v1 import health_pb2
 
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import logging  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
-import torch  # noqa: E402
-from grpc_health.v1 import health_pb2  # noqa: E402
-
-from specdec.engine.model_engine import TargetEngine  # noqa: E402
-from specdec.engine.models import resolve_device  # noqa: E402
-from specdec.engine.tp import shard_model  # noqa: E402
-from specdec.runtime.machine_lock import machine_lock  # noqa: E402
-from specdec.runtime.model_service import (  # noqa: E402
+from specdec.engine.model_engine import TargetEngine
+from specdec.engine.models import resolve_device
+from specdec.engine.tp import shard_model
+from specdec.runtime.machine_lock import machine_lock
+from specdec.runtime.model_service import (
     DRAFT_ONLY,
     ModelServiceConfig,
     load_and_profile,
@@ -33,10 +28,10 @@ from specdec.runtime.model_service import (  # noqa: E402
     serve_engine,
     setup_process,
 )
-from specdec.runtime.options import add_options, from_options, option  # noqa: E402
-from specdec.runtime.server import announce_and_wait, free_port  # noqa: E402
-from target_service import tensor_parallel as tp  # noqa: E402
-from target_service.servicer import register  # noqa: E402
+from specdec.runtime.options import add_options, from_options, option
+from specdec.runtime.server import announce_and_wait, free_port
+from target_service import tensor_parallel as tp
+from target_service.servicer import register
 
 SERVICE = "specdec.v1.TargetService"
 log = logging.getLogger("target_service")
