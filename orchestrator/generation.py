@@ -21,12 +21,12 @@ from opentelemetry.trace import Span
 
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
+from orchestrator.lookups import LOOKUP_KINDS, Lookups
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.sessions import NO_DRAFTS, Branch, DraftReply, DraftSession, TargetSession, VerifyReply
-from specdec.core.ngram import Lookup, LookupProposer, Prediction, RecentSequences
-from specdec.core.rounds import ALPHA_MAX, Estimates, RoundRecord
+from specdec.core.ngram import Lookup, RecentSequences
+from specdec.core.rounds import Estimates, RoundRecord
 from specdec.core.sampling import SamplingParams
-from specdec.core.sequence import common_prefix
 from specdec.core.stats import FinishReason, GenerationStats
 from specdec.core.text import TextStream, printable
 from specdec.planning.controller import GammaController
@@ -36,16 +36,6 @@ from specdec.runtime import telemetry
 from specdec.runtime.wire import sampling_to_pb
 
 log = logging.getLogger(__name__)
-LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM's prompt_lookup_min/max)
-# What a lookup's α is learned under (`Lookup.kind`): where it matched (this sequence, or an earlier
-# session's), how long a suffix, and whether that suffix recurred there.
-LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)] + \
-    [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)] + \
-    [("prediction", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 3)]  # + 1, + 2: `Prediction`'s own
-# The α hybrid prices the first lookup of a kind no session tried at (`_priced_lookup`): as if accepted whole
-# (the largest an estimate gives), or a kind whose prior loses to a good draft model would never be tried, nor
-# learned. A miss costs one round.
-UNTRIED_ALPHA = ALPHA_MAX
 # A target-only round takes as many steps on the target as fit in this (one hop for them all): streamed
 # tokens still come at least this often, and where one step takes longer (a 1.5B model on a CPU) a round
 # is one step, as before.
@@ -114,22 +104,18 @@ class Generation:
         self._draft = DraftSession(None, service_session, sampling)
         self._target = TargetSession(self.target, service_session, sampling)
         self._last_drafted = 0
-        self._shadow: Lookup | None = None  # a lookup found this round but not proposed (`_observe_shadow`)
         self._branch: Branch | None = None  # the next round, drafting while this one verifies
         self._draft_failed_at: float | None = None
         self._draft_replica = ""
         proposer = self.request.proposer
-        prediction = Prediction(list(self.request.prediction), len(self.request.prompt_ids), LOOKUP_MIN_N,
-                                LOOKUP_MAX_N) if self.request.prediction else None
-        self._lookup = LookupProposer(LOOKUP_MIN_N, LOOKUP_MAX_N, self.recent, prediction) \
-            if proposer in ("ngram", "hybrid") else None
         self._uses_model = proposer in ("model", "hybrid")
-        # α of lookup proposals, learned per kind (`Lookup.kind`; the model's is the controller's);
-        # hybrid plans with it, and hands it back to `lookup_prior`.
         if self.lookup_prior is None:
             self.lookup_prior = LookupPrior(LOOKUP_KINDS)
+        # Lookups, their α learned per kind (`Lookup.kind`; the model's is the controller's).
+        self.lookups = Lookups(len(self.request.prompt_ids), list(self.request.prediction), self.recent,
+                               self.lookup_prior, self.controller, self._uses_model) \
+            if proposer in ("ngram", "hybrid") else None
         self.controller.target_chunk_s = self.target_chunk_s
-        self.lookup_acceptance = {} if self._lookup is None else self.lookup_prior.estimates()
 
     def run(self) -> Iterator[Chunk]:
         req = self.request
@@ -184,8 +170,8 @@ class Generation:
                 else:
                     yield Chunk(new_tokens, delta, record, estimates, logprobs=logprobs, **prompt)
         finally:
-            if self.request.proposer == "hybrid":
-                self.lookup_prior.absorb(self.lookup_acceptance)
+            if self.lookups is not None:
+                self.lookups.finish()
             if self.recent is not None and finish:  # a finished sequence, for later sessions' lookups
                 self.recent.add(committed)
             if self._branch is not None:  # drafted for a round that never came
@@ -232,13 +218,13 @@ class Generation:
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
         hit, model_gamma, steps = self._prefetched(committed), 0, 1
         if hit is not None:
-            lookup = self._lookup_over(hit, cap, committed)
+            lookup = self.lookups.over(len(hit.tokens), cap, committed) if self.request.proposer == "hybrid" else None
         else:
             chunk = self.controller.plain_steps(min(remaining, self.max_context - len(committed)))
             lookup, model_gamma, steps = self._sources(gamma, cap, useful, committed, chunk)
         if lookup is not None:
             hit, proposal = None, DraftReply(lookup.tokens, NO_DRAFTS.probs, NO_DRAFTS.hop)
-            self.lookup_prior.tried(lookup.kind)
+            self.lookups.proposed(lookup)
         elif hit is not None:
             proposal, gamma = hit, len(hit.tokens)
         elif model_gamma > 0 and self._draft_usable():
@@ -266,9 +252,10 @@ class Generation:
             proposer="" if not proposal.tokens else "ngram" if lookup is not None else "model",
             overlapped=self._branch is not None, prefetched=hit is not None, target_passes=verdict.passes,
             predicted=lookup is not None and lookup.source == "prediction")
-        if lookup is not None:
-            self.lookup_acceptance[lookup.kind].observe(record.drafted, record.accepted)
-        self._observe_shadow(verdict.tokens)
+        if self.lookups is not None:
+            if lookup is not None:
+                self.lookups.observe(lookup, record.drafted, record.accepted)
+            self.lookups.observe_shadow(verdict.tokens)
         if not prefill:  # a prefill says nothing about steady-state cost, only about the load
             self.controller.observe(record, by_model=lookup is None or not self._uses_model)
         else:
@@ -283,7 +270,7 @@ class Generation:
         chosen, one where a fixed γ found no lookup (the next token may give one).
 
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
-        rates. A lookup's is `_priced_lookup`'s. The draft model's is its rate at the controller's γ with
+        rates. A lookup's is `Lookups.priced`'s. The draft model's is its rate at the controller's γ with
         the time its draft needs to catch up on tokens it has not seen (`GammaController.catch_up_rate`,
         over the `useful` tokens left). While its α is still a guess (`GammaController.untried`), and on the
         controller's probes, the draft model drafts regardless: at the guess (0.7) the model and target-only
@@ -295,19 +282,19 @@ class Generation:
         good and never be tried again (and a copy may begin at the next token).
         """
         plain = chunk if gamma == 0 else 1
-        if self._lookup is None:
+        if self.lookups is None:
             return None, gamma, plain
         if cap == 0:
             return None, 0, plain
-        self._lookup.sync(committed)
+        self.lookups.sync(committed)
         if not self._uses_model:
-            found = self._lookup.propose(gamma)
+            found = self.lookups.propose(gamma)
             return (found, 0, 1) if found.tokens else (None, 0, plain)
         drafting = gamma > 0 and self._draft_usable()
         # Measure the model's α (an untried lookup kind: ditto), before looking anything up.
         if drafting and (self.controller.untried() or self.controller.probing):
             return None, gamma, 1
-        priced = self._priced_lookup(cap)
+        priced = self.lookups.priced(cap)
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
         options = [(self.controller.plain_rate(chunk if priced is None else 1), None, 0)] if adaptive else []
         if drafting:
@@ -319,7 +306,7 @@ class Generation:
             return None, 0, plain
         _, lookup, model_gamma = max(options, key=lambda option: option[0])
         if lookup is None and priced is not None:
-            self._shadow = priced[1]
+            self.lookups.shadow = priced[1]
         return lookup, model_gamma, chunk if lookup is None and model_gamma == 0 else 1
 
     def _overlaps(self, useful: int) -> bool:
@@ -360,45 +347,6 @@ class Generation:
             return None
         self._draft_replica = self._draft.client.address
         return proposal
-
-    def _lookup_over(self, hit: DraftReply, cap: int, committed: list[int]) -> Lookup | None:
-        """Hybrid, with the model's proposal already drafted: a lookup of at most `cap` tokens that
-        promises more tokens per second than it, or None. Neither costs draft time now, so each is
-        priced as a free proposer at its own α."""
-        if self.request.proposer != "hybrid":
-            return None
-        self._lookup.sync(committed)
-        priced = self._priced_lookup(cap)
-        _, drafted_rate = self.controller.best_free(self.controller.acceptance.alpha, len(hit.tokens))
-        if priced is not None and priced[0] > drafted_rate:
-            return priced[1]
-        self._shadow = priced[1] if priced is not None else None
-        return None
-
-    def _observe_shadow(self, committed: list[int]) -> None:
-        """Learn the α of a lookup that was found this round but not proposed, from the tokens the round
-        committed, as if it had been: its tokens up to the first that differs would have been accepted (a point
-        mass x is accepted with probability p(x), the probability that the target's token is x), and what lies
-        past the round's tokens is unknown (no rejection is counted there). Without it a kind priced below the
-        draft model at its prior α would never be proposed, nor learned."""
-        shadow, self._shadow = self._shadow, None
-        if shadow is None:
-            return
-        seen = shadow.tokens[:len(committed)]
-        same = common_prefix(seen, committed)
-        self.lookup_acceptance[shadow.kind].observe(min(same + 1, len(seen)), same)
-
-    def _priced_lookup(self, cap: int) -> tuple[float, Lookup] | None:
-        """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its
-        expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind (`UNTRIED_ALPHA` for a
-        kind not yet tried) and no draft cost; None when it finds nothing worth a token."""
-        found = self._lookup.propose(cap)
-        if not found.tokens:
-            return None
-        untried = self._uses_model and self.lookup_prior.untried(found.kind)
-        alpha = UNTRIED_ALPHA if untried else self.lookup_acceptance[found.kind].alpha
-        best, rate = self.controller.best_free(alpha, len(found.tokens))
-        return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
 
     def _propose(self, gamma: int, committed: list[int], span: Span) -> DraftReply:
         """The draft's proposal; after a draft failure, none: the round is a target-only step."""

@@ -16,8 +16,8 @@ from opentelemetry.trace import SpanKind
 
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
-from orchestrator.generation import (LOOKUP_KINDS, LOOKUP_MAX_N, LOOKUP_MIN_N, TARGET_CHUNK_S, Chunk, Generation,
-                                     GenerationRequest)
+from orchestrator.generation import TARGET_CHUNK_S, Chunk, Generation, GenerationRequest
+from orchestrator.lookups import LOOKUP_KINDS, LOOKUP_MAX_N, LOOKUP_MIN_N
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.records import RecordWriter, resume_request
 from protos import specdec_pb2 as pb

@@ -300,11 +300,12 @@ def test_a_lookup_not_proposed_is_learned_from_the_tokens_the_round_committed():
     request = GenerationRequest([5, 6], 8, SamplingParams(), gamma=None, proposer="hybrid")
     generation = Generation(request, DraftPool([]), None, None, frozenset(), 64, GammaController(4, CostProfile((0.1, 0.1))))
     kind = ("self", 3, False)
-    estimate = generation.lookup_acceptance[kind]
+    lookups = generation.lookups
+    estimate = lookups.acceptance[kind]
     for proposal, committed, counted in [([1, 2, 3], [1, 2, 9, 4], (2, 1)), ([1, 2, 3], [1, 2], (4, 1)),
                                          ([1, 2], [1, 2, 3], (6, 1)), ([7], [8], (6, 2))]:
-        generation._shadow = Lookup(proposal, 3)
-        generation._observe_shadow(committed)
+        lookups.shadow = Lookup(proposal, 3)
+        lookups.observe_shadow(committed)
         assert (estimate.accepted, estimate.rejections) == counted, (proposal, committed)
-    generation._observe_shadow([1, 2, 3])
+    lookups.observe_shadow([1, 2, 3])
     assert (estimate.accepted, estimate.rejections) == (6, 2), "a shadow is observed once"

@@ -1,0 +1,98 @@
+"""Lookup proposals in the speculate/verify loop: found (prompt lookup, earlier sessions, a client's prediction:
+`specdec.core.ngram`), priced against the draft model and target-only rounds (hybrid), and learned per kind.
+
+A lookup is a point mass with no q and no hop: it costs no draft time, so it is priced as a free proposer at
+its kind's learned α (`GammaController.best_free`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specdec.core.ngram import Lookup, LookupProposer, Prediction, RecentSequences
+from specdec.core.rounds import ALPHA_MAX
+from specdec.core.sequence import common_prefix
+from specdec.planning.controller import GammaController
+from specdec.planning.prior import LookupPrior
+
+LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM's prompt_lookup_min/max)
+# What a lookup's α is learned under (`Lookup.kind`): where it matched (this sequence, or an earlier
+# session's), how long a suffix, and whether that suffix recurred there.
+LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)] + \
+    [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)] + \
+    [("prediction", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 3)]  # + 1, + 2: `Prediction`'s own
+# The α hybrid prices the first lookup of a kind no session tried at (`Lookups.priced`): as if accepted whole
+# (the largest an estimate gives), or a kind whose prior loses to a good draft model would never be tried, nor
+# learned. A miss costs one round.
+UNTRIED_ALPHA = ALPHA_MAX
+
+
+class Lookups:
+    """One generation's lookups: its index over the committed tokens, and α per kind (from `prior`, which
+    gets them back at the end: `finish`). `with_model`: hybrid, whose lookups compete with a draft model."""
+
+    def __init__(self, prompt_length: int, prediction: list[int], recent: RecentSequences | None,
+                 prior: LookupPrior, controller: GammaController, with_model: bool):
+        predicted = Prediction(prediction, prompt_length, LOOKUP_MIN_N, LOOKUP_MAX_N) if prediction else None
+        self.proposer = LookupProposer(LOOKUP_MIN_N, LOOKUP_MAX_N, recent, predicted)
+        self.prior, self.controller, self.with_model = prior, controller, with_model
+        self.acceptance = prior.estimates()
+        self.shadow: Lookup | None = None  # found this round but not proposed (`observe_shadow`)
+
+    def sync(self, committed: list[int]) -> None:
+        self.proposer.sync(committed)
+
+    def propose(self, gamma: int) -> Lookup:
+        """Up to γ looked-up tokens (prompt lookup alone: no pricing)."""
+        return self.proposer.propose(gamma)
+
+    def priced(self, cap: int) -> tuple[float, Lookup] | None:
+        """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its
+        expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind (`UNTRIED_ALPHA` for a
+        kind not yet tried) and no draft cost; None when it finds nothing worth a token."""
+        found = self.proposer.propose(cap)
+        if not found.tokens:
+            return None
+        untried = self.with_model and self.prior.untried(found.kind)
+        alpha = UNTRIED_ALPHA if untried else self.acceptance[found.kind].alpha
+        best, rate = self.controller.best_free(alpha, len(found.tokens))
+        return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
+
+    def over(self, drafted: int, cap: int, committed: list[int]) -> Lookup | None:
+        """With the model's proposal of `drafted` tokens already drafted (a prefetched branch): a lookup of at
+        most `cap` tokens that promises more tokens per second than it, or None. Neither costs draft time
+        now, so each is priced as a free proposer at its own α."""
+        self.sync(committed)
+        priced = self.priced(cap)
+        _, drafted_rate = self.controller.best_free(self.controller.acceptance.alpha, drafted)
+        if priced is not None and priced[0] > drafted_rate:
+            return priced[1]
+        self.shadow = priced[1] if priced is not None else None
+        return None
+
+    def proposed(self, lookup: Lookup) -> None:
+        """`lookup` goes to the target this round: its kind counts as tried from now on (`LookupPrior.tried`)."""
+        self.prior.tried(lookup.kind)
+
+    def observe(self, lookup: Lookup, drafted: int, accepted: int) -> None:
+        """A proposed lookup's verdict: `accepted` of its `drafted` tokens."""
+        self.acceptance[lookup.kind].observe(drafted, accepted)
+
+    def observe_shadow(self, committed: list[int]) -> None:
+        """Learn the α of a lookup that was found this round but not proposed, from the tokens the round
+        committed, as if it had been: its tokens up to the first that differs would have been accepted (a point
+        mass x is accepted with probability p(x), the probability that the target's token is x), and what lies
+        past the round's tokens is unknown (no rejection is counted there). Without it a kind priced below the
+        draft model at its prior α would never be proposed, nor learned."""
+        shadow, self.shadow = self.shadow, None
+        if shadow is None:
+            return
+        seen = shadow.tokens[:len(committed)]
+        same = common_prefix(seen, committed)
+        self.acceptance[shadow.kind].observe(min(same + 1, len(seen)), same)
+
+    def finish(self) -> None:
+        """Hand the learned α back to the prior, for later generations (hybrid's only: plain prompt lookup
+        is not priced)."""
+        if self.with_model:
+            self.prior.absorb(self.acceptance)
