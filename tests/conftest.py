@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -11,12 +13,13 @@ import time
 
 import openai
 import pytest
+import redis
 
 from orchestrator.clients import draft_client, target_client
 from orchestrator.servicer import OrchestratorConfig
 from specdec.launch.stack import EmbeddedStack, StackOptions
 from specdec.runtime.model_service import ModelServiceConfig
-from specdec.runtime.server import READY_PREFIX
+from specdec.runtime.server import READY_PREFIX, free_port
 
 TINY_TARGET = "tiny:seed=0"
 TINY_DRAFT = "tiny:seed=0,perturb=0.05"  # agrees with the target on about half the tokens
@@ -244,3 +247,27 @@ def start_gateway(endpoint: str, *flags: str) -> tuple[subprocess.Popen, str]:
     port = next((int(line[len(READY_PREFIX):]) for line in proc.stdout if line.startswith(READY_PREFIX)), None)
     assert port is not None, f"python -m specdec.http did not start (exit {proc.wait(30)})"
     return proc, f"http://127.0.0.1:{port}/v1"
+
+
+@contextlib.contextmanager
+def redis_server():
+    """A redis-server of its own on a free loopback port: its URL."""
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is not installed (scripts/setup.sh installs Debian's package)"
+    port = free_port()
+    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+                              stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+
+    def answers() -> bool:
+        try:
+            return client.ping()
+        except redis.ConnectionError:
+            return False
+
+    try:
+        wait_until(answers, 20, "redis-server to start", every_s=0.1)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.terminate()
+        server.wait(10)

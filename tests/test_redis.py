@@ -3,9 +3,6 @@ session records, and the γ prior shared between orchestrators."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-import subprocess
 import threading
 import time
 
@@ -13,7 +10,7 @@ import grpc
 import openai
 import pytest
 import redis
-from conftest import holds_for, start_gateway, tiny_options, wait_until
+from conftest import holds_for, redis_server, start_gateway, tiny_options, wait_until
 
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
@@ -26,30 +23,6 @@ from specdec.runtime.redis_state import DraftRegistration, PriorStore, SharedRou
 from specdec.runtime.server import free_port
 
 TTL_S = 1.5
-
-
-@contextlib.contextmanager
-def redis_server():
-    """A redis-server of its own on a free loopback port: its URL."""
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is not installed (scripts/setup.sh installs Debian's package)"
-    port = free_port()
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-                              stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-
-    def answers() -> bool:
-        try:
-            return client.ping()
-        except redis.ConnectionError:
-            return False
-
-    try:
-        wait_until(answers, 20, "redis-server to start", every_s=0.1)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 @pytest.fixture(scope="module")

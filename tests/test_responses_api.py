@@ -18,7 +18,7 @@ from openai.types.responses import ResponseStreamEvent
 from protos import specdec_pb2 as pb
 from specdec.http.guard import route_of
 from specdec.http.response_reply import ResponseReply, ResponseStream
-from specdec.http.response_store import ResponseNotFound, ResponseStore
+from specdec.http.response_store import ResponseNotFound, ResponseNotReady, ResponseStore
 from specdec.http.responses import TokenText
 from specdec.http.responses_api import ResponsesRequest, chat_messages
 from specdec.http.schema import BadRequest
@@ -228,6 +228,19 @@ def test_a_reply_is_the_chat_completions_reply_under_speculation(serve, stream):
     assert 0 < speculation["drafted"] and speculation["accepted"] <= speculation["drafted"]
 
 
+def test_the_store_cancels_only_a_running_response_and_chains_go_on_only_from_ended_ones():
+    store = ResponseStore(budget_bytes=1 << 20)
+    for response_id, status in [("run", "in_progress"), ("done", "completed"), ("cut", "incomplete")]:
+        store.put(response_id, {"id": response_id, "status": status}, [{"role": "user", "content": response_id}], None)
+    assert store.cancel("run") == {"id": "run", "status": "cancelled"} == store.body("run")
+    assert store.cancel("done")["status"] == "completed" and store.cancel("run")["status"] == "cancelled"
+    assert store.conversation("cut") == [{"role": "user", "content": "cut"}]
+    with pytest.raises(ResponseNotReady):
+        store.conversation("run")
+    with pytest.raises(ResponseNotFound):
+        store.cancel("none")
+
+
 def test_previous_response_id_goes_on_with_the_stored_conversation(serve):
     """A second turn after `previous_response_id` (its instructions sent again, as clients do): its prompt is the
     chat template's rendering of the whole conversation, its reply the chat reply to it, and the first turn's
@@ -352,7 +365,8 @@ def test_a_stored_responses_input_items_are_listed_a_page_at_a_time(serve):
 
 
 @pytest.mark.parametrize("body,param,message", [
-    ({"input": "x", "background": True}, "background", "not supported"),
+    ({"input": "x", "background": True, "store": False}, "background", "needs store: true"),
+    ({"input": "x", "background": True, "stream": True}, "stream", "not streamed"),
     ({"input": "x", "include": ["nonsense"]}, "include", "unknown value"),
     ({"input": "x", "include": ["message.output_text.logprobs"], "tools": [WEATHER]}, "include", "tools"),
     ({"input": "x", "top_logprobs": 2}, "top_logprobs", "needs include"),

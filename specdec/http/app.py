@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from typing import AsyncIterator
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -20,22 +18,24 @@ from opentelemetry import metrics
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.http import tool_calls
+from specdec.http.background import BackgroundResponses
 from specdec.http.errors import error_body, rpc_error
 from specdec.http.flags import HttpConfig
 from specdec.http.batch import PromptBatch, parallel_for
 from specdec.http.best_of import BestOf
+from specdec.http.calls import ClientGone, run
 from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
-from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
-from specdec.http.response_store import ResponseNotFound, ResponseStore, StoreUnavailable, response_store
+from specdec.http.response_store import (ResponseNotFound, ResponseNotReady, ResponseStore, StoreUnavailable,
+                                         response_store)
 from specdec.http.responses import Echo, Reply, TokenText
-from specdec.http.responses_api import ResponsesRequest
+from specdec.http.responses_routes import cancel_response, create_response, input_items, stored_response
 from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
 from specdec.http.tokens_api import detokenize, tokenize
 from specdec.runtime import security
@@ -44,15 +44,6 @@ from specdec.runtime.server import CHANNEL_OPTIONS
 log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 1.0
-
-
-def sse(data: dict | str) -> bytes:
-    return f"data: {data if isinstance(data, str) else json.dumps(data, separators=(',', ':'))}\n\n".encode()
-
-
-def named_sse(event: dict) -> bytes:
-    """A Responses API event: its type as the event's name, the event as its data."""
-    return f"event: {event['type']}\n".encode() + sse(event)
 
 
 class Gateway:
@@ -67,6 +58,7 @@ class Gateway:
         self.tokenizer = None
         self.tokens: TokenText | None = None
         self.stored = response_store(config)
+        self.background = BackgroundResponses(self.stored)
         meter = metrics.get_meter("specdec.http")
         self.requests = meter.create_counter("http_requests", description="HTTP requests by route and status")
         self.latency = meter.create_histogram("http_request_duration", unit="s",
@@ -99,6 +91,7 @@ class Gateway:
         log.info("OpenAI API for %s in front of %s", self.model, self.config.endpoint)
 
     async def stop(self) -> None:
+        await self.background.close()
         if self.channel is not None:
             await self.channel.close()
 
@@ -214,168 +207,6 @@ async def chat_completions(request: Request) -> Response:
                                                              echo=Echo((echoed,)) if echoed else None))
 
 
-async def create_response(request: Request) -> Response:
-    """The Responses API: a chat completion after the stored conversation it goes on from; stored in turn."""
-    gateway: Gateway = request.app.state.gateway
-    body = parse(ResponsesRequest, await request.body())
-    gateway.check_model(body.model)
-    conversation = []
-    if body.previous_response_id:
-        conversation = await asyncio.to_thread(gateway.stored.conversation, body.previous_response_id)
-    try:
-        chat, prompt = body.fitted(conversation, gateway.chat_prompt, gateway.info.max_context)
-    except BadRequest as exc:
-        raise BadRequest(str(exc), "input" if exc.param == "messages" else exc.param) from None
-    reply = ResponseReply(body, gateway.model, gateway.tokens, chat.offered_tools(), gateway.stored)
-    return await run(request, gateway, body, [gateway.chat_request(chat, prompt)], reply, response_events)
-
-
-async def stored_response(request: Request) -> Response:
-    """GET a stored response, or DELETE it."""
-    gateway: Gateway = request.app.state.gateway
-    response_id = request.path_params["response_id"]
-    if request.method == "DELETE":
-        await asyncio.to_thread(gateway.stored.delete, response_id)
-        return JSONResponse({"id": response_id, "object": "response", "deleted": True})
-    return JSONResponse(await asyncio.to_thread(gateway.stored.body, response_id))
-
-
-async def input_items(request: Request) -> Response:
-    """A stored response's input items, a page at a time (`order`, `limit`, `after`, as OpenAI's lists)."""
-    gateway: Gateway = request.app.state.gateway
-    query = request.query_params
-    order, limit = query.get("order", "desc"), query.get("limit", "20")
-    if order not in ("asc", "desc"):
-        raise BadRequest(f"order must be asc or desc, got {order!r}", "order")
-    if not limit.isdigit() or not 1 <= int(limit) <= MAX_LISTED:
-        raise BadRequest(f"limit must be an integer in [1, {MAX_LISTED}], got {limit!r}", "limit")
-    items = await asyncio.to_thread(gateway.stored.items, request.path_params["response_id"])
-    try:
-        return JSONResponse(item_page(items, order, int(limit), query.get("after")))
-    except ValueError as exc:
-        raise BadRequest(str(exc), "after") from None
-
-
-async def run(request: Request, gateway: Gateway, body, generate: list[pb.GenerateRequest], reply: Reply,
-              events=None) -> Response:
-    """Start the call (`generate`: a request per prompt, several read as one: `PromptBatch`) and wait for its first
-    message, so that a refused request gets its 4xx status even when streamed; then stream the rest (`events`:
-    the stream's form, the chat API's by default), or gather it."""
-    call = gateway.generate(generate, reply.n)
-    try:
-        first = await until_disconnected(request, call.read())
-    except BaseException:
-        call.cancel()
-        raise
-    if body.stream:
-        return StreamingResponse((events or stream)(call, first, reply, body), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    try:
-        texts, logprobs = await until_disconnected(request, gather(call, first, reply))
-    finally:
-        call.cancel()  # a no-op once the call is done
-    whole = reply.whole(texts, {i: reply.merge_logprobs(parts) for i, parts in logprobs.items()})
-    await reply.settle(whole)
-    return JSONResponse(whole)
-
-
-async def messages(call, first, reply: Reply) -> AsyncIterator[pb.GenerateResponse]:
-    """The call's messages from `first` on; the final stats go to `reply` as they pass."""
-    message = first
-    while message is not grpc.aio.EOF:
-        if message.HasField("stats"):
-            reply.stats[message.choice] = message.stats
-        yield message
-        message = await call.read()
-
-
-async def gather(call, first, reply: Reply) -> tuple[dict[int, str], dict[int, list]]:
-    """Each choice's text and its messages' logprobs, by choice index."""
-    texts: dict[int, list[str]] = {}
-    logprobs: dict[int, list] = {}
-    async for message in messages(call, first, reply):
-        text, parts = reply.content(message)
-        texts.setdefault(message.choice, []).append(text)
-        logprobs.setdefault(message.choice, []).append(parts)
-    return {i: "".join(parts) for i, parts in texts.items()}, logprobs
-
-
-async def stream(call, first, reply: Reply, body) -> AsyncIterator[bytes]:
-    """Server-sent events: a chunk per round, the finish reason, usage if asked for, then [DONE].
-    An error after the first message arrives as an OpenAI error event. Closing the stream (the
-    client went away) cancels the call."""
-    opened: set[int] = set()  # choices whose first chunk (naming the role, in chat) has gone out
-    try:
-        async for message in messages(call, first, reply):
-            text, logprobs = reply.content(message)
-            index = message.choice
-            text = reply.stream_text(text, index)
-            if text or logprobs or index not in opened:
-                yield sse(reply.chunk(text, logprobs, first=index not in opened, index=index))
-                opened.add(index)
-        for index in sorted(opened):
-            for chunk in reply.closing_chunks(index):
-                yield sse(chunk)
-        if body.include_usage():
-            yield sse(reply.usage_chunk())
-    except grpc.RpcError as exc:
-        status, kind, message_text = rpc_error(exc)
-        yield sse({"error": {"message": message_text, "type": kind, "param": None, "code": status}})
-    finally:
-        call.cancel()
-    yield sse("[DONE]")
-
-
-async def response_events(call, first, reply: ResponseReply, body) -> AsyncIterator[bytes]:
-    """A streamed response's events (`ResponseStream`); an error after the first message ends it as failed.
-    Closing the stream (the client went away) cancels the call."""
-    events = ResponseStream(reply)
-    try:
-        for event in events.start():
-            yield named_sse(event)
-        async for message in messages(call, first, reply):
-            logprobs = reply.logprobs(message)
-            text = reply.stream_text(message.text)
-            if text or logprobs is not None and logprobs["content"]:
-                for event in events.delta(text, logprobs["content"] if logprobs is not None else None):
-                    yield named_sse(event)
-        ending = events.finish()
-        await reply.settle(events.final)
-        for event in ending:
-            yield named_sse(event)
-    except grpc.RpcError as exc:
-        _, kind, message_text = rpc_error(exc)
-        for event in events.failed(kind, message_text):
-            yield named_sse(event)
-    finally:
-        call.cancel()
-
-
-async def until_disconnected(request: Request, work):
-    """Await `work`, unless the client disconnects first: then cancel it and raise ClientGone."""
-    task = asyncio.ensure_future(work)
-    watch = asyncio.ensure_future(wait_disconnect(request))
-    try:
-        done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if task not in done:
-            task.cancel()
-            raise ClientGone()
-        return task.result()
-    finally:
-        watch.cancel()
-
-
-async def wait_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-class ClientGone(Exception):
-    pass
-
-
 async def health(request: Request) -> Response:
     """200 while the orchestrator reports SERVING (within a second), 503 otherwise; `orchestrator` says
     what it answered (a health status), or the gRPC code of its failure to answer."""
@@ -409,7 +240,10 @@ def with_errors(route):
             return error_body(503, "service_unavailable", f"the response store cannot be reached: {exc}")
         except ResponseNotFound as exc:
             return error_body(404, "not_found_error", f"no stored response has the id {exc.args[0]!r}",
-                              "previous_response_id" if request.method == "POST" else "response_id")
+                              "response_id" if "response_id" in request.path_params else "previous_response_id")
+        except ResponseNotReady as exc:
+            return error_body(400, "invalid_request_error", f"response {exc.args[0]!r} is {exc.args[1]}: a "
+                              "conversation goes on from a completed or incomplete response", "previous_response_id")
         except grpc.RpcError as exc:
             return error_body(*rpc_error(exc))
         except ClientGone:
@@ -424,6 +258,7 @@ ROUTES = {"/v1/models": (models, ["GET"]), "/v1/models/{model:path}": (model, ["
           "/v1/chat/completions": (chat_completions, ["POST"]), "/v1/responses": (create_response, ["POST"]),
           "/v1/responses/{response_id}": (stored_response, ["GET", "DELETE"]),
           "/v1/responses/{response_id}/input_items": (input_items, ["GET"]),
+          "/v1/responses/{response_id}/cancel": (cancel_response, ["POST"]),
           "/tokenize": (tokenize, ["POST"]), "/detokenize": (detokenize, ["POST"]),
           "/health": (health, ["GET"]), "/metrics": (prometheus, ["GET"])}
 

@@ -14,6 +14,7 @@ every HTTP replica behind one address can go on from any of them: `specdec:respo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections import OrderedDict
@@ -26,6 +27,15 @@ class ResponseNotFound(KeyError):
 
 class StoreUnavailable(RuntimeError):
     """The store cannot be reached (Redis down)."""
+
+
+class ResponseNotReady(ValueError):
+    """A conversation cannot go on from this response: it is still running, or it failed or was cancelled
+    (a background response: `specdec.http.background`). args: (response_id, status)."""
+
+
+ENDED = ("completed", "incomplete")  # a response's statuses that a conversation can go on from
+ACTIVE = ("queued", "in_progress")  # a background response's while it runs (`specdec.http.background`)
 
 
 def response_store(config):
@@ -57,13 +67,16 @@ class Stored:
         return self._use(response_id).items
 
     def conversation(self, response_id: str) -> list[dict]:
-        """The chat messages of the chain that ends at `response_id`, oldest first."""
+        """The chat messages of the chain that ends at `response_id`, oldest first (ResponseNotReady if that one
+        has not ended as `ENDED` says)."""
         parts: list[list[dict]] = []
         seen: set[str] = set()
         at: str | None = response_id
         while at is not None and at not in seen:
             seen.add(at)
             stored = self._use(at)
+            if at == response_id and stored.body.get("status", "completed") not in ENDED:
+                raise ResponseNotReady(response_id, stored.body["status"])
             parts.append(stored.messages)
             at = stored.previous
         return [message for part in reversed(parts) for message in part]
@@ -105,6 +118,17 @@ class ResponseStore(Stored):
             if response_id not in self._stored:
                 raise ResponseNotFound(response_id)
             self._drop(response_id)
+
+    def cancel(self, response_id: str) -> dict:
+        """Mark a running response cancelled, in one step with reading it (unless it has ended); its object as
+        it then stands. (Its size stays counted as it was, two bytes over.)"""
+        with self._lock:
+            stored = self._stored.get(response_id)
+            if stored is None:
+                raise ResponseNotFound(response_id)
+            if stored.body.get("status") in ACTIVE:
+                stored = self._stored[response_id] = dataclasses.replace(stored, body={**stored.body, "status": "cancelled"})
+            return stored.body
 
     def __len__(self) -> int:
         return len(self._stored)
@@ -148,6 +172,23 @@ class RedisResponseStore(Stored):
     def delete(self, response_id: str) -> None:
         if not self._call(self.client.delete, self.prefix + response_id):
             raise ResponseNotFound(response_id)
+
+    def cancel(self, response_id: str) -> dict:
+        """As `ResponseStore.cancel`: read and marked in one transaction (WATCH / MULTI)."""
+        key = self.prefix + response_id
+
+        def mark(pipe) -> dict:
+            value = pipe.get(key)
+            if value is None:
+                raise ResponseNotFound(response_id)
+            record = json.loads(value)
+            if record["body"].get("status") in ACTIVE:
+                record["body"] = {**record["body"], "status": "cancelled"}
+                pipe.multi()
+                pipe.set(key, json.dumps(record), ex=self.ttl_s)
+            return record["body"]
+
+        return self._call(self.client.transaction, mark, key, value_from_callable=True)
 
     def _use(self, response_id: str) -> StoredResponse:
         value = self._call(self.client.getex, self.prefix + response_id, ex=self.ttl_s)

@@ -11,8 +11,9 @@ Function tools (`{"type": "function", "name", "parameters", ...}`), `tool_choice
 `text.format` (text, json_object, json_schema), `max_output_tokens`, `temperature`, `top_p`,
 `top_logprobs` with `include: ["message.output_text.logprobs"]` map onto their chat fields, and the chat
 API's extensions (`seed`, `top_k`, `stop`, penalties, `logit_bias`, `gamma`, `proposer`, `overlap`,
-`guided_*`, `structured_outputs`, `cache_salt`) pass through. Refused with a 400: other tool types, `background`,
-`conversation`, non-text input parts, and log-probabilities together with tools.
+`guided_*`, `structured_outputs`, `cache_salt`) pass through. `background` runs the reply apart from the request
+(`specdec.http.background`; not streamed). Refused with a 400: other tool types, `conversation`, non-text input
+parts, and log-probabilities together with tools.
 
 `truncation: "auto"`: a conversation that does not fit the context (with room for `max_output_tokens`, or for
 one token) loses its oldest messages until it does (`fitted`): never the instructions nor the last message, and
@@ -85,8 +86,12 @@ class ResponsesRequest(BaseModel):
     user: str | None = None
 
     def refuse_unsupported(self) -> None:
-        if self.background:
-            raise BadRequest("background responses are not supported", "background")
+        if self.background and not self.store:
+            raise BadRequest("background needs store: true (its result is read with GET /v1/responses/{id})",
+                             "background")
+        if self.background and self.stream:
+            raise BadRequest("background responses are not streamed here: read it with GET /v1/responses/{id}",
+                             "stream")
         if self.conversation is not None:
             raise BadRequest("conversations are not supported: use previous_response_id", "conversation")
         unknown = sorted(set(self.include) - INCLUDABLE)
@@ -196,7 +201,7 @@ class ResponsesRequest(BaseModel):
                 "previous_response_id": self.previous_response_id, "store": self.store,
                 "metadata": self.metadata or {}, "top_logprobs": self.top_logprobs,
                 "truncation": self.truncation or "disabled", "reasoning": {"effort": None, "summary": None},
-                "background": False, "user": self.user}
+                "background": bool(self.background), "user": self.user}
 
 
 def new_id(prefix: str) -> str:

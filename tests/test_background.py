@@ -1,0 +1,127 @@
+"""Background responses (`background: true`, `specdec.http.background`) through the official `openai` client against
+`python -m specdec.http` in front of a stack whose target is 40 ms away, a round trip a round: a long reply takes
+seconds, long enough to be read, cancelled and deleted while it runs. Then two HTTP servers sharing Redis, where
+the one asked to cancel or delete is not the one generating."""
+
+from __future__ import annotations
+
+import time
+
+import openai
+import pytest
+from conftest import TINY_TARGET, redis_server, start_gateway, tiny_options, wait_until
+
+from orchestrator.clients import target_client
+from specdec.launch.stack import EmbeddedStack
+
+MODEL = TINY_TARGET
+LETTERS = {str(t): 100 for t in range(ord("a"), ord("z") + 1)}  # no EOS: a reply runs to its length
+SHORT = dict(model=MODEL, input="fib in Python", max_output_tokens=12, temperature=0)
+LONG = dict(model=MODEL, input="fib in Python", max_output_tokens=300, temperature=0,
+            extra_body={"gamma": 0, "logit_bias": LETTERS})  # at least 12 s at 40 ms a round
+
+
+@pytest.fixture(scope="module")
+def slow_stack():
+    opts = tiny_options(delay_proxies=True, orchestrator=dict(target_chunk_ms=0.0))
+    with EmbeddedStack(opts) as stack:
+        stack.set_rtt_ms(0, 40)
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def client(slow_stack):
+    proc, url = start_gateway(slow_stack.endpoint)
+    yield openai.OpenAI(base_url=url, api_key="none", max_retries=0)
+    proc.terminate()
+    proc.wait(30)
+
+
+def target_sessions(stack) -> int:
+    target = target_client(stack.target_address)
+    try:
+        return target.info().live_sessions
+    finally:
+        target.close()
+
+
+def finished(client, response_id: str, timeout_s: float = 60.0):
+    """The response once it is no longer queued or in progress (polled as a client would)."""
+    seen = []
+    wait_until(lambda: seen.append(client.responses.retrieve(response_id)) or seen[-1].status not in
+               ("queued", "in_progress"), timeout_s, f"response {response_id} to end")
+    return seen[-1]
+
+
+def test_a_background_response_is_read_when_done_and_is_the_foreground_reply(client):
+    started = client.responses.create(background=True, **SHORT)
+    assert (started.status, started.background, started.output) == ("in_progress", True, [])
+    done = finished(client, started.id)
+    foreground = client.responses.create(**SHORT)
+    assert done.status == foreground.status == "incomplete" and done.background and not foreground.background
+    assert done.output_text == foreground.output_text and done.usage.output_tokens == foreground.usage.output_tokens == 12
+    went_on = client.responses.create(previous_response_id=done.id, **{**SHORT, "input": "and in C?"})
+    assert went_on.usage.input_tokens > done.usage.input_tokens + 12
+
+
+def test_a_cancelled_background_response_stops_and_frees_its_sessions(client, slow_stack):
+    running = client.responses.create(background=True, **LONG)
+    assert client.responses.retrieve(running.id).status == "in_progress"
+    with pytest.raises(openai.BadRequestError, match="is in_progress"):
+        client.responses.create(previous_response_id=running.id, **SHORT)
+    cancelled = client.responses.cancel(running.id)
+    assert cancelled.status == "cancelled" and cancelled.id == running.id
+    wait_until(lambda: target_sessions(slow_stack) == 0, 10, "the target's session to be freed")
+    time.sleep(0.5)  # what the cancelled task could still store, it would have by now
+    assert client.responses.retrieve(running.id).status == "cancelled"
+    assert client.responses.cancel(running.id).status == "cancelled"  # again: as it stands
+    with pytest.raises(openai.BadRequestError, match="is cancelled"):
+        client.responses.create(previous_response_id=running.id, **SHORT)
+
+
+def test_deleting_a_running_background_response_stops_it(client, slow_stack):
+    running = client.responses.create(background=True, **LONG)
+    client.responses.delete(running.id)
+    wait_until(lambda: target_sessions(slow_stack) == 0, 10, "the target's session to be freed")
+    time.sleep(0.5)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(running.id)
+
+
+def test_only_background_responses_are_cancelled(client):
+    foreground = client.responses.create(**SHORT)
+    with pytest.raises(openai.BadRequestError, match="not a background response"):
+        client.responses.cancel(foreground.id)
+    with pytest.raises(openai.NotFoundError, match="no stored response"):
+        client.responses.cancel("resp_none")
+
+
+def test_http_servers_sharing_redis_cancel_delete_and_fail_each_others_background_responses(slow_stack):
+    """A cancel or delete on the server that is not generating reaches the one that is within its watch; a
+    server that stops fails what it was generating, as the other reads."""
+    with redis_server() as url:
+        gateways = [start_gateway(slow_stack.endpoint, "--redis-url", url) for _ in range(2)]
+        try:
+            generating, other = (openai.OpenAI(base_url=at, api_key="none", max_retries=0) for _, at in gateways)
+            running = generating.responses.create(background=True, **LONG)
+            assert other.responses.retrieve(running.id).status == "in_progress"
+            assert other.responses.cancel(running.id).status == "cancelled"
+            wait_until(lambda: target_sessions(slow_stack) == 0, 10, "the generating server to cancel its call")
+            assert generating.responses.retrieve(running.id).status == "cancelled"
+
+            running = generating.responses.create(background=True, **LONG)
+            other.responses.delete(running.id)
+            wait_until(lambda: target_sessions(slow_stack) == 0, 10, "the generating server to stop")
+            with pytest.raises(openai.NotFoundError):
+                generating.responses.retrieve(running.id)
+
+            running = generating.responses.create(background=True, **LONG)
+            gateways[0][0].terminate()
+            gateways[0][0].wait(30)
+            failed = other.responses.retrieve(running.id)
+            assert failed.status == "failed" and "stopped" in failed.error.message
+            wait_until(lambda: target_sessions(slow_stack) == 0, 10, "the stopped server's call to end")
+        finally:
+            for proc, _ in gateways:
+                proc.terminate()
+                proc.wait(30)
