@@ -17,6 +17,8 @@ from specdec.launch.stack import EmbeddedStack
 MODEL = TINY_TARGET
 LETTERS = {str(t): 100 for t in range(ord("a"), ord("z") + 1)}  # no EOS: a reply runs to its length
 SHORT = dict(model=MODEL, input="fib in Python", max_output_tokens=12, temperature=0)
+MEDIUM = dict(model=MODEL, input="fib in Python", max_output_tokens=40, temperature=0,
+              extra_body={"gamma": 0, "logit_bias": LETTERS})  # about 2 s
 LONG = dict(model=MODEL, input="fib in Python", max_output_tokens=300, temperature=0,
             extra_body={"gamma": 0, "logit_bias": LETTERS})  # at least 12 s at 40 ms a round
 
@@ -64,6 +66,33 @@ def test_a_background_response_is_read_when_done_and_is_the_foreground_reply(cli
     assert went_on.usage.input_tokens > done.usage.input_tokens + 12
 
 
+def text_of(events) -> str:
+    return "".join(e.delta for e in events if e.type == "response.output_text.delta")
+
+
+def test_a_streamed_background_response_goes_on_without_its_client_and_is_streamed_again_from_any_event(client):
+    """`stream` with `background`: the events as a foreground stream sends them; the client that leaves does not
+    stop it, and `GET ?stream=true&starting_after=N` gives the events after N, first those sent, then the rest as
+    they come, down to the end."""
+    foreground = client.responses.create(**MEDIUM)
+    whole = list(client.responses.create(background=True, stream=True, **MEDIUM))
+    assert [e.sequence_number for e in whole] == list(range(len(whole)))
+    assert whole[0].response.background and whole[-1].type == "response.incomplete"
+    assert text_of(whole) == whole[-1].response.output_text == foreground.output_text
+    again = list(client.responses.retrieve(whole[0].response.id, stream=True, starting_after=5))
+    assert [e.model_dump() for e in again] == [e.model_dump() for e in whole[6:]]
+
+    stream = client.responses.create(background=True, stream=True, **MEDIUM)
+    events = iter(stream)
+    begun = [next(events) for _ in range(6)]  # the start, the message's opening, two deltas
+    stream.close()  # the client leaves mid-way
+    response_id = begun[0].response.id
+    assert client.responses.retrieve(response_id).status == "in_progress"
+    rest = list(client.responses.retrieve(response_id, stream=True, starting_after=begun[-1].sequence_number))
+    assert rest[0].sequence_number == 6 and rest[-1].type == "response.incomplete"
+    assert text_of(begun + rest) == foreground.output_text == client.responses.retrieve(response_id).output_text
+
+
 def test_a_cancelled_background_response_stops_and_frees_its_sessions(client, slow_stack):
     running = client.responses.create(background=True, **LONG)
     assert client.responses.retrieve(running.id).status == "in_progress"
@@ -88,10 +117,14 @@ def test_deleting_a_running_background_response_stops_it(client, slow_stack):
         client.responses.retrieve(running.id)
 
 
-def test_only_background_responses_are_cancelled(client):
+def test_only_background_responses_are_cancelled_or_streamed_again(client):
     foreground = client.responses.create(**SHORT)
     with pytest.raises(openai.BadRequestError, match="not a background response"):
         client.responses.cancel(foreground.id)
+    with pytest.raises(openai.BadRequestError, match="not kept here"):
+        list(client.responses.retrieve(foreground.id, stream=True))
+    with pytest.raises(openai.BadRequestError, match="starting_after"):
+        client.responses.retrieve(foreground.id, extra_query={"stream": "true", "starting_after": "x"})
     with pytest.raises(openai.NotFoundError, match="no stored response"):
         client.responses.cancel("resp_none")
 

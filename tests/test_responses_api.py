@@ -366,7 +366,6 @@ def test_a_stored_responses_input_items_are_listed_a_page_at_a_time(serve):
 
 @pytest.mark.parametrize("body,param,message", [
     ({"input": "x", "background": True, "store": False}, "background", "needs store: true"),
-    ({"input": "x", "background": True, "stream": True}, "stream", "not streamed"),
     ({"input": "x", "include": ["nonsense"]}, "include", "unknown value"),
     ({"input": "x", "include": ["message.output_text.logprobs"], "tools": [WEATHER]}, "include", "tools"),
     ({"input": "x", "top_logprobs": 2}, "top_logprobs", "needs include"),

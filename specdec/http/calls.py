@@ -42,16 +42,24 @@ async def run(request: Request, gateway: Gateway, body, generate: list[pb.Genera
         call.cancel()
         raise
     if getattr(body, "background", None):  # a Responses API request, run apart (`specdec.http.background`)
-        return JSONResponse(await gateway.background.start(call, first, reply))
+        started = await gateway.background.start(call, first, reply)
+        if not body.stream:
+            return JSONResponse(started)
+        return event_stream(named_sse(event) async for event in gateway.background.events(reply.id))
     if body.stream:
-        return StreamingResponse((events or stream)(call, first, reply, body), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return event_stream((events or stream)(call, first, reply, body))
     try:
         whole = await until_disconnected(request, whole_reply(call, first, reply))
     finally:
         call.cancel()  # a no-op once the call is done
     await reply.settle(whole)
     return JSONResponse(whole)
+
+
+def event_stream(chunks: AsyncIterator[bytes]) -> StreamingResponse:
+    """Server-sent events, not to be cached or buffered on the way."""
+    return StreamingResponse(chunks, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 async def messages(call, first, reply: Reply) -> AsyncIterator[pb.GenerateResponse]:

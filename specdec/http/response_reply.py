@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import AsyncIterator
 
+from specdec.http.calls import messages
 from specdec.http.response_store import StoreUnavailable
 from specdec.http.responses import Reply, TokenText
 from specdec.http.responses_api import ResponsesRequest, new_id, output_message
@@ -106,6 +108,7 @@ class ResponseStream:
         self.logprobs: list | None = [] if reply.top is not None else None
         self.opened = False  # the message item has been announced
         self.final: dict | None = None
+        self.failed_response: dict | None = None  # the response object `failed` ended it with
 
     def event(self, kind: str, **fields) -> dict:
         event = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -155,9 +158,22 @@ class ResponseStream:
         events.append(self.event(f"response.{final['status']}", response=final))
         return events
 
+    async def batches(self, call, first) -> AsyncIterator[list[dict]]:
+        """The events of the reply that `call` (its `first` message read) brings, in batches as its messages
+        arrive: the start, each delta's, and last the finish's (`final` is set before that batch is yielded)."""
+        yield self.start()
+        reply = self.reply
+        async for message in messages(call, first, reply):
+            logprobs = reply.logprobs(message)
+            text = reply.stream_text(message.text)
+            if text or logprobs is not None and logprobs["content"]:
+                yield self.delta(text, logprobs["content"] if logprobs is not None else None)
+        yield self.finish()
+
     def failed(self, code: str, message: str) -> list[dict]:
         """An error after the response began: an error event, then the response as failed."""
         response = {**self.reply.response("failed", []), "error": {"code": code, "message": message}}
+        self.failed_response = response
         return [self.event("error", code=code, message=message, param=None),
                 self.event("response.failed", response=response)]
 

@@ -12,8 +12,8 @@ Function tools (`{"type": "function", "name", "parameters", ...}`), `tool_choice
 `top_logprobs` with `include: ["message.output_text.logprobs"]` map onto their chat fields, and the chat
 API's extensions (`seed`, `top_k`, `stop`, penalties, `logit_bias`, `gamma`, `proposer`, `overlap`,
 `guided_*`, `structured_outputs`, `cache_salt`) pass through. `background` runs the reply apart from the request
-(`specdec.http.background`; not streamed). Refused with a 400: other tool types, `conversation`, non-text input
-parts, and log-probabilities together with tools.
+(`specdec.http.background`). Refused with a 400: other tool types, `conversation`, non-text input parts, and
+log-probabilities together with tools.
 
 `truncation: "auto"`: a conversation that does not fit the context (with room for `max_output_tokens`, or for
 one token) loses its oldest messages until it does (`fitted`): never the instructions nor the last message, and
@@ -89,9 +89,6 @@ class ResponsesRequest(BaseModel):
         if self.background and not self.store:
             raise BadRequest("background needs store: true (its result is read with GET /v1/responses/{id})",
                              "background")
-        if self.background and self.stream:
-            raise BadRequest("background responses are not streamed here: read it with GET /v1/responses/{id}",
-                             "stream")
         if self.conversation is not None:
             raise BadRequest("conversations are not supported: use previous_response_id", "conversation")
         unknown = sorted(set(self.include) - INCLUDABLE)

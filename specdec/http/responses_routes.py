@@ -13,7 +13,7 @@ import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from specdec.http.calls import messages, named_sse, run
+from specdec.http.calls import event_stream, named_sse, run
 from specdec.http.errors import rpc_error
 from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
 from specdec.http.responses_api import ResponsesRequest
@@ -43,13 +43,21 @@ async def create_response(request: Request) -> Response:
 
 
 async def stored_response(request: Request) -> Response:
-    """GET a stored response, or DELETE it (a background response still running stops first)."""
+    """GET a stored response (with `stream=true`, a background response's events after `starting_after`), or
+    DELETE it (a background response still running stops first)."""
     gateway: Gateway = request.app.state.gateway
     response_id = request.path_params["response_id"]
     if request.method == "DELETE":
         await gateway.background.delete(response_id)
         return JSONResponse({"id": response_id, "object": "response", "deleted": True})
-    return JSONResponse(await asyncio.to_thread(gateway.stored.body, response_id))
+    body = await asyncio.to_thread(gateway.stored.body, response_id)
+    if request.query_params.get("stream", "false") == "false":
+        return JSONResponse(body)
+    after = request.query_params.get("starting_after", "-1")
+    if request.query_params["stream"] != "true" or not after.lstrip("-").isdigit():
+        raise BadRequest("stream must be true or false, and starting_after a sequence number", "starting_after")
+    events = gateway.background.events(response_id, int(after))
+    return event_stream(named_sse(event) async for event in events)
 
 
 async def cancel_response(request: Request) -> Response:
@@ -79,18 +87,11 @@ async def response_events(call, first, reply: ResponseReply, body) -> AsyncItera
     Closing the stream (the client went away) cancels the call."""
     events = ResponseStream(reply)
     try:
-        for event in events.start():
-            yield named_sse(event)
-        async for message in messages(call, first, reply):
-            logprobs = reply.logprobs(message)
-            text = reply.stream_text(message.text)
-            if text or logprobs is not None and logprobs["content"]:
-                for event in events.delta(text, logprobs["content"] if logprobs is not None else None):
-                    yield named_sse(event)
-        ending = events.finish()
-        await reply.settle(events.final)
-        for event in ending:
-            yield named_sse(event)
+        async for batch in events.batches(call, first):
+            if events.final is not None:  # stored before the client hears it is done
+                await reply.settle(events.final)
+            for event in batch:
+                yield named_sse(event)
     except grpc.RpcError as exc:
         _, kind, message_text = rpc_error(exc)
         for event in events.failed(kind, message_text):
