@@ -146,14 +146,16 @@ class PassLoad(_message.Message):
     def __init__(self, rows: _Optional[float] = ..., tokens: _Optional[float] = ..., sessions: _Optional[int] = ..., forward_ns: _Optional[int] = ..., wait_ns: _Optional[int] = ...) -> None: ...
 
 class TokenLogprob(_message.Message):
-    __slots__ = ("logprob", "top_ids", "top_logprobs")
+    __slots__ = ("logprob", "top_ids", "top_logprobs", "rank")
     LOGPROB_FIELD_NUMBER: _ClassVar[int]
     TOP_IDS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
     logprob: float
     top_ids: _containers.RepeatedScalarFieldContainer[int]
     top_logprobs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, logprob: _Optional[float] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
+    rank: int
+    def __init__(self, logprob: _Optional[float] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class ModelInfoRequest(_message.Message):
     __slots__ = ()

@@ -309,6 +309,37 @@ def test_echo_puts_the_prompt_and_its_logprobs_before_the_completion(serve):
     assert [c.logprobs.token_logprobs for c in pair] == [logprobs.token_logprobs] * 2
 
 
+def test_prompt_logprobs_score_the_prompt_in_vllms_shape(serve):
+    """vLLM's `prompt_logprobs: k`: each prompt token's log-probability, rank and text with the k likeliest (the
+    first token None), per choice in completions and for the reply in chat; the numbers echo's are, to the bit;
+    its k and the tokens' own `logprobs` k apart; refused when streamed."""
+    client = serve.client()
+    args = dict(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0)
+    echoed = client.completions.create(echo=True, logprobs=3, **args).choices[0].logprobs
+    reply = client.completions.create(logprobs=1, extra_body={"prompt_logprobs": 3}, **args)
+    scores = reply.choices[0].prompt_logprobs
+    assert len(scores) == len(PROMPT) and scores[0] is None  # the byte tokenizer: a token a character
+    for position, (scored, token, alternatives) in enumerate(zip(scores[1:], PROMPT[1:], echoed.top_logprobs[1:]), 1):
+        own = scored.pop(str(ord(token)))
+        assert own["logprob"] == echoed.token_logprobs[position] and own["decoded_token"] == token
+        likelier = sum(entry["logprob"] > own["logprob"] for entry in scored.values())
+        assert own["rank"] == likelier + 1 if likelier < 3 else own["rank"] > 3
+        listed = sorted([*scored.values(), *([own] if own["rank"] <= 3 else [])], key=lambda entry: entry["rank"])
+        assert [entry["rank"] for entry in listed] == [1, 2, 3]
+        assert listed[0]["logprob"] == max(alternatives.values())  # the likeliest, as echo lists it
+        assert [entry["logprob"] for entry in listed] == sorted((entry["logprob"] for entry in listed), reverse=True)
+    assert all(len(top) == 1 for top in reply.choices[0].logprobs.top_logprobs)
+    messages = [{"role": "user", "content": "hi"}]
+    chat = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2, extra_body={"prompt_logprobs": 0})
+    count = httpx.post(serve.base_url.removesuffix("/v1") + "/tokenize", timeout=30,
+                       json={"model": MODEL, "messages": messages}).json()["count"]
+    scored = chat.model_extra["prompt_logprobs"]
+    assert len(scored) == count and scored[0] is None and all(len(entry) == 1 for entry in scored[1:])
+    refused = httpx.post(serve.base_url + "/completions", timeout=30,
+                         json={**args, "stream": True, "prompt_logprobs": 1})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "prompt_logprobs", refused.text
+
+
 def test_max_tokens_0_with_echo_scores_the_prompt_with_a_generations_numbers(serve):
     """The prompt scored alone (what evaluation harnesses ask): no completion, and each of its tokens
     the log-probability the target gave it when it generated that token (γ = 3), to the bit."""

@@ -33,6 +33,14 @@ def test_greedy_logprobs_are_the_raw_distribution():
         assert lp.top == tuple(zip(ids.tolist(), values.tolist()))
 
 
+def test_a_tokens_rank_counts_the_likelier_tokens_and_ties_share_it():
+    logits = torch.tensor([[0.5, 2.0, 0.5, -1.0, 2.0]])
+    ranks = [token_logprobs(logits, [token], None, top=0)[0].rank for token in range(5)]
+    assert ranks == [3, 1, 3, 5, 1]
+    filtered = token_logprobs(logits, [1], SamplingParams(temperature=1.0, top_k=1, seed=0), top=0)[0]
+    assert filtered.rank == 1  # under the filters, among what they keep
+
+
 def test_sampled_logprobs_are_log_p_after_the_filters():
     """log p of the p the rejection sampler uses; filtered tokens (-inf) are never listed."""
     logits = torch.randn(2, 50)

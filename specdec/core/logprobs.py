@@ -33,11 +33,12 @@ MAX_TOP_LOGPROBS = 20
 
 @dataclass(frozen=True)
 class TokenLogprob:
-    """One emitted token's log-probability and the `top` most likely alternatives, most likely
-    first, as (token id, log-probability)."""
+    """One emitted token's log-probability, its rank (1 + how many tokens are likelier; vLLM's `rank`), and the
+    `top` most likely alternatives, most likely first, as (token id, log-probability)."""
 
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+    rank: int = 1
 
 
 def check_top_logprobs(top: int) -> int:
@@ -66,5 +67,5 @@ def token_logprobs(logits: torch.Tensor, tokens: list[int], params: SamplingPara
             values, ids = torch.topk(row, top)  # [top]
             alternatives = tuple((int(t), float(v)) for t, v in zip(ids.tolist(), values.tolist())
                                  if v != float("-inf"))
-        out.append(TokenLogprob(float(row[token]), alternatives))
+        out.append(TokenLogprob(float(row[token]), alternatives, int((row > row[token]).sum()) + 1))
     return out

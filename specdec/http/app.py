@@ -193,7 +193,7 @@ async def completions(request: Request) -> Response:
     best = BestOf(body.n, body.best_of, body.logprobs is not None) if body.ranked() else None
     return await run(request, gateway, body, [body.completion_request(**prompt) for prompt in prompts],
                      Reply("completion", gateway.model, gateway.tokens, body.reported_logprobs(), echo=echo,
-                           n=body.generated(), best=best))
+                           n=body.generated(), best=best, prompt_top=body.prompt_logprobs))
 
 
 async def chat_completions(request: Request) -> Response:
@@ -204,7 +204,8 @@ async def chat_completions(request: Request) -> Response:
     echoed = body.echoed()
     return await run(request, gateway, body, [generate], Reply("chat", gateway.model, gateway.tokens, body.top(),
                                                              body.offered_tools(), n=body.n,
-                                                             echo=Echo((echoed,)) if echoed else None))
+                                                             echo=Echo((echoed,)) if echoed else None,
+                                                             prompt_top=body.prompt_logprobs))
 
 
 async def health(request: Request) -> Response:

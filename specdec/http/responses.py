@@ -51,13 +51,15 @@ class Reply:
     """One request's identity and accumulated state: text, token logprobs and the final stats."""
 
     def __init__(self, kind: str, model: str, tokens: TokenText, top: int | None, tools: dict[str, Tool] | None = None,
-                 echo: Echo | None = None, n: int = 1, best: BestOf | None = None):
-        """tools: those the model may call (chat), whose calls are read out of each choice's text; echo: a
-        completion's prompts, repeated before their choices; n: choices generated per prompt (choice c is prompt
-        c // n's); best: which of them the whole reply keeps (`best_of`)."""
+                 echo: Echo | None = None, n: int = 1, best: BestOf | None = None, prompt_top: int | None = None):
+        """top: alternatives per token when its logprobs are asked for; tools: those the model may call (chat),
+        whose calls are read out of each choice's text; echo: a completion's prompts, repeated before their
+        choices; n: choices generated per prompt (choice c is prompt c // n's); best: which of them the whole reply
+        keeps (`best_of`); prompt_top: vLLM's `prompt_logprobs`, alternatives per prompt token (`prompt_scores`)."""
         self.kind, self.model, self.tokens, self.top = kind, model, tokens, top  # kind: "completion" | "chat"
-        self.tools, self.echo, self.n, self.best = tools or {}, echo, n, best
+        self.tools, self.echo, self.n, self.best, self.prompt_top = tools or {}, echo, n, best, prompt_top
         self._prompt_logprobs: dict[int, dict] = {}  # with echo: each prompt's part, from the message carrying it
+        self._prompt_scores: dict[int, list] = {}  # with prompt_top: each prompt's, in vLLM's shape
         self._echoed: set[int] = set()  # choices whose echo has gone out
         self._splits: dict[int, ToolStream] = {}  # streamed choices' text, split into content and calls
         self.id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
@@ -72,10 +74,12 @@ class Reply:
         """What a message adds to its choice: its text and logprobs, after the echoed prompt on a choice's first."""
         if self.best is not None:
             self.best.add(message)
+        prompt = message.choice // self.n
+        if message.prompt_token_ids and self.prompt_top is not None:  # the prompt's first choice's first message
+            self._prompt_scores[prompt] = self.prompt_scores(message)
         if self.echo is None:
             return message.text, self.logprobs(message)
-        prompt = message.choice // self.n
-        if message.prompt_token_ids:  # the prompt's first choice's first message; its other choices come after
+        if message.prompt_token_ids and self.top is not None:  # its other choices come after
             self._prompt_logprobs[prompt] = self._prompt_part(message)
         text, logprobs = "", None
         if message.choice not in self._echoed:
@@ -108,16 +112,36 @@ class Reply:
                 "top_logprobs": [self._top_by_text(lp) for lp in message.logprobs],
                 "text_offset": offsets}
 
+    def prompt_scores(self, message: pb.GenerateResponse) -> list[dict | None]:
+        """vLLM's `prompt_logprobs`: per prompt token (None for the first, which nothing comes before), its own and
+        the `prompt_top` likeliest tokens' log-probability, rank and text, by token id."""
+        scores: list[dict | None] = [None]
+        for token, lp in zip(message.prompt_token_ids[1:], message.prompt_logprobs):
+            scored = {token: self._scored(token, lp.logprob, lp.rank)}
+            for rank, (other, value) in enumerate(self._alternatives(lp, self.prompt_top), 1):
+                scored.setdefault(other, self._scored(other, value, rank))
+            scores.append(scored)
+        return scores
+
+    def _scored(self, token: int, logprob: float, rank: int) -> dict:
+        return {"logprob": logprob, "rank": rank, "decoded_token": self.tokens.text(token)}
+
+    @staticmethod
+    def _alternatives(lp: pb.TokenLogprob, top: int | None):
+        """(token, log-probability) of the `top` likeliest (the message may carry more: one k serves a request's
+        tokens and its prompt, the larger of the two)."""
+        return zip(lp.top_ids[:top or 0], lp.top_logprobs)
+
     def _top_by_text(self, lp: pb.TokenLogprob) -> dict[str, float]:
         """The legacy shape: alternatives keyed by text; tokens that decode alike keep the likeliest."""
         top: dict[str, float] = {}
-        for token, value in zip(lp.top_ids, lp.top_logprobs):
+        for token, value in self._alternatives(lp, self.top):
             top.setdefault(self.tokens.text(token), value)
         return top
 
     def _chat_entry(self, token: int, lp: pb.TokenLogprob) -> dict:
         entry = self._chat_token(token, lp.logprob)
-        entry["top_logprobs"] = [self._chat_token(t, v) for t, v in zip(lp.top_ids, lp.top_logprobs)]
+        entry["top_logprobs"] = [self._chat_token(t, v) for t, v in self._alternatives(lp, self.top)]
         return entry
 
     def _chat_token(self, token: int, logprob: float) -> dict:
@@ -178,9 +202,13 @@ class Reply:
             else:
                 choices.append({"index": index, "text": texts[index], "logprobs": logprobs.get(index),
                                 "finish_reason": self.finish_reason(index)})
+                if self.prompt_top is not None:  # vLLM's place for them in a completion: each choice
+                    choices[-1]["prompt_logprobs"] = self._prompt_scores.get(index // self.n)
         if self.best is not None:
             choices = self.best.pick(choices)
         body = self._envelope("chat.completion" if self.kind == "chat" else "text_completion", choices)
+        if self.kind == "chat" and self.prompt_top is not None:  # and in chat: the reply's
+            body["prompt_logprobs"] = self._prompt_scores.get(0)
         return {**body, "usage": self.usage()}
 
     def chunk(self, text: str, logprobs: dict | None, finish_reason: str | None = None, first: bool = False,

@@ -102,6 +102,7 @@ class _Common(BaseModel):
     ignore_eos: bool = False  # extension (vLLM's): run past the model's EOS
     stop_token_ids: list[int] | None = None  # extension (vLLM's): ids that end the output as EOS does
     prediction: PredictedContent | None = None  # drafted from (Predicted Outputs): the speed changes, not the reply
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # extension (vLLM's): k, per prompt token
 
     def constraint(self) -> tuple[str, str | bool | list[str]] | None:
         """The one structured-output constraint the body asks for, as (kind, value): a field of
@@ -115,6 +116,8 @@ class _Common(BaseModel):
     def refuse_unsupported(self) -> None:
         if self.stream_options is not None and not self.stream:
             raise BadRequest("stream_options needs stream: true", "stream_options")
+        if self.prompt_logprobs is not None and self.stream:
+            raise BadRequest("prompt_logprobs are not available with stream: true", "prompt_logprobs")
 
     def bias(self) -> dict[int, float]:
         """logit_bias with integer ids that fit the wire's int32; the orchestrator checks them against the
@@ -164,6 +167,8 @@ class _Common(BaseModel):
             request.gamma = self.gamma
         if self.prediction is not None:
             request.prediction = self.prediction.text()
+        if self.prompt_logprobs is not None:  # one k serves both: the larger, each part cut to its own
+            request.prompt_logprobs, request.top_logprobs = True, max(request.top_logprobs, self.prompt_logprobs)
         return request
 
 
@@ -208,7 +213,7 @@ class CompletionRequest(_Common):
             request.gamma = 0
         else:
             request = self.generate_request(self.max_tokens, self.reported_logprobs(), **prompt)
-        request.prompt_logprobs = self.echo and self.logprobs is not None
+        request.prompt_logprobs |= self.echo and self.logprobs is not None
         request.n = self.generated()
         return request
 

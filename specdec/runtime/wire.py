@@ -132,8 +132,8 @@ def speculation_to_pb(proposer: str | None, overlap: str | None) -> dict:
 
 
 def logprobs_to_pb(logprobs: list[TokenLogprob] | None) -> list[pb.TokenLogprob]:
-    return [pb.TokenLogprob(logprob=lp.logprob, top_ids=[t for t, _ in lp.top], top_logprobs=[v for _, v in lp.top])
-            for lp in logprobs or ()]
+    return [pb.TokenLogprob(logprob=lp.logprob, top_ids=[t for t, _ in lp.top], top_logprobs=[v for _, v in lp.top],
+                            rank=lp.rank) for lp in logprobs or ()]
 
 
 def model_info_to_pb(engine) -> pb.ModelInfo:
