@@ -460,6 +460,28 @@ def test_vllms_structured_output_fields_under_speculation(serve, stream):
         assert speculated == text({**extra, "gamma": 0}), extra
 
 
+def test_a_structural_tag_holds_each_triggered_structure_to_its_schema_under_speculation(serve):
+    """vLLM's structural tag (in response_format, or as JSON text in structured_outputs): free text, but once the
+    trigger "<" comes (the tiny model is biased to it) the structure is held to its begin, JSON of its schema and
+    its end, and the text goes on free; the same with speculation (γ = 3) as target-only. Biased alone, the model
+    writes "<" over and over."""
+    client = serve.client()
+    tag = {"type": "structural_tag", "triggers": ["<"],
+           "structures": [{"begin": "<tool=f>", "schema": {"type": "object", "properties": {"name": {"enum": ["ada", "bob"]}},
+                                                            "required": ["name"], "additionalProperties": False},
+                           "end": "</tool>"}]}
+    args = dict(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0)
+
+    def text(**extra) -> str:
+        return client.completions.create(**args, extra_body={"logit_bias": {"60": 100}, **extra}).choices[0].text
+
+    assert text(gamma=0) == "<" * 40
+    held = text(response_format=tag, gamma=0)
+    assert re.match(r'<tool=f>\{"name": "(ada|bob)"\}</tool><tool=f>\{', held), held
+    assert held == text(response_format=tag, gamma=3, proposer="model")
+    assert held == text(structured_outputs={"structural_tag": json.dumps(tag)}, gamma=3, proposer="model")
+
+
 TOOLS = [{"type": "function", "function": {"name": "weather", "parameters": {
               "type": "object", "properties": {"city": {"enum": ["Rome", "Oslo"]}}, "required": ["city"],
               "additionalProperties": False}}},
@@ -598,7 +620,9 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
     ("/completions", {"prompt": "x", "guided_json": "[1]"}, 400, "guided_json must be a JSON schema (an object)"),
     ("/completions", {"prompt": "x", "structured_outputs": {"regex": "a", "json_object": True}}, 400,
      "got structured_outputs.regex and structured_outputs.json_object"),
-    ("/completions", {"prompt": "x", "structured_outputs": {"structural_tag": "{}"}}, 400, "structural_tag"),
+    ("/completions", {"prompt": "x", "structured_outputs": {"structural_tag": "{}"}}, 400, "invalid structural tag"),
+    ("/completions", {"prompt": "x", "response_format": {"type": "structural_tag", "triggers": ["<a"], "structures": [
+        {"begin": "<b>", "schema": {}, "end": ""}]}}, 400, "no trigger begins '<b>'"),
     ("/completions", {"prompt": "x", "structured_outputs": "json"}, 400, "structured_outputs"),
     ("/completions", {"prompt": "x", "prediction": {"type": "file", "content": "x"}}, 400, "prediction"),
     ("/chat/completions", {"messages": MESSAGES, "prediction": {"type": "content", "content": [{"type": "image"}]}},

@@ -42,6 +42,31 @@ def compile_constraint(kind: str, value: str | list[str]) -> str:
     return grammar
 
 
+def structural_tag_grammar(tag: dict) -> str:
+    """vLLM's structural tag (`{"type": "structural_tag", "structures": [{"begin", "schema", "end"}], "triggers"}`)
+    as a Lark grammar: free text, in which a trigger starts the structure whose `begin` starts with it, and that
+    structure is then its `begin`, JSON following its `schema` (laid out as every JSON output here), and its `end`."""
+    import llguidance
+
+    structures, triggers = (tag.get("structures"), tag.get("triggers")) if isinstance(tag, dict) else (None, None)
+    if not isinstance(structures, list) or not structures or not isinstance(triggers, list) or \
+            not all(isinstance(t, str) and t for t in triggers):
+        raise InvalidArgument("invalid structural tag: give structures (a list of {begin, schema, end}) and triggers "
+                              "(a list of strings)")
+    tags = []
+    for structure in structures:
+        begin, end, schema = (structure.get(key) if isinstance(structure, dict) else None
+                              for key in ("begin", "end", "schema"))
+        if not isinstance(begin, str) or not isinstance(end, str) or not isinstance(schema, dict):
+            raise InvalidArgument("invalid structural tag: each structure needs begin and end (strings) and schema")
+        trigger = next((t for t in triggers if begin.startswith(t)), None)
+        if trigger is None:
+            raise InvalidArgument(f"invalid structural tag: no trigger begins {begin!r}")
+        tags.append(llguidance.StructTag(trigger=trigger, begin=begin, grammar={**schema, "x-guidance": JSON_LAYOUT},
+                                         end=end))
+    return llguidance.StructTag.to_grammar(tags, assume_special=False)
+
+
 def choice_grammar(options: list[str]) -> str:
     """A Lark grammar whose language is exactly `options`: each a string literal, JSON's escapes being the
     dialect's."""

@@ -1,6 +1,7 @@
-"""Structured output as an OpenAI body asks for it: `response_format` (OpenAI's), and vLLM's `guided_json`,
-`guided_regex`, `guided_choice`, `guided_grammar` and their newer form `structured_outputs`, each read as a
-(kind, value) of `pb.Constraint`; at most one a request."""
+"""Structured output as an OpenAI body asks for it: `response_format` (OpenAI's, and vLLM's `structural_tag` type),
+and vLLM's `guided_json`, `guided_regex`, `guided_choice`, `guided_grammar` and their newer form
+`structured_outputs`, each read as a (kind, value) of `pb.Constraint`; at most one a request. A structural tag
+goes as the Lark grammar that serves it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specdec.core.errors import InvalidArgument
+from specdec.core.grammar import structural_tag_grammar
 from specdec.http.errors import BadRequest
 
 Asked = tuple[str, str, str | bool | list[str]]  # (the body's field, the constraint's kind, its value)
@@ -22,8 +25,8 @@ class JsonSchemaFormat(BaseModel):
 
 
 class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    type: Literal["text", "json_object", "json_schema"] = "text"
+    model_config = ConfigDict(extra="allow")  # a structural tag's fields (vLLM's extension)
+    type: Literal["text", "json_object", "json_schema", "structural_tag"] = "text"
     json_schema: JsonSchemaFormat | None = None
 
 
@@ -51,6 +54,17 @@ def schema_text(schema: dict | str, field: str) -> str:
     return json.dumps(schema)
 
 
+def structural_tag(tag: dict | str, field: str) -> str:
+    """vLLM's structural tag, as an object or JSON text, as the Lark grammar that serves it
+    (`specdec.core.grammar.structural_tag_grammar`)."""
+    try:
+        return structural_tag_grammar(json.loads(tag) if isinstance(tag, str) else tag)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"{field} must be a structural tag: {exc}", field) from None
+    except InvalidArgument as exc:
+        raise BadRequest(str(exc), field) from None
+
+
 def requested(body) -> list[Asked]:
     """Every constraint a chat or completions body asks for, as (field, kind, value)."""
     asked: list[Asked] = []
@@ -61,10 +75,12 @@ def requested(body) -> list[Asked]:
         if form.json_schema is None:
             raise BadRequest("response_format json_schema needs its json_schema", "response_format")
         asked.append(("response_format", "json_schema", json.dumps(form.json_schema.schema_)))
+    if form is not None and form.type == "structural_tag":
+        asked.append(("response_format", "lark", structural_tag(form.model_dump(), "response_format")))
     outputs = body.structured_outputs or StructuredOutputs()
     if outputs.structural_tag is not None:
-        raise BadRequest("structured_outputs.structural_tag is not supported: use json, regex, choice or grammar",
-                         "structured_outputs")
+        asked.append(("structured_outputs.structural_tag", "lark",
+                      structural_tag(outputs.structural_tag, "structured_outputs.structural_tag")))
     for field, kind, value in [("guided_json", "json_schema", body.guided_json),
                                ("structured_outputs.json", "json_schema", outputs.json_),
                                ("guided_regex", "regex", body.guided_regex),
