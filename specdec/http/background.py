@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import AsyncIterator
 
 import grpc
+from starlette.responses import StreamingResponse
 
+from specdec.http.calls import event_stream, named_sse
 from specdec.http.errors import BadRequest, rpc_error
 from specdec.http.response_reply import ResponseReply, ResponseStream
 from specdec.http.response_store import ACTIVE, ResponseNotFound, StoreUnavailable
@@ -87,13 +89,13 @@ class BackgroundResponses:
         self._running[reply.id] = (task, call)
         return body
 
-    def events(self, response_id: str, after: int = -1) -> AsyncIterator[dict]:
-        """A background response's events after sequence number `after`, as `Run.follow` gives them."""
+    def events(self, response_id: str, after: int = -1) -> StreamingResponse:
+        """A background response's events after sequence number `after` as server-sent events (`Run.follow`)."""
         run = self._runs.get(response_id)
         if run is None:
             raise BadRequest(f"the events of response {response_id!r} are not kept here: only a background response's,"
                              " by the server that generates it, while it runs and for a while after", "stream")
-        return run.follow(after)
+        return event_stream(named_sse(event) async for event in run.follow(after))
 
     async def cancel(self, response_id: str) -> dict:
         """Cancel a background response: stopped here first if it runs here (so that it stores nothing more),

@@ -45,7 +45,7 @@ async def run(request: Request, gateway: Gateway, body, generate: list[pb.Genera
         started = await gateway.background.start(call, first, reply)
         if not body.stream:
             return JSONResponse(started)
-        return event_stream(named_sse(event) async for event in gateway.background.events(reply.id))
+        return gateway.background.events(reply.id)
     if body.stream:
         return event_stream((events or stream)(call, first, reply, body))
     try:

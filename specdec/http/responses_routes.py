@@ -13,7 +13,7 @@ import grpc
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from specdec.http.calls import event_stream, named_sse, run
+from specdec.http.calls import named_sse, run
 from specdec.http.errors import rpc_error
 from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
 from specdec.http.responses_api import ResponsesRequest
@@ -56,8 +56,7 @@ async def stored_response(request: Request) -> Response:
     after = request.query_params.get("starting_after", "-1")
     if request.query_params["stream"] != "true" or not after.lstrip("-").isdigit():
         raise BadRequest("stream must be true or false, and starting_after a sequence number", "starting_after")
-    events = gateway.background.events(response_id, int(after))
-    return event_stream(named_sse(event) async for event in events)
+    return gateway.background.events(response_id, int(after))
 
 
 async def cancel_response(request: Request) -> Response:
