@@ -16,11 +16,14 @@ import json
 import logging
 import os
 import threading
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from google.protobuf.json_format import MessageToDict
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExportResult
 
 log = logging.getLogger(__name__)
 TRACER_NAME = "specdec"
@@ -149,7 +152,7 @@ class OtlpJsonFileExporter:
         self.path = path
         self._lock = threading.Lock()
 
-    def export(self, spans: Sequence) -> "SpanExportResult":
+    def export(self, spans: Sequence) -> SpanExportResult:
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
         from opentelemetry.sdk.trace.export import SpanExportResult
 

@@ -14,6 +14,7 @@ import dataclasses
 import gc
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from tqdm import tqdm
@@ -21,6 +22,9 @@ from tqdm import tqdm
 from specdec import weights
 from specdec.runtime.wire import cost_profile_from_pb
 from specdec.tools.bench.speed import HFAssisted, load_prompts, run_configs, service_infos, warm_up
+
+if TYPE_CHECKING:
+    from protos import specdec_pb2 as pb
 
 PATH_FLAGS = {"fp32": ("float32", "none"), "bf16": ("bfloat16", "none"), "fp16": ("float16", "none"),
               "int8": ("auto", "int8"), "gguf": ("gguf", "none"),
@@ -72,7 +76,7 @@ def teacher_forced_agreement(args: argparse.Namespace, prompts: list[dict], path
     return agreement
 
 
-def memory_mib(draft: "pb.ModelInfo", target: "pb.ModelInfo") -> dict[str, int]:
+def memory_mib(draft: pb.ModelInfo, target: pb.ModelInfo) -> dict[str, int]:
     """Weights held and resident memory of each service (rank 0's, from `Info`), in MiB."""
     return {"target_weights_mib": round(target.ranks[0].parameter_bytes / 2**20),
             "target_rss_mib": round(target.ranks[0].resident_bytes / 2**20),
