@@ -5,8 +5,10 @@ the one asked to cancel or delete is not the one generating."""
 
 from __future__ import annotations
 
+import re
 import time
 
+import httpx2 as httpx
 import openai
 import pytest
 from conftest import TINY_TARGET, redis_server, start_gateway, tiny_options, wait_until
@@ -108,13 +110,20 @@ def test_a_cancelled_background_response_stops_and_frees_its_sessions(client, sl
         client.responses.create(previous_response_id=running.id, **SHORT)
 
 
+def background_gauge(client) -> float:
+    text = httpx.get(str(client.base_url).removesuffix("/v1/") + "/metrics", timeout=10).text
+    return float(re.search(r"^http_background_responses(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M).group(1))
+
+
 def test_deleting_a_running_background_response_stops_it(client, slow_stack):
     running = client.responses.create(background=True, **LONG)
+    assert background_gauge(client) == 1
     client.responses.delete(running.id)
     wait_until(lambda: target_sessions(slow_stack) == 0, 10, "the target's session to be freed")
     time.sleep(0.5)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(running.id)
+    assert background_gauge(client) == 0
 
 
 def test_only_background_responses_are_cancelled_or_streamed_again(client):

@@ -63,11 +63,16 @@ class Gateway:
         self.requests = meter.create_counter("http_requests", description="HTTP requests by route and status")
         self.latency = meter.create_histogram("http_request_duration", unit="s",
                                               description="Time to the response's last byte, by route")
+        meter.create_observable_gauge("http_background_responses", [self._observe_background],
+                                      description="Background responses this server is generating")
         if isinstance(self.stored, ResponseStore):  # Redis reports its own memory
             meter.create_observable_gauge("http_stored_responses", [self._observe_store],
                                           description="Responses API responses stored in this server's memory")
             meter.create_observable_gauge("http_stored_response_bytes", [self._observe_store_bytes], unit="By",
                                           description="Their size, against --response-store-mb")
+
+    def _observe_background(self, options):
+        yield metrics.Observation(len(self.background))
 
     def _observe_store(self, options):
         yield metrics.Observation(len(self.stored))
