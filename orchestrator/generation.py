@@ -267,7 +267,8 @@ class Generation:
         """Who proposes this round: a lookup (a point mass, no q, no hop) or None, and otherwise the γ
         for the draft model (0: a target-only round); and how many steps a target-only round takes: the
         `chunk` (`GammaController.plain_steps`, in one hop: `specdec.engine.continuation`) where it is
-        chosen, one where a fixed γ found no lookup (the next token may give one).
+        chosen, one where a fixed γ found no lookup (the next token may give one), and for prompt lookup
+        under adaptive γ as many as `Lookups.quiet_steps` says.
 
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
         rates. A lookup's is `Lookups.priced`'s. The draft model's is its rate at the controller's γ with
@@ -287,9 +288,11 @@ class Generation:
         if cap == 0:
             return None, 0, plain
         self.lookups.sync(committed)
-        if not self._uses_model:
+        if not self._uses_model:  # ngram: under adaptive γ, rounds that find nothing grow (`Lookups.quiet_steps`)
             found = self.lookups.propose(gamma)
-            return (found, 0, 1) if found.tokens else (None, 0, plain)
+            if found.tokens:
+                return found, 0, 1
+            return None, 0, plain if self.request.gamma is not None else self.lookups.quiet_steps(chunk)
         drafting = gamma > 0 and self._draft_usable()
         # Measure the model's α (an untried lookup kind: ditto), before looking anything up.
         if drafting and (self.controller.untried() or self.controller.probing):

@@ -38,13 +38,23 @@ class Lookups:
         self.prior, self.controller, self.with_model = prior, controller, with_model
         self.acceptance = prior.estimates()
         self.shadow: Lookup | None = None  # found this round but not proposed (`observe_shadow`)
+        self.misses = 0  # `propose`'s rounds in a row that found nothing
 
     def sync(self, committed: list[int]) -> None:
         self.proposer.sync(committed)
 
     def propose(self, gamma: int) -> Lookup:
         """Up to γ looked-up tokens (prompt lookup alone: no pricing)."""
-        return self.proposer.propose(gamma)
+        found = self.proposer.propose(gamma)
+        self.misses = 0 if found.tokens else self.misses + 1
+        return found
+
+    def quiet_steps(self, chunk: int) -> int:
+        """How many steps a target-only round takes after `propose` found nothing `misses` rounds in a row:
+        2^(misses - 1), at most `chunk`. Each round looks once, at its start, so a copy that begins soon after
+        a match is caught within a few tokens, and a text with nothing to copy soon takes whole chunks (one
+        hop each: at a GPU's speed, one step a round costs 1.4× a token)."""
+        return max(1, min(chunk, 2 ** max(0, self.misses - 1)))
 
     def priced(self, cap: int) -> tuple[float, Lookup] | None:
         """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its

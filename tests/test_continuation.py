@@ -121,3 +121,20 @@ def test_adaptive_target_only_rounds_take_several_steps(proposer):
     chunked = [r.target_passes for r in rounds if not r.drafted and r.target_passes > 1]
     assert chunked and sum(chunked) > 40, [(r.gamma, r.drafted, r.target_passes) for r in rounds]
     assert all(r.target_passes == 1 for r in rounds if r.drafted)
+
+
+def test_prompt_lookup_rounds_that_find_nothing_grow():
+    """Prompt lookup under adaptive γ, on an output with nothing to copy: each round whose lookup finds
+    nothing takes 2^(misses in a row − 1) target steps (up to the chunk) in one hop (`Lookups.quiet_steps`;
+    the reset at a match: test_ngram), and the output is target-only's. At a GPU's speed one step a round
+    cost 1.45× a token."""
+    options = tiny_options(orchestrator=dict(target_chunk_ms=1000.0, proposer="ngram"))
+    with EmbeddedStack(options) as running:
+        request = make_request("x = [1, 2, 3]", max_new_tokens=80)
+        request.cache_salt = "alone"  # no earlier session's sequence is looked up
+        adaptive = generate(running.endpoint, request)
+        plain = generate(running.endpoint, make_request("x = [1, 2, 3]", max_new_tokens=80, gamma=0))
+    assert adaptive.token_ids == plain.token_ids
+    steps = [r.target_passes for r in adaptive.rounds]
+    assert not any(r.drafted for r in adaptive.rounds) and steps[:6] == [1, 2, 4, 8, 16, 17], steps
+    assert sum(steps) == 80 and max(steps) == MAX_EXTRA_STEPS + 1, steps

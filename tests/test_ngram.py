@@ -9,12 +9,14 @@ import grpc
 import pytest
 from conftest import tiny_options
 
+from orchestrator.lookups import LOOKUP_KINDS, Lookups
 from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from protos import specdec_pb2 as pb
 from specdec.cli.client import generate, make_request
 from specdec.core.ngram import Lookup, LookupProposer, NgramIndex, Prediction, RecentSequences
 from specdec.launch.stack import EmbeddedStack
+from specdec.planning.prior import LookupPrior
 
 
 def brute_force(tokens: list[int], gamma: int, min_n: int, max_n: int) -> tuple[list[int], int]:
@@ -257,6 +259,25 @@ def test_a_predicted_output_changes_the_speed_and_nothing_else(stack):
         with pytest.raises(grpc.RpcError) as caught:
             generate(stack.endpoint, request)
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT and message in caught.value.details()
+
+
+def test_rounds_that_find_nothing_double_until_a_lookup_finds_something():
+    """`Lookups.quiet_steps`: after 1, 2, 3, ... rounds in a row whose lookup found nothing, a target-only
+    round takes 1, 2, 4, ... steps, at most the chunk; a lookup that finds something starts the count again."""
+    lookups = Lookups(0, [], None, LookupPrior(LOOKUP_KINDS), None, with_model=False)
+    committed = [1, 2, 3, 4, 5, 6, 7]
+    steps = []
+    for _ in range(5):
+        lookups.sync(committed)
+        assert not lookups.propose(4).tokens
+        steps.append(lookups.quiet_steps(8))
+        committed.append(committed[-1] + 1)
+    assert steps == [1, 2, 4, 8, 8]
+    committed += [2, 3]  # "2 3" occurred before: "4 5 6 7" follows it
+    lookups.sync(committed)
+    assert lookups.propose(4).tokens == [4, 5, 6, 7]
+    lookups.sync(committed + [100])  # a token never seen: nothing follows it
+    assert not lookups.propose(4).tokens and lookups.quiet_steps(8) == 1
 
 
 def test_a_stack_with_no_draft_model_at_all():
