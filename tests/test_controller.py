@@ -182,6 +182,26 @@ def test_shared_prior_hands_learned_costs_and_alpha_to_new_sessions():
         "a session's first measurement replaces the seed"
 
 
+
+def test_the_wait_between_probes_outlives_a_session():
+    """A session where speculation never paid hands its wait between probes to the next (which then first
+    probes after 64 steps, not 16); a session whose probe found γ > 0 best hands on the short wait."""
+    prior = SharedPrior(gamma_max=8)
+
+    def session(alpha: float, rounds: int, target: CostProfile = linear()) -> list[int]:
+        ctl = pin_alpha(prior.new_controller(target, flat(0.01)), alpha)
+        chosen = run_rounds(ctl, alpha, rounds)
+        prior.absorb(ctl)
+        return chosen
+
+    first = session(0.9, 60)  # probes after 16 and 32 more steps: γ = 0 still best, the wait is now 64
+    assert [i for i, g in enumerate(first) if g > 0] == [16, 49], first
+    second = session(0.9, 80)
+    assert [i for i, g in enumerate(second) if g > 0] == [64], "it starts where the first one left"
+    assert session(0.9, 3, flat())[0] > 0  # speculation pays (a verify costs one step): γ > 0 at once, the wait back to 16
+    assert [i for i, g in enumerate(session(0.9, 20)) if g > 0] == [16]
+
+
 def machine(step: float = STEP, knee: int = 9, sizes=(1, 2, 3, 4, 5, 6, 7, 8, 9, 18, 36, 72, 144)) -> CostProfile:
     """A CPU-like profile: about one step up to `knee` tokens, then compute-bound (linear in tokens)."""
     return CostProfile(tuple(step * max(1.0, s / knee) * (1 + 0.01 * min(s, knee)) for s in sizes), tuple(sizes))

@@ -42,7 +42,9 @@ tokens still stream that often. It yields k tokens in rtt_target + k·t_v(0), an
 where one step takes longer than the chunk, k = 1. While γ = 0 wins, the controller probes the best
 γ > 0 now and then to refresh α, and doubles the interval after every probe that changes nothing, so
 a workload where speculation never pays settles at target-only decoding and probes rarely. The
-interval counts target steps, not rounds, so a round of k steps brings a probe k steps closer.
+interval counts target steps, not rounds, so a round of k steps brings a probe k steps closer, and it
+outlives a session: the next one starts where the last left it (`SharedPrior`), since on a GPU a probe
+(the draft catching up on a chunk's tokens, its steps, a second hop) costs several target-only tokens.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ class GammaController:
         self._last_gamma: int | None = None
         self.probing = False  # the last `choose` was a probe: γ > 0 though γ = 0 paid (hybrid must draft it)
         self._rounds_without_draft = 0
-        self._probe_interval = probe_every
+        self.probe_interval = probe_every  # target steps between probes while γ = 0 wins
         # Overlap: κ, each service's slowdown while the other computes, and β, how often the draft's
         # guess of the bonus token is right once every draft was accepted.
         self.contention_target = Ewma(0.3, 1.0, provisional=True)
@@ -320,14 +322,14 @@ class GammaController:
         if last is not None and last <= cap and rate[last] >= (1.0 - self.hysteresis) * rate[best]:
             best = last  # not worth a switch
         self.probing = False
-        if best > 0 or self._rounds_without_draft < self._probe_interval * round(self.target_sessions.value):
+        if best > 0 or self._rounds_without_draft < self.probe_interval * round(self.target_sessions.value):
             if best > 0:
-                self._probe_interval = self.probe_every
+                self.probe_interval = self.probe_every
             self._last_gamma = best
             return best
         # Probe: refresh α with the γ that would be used if speculation paid. A probe that leaves
         # γ = 0 best doubles the wait before the next one.
-        self._probe_interval = min(2 * self._probe_interval, self.max_probe_every)
+        self.probe_interval = min(2 * self.probe_interval, self.max_probe_every)
         self._rounds_without_draft = 0
         self.probing = True
         return max(range(1, cap + 1), key=rate.get)

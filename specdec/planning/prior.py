@@ -42,7 +42,7 @@ class SharedPrior:
     which they share while they run.
 
     A new session starts from the scales, network times and α of earlier ones instead of from
-    scratch; a finished session folds its estimates back in. The prior keeps its own averages, so
+    scratch, and with the last one's wait between probes (`GammaController.probe_interval`); a finished session folds its estimates back in. The prior keeps its own averages, so
     a session's controller keeps its own smoothing. The load estimates (live sessions, batch fills)
     are one set while sessions overlap, updated by every session's rounds: a session that stopped decoding
     target-only still sees how full target-only passes are from those that did not, instead of one stale
@@ -66,6 +66,7 @@ class SharedPrior:
         self._load = self._target_load.ewmas | self._draft_load.ewmas
         self._alpha = Ewma(weight)
         self._prior_weight = prior_weight
+        self._probe_interval: int | None = None  # the last finished session's (`GammaController.probe_interval`)
         self._lock = threading.Lock()
 
     def new_controller(self, target_cost: CostProfile, draft_cost: CostProfile | None = None) -> GammaController:
@@ -80,6 +81,8 @@ class SharedPrior:
             for name, shared in self._learned.items():
                 getattr(controller, name).seed(shared.value)
             alpha = self._alpha.value
+            if self._probe_interval is not None:
+                controller.probe_interval = self._probe_interval
         if alpha is not None:
             controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)
             controller.alpha_from_prior = True
@@ -96,6 +99,7 @@ class SharedPrior:
                     shared.update(learned.value)
             if controller.acceptance.observed >= 4:
                 self._alpha.update(controller.acceptance.alpha)
+            self._probe_interval = controller.probe_interval
 
     def snapshot(self) -> dict:
         """The prior as plain data (JSON-ready), to share between orchestrators."""
