@@ -28,14 +28,13 @@ class Verdict:
 def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
     """Accept while the target's argmax equals the draft token.
 
-    draft_tokens: [γ] long; target_logits: [γ+1, V].
+    draft_tokens: [γ] long (on any device; the host's costs no copy); target_logits: [γ+1, V]. The argmaxes
+    reach the host in one copy: on a GPU each further read of the device waits for it again.
     """
-    gamma = draft_tokens.shape[0]
-    target_ids = target_logits.argmax(dim=-1)  # [γ+1]
-    mismatch = (target_ids[:gamma] != draft_tokens).nonzero()
-    n = int(mismatch[0, 0]) if mismatch.numel() else gamma
-    tokens = draft_tokens[:n].tolist() + [int(target_ids[n])]
-    return Verdict(tokens, n)
+    target_ids = target_logits.argmax(dim=-1).tolist()  # [γ+1]
+    drafts = draft_tokens.tolist()
+    n = next((i for i, (d, t) in enumerate(zip(drafts, target_ids)) if d != t), len(drafts))
+    return Verdict(drafts[:n] + [target_ids[n]], n)
 
 
 def _draft_prob_of_tokens(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None) -> torch.Tensor:
