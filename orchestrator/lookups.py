@@ -53,7 +53,7 @@ class Lookups:
         """How many steps a target-only round takes after `propose` found nothing `misses` rounds in a row:
         2^(misses - 1), at most `chunk`. Each round looks once, at its start, so a copy that begins soon after
         a match is caught within a few tokens, and a text with nothing to copy soon takes whole chunks (one
-        hop each: at a GPU's speed, one step a round costs 1.4× a token)."""
+        hop each: on the H200, one step a round cost 1.45× a token)."""
         return max(1, min(chunk, 2 ** max(0, self.misses - 1)))
 
     def priced(self, cap: int) -> tuple[float, Lookup] | None:
