@@ -11,7 +11,7 @@
 #      and the orchestrator, from the spans (skipped with STEPS_ONLY=1).
 # Carry .whl/ (scripts/gpu_wheels.sh fills it) and run from the repository root: bash scripts/gpu_check.sh
 # Results go to $OUT (the device tool's) or /tmp/gpu_check. At most 10 minutes (the parts' timeouts: give the
-# command 600 s); about 7 on an H200 (2026-11-27), with a 30 s start; 2 with STEPS_ONLY=1, after the tests.
+# command 600 s); about 7 on an H200 (7.3 on 2026-11-28), with a 30 s start; 2 with STEPS_ONLY=1, after the tests.
 # The benchmark writes each of its parts as it ends, so a cut run keeps what it measured.
 set -u
 out=${OUT:-/tmp/gpu_check}
