@@ -31,7 +31,7 @@ def peaked_logits(wanted: list[int], vocab: int = V) -> torch.Tensor:
     ],
 )
 def test_greedy_table(drafts, target_ids, expected, accepted):
-    verdict = verify_greedy(torch.tensor(drafts, dtype=torch.long), peaked_logits(target_ids))
+    verdict = verify_greedy(drafts, peaked_logits(target_ids))
     assert verdict.tokens == expected
     assert verdict.num_accepted == accepted
 

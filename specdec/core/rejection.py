@@ -25,16 +25,15 @@ class Verdict:
     num_accepted: int
 
 
-def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> Verdict:
+def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdict:
     """Accept while the target's argmax equals the draft token.
 
-    draft_tokens: [γ] long (on any device; the host's costs no copy); target_logits: [γ+1, V]. The argmaxes
-    reach the host in one copy: on a GPU each further read of the device waits for it again.
+    draft_tokens: γ ids; target_logits: [γ+1, V]. The argmaxes reach the host in one copy: on a GPU each
+    further read of the device waits for it again.
     """
     target_ids = target_logits.argmax(dim=-1).tolist()  # [γ+1]
-    drafts = draft_tokens.tolist()
-    n = next((i for i, (d, t) in enumerate(zip(drafts, target_ids)) if d != t), len(drafts))
-    return Verdict(drafts[:n] + [target_ids[n]], n)
+    n = next((i for i, (d, t) in enumerate(zip(draft_tokens, target_ids)) if d != t), len(draft_tokens))
+    return Verdict([*draft_tokens[:n], target_ids[n]], n)
 
 
 def _draft_prob_of_tokens(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None) -> torch.Tensor:

@@ -372,17 +372,17 @@ class TargetEngine(Engine):
             sink = None if prompt_top is None else \
                 lambda i, rows: prompt.extend(token_logprobs(rows, tokens[i + 1:i + 1 + rows.shape[0]], None, prompt_top))
             committed, logits, rollback = self._score(session, start, tokens, draft_tokens, sink)
-            drafts = torch.tensor(draft_tokens, dtype=torch.long)  # [γ], on the host: greedy reads it there
             params = session.params
             # Row i is processed with the committed tokens and the first i drafts: target-only's state.
             logits = self._process(session, logits, session.state.tokens[:committed], draft_tokens)
             if params.greedy:
-                verdict = verify_greedy(drafts, logits)
+                verdict = verify_greedy(draft_tokens, logits)
             else:
                 p = probs_from_logits(logits, params)  # [γ+1, V]
                 q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
                 gen = position_generator(params.seed, committed, "target", p.device)
-                verdict = verify_sampled(drafts.to(p.device), q, p, gen)
+                drafts = torch.tensor(draft_tokens, dtype=torch.long, device=p.device)  # [γ]
+                verdict = verify_sampled(drafts, q, p, gen)
             logprobs = None if top_logprobs is None else \
                 token_logprobs(logits, verdict.tokens, params, top_logprobs)
             return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs,
