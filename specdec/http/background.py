@@ -130,24 +130,25 @@ class BackgroundResponses:
         """Read the call to its end as a streamed reply's events, into the response's `Run`; store how it ended."""
         watcher = asyncio.create_task(self._watch(reply.id, call))
         run, events = self._runs[reply.id], ResponseStream(reply)
+        failed = None  # the response object to store as failed
         try:
             async for batch in events.batches(call, first):
                 if events.final is not None and reply.id not in self._stopped:
                     await reply.settle(events.final)  # stored before a follower hears it is done
                 run.add(batch)
         except asyncio.CancelledError:
-            self._fail(reply, run, events, "server_error", "the server stopped before the reply was done")
+            failed = self._fail(reply, run, events, "server_error", "the server stopped before the reply was done")
         except grpc.RpcError as exc:
-            self._fail(reply, run, events, *rpc_error(exc)[1:])
+            failed = self._fail(reply, run, events, *rpc_error(exc)[1:])
         except Exception as exc:  # noqa: BLE001 - a bug: the response fails, we get the trace
             log.exception("background response %s", reply.id)
-            self._fail(reply, run, events, "server_error", f"internal error: {exc!r}")
+            failed = self._fail(reply, run, events, "server_error", f"internal error: {exc!r}")
         finally:
             watcher.cancel()
             call.cancel()  # a no-op once the call is done
         try:  # still listed as running while it stores: a cancel waits for it, then finds it ended
-            if events.failed_response is not None and reply.id not in self._stopped:
-                await reply.settle(events.failed_response)
+            if failed is not None and reply.id not in self._stopped:
+                await reply.settle(failed)
         finally:
             run.end()
             self._running.pop(reply.id, None)
@@ -158,10 +159,14 @@ class BackgroundResponses:
                 del self._runs[key]
         log.info("background response %s ended: %s", reply.id, run.events[-1]["type"] if run.events else "stopped")
 
-    def _fail(self, reply: ResponseReply, run: Run, events: ResponseStream, code: str, message: str) -> None:
-        """A reply that could not be done, unless a client stopped it: its failing events, to store after."""
-        if reply.id not in self._stopped:
-            run.add(events.failed(code, message))
+    def _fail(self, reply: ResponseReply, run: Run, events: ResponseStream, code: str, message: str) -> dict | None:
+        """A reply that could not be done, unless a client stopped it: its failing events added to the run; the
+        failed response object, to store after (None if stopped)."""
+        if reply.id in self._stopped:
+            return None
+        failing = events.failed(code, message)
+        run.add(failing)
+        return failing[-1]["response"]
 
     async def _watch(self, response_id: str, call) -> None:
         """Cancel the call once the stored response is cancelled or gone (by a request to another replica)."""

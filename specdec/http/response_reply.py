@@ -108,7 +108,6 @@ class ResponseStream:
         self.logprobs: list | None = [] if reply.top is not None else None
         self.opened = False  # the message item has been announced
         self.final: dict | None = None
-        self.failed_response: dict | None = None  # the response object `failed` ended it with
 
     def event(self, kind: str, **fields) -> dict:
         event = {"type": kind, "sequence_number": self.sequence, **fields}
@@ -173,7 +172,6 @@ class ResponseStream:
     def failed(self, code: str, message: str) -> list[dict]:
         """An error after the response began: an error event, then the response as failed."""
         response = {**self.reply.response("failed", []), "error": {"code": code, "message": message}}
-        self.failed_response = response
         return [self.event("error", code=code, message=message, param=None),
                 self.event("response.failed", response=response)]
 
