@@ -42,8 +42,9 @@ def _half(raw: np.ndarray, offset: int) -> np.ndarray:
 
 
 def integer_weights(qtype: int, raw: np.ndarray, cols: int):
-    """From GGUF bytes [N, row bytes]: quants q [N, K] (offset removed), the scale s and the min m of
-    every 16-weight group [N, K/16] (m only for Q4_K), all as the definition has them."""
+    """From GGUF bytes [N, row bytes]: quants q [N, K] (offset removed), every 32-weight block's float scale s
+    and min m [N, K/32] (m only for Q4_K), and Q6_K's int8 scale of every 16-weight half [N, K/16] (else
+    None), all as the definition has them."""
     n = raw.shape[0]
     if qtype == Q4_K:
         b = raw.reshape(n, -1, 144)
@@ -54,17 +55,17 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         mn[..., 4:] = (packed[..., 8:12] >> 4) | ((packed[..., 4:8] >> 6) << 4)
         qs = b[..., 16:].reshape(n, -1, 4, 32).astype(np.int32)
         q = np.stack([qs & 15, qs >> 4], axis=3).reshape(n, cols)  # chunk j: 32 low nibbles, then 32 high
-        s = np.repeat(d[..., None] * sc.astype(np.float32), 2, axis=-1).reshape(n, -1)
-        m = np.repeat(dmin[..., None] * mn.astype(np.float32), 2, axis=-1).reshape(n, -1)
-        return q, s, m
+        s = (d[..., None] * sc.astype(np.float32)).reshape(n, -1)
+        m = (dmin[..., None] * mn.astype(np.float32)).reshape(n, -1)
+        return q, s, m, None
     if qtype == Q6_K:
         b = raw.reshape(n, -1, 210)
         ql, qh = b[..., :128].reshape(n, -1, 2, 64).astype(np.int32), b[..., 128:192].reshape(n, -1, 2, 32).astype(np.int32)
         low = np.stack([ql[..., :32] & 15, ql[..., 32:] & 15, ql[..., :32] >> 4, ql[..., 32:] >> 4], axis=3)
         high = np.stack([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], axis=3)
         q = (low | (high << 4)).reshape(n, cols) - 32
-        s = _half(b, 208)[..., None] * b[..., 192:208].view(np.int8).astype(np.float32)
-        return q, s.reshape(n, -1), None
+        s = np.repeat(_half(b, 208), 8, axis=-1)  # d, for each of the super-block's 8 blocks
+        return q, s, None, b[..., 192:208].view(np.int8).astype(np.int64).reshape(n, -1)
     b = raw.reshape(n, -1, 22 if qtype == Q5_0 else 34)
     d = _half(b, 0)
     if qtype == Q5_0:
@@ -74,29 +75,31 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         q = q.reshape(n, cols) - 16
     else:
         q = b[..., 2:34].view(np.int8).astype(np.int32).reshape(n, cols)
-    return q, np.repeat(d, 2, axis=-1).reshape(n, -1), None
+    return q, d.reshape(n, -1), None, None
 
 
 def reference(qtype: int, raw: np.ndarray, cols: int, x: torch.Tensor) -> torch.Tensor:
     """y [S, N] by the definition: every float step rounded to float32, in the stated order."""
-    q, s, m = integer_weights(qtype, raw, cols)
+    q, s, m, half_scales = integer_weights(qtype, raw, cols)
     rows = x.shape[0]
-    groups = x.float().view(rows, -1, 32)
-    amax = groups.abs().amax(-1, keepdim=True)
+    blocks = x.float().view(rows, -1, 32)
+    amax = blocks.abs().amax(-1, keepdim=True)
     dx = amax / 127
     inv = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
-    u = (groups * inv).round().clamp(-127, 127).view(rows, -1, 16).to(torch.int64)  # [S, K/16, 16]
-    dx16 = dx.repeat_interleave(2, dim=1)[..., 0]  # [S, K/16]
-    q16 = torch.from_numpy(q).view(q.shape[0], -1, 16).to(torch.int64)  # [N, K/16, 16]
-    dots = torch.einsum("sgk,ngk->sng", u, q16).float()  # exact: |dot| < 2^24
-    s, terms = torch.from_numpy(s), None
-    terms = (s[None] * dx16[:, None]) * dots  # [S, N, K/16]
+    u = (blocks * inv).round().clamp(-127, 127).view(rows, -1, 2, 16).to(torch.int64)  # [S, K/32, half, 16]
+    dx = dx[..., 0]  # [S, K/32]
+    q16 = torch.from_numpy(q).view(q.shape[0], -1, 2, 16).to(torch.int64)  # [N, K/32, half, 16]
+    halves = torch.einsum("sjhk,njhk->snjh", u, q16)  # exact integer sums of the 16-weight halves
+    if half_scales is not None:  # Q6_K: each half times its int8 scale, in integers
+        halves = halves * torch.from_numpy(half_scales).view(q.shape[0], -1, 2)[None]
+    sums = halves.sum(-1).float()  # [S, N, K/32], exact: |I| < 2^24
+    terms = (torch.from_numpy(s)[None] * dx[:, None]) * sums
     if m is not None:
-        dx_sum = dx16 * u.sum(-1).float()  # [S, K/16]
+        dx_sum = dx * u.sum((-1, -2)).float()  # [S, K/32]
         terms = terms - torch.from_numpy(m)[None] * dx_sum[:, None]
     lanes = torch.zeros(rows, q.shape[0], 16)
-    for g in range(terms.shape[-1]):
-        lanes[..., g % 16] = lanes[..., g % 16] + terms[..., g]
+    for j in range(terms.shape[-1]):
+        lanes[..., j % 16] = lanes[..., j % 16] + terms[..., j]
     for width in (8, 4, 2, 1):  # by halves: (a[i] + a[i + width])
         lanes = lanes[..., :width] + lanes[..., width:2 * width]
     return lanes[..., 0]
@@ -115,14 +118,16 @@ def activations(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
 # -- the kernel --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("qtype,cols,rows", [(Q4_K, 512, 6), (Q6_K, 768, 6), (Q5_0, 896, 6), (Q8_0, 896, 6),
+                                             (Q4_K, 768, 6), (Q6_K, 512, 6),
                                              (Q5_0, 160, 6), (Q8_0, 544, 6), (Q5_0, 672, 6), (Q8_0, 1248, 6),
-                                             (Q5_0, 1152, 16), (Q8_0, 1120, 16)],
+                                             (Q5_0, 1152, 16), (Q8_0, 1120, 16), (Q4_K, 1280, 16), (Q6_K, 2816, 16)],
                          ids=lambda v: NAMES.get(v, v) if isinstance(v, int) and v < 20 else str(v))
 def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
-    """Every build, every format, against the transcription: the same bits, whatever the level. The 32-weight
-    formats' rows end in a partial super-block of 4, 1, 5 and 7 blocks (896, 544, 672, 1248) or are one block
-    short of a single one (160); 16 rows of 1152 and 1120 go in chunks of super-blocks, the partial one in
-    the last."""
+    """Every build, every format, against the transcription: the same bits, whatever the level. Rows of an odd
+    number of super-blocks (768, 1280, 2816, and the 32-weight formats' 160 to 1248) end in a half unit with
+    AVX-512; the 32-weight formats' rows end in a partial super-block of 4, 1, 5 and 7 blocks (896, 544, 672,
+    1248) or are one block short of a single one (160); 16 rows of 1152, 1120, 1280 and 2816 go in chunks of
+    units, the partial or half one in the last."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]
@@ -183,8 +188,10 @@ def test_formats_without_an_integer_kernel_run_exact():
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_the_dot_peak_counts_the_multiply_adds_it_does(variant):
-    """The compute floor's peak: every thread dots 8 rows of 256 with one weight super-block a round."""
-    assert q8dot.library(variant).q8_dot_peak(2, 10) == 2 * 10 * 8 * 256
+    """The compute floor's peak: every thread dots 8 rows with one weight unit (256 or 512 weights) a round."""
+    lib = q8dot.library(variant)
+    assert lib.q8_unit_weights() in (256, 512)
+    assert lib.q8_dot_peak(2, 10) == 2 * 10 * 8 * lib.q8_unit_weights()
     assert dot_peak(1, variant, seconds=0.005) > 0
 
 

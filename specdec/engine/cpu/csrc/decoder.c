@@ -31,13 +31,13 @@ typedef struct { /* one session's tokens in the pass, in row order */
 
 typedef struct { /* [rows, width] each: hidden, (H + 2·KV)·D, H·D, hidden, 2·I, I; act: rows' activation blocks */
     float *normed, *qkv, *attended, *projected, *gate_up, *gated;
-    act_block *act;
+    act_unit *act;
 } dec_buffers;
 
 enum { REFUSED_SHAPES = -1, NO_MEMORY = -2, REFUSED_FORMAT = -3 };
 
 /* y [rows, out_features] = x [rows, K] · Wᵀ + b, x quantized once for every part. */
-static int linear(const dec_linear *l, const float *x, int64_t rows, int64_t K, float *y, act_block *act,
+static int linear(const dec_linear *l, const float *x, int64_t rows, int64_t K, float *y, act_unit *act,
                   int threads) {
     q8_quantize(x, rows, K, act);
     for (int64_t i = 0; i < l->count; i++) {

@@ -5,10 +5,10 @@
 
 #include <stdint.h>
 
-typedef struct act_block act_block; /* one row's activation super-block (q8dot.c) */
+typedef struct act_unit act_unit; /* one row's activation unit (q8dot.c) */
 
-void q8_quantize(const float *x, int64_t S, int64_t K, act_block *out);
-int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_block *act, int64_t S, float *y,
+void q8_quantize(const float *x, int64_t S, int64_t K, act_unit *out);
+int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_unit *act, int64_t S, float *y,
               int64_t ldy, const float *bias, int threads);
 
 void lo_rms_norm(const float *x, int64_t S, int64_t K, const float *w, float eps, float *out);

@@ -1,26 +1,32 @@
 /* y[S, N] = x[S, K] · W[N, K]ᵀ with W in a GGML block format and x quantized to 8 bits per row: the
  * "gguf-q8" compute path. Integer dot products, like llama.cpp's, with a definition of our own.
  *
- * Definition (specdec/engine/q8dot.py states it in one sentence; tests/test_q8dot.py transcribes it):
- * - Activations: each row in groups of 32 values; dx = amax / 127, u = round-half-even(x · (127 / amax))
+ * Definition (specdec/engine/cpu/q8dot.py states it in one sentence; tests/test_q8dot.py transcribes it):
+ * - Activations: each row in blocks of 32 values; dx = amax / 127, u = round-half-even(x · (127 / amax))
  *   clamped to ±127 (all zero where amax is 0).
- * - Weights: integers q with a float scale per 16 weights (s = d·sc for Q4_K / Q6_K, d for Q5_0 / Q8_0,
- *   exact in float32) and, for Q4_K, a min per 16 (m = dmin·min). Per group g of 16 weights the
- *   integer sums I = Σ (q − offset)·u and M = Σ u are exact (offset 32 for Q6_K, 16 for Q5_0, else 0).
- * - Float steps, each rounded to float32, no fused multiply-add: t = (s·dx)·I, minus m·(dx·M) for Q4_K;
- *   group g feeds accumulator g mod 16 in order (acc += t); y = the 16 accumulators summed by halves
+ * - Weights: integers q. Per block j of 32 weights the integer sum I is exact: Σ q·u for Q4_K and Q8_0,
+ *   Σ (q − 16)·u for Q5_0, and for Q6_K sc₁·Σ₁ (q − 32)·u + sc₂·Σ₂ (q − 32)·u over its two 16-weight halves
+ *   with their int8 scales. The block's float scale s is d·sc for Q4_K, d for the others (exact in float32),
+ *   and Q4_K's min m = dmin·min.
+ * - Float steps, each rounded to float32, no fused multiply-add: t = (s·dx)·I, minus m·(dx·Σu) for Q4_K;
+ *   block j feeds accumulator j mod 16 in order (acc += t); y = the 16 accumulators summed by halves
  *   ((a[i] + a[i + 8]), then + 4, + 2, + 1).
  * Every output is that fixed sequence whatever the rows beside it: the path is row-invariant.
  *
- * Layout: the weights are repacked once at load (`q8_repack`) into super-blocks of 256 weights (8
- * blocks for the 32-weight formats, zero-padded at a row's end), their quants in "vector order": byte
- * p of vector t (t < 4, p < 64) is the weight 16·(p / 4) + 4·t + p % 4, so a 4-byte dot product at
- * lane p / 4 always stays inside one 16-weight group. The activations are quantized into the same
- * order. Each weight super-block is unpacked once per pass and dotted with every row in it.
+ * Layout: each build works in units of 8 chunks of CHUNK bytes (64 with AVX-512, else 32), so UNIT = 8 ·
+ * CHUNK weights and BLOCKS = CHUNK / 4 blocks a unit. Byte p of chunk c is the unit's weight
+ * 32·(p / 4) + 4·c + p % 4: a 4-byte integer dot at lane p / 4 always stays inside block p / 4, chunks
+ * 0-3 its first half and 4-7 its second, and the 8 chunks' dots give every block's sum with no lanes to
+ * fold. The weights are repacked once at load (`q8_repack`) into that order, the bytes of a unit those of
+ * its super-blocks, reordered (a row's bytes are its super-blocks', the 32-weight formats zero-padded to
+ * whole super-blocks). With AVX-512 a row of an odd number of super-blocks ends in a half unit, stored in
+ * the 32-byte chunks' order (a chunk's first half), whose missing blocks dot to zero against zero
+ * activations. The activations are quantized into the same order. Each weight unit is unpacked once per pass and dotted with every row in it. The unit's BLOCKS
+ * terms are one vector of float steps a row: half the steps of 16-weight groups.
  *
- * Built per level by specdec/engine/native.py: VNNI (vpdpbusd on 512 or 256 bits), AVX2 and SSE4.1
+ * Built per level by specdec/engine/cpu/native.py: VNNI (vpdpbusd on 512 or 256 bits), AVX2 and SSE4.1
  * (vpmaddubsw: u8·s8 pairs summed in int16, which never saturates here: |q|·|u| ≤ 128·127, and the pair
- * sums of up to 4 vectors added in int16 before widening, as the largest code of each format allows),
+ * sums of up to 8 chunks added in int16 before widening, as the largest code of each format allows),
  * portable C. Integer sums are exact, so every build gives the same bits.
  */
 #include <stdint.h>
@@ -35,25 +41,29 @@
 #include <immintrin.h>
 #endif
 
-enum { SB = 256 };
+enum { SB = 256 }; /* weights of a K-quant super-block */
 
-typedef uint32_t vu __attribute__((vector_size(64)));
-typedef uint8_t vb __attribute__((vector_size(64)));
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && !defined(Q8_PORTABLE)
+#define CHUNK 64
+#else
+#define CHUNK 32
+#endif
+enum { UNIT = 8 * CHUNK, BLOCKS = CHUNK / 4, SB_PER_UNIT = UNIT / SB, UNITS_PER_ACC = LANES / BLOCKS };
 
-/* One activation super-block: 256 quants in vector order, and per lane (16-weight group) dx, Σu and dx·Σu. */
-typedef struct act_block {
-    int8_t u[SB];
-    float dx[LANES];
-    int32_t bsum[LANES];
-    float dx_bsum[LANES]; /* dx · Σu, the factor of Q4_K's min term */
-} act_block;
+typedef float vl __attribute__((vector_size(CHUNK)));   /* a unit's blocks, one a lane */
+typedef int32_t vli __attribute__((vector_size(CHUNK)));
+typedef uint32_t vlu __attribute__((vector_size(CHUNK)));
+typedef uint64_t vw __attribute__((vector_size(CHUNK))); /* a chunk's bytes, for byte arithmetic */
+#define BYTES(b) (0x0101010101010101ull * (b))
 
-/* ---- the integer dot of 256 u8 weights with 256 s8 activations, lane by lane, per level ---- */
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+/* ---- the integer dot of a unit's weights (u8) with its activations (s8), block by block, per level ---- */
+#if defined(Q8_PORTABLE)
+#elif CHUNK == 64
 #define NATIVE 64
 typedef __m512i nv;
 #define NV_LOAD(p) _mm512_loadu_si512((const void *)(p))
 #define DP(acc, w, x) _mm512_dpbusd_epi32(acc, w, x)
+#define MADD16(a, b) _mm512_madd_epi16(a, b)
 #define NV_ABS(q) _mm512_abs_epi8(q)
 #define NV_SIGN_OF(q) _mm512_movm_epi8(_mm512_movepi8_mask(q)) /* −1 where q < 0 */
 #define NV_SIGN(x, s) _mm512_sub_epi8(_mm512_xor_si512(x, s), s)
@@ -62,6 +72,7 @@ typedef __m512i nv;
 typedef __m256i nv;
 #define NV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
 #define DP(acc, w, x) _mm256_dpbusd_avx_epi32(acc, w, x)
+#define MADD16(a, b) _mm256_madd_epi16(a, b)
 #define NV_ABS(q) _mm256_abs_epi8(q)
 #define NV_SIGN_OF(q) (q)
 #define NV_SIGN(x, s) _mm256_sign_epi8(x, s) /* x where s > 0, −x where s < 0, 0 where s = 0 (then |q| is 0) */
@@ -71,67 +82,112 @@ typedef __m256i nv;
 #define NV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
 #define PAIRS(w, x) _mm256_maddubs_epi16(w, x) /* int16 sums of byte pairs */
 #define ADD16(a, b) _mm256_add_epi16(a, b)
-#define WIDEN_ADD(acc, p) _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+#define ADD32(a, b) _mm256_add_epi32(a, b)
+#define MADD16(a, b) _mm256_madd_epi16(a, b)
+#define SPLAT16(v) _mm256_set1_epi16(v)
 #define NV_ABS(q) _mm256_abs_epi8(q)
 #define NV_SIGN_OF(q) (q)
-#define NV_SIGN(x, s) _mm256_sign_epi8(x, s) /* x where s > 0, −x where s < 0, 0 where s = 0 (then |q| is 0) */
+#define NV_SIGN(x, s) _mm256_sign_epi8(x, s)
 #elif defined(__SSE4_1__)
 #define NATIVE 16
 typedef __m128i nv;
 #define NV_LOAD(p) _mm_loadu_si128((const __m128i *)(p))
 #define PAIRS(w, x) _mm_maddubs_epi16(w, x)
 #define ADD16(a, b) _mm_add_epi16(a, b)
-#define WIDEN_ADD(acc, p) _mm_add_epi32(acc, _mm_madd_epi16(p, _mm_set1_epi16(1)))
+#define ADD32(a, b) _mm_add_epi32(a, b)
+#define MADD16(a, b) _mm_madd_epi16(a, b)
+#define SPLAT16(v) _mm_set1_epi16(v)
 #define NV_ABS(q) _mm_abs_epi8(q)
 #define NV_SIGN_OF(q) (q)
 #define NV_SIGN(x, s) _mm_sign_epi8(x, s)
 #endif
 
 #ifdef NATIVE
-enum { CHUNKS = SB / NATIVE, RANGES = 64 / NATIVE }; /* native vectors a super-block; lane ranges a vector */
-
-/* Lane l of the result: Σ over t of the 4-byte dot at bytes 4l..4l+3 of vector t (w unsigned, u signed);
- * with `sign` (0 or −1 a byte), u's bytes are negated where sign is −1 first. Without VNNI, `sums16`
- * chunks' int16 pair sums are added in int16 before widening (fewer multiplies): the caller's weight bound
- * keeps them exact, sums16 · 2 · max|w| · 127 ≤ 32767. */
-static inline __attribute__((always_inline)) vi dot_lanes(const nv *w, const nv *sign, const int8_t *u, int sums16) {
-    nv acc[RANGES];
-    memset(acc, 0, sizeof acc);
+enum { RANGES = CHUNK / NATIVE, NVS = 8 * RANGES }; /* native vectors a chunk, and a unit */
+/* How Q6_K's two half scales reach a block's sum: without VNNI as the int16 pair (sc, sc) a lane that vpmaddwd
+ * widens the pair sums with; with VNNI the two half sums (started at −32·Σu) are converted and multiplied in
+ * float32, exact because every product and the sum are integers below 2^24 (no vpmulld). */
 #ifdef PAIRS
-    for (int c0 = 0; c0 < CHUNKS; c0 += RANGES * sums16)
-        for (int r = 0; r < RANGES; r++) {
-            nv pairs;
-            for (int k = 0; k < sums16; k++) {
-                const int c = c0 + r + k * RANGES;
-                const nv x = sign ? NV_SIGN(NV_LOAD(u + c * NATIVE), sign[c]) : NV_LOAD(u + c * NATIVE);
-                pairs = k ? ADD16(pairs, PAIRS(w[c], x)) : PAIRS(w[c], x);
-            }
-            acc[r] = WIDEN_ADD(acc[r], pairs);
-        }
+#define SCALE_PAIRS 1
 #else
-    (void)sums16;
-    for (int c = 0; c < CHUNKS; c++) {
-        const nv x = sign ? NV_SIGN(NV_LOAD(u + c * NATIVE), sign[c]) : NV_LOAD(u + c * NATIVE);
-        acc[c % RANGES] = DP(acc[c % RANGES], w[c], x);
-    }
+#define SCALE_PAIRS 0
 #endif
-    vi out;
-    memcpy(&out, acc, sizeof out);
-    return out;
+
+static inline vli vli_of(const nv *pieces) {
+    vli v;
+    memcpy(&v, pieces, CHUNK);
+    return v;
 }
 
+/* Lane l: block l's integer sum over the 8 chunks; with `sign` (0 or −1 a byte) u's bytes are negated where
+ * sign is −1 first; without VNNI, with `scale` (Q6_K), chunks 0-3 (the first halves) weigh scale[0], chunks
+ * 4-7 scale[1] (with VNNI, Q6_K takes unit_halves). Without VNNI, `sums16` chunks' int16 pair sums are added in int16 before widening: the caller's
+ * weight bound keeps them exact, sums16 · 2 · max|w| · 127 ≤ 32767, and sums16 divides 4. */
+static inline __attribute__((always_inline)) vli unit_dot(const nv *w, const nv *sign, const int8_t *u, int sums16,
+                                                          const vli *scale) {
+#ifdef PAIRS
+    nv acc[RANGES], mult[2][RANGES];
+    for (int r = 0; r < RANGES; r++) acc[r] = SPLAT16(0);
+    if (scale) {
+        memcpy(mult[0], &scale[0], CHUNK);
+        memcpy(mult[1], &scale[1], CHUNK);
+    } else {
+        for (int r = 0; r < RANGES; r++) mult[0][r] = mult[1][r] = SPLAT16(1);
+    }
+    for (int r = 0; r < RANGES; r++)
+        for (int c0 = 0; c0 < 8; c0 += sums16) {
+            nv pairs;
+            for (int k = 0; k < sums16; k++) {
+                const int v = (c0 + k) * RANGES + r;
+                const nv x = sign ? NV_SIGN(NV_LOAD(u + v * NATIVE), sign[v]) : NV_LOAD(u + v * NATIVE);
+                pairs = k ? ADD16(pairs, PAIRS(w[v], x)) : PAIRS(w[v], x);
+            }
+            acc[r] = ADD32(acc[r], MADD16(pairs, mult[c0 >= 4][r]));
+        }
+    return vli_of(acc);
+#else
+    (void)sums16, (void)scale; /* Q6_K goes through unit_halves */
+    nv acc;
+    memset(&acc, 0, sizeof acc);
+    for (int c = 0; c < 8; c++)
+        acc = DP(acc, w[c], sign ? NV_SIGN(NV_LOAD(u + c * NATIVE), sign[c]) : NV_LOAD(u + c * NATIVE));
+    return vli_of(&acc);
+#endif
+}
+
+#ifndef PAIRS
+/* With VNNI, Q6_K: half[h] += lane l's dot over the chunks of block l's half h (0-3, then 4-7). */
+static inline __attribute__((always_inline)) void unit_halves(const nv *w, const int8_t *u, vli *half) {
+    nv acc[2];
+    memcpy(acc, half, sizeof acc);
+    for (int c = 0; c < 8; c++) acc[c >= 4] = DP(acc[c >= 4], w[c], NV_LOAD(u + c * NATIVE));
+    memcpy(half, acc, sizeof acc);
+}
+#endif
+
 static inline void load_weights(nv *w, const uint8_t *bytes) {
-    for (int c = 0; c < CHUNKS; c++) w[c] = NV_LOAD(bytes + c * NATIVE);
+    for (int v = 0; v < NVS; v++) w[v] = NV_LOAD(bytes + v * NATIVE);
 }
 
 /* Signed int8 weights as |q| (the unsigned operand) and what moves their sign onto the activations. */
 static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
-    for (int c = 0; c < CHUNKS; c++) {
-        const nv v = NV_LOAD(q + c * NATIVE);
-        w[c] = NV_ABS(v);
-        sign[c] = NV_SIGN_OF(v);
+    for (int v = 0; v < NVS; v++) {
+        const nv x = NV_LOAD(q + v * NATIVE);
+        w[v] = NV_ABS(x);
+        sign[v] = NV_SIGN_OF(x);
     }
 }
+
+#ifdef PAIRS
+/* Per 32-bit lane, the two int16 products summed: a₀·b₀ + a₁·b₁. */
+static inline vli madd_pairs(vli a, vli b) {
+    nv x[RANGES], y[RANGES];
+    memcpy(x, &a, CHUNK);
+    memcpy(y, &b, CHUNK);
+    for (int r = 0; r < RANGES; r++) x[r] = MADD16(x[r], y[r]);
+    return vli_of(x);
+}
+#endif
 #define LEVEL_NAME (NATIVE == 64 ? "avx512-vnni" : NATIVE == 16 ? "sse4.1" : VNNI256 ? "avx-vnni" : "avx2")
 #ifdef __AVXVNNI__
 #define VNNI256 1
@@ -140,16 +196,21 @@ static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
 #endif
 #else /* portable C */
 typedef uint8_t nv;
-enum { CHUNKS = SB };
-static inline __attribute__((always_inline)) vi dot_lanes(const nv *w, const nv *sign, const int8_t *u, int sums16) {
-    (void)sums16;
-    vi out = {0};
-    for (int k = 0; k < SB; k++) out[(k % 64) / 4] += (int32_t)w[k] * (sign && sign[k] ? -u[k] : u[k]);
+enum { NVS = UNIT };
+#define SCALE_PAIRS 0
+static inline void unit_halves(const nv *w, const int8_t *u, vli *half) {
+    for (int k = 0; k < UNIT; k++) half[k / CHUNK >= 4][(k % CHUNK) / 4] += (int32_t)w[k] * u[k];
+}
+static inline __attribute__((always_inline)) vli unit_dot(const nv *w, const nv *sign, const int8_t *u, int sums16,
+                                                          const vli *scale) {
+    (void)sums16, (void)scale;
+    vli out = {0};
+    for (int k = 0; k < UNIT; k++) out[(k % CHUNK) / 4] += (int32_t)w[k] * (sign && sign[k] ? -u[k] : u[k]);
     return out;
 }
-static inline void load_weights(nv *w, const uint8_t *bytes) { memcpy(w, bytes, SB); }
+static inline void load_weights(nv *w, const uint8_t *bytes) { memcpy(w, bytes, UNIT); }
 static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
-    for (int k = 0; k < SB; k++) {
+    for (int k = 0; k < UNIT; k++) {
         w[k] = (uint8_t)(q[k] < 0 ? -q[k] : q[k]);
         sign[k] = q[k] < 0;
     }
@@ -157,7 +218,21 @@ static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
 #define LEVEL_NAME "portable"
 #endif
 
+/* One activation unit: its quants in unit order, and per block dx, Σu, dx·Σu and what Q6_K's offsets need. */
+typedef struct act_unit {
+    int8_t u[UNIT];
+    float dx[BLOCKS];
+    int32_t bsum[BLOCKS];
+    float dx_bsum[BLOCKS]; /* dx · Σu, the factor of Q4_K's min term */
+#if SCALE_PAIRS
+    int32_t halves[BLOCKS]; /* Σu of the first and second 16 values, as int16: first low, second high */
+#else
+    int32_t half_start[2][BLOCKS]; /* −32 · Σu of the first and second 16 values: Q6_K's half sums start there */
+#endif
+} act_unit;
+
 const char *q8_level(void) { return LEVEL_NAME; }
+int64_t q8_unit_weights(void) { return UNIT; }
 
 /* ---- the build's integer dot product at its best: the compute floor's peak ---- */
 enum { PEAK_ROWS = 8 };
@@ -169,64 +244,65 @@ typedef struct {
 
 static void peak_part(void *ctx, int64_t begin, int64_t end) {
     peak_job *j = ctx;
-    uint8_t bytes[SB] __attribute__((aligned(64)));
-    int8_t u[PEAK_ROWS][SB] __attribute__((aligned(64)));
+    uint8_t bytes[UNIT] __attribute__((aligned(64)));
+    int8_t u[PEAK_ROWS][UNIT] __attribute__((aligned(64)));
     memset(bytes, 1, sizeof bytes);
     memset(u, 1, sizeof u);
-    nv w[CHUNKS];
+    nv w[NVS];
     load_weights(w, bytes);
     for (int64_t part = begin; part < end; part++) {
-        vi total = {0};
+        vli total = {0};
         for (int64_t r = 0; r < j->rounds; r++) {
             __asm__ volatile("" : : "r"(u) : "memory"); /* the activations are read again each round, as in a pass */
-            for (int g = 0; g < PEAK_ROWS; g++) total += dot_lanes(w, 0, u[g], 4);
+            for (int g = 0; g < PEAK_ROWS; g++) total += unit_dot(w, 0, u[g], 8, 0);
         }
         int32_t sum = 0;
-        for (int l = 0; l < LANES; l++) sum += total[l];
+        for (int l = 0; l < BLOCKS; l++) sum += total[l];
         j->sink[part % 64] = sum;
     }
 }
 
 /* Multiply-adds done by `threads` threads at once, each dotting PEAK_ROWS cached activation rows with one
- * register-resident Q4_K-like weight super-block `rounds` times: the kernel's integer step with nothing else
- * (no weight reads, no float steps). The caller times the call. */
+ * register-resident Q4_K-like weight unit `rounds` times: the kernel's integer step with nothing else (no
+ * weight reads, no float steps). The caller times the call. */
 int64_t q8_dot_peak(int threads, int64_t rounds) {
     peak_job j = {rounds, {0}};
     parallel_for(threads, threads, peak_part, &j);
-    return (int64_t)threads * rounds * PEAK_ROWS * SB;
+    return (int64_t)threads * rounds * PEAK_ROWS * UNIT;
 }
 
-/* ---- repacked super-block layouts ---- */
-enum {
-    Q4K_BYTES = 148, /* d, dmin (f16), sc[8], m[8] (6-bit values in bytes), 128 bytes of nibbles */
-    Q6K_BYTES = 210, /* d (f16), sc[16] (int8), 128 bytes of low nibbles, 64 of high bit pairs */
-    Q5_0_BYTES = 176, /* d[8] (f16), 128 bytes of low nibbles, 32 of 5th bits */
-    Q8_0_BYTES = 272, /* d[8] (f16), 256 int8 */
-};
-
+/* ---- repacked units ----
+ * A unit holds SB_PER_UNIT super-blocks' bytes (8 · SB_PER_UNIT blocks of the 32-weight formats):
+ * Q4_K: d[n], dmin[n] (f16), sc[8n], m[8n] (6-bit values in bytes), then 4 · CHUNK bytes of nibbles;
+ * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
+ * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q8_0: d[8n] (f16), UNIT int8. */
 static inline int64_t sb_bytes(int type) {
     switch (type) {
-    case Q4_K: return Q4K_BYTES;
-    case Q6_K: return Q6K_BYTES;
-    case Q5_0: return Q5_0_BYTES;
-    case Q8_0: return Q8_0_BYTES;
+    case Q4_K: return 148;
+    case Q6_K: return 210;
+    case Q5_0: return 176;
+    case Q8_0: return 272;
     default: return 0;
     }
 }
 
+static inline int64_t unit_bytes(int type) { return SB_PER_UNIT * sb_bytes(type); }
 static inline int64_t superblocks(int64_t K) { return (K + SB - 1) / SB; }
+static inline int64_t units(int64_t K) { return (K + UNIT - 1) / UNIT; }
+/* Whether a row of K ends in a half unit (AVX-512: an odd number of super-blocks). */
+static inline int half_tail(int64_t K) { return SB_PER_UNIT == 2 && superblocks(K) % 2; }
 
-int64_t q8_row_bytes(int type, int64_t K) { return sb_bytes(type) ? superblocks(K) * sb_bytes(type) : 0; }
-int64_t q8_act_bytes(int64_t K) { return superblocks(K) * (int64_t)sizeof(act_block); }
+int64_t q8_row_bytes(int type, int64_t K) { return superblocks(K) * sb_bytes(type); }
+int64_t q8_act_bytes(int64_t K) { return units(K) * (int64_t)sizeof(act_unit); }
 
-/* 256 quants from natural order into vector order (see Layout): vector t is the natural order's 4-byte words
- * t, t + 4, ..., t + 60, so weight k lands at byte 64·((k % 16) / 4) + 4·(k / 16) + k % 4. */
-static inline void to_vector_order(const int8_t *natural, int8_t *ordered) {
-    uint32_t in[SB / 4], out[SB / 4];
-    memcpy(in, natural, SB);
-    for (int t = 0; t < 4; t++)
-        for (int w = 0; w < 16; w++) out[16 * t + w] = in[4 * w + t];
-    memcpy(ordered, out, SB);
+/* 8 · cb quants from natural order into the order of chunks of cb bytes (see Layout): the 4-byte word c of
+ * block l, at word c · cb / 4 + l. cb is CHUNK, or CHUNK / 2 for a half unit. */
+static inline void to_unit_order(const int8_t *natural, int8_t *ordered, int cb) {
+    uint32_t in[UNIT / 4], out[UNIT / 4];
+    memcpy(in, natural, 8 * cb);
+    for (int l = 0; l < cb / 4; l++)
+        for (int c = 0; c < 8; c++) out[c * cb / 4 + l] = in[8 * l + c];
+    memcpy(ordered, out, 8 * cb);
 }
 
 /* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
@@ -258,64 +334,76 @@ static void decode_block(int type, const uint8_t *b, int8_t *q) {
     }
 }
 
-/* Nibbles of 256 quants in vector order: byte p of half h holds vector 2h's (low) and 2h+1's (high). */
-static void pack_nibbles(const int8_t *ordered, uint8_t *out) {
-    for (int h = 0; h < 2; h++)
-        for (int p = 0; p < 64; p++)
-            out[64 * h + p] = (ordered[128 * h + p] & 15) | ((ordered[128 * h + 64 + p] & 15) << 4);
+/* Nibbles of a unit's quants in unit order (chunks of cb bytes): byte p of half h holds chunk 2h's (low) and
+ * 2h + 1's (high). */
+static void pack_nibbles(const int8_t *ordered, uint8_t *out, int cb) {
+    for (int h = 0; h < 4; h++)
+        for (int p = 0; p < cb; p++) out[cb * h + p] = (ordered[2 * cb * h + p] & 15) | ((ordered[2 * cb * h + cb + p] & 15) << 4);
 }
 
-/* W [N, K] in GGML blocks -> the super-block layout above (`q8_row_bytes(type, K)` bytes a row).
+/* Q5_0's 5th bits: a 64-bit word holds 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) +
+ * p / 8 of the word's byte p % 8 (so one shift a 64-bit lane spreads them). */
+
+/* W [N, K] in GGML blocks -> the unit layout above (`q8_row_bytes(type, K)` bytes a row).
  * Returns 0, or -1 for a type this path does not take or a K that is not a whole number of blocks. */
 int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
     if (!sb_bytes(type) || K % block_weights(type)) return -1;
     const int64_t in_row = K / block_weights(type) * block_bytes(type), out_row = q8_row_bytes(type, K);
-    const int64_t nsb = superblocks(K);
+    const int64_t nu = units(K), blocks_in = K / block_weights(type);
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const uint8_t *src = w + n * in_row;
         uint8_t *dst = out + n * out_row;
         memset(dst, 0, out_row);
-        for (int64_t i = 0; i < nsb; i++) {
-            int8_t natural[SB] = {0}, ordered[SB];
-            uint8_t *o = dst + i * sb_bytes(type);
+        for (int64_t i = 0; i < nu; i++) {
+            const int half = half_tail(K) && i == nu - 1, sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
+            int8_t natural[UNIT] = {0}, ordered[UNIT];
+            uint8_t *o = dst + i * unit_bytes(type);
             if (type == Q4_K || type == Q6_K) {
-                const uint8_t *b = src + i * block_bytes(type);
-                decode_block(type, b, natural);
-                if (type == Q4_K) {
-                    memcpy(o, b, 4); /* d, dmin */
-                    for (int j = 0; j < 8; j++) q4_k_scale_min(b + 4, j, o + 4 + j, o + 12 + j);
-                } else {
-                    memcpy(o, b + 208, 2);
-                    memcpy(o + 2, b + 192, 16);
+                for (int s = 0; s < sbu && i * SB_PER_UNIT + s < blocks_in; s++) {
+                    const uint8_t *b = src + (i * SB_PER_UNIT + s) * block_bytes(type);
+                    decode_block(type, b, natural + SB * s);
+                    if (type == Q4_K) {
+                        memcpy(o + 2 * s, b, 2);               /* d */
+                        memcpy(o + 2 * sbu + 2 * s, b + 2, 2); /* dmin */
+                        for (int j = 0; j < 8; j++)
+                            q4_k_scale_min(b + 4, j, o + 4 * sbu + 8 * s + j, o + 12 * sbu + 8 * s + j);
+                    } else {
+                        memcpy(o + 2 * s, b + 208, 2);
+                        memcpy(o + 2 * sbu + 16 * s, b + 192, 16);
+                    }
                 }
             } else {
-                for (int j = 0; j < 8 && (i * 8 + j) * 32 < K; j++) {
-                    const uint8_t *b = src + (i * 8 + j) * block_bytes(type);
+                for (int j = 0; j < 8 * sbu && i * 8 * SB_PER_UNIT + j < blocks_in; j++) {
+                    const uint8_t *b = src + (i * 8 * SB_PER_UNIT + j) * block_bytes(type);
                     decode_block(type, b, natural + 32 * j);
                     memcpy(o + 2 * j, b, 2);
                 }
             }
-            to_vector_order(natural, ordered);
+            to_unit_order(natural, ordered, cb);
             if (type == Q4_K) {
-                pack_nibbles(ordered, o + 20);
+                pack_nibbles(ordered, o + 20 * sbu, cb);
             } else if (type == Q6_K) {
-                pack_nibbles(ordered, o + 18);
-                for (int p = 0; p < 64; p++)
-                    for (int t = 0; t < 4; t++) o[146 + p] |= ((ordered[64 * t + p] >> 4) & 3) << (2 * t);
+                pack_nibbles(ordered, o + 18 * sbu, cb);
+                uint8_t *high = o + 18 * sbu + 4 * cb;
+                for (int c = 0; c < 8; c++)
+                    for (int p = 0; p < cb; p++) high[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> 4) & 3) << (2 * (c % 4));
             } else if (type == Q5_0) {
-                pack_nibbles(ordered, o + 16);
-                for (int t = 0; t < 4; t++) /* the 5th bit of vector t's byte p: byte 8t + p % 8, bit p / 8 */
-                    for (int p = 0; p < 64; p++) o[144 + 8 * t + p % 8] |= ((ordered[64 * t + p] >> 4) & 1) << (p / 8);
+                pack_nibbles(ordered, o + 16 * sbu, cb);
+                uint8_t *fifth = o + 16 * sbu + 4 * cb;
+                const int per_word = 64 / cb;
+                for (int c = 0; c < 8; c++)
+                    for (int p = 0; p < cb; p++)
+                        fifth[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> 4) & 1) << ((cb / 8) * (c % per_word) + p / 8);
             } else {
-                memcpy(o + 16, ordered, SB);
+                memcpy(o + 16 * sbu, ordered, 8 * cb);
             }
         }
     }
     return 0;
 }
 
-/* One 16-value half of a 32-value group: its largest |x| lane by lane folded into m (|x| with the sign bit
+/* One 16-value half of a 32-value block: its largest |x| lane by lane folded into m (|x| with the sign bit
  * cleared, and taken only where larger, as the scalar `v > amax` would: zeros of either sign and NaNs never). */
 static inline vf fold_amax(vf m, vf x) {
     const vf magnitude = (vf)((vi)x & 0x7fffffff);
@@ -334,17 +422,17 @@ static inline vi quant_lanes(vf v) {
 
 typedef int8_t vq __attribute__((vector_size(16)));
 
-/* x [S, K] float32 -> S rows of `superblocks(K)` activation blocks (the definition's quantization, 16 lanes at
- * a time: every step lane by lane as the definition has it, so the same bits as value by value). */
-void q8_quantize(const float *x, int64_t S, int64_t K, act_block *out) {
-    const int64_t nsb = superblocks(K);
+/* x [S, K] float32 -> S rows of `units(K)` activation units (the definition's quantization, 16 lanes at a
+ * time: every step lane by lane as the definition has it, so the same bits as value by value). */
+void q8_quantize(const float *x, int64_t S, int64_t K, act_unit *out) {
+    const int64_t nu = units(K);
     for (int64_t s = 0; s < S; s++) {
         const float *row = x + s * K;
-        for (int64_t i = 0; i < nsb; i++) {
-            act_block *a = out + s * nsb + i;
-            int8_t natural[SB] __attribute__((aligned(64))) = {0}; /* the quants in natural order */
-            for (int g = 0; g < SB / 32; g++) {
-                const int64_t k0 = i * SB + 32 * g;
+        for (int64_t i = 0; i < nu; i++) {
+            act_unit *a = out + s * nu + i;
+            int8_t natural[UNIT] __attribute__((aligned(64))) = {0}; /* the quants in natural order */
+            for (int l = 0; l < BLOCKS; l++) {
+                const int64_t k0 = i * UNIT + 32 * l;
                 float dx = 0.0f;
                 int32_t sums[2] = {0, 0};
                 if (k0 < K) {
@@ -352,163 +440,229 @@ void q8_quantize(const float *x, int64_t S, int64_t K, act_block *out) {
                     memcpy(half, row + k0, sizeof half);
                     m = fold_amax(fold_amax(m, half[0]), half[1]);
                     float amax = 0.0f;
-                    for (int l = 0; l < LANES; l++) amax = m[l] > amax ? m[l] : amax;
+                    for (int k = 0; k < LANES; k++) amax = m[k] > amax ? m[k] : amax;
                     dx = amax / 127.0f;
                     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
                     for (int h = 0; h < 2; h++) {
                         const vi q = quant_lanes(half[h] * inv);
-                        for (int l = 0; l < LANES; l++) sums[h] += q[l];
+                        for (int k = 0; k < LANES; k++) sums[h] += q[k];
                         const vq bytes = __builtin_convertvector(q, vq);
-                        memcpy(natural + 32 * g + 16 * h, &bytes, 16);
+                        memcpy(natural + 32 * l + 16 * h, &bytes, 16);
                     }
                 }
-                for (int h = 0; h < 2; h++) {
-                    a->dx[2 * g + h] = dx;
-                    a->bsum[2 * g + h] = sums[h];
-                    a->dx_bsum[2 * g + h] = dx * (float)sums[h];
-                }
+                a->dx[l] = dx;
+                a->bsum[l] = sums[0] + sums[1];
+                a->dx_bsum[l] = dx * (float)(sums[0] + sums[1]);
+#if SCALE_PAIRS
+                a->halves[l] = (int32_t)((uint32_t)(uint16_t)sums[0] | (uint32_t)(uint16_t)sums[1] << 16);
+#else
+                a->half_start[0][l] = -32 * sums[0];
+                a->half_start[1][l] = -32 * sums[1];
+#endif
             }
-            to_vector_order(natural, a->u);
+            to_unit_order(natural, a->u, CHUNK);
         }
     }
 }
 
 /* ---- the matmul ---- */
 
-/* Byte arithmetic in 64-bit lanes: x86 has no 8-bit shifts, and masking first keeps bits inside their bytes. */
-typedef uint64_t v64 __attribute__((vector_size(64)));
-#define BYTES(b) (0x0101010101010101ull * (b))
-
-static inline v64 load64(const uint8_t *p) {
-    v64 v;
-    memcpy(&v, p, 64);
+/* cb bytes at p (CHUNK, or CHUNK / 2 for a half unit), the rest of the chunk zero. */
+static inline vw load_chunk(const uint8_t *p, int cb) {
+    vw v = {0};
+    memcpy(&v, p, cb);
     return v;
 }
 
-static inline v64 nibbles(const uint8_t *p, int high) { return (high ? load64(p) >> 4 : load64(p)) & BYTES(15); }
+/* Chunk 2h + high's 4-bit quants, from the nibble bytes of half h at p. */
+static inline vw nibbles(const uint8_t *p, int high, int cb) {
+    return (high ? load_chunk(p, cb) >> 4 : load_chunk(p, cb)) & BYTES(15);
+}
 
-/* The 16 lanes' values from 8 bytes at p, each for two adjacent lanes (a lane per 16 weights, a byte per 32),
- * as int32; by byte shuffle and widening, because GCC lowers shuffles of 16 floats and conversions from
- * bytes to scalar stores and reloads on AVX2 (measured: 4x slower verify). */
-static inline vi pairs_of_bytes(const uint8_t *p, int is_signed) {
-    vi out;
-#if defined(__SSSE3__)
-    const __m128i pairs = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)p),
-                                           _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
-#if defined(__AVX512F__)
-    const __m512i w = is_signed ? _mm512_cvtepi8_epi32(pairs) : _mm512_cvtepu8_epi32(pairs);
-    memcpy(&out, &w, 64);
+/* The unit's BLOCKS bytes at p (unsigned), one a lane, as int32. */
+static inline vli byte_lanes(const uint8_t *p) {
+    vli out;
+#if CHUNK == 64
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&out, &v, 64);
 #elif defined(__AVX2__)
-    const __m256i lo = is_signed ? _mm256_cvtepi8_epi32(pairs) : _mm256_cvtepu8_epi32(pairs);
-    const __m128i high_bytes = _mm_srli_si128(pairs, 8);
-    const __m256i hi = is_signed ? _mm256_cvtepi8_epi32(high_bytes) : _mm256_cvtepu8_epi32(high_bytes);
-    memcpy(&out, &lo, 32);
-    memcpy((char *)&out + 32, &hi, 32);
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    memcpy(&out, &v, 32);
 #else
-    for (int l = 0; l < LANES; l++) out[l] = is_signed ? (int32_t)(int8_t)p[l / 2] : (int32_t)p[l / 2];
-    (void)pairs;
-#endif
-#else
-    for (int l = 0; l < LANES; l++) out[l] = is_signed ? (int32_t)(int8_t)p[l / 2] : (int32_t)p[l / 2];
+    for (int l = 0; l < BLOCKS; l++) out[l] = p[l];
 #endif
     return out;
 }
 
-/* 16 int8 values at p, one a lane, as int32. */
-static inline vi signed_lanes(const uint8_t *p) {
-    vi out;
-#if defined(__AVX512F__)
-    const __m512i w = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
-    memcpy(&out, &w, 64);
+/* 2 · BLOCKS int8 at p as int16, two a lane (Q6_K's half scales of each block). */
+static inline vli byte_pairs(const int8_t *p) {
+    vli out;
+#if CHUNK == 64
+    const __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+    memcpy(&out, &v, 64);
 #elif defined(__AVX2__)
-    for (int h = 0; h < 2; h++) {
-        const __m256i w = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8 * h)));
-        memcpy((char *)&out + 32 * h, &w, 32);
-    }
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&out, &v, 32);
 #else
-    for (int l = 0; l < LANES; l++) out[l] = (int8_t)p[l];
+    for (int l = 0; l < BLOCKS; l++) out[l] = (int32_t)((uint32_t)(uint16_t)p[2 * l] | (uint32_t)(uint16_t)p[2 * l + 1] << 16);
 #endif
     return out;
 }
 
-/* 8 float16 block scales at p, each for the two lanes of its 32 weights. */
-static inline vf block_scales(const uint8_t *p) {
-    vf out;
-#if defined(__F16C__)
-    const __m128i halves = _mm_loadu_si128((const __m128i *)p);
-    const __m128i lo = _mm_unpacklo_epi16(halves, halves), hi = _mm_unpackhi_epi16(halves, halves);
-#if defined(__AVX512F__)
-    const __m512 f = _mm512_cvtph_ps(_mm256_set_m128i(hi, lo));
+/* BLOCKS float16 scales at p, one a lane; of a half unit (`half`), the first 8 and zeros. */
+static inline vl half_lanes(const uint8_t *p, int half) {
+    vl out;
+    (void)half; /* the 32-byte chunk builds have no half units */
+#if CHUNK == 64
+    const __m512 f = half ? _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)))
+                          : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
     memcpy(&out, &f, 64);
+#elif defined(__F16C__)
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&out, &f, 32);
 #else
-    const __m256 flo = _mm256_cvtph_ps(lo), fhi = _mm256_cvtph_ps(hi);
-    memcpy(&out, &flo, 32);
-    memcpy((char *)&out + 32, &fhi, 32);
-#endif
-#else
-    for (int l = 0; l < LANES; l++) out[l] = half_to_float(p + 2 * (l / 2));
+    for (int l = 0; l < BLOCKS; l++) out[l] = half_to_float(p + 2 * l);
 #endif
     return out;
+}
+
+/* Lane l: the float16 at p + 2 · (l / 8), its super-block's (8 blocks a super-block); of a half unit, one. */
+static inline vl superblock_lanes(const uint8_t *p, int half) {
+    vl out = (vl){0} + half_to_float(p);
+#if CHUNK == 64 /* two super-blocks a unit */
+    const float second = half ? 0.0f : half_to_float(p + 2);
+    for (int l = 8; l < BLOCKS; l++) out[l] = second;
+#else
+    (void)half;
+#endif
+    return out;
+}
+
+/* What one unit of a weight row needs, unpacked once per pass. */
+typedef struct {
+    nv w[NVS], sign[NVS]; /* sign: Q8_0 only */
+    vl s, m;              /* the blocks' scales, and Q4_K's mins */
+    vli scale[2];         /* Q6_K without VNNI: the half scales as unit_dot takes them */
+    vli scale_pairs;      /* Q6_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
+    vl half_scale[2];     /* Q6_K with VNNI: sc₁ and sc₂ as floats */
+} unit_weights;
+
+/* The unit at o (a half unit if `half`: its lanes past 8 hold zero weights, and scales that are finite) */
+static inline __attribute__((always_inline)) void unpack_unit(const int type, const uint8_t *o, unit_weights *u,
+                                                              const int half) {
+    const int sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
+    uint8_t bytes[UNIT] __attribute__((aligned(64)));
+    if (type == Q4_K) { /* a half unit's lanes past 8 read the mins' and quants' bytes: finite, against zeros */
+        u->s = __builtin_convertvector(byte_lanes(o + 4 * sbu), vl) * superblock_lanes(o, half);           /* d · sc */
+        u->m = __builtin_convertvector(byte_lanes(o + 12 * sbu), vl) * superblock_lanes(o + 2 * sbu, half); /* dmin · m */
+        for (int c = 0; c < 8; c++) {
+            const vw q = nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
+            memcpy(bytes + CHUNK * c, &q, CHUNK);
+        }
+    } else if (type == Q6_K) {
+        u->s = superblock_lanes(o, half);
+        const vli pairs = byte_pairs((const int8_t *)o + 2 * sbu);
+        u->scale_pairs = pairs;
+        if (SCALE_PAIRS) { /* (sc₁, sc₁) and (sc₂, sc₂) a lane */
+            u->scale[0] = (vli)(((vlu)pairs & 0xffff) | ((vlu)pairs << 16));
+            u->scale[1] = (vli)(((vlu)pairs & 0xffff0000u) | ((vlu)pairs >> 16));
+        } else { /* the sign-extended int16s */
+            u->half_scale[0] = __builtin_convertvector((vli)((vlu)pairs << 16) >> 16, vl);
+            u->half_scale[1] = __builtin_convertvector(pairs >> 16, vl);
+        }
+        const uint8_t *high = o + 18 * sbu + 4 * cb;
+        for (int c = 0; c < 8; c++) {
+            const vw q = nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) |
+                         (((load_chunk(high + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3)) << 4);
+            memcpy(bytes + CHUNK * c, &q, CHUNK);
+        }
+    } else if (type == Q5_0) { /* a half unit's 5th bits past its chunk are other chunks': against zeros */
+        u->s = half_lanes(o, half);
+        const int per_word = 64 / cb;
+        vw lane;
+        for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
+        const uint8_t *fifth = o + 16 * sbu + 4 * cb;
+        for (int c = 0; c < 8; c++) {
+            uint64_t word;
+            memcpy(&word, fifth + 8 * (c / per_word), 8);
+            const vw shift = lane + (uint64_t)((cb / 8) * (c % per_word));
+            const vw q = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb) | ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
+            memcpy(bytes + CHUNK * c, &q, CHUNK);
+        }
+    } else { /* Q8_0: |q| is the unsigned operand, and q's sign moves onto the activations */
+        u->s = half_lanes(o, half);
+        if (!half) {
+            load_signed_weights(u->w, u->sign, (const int8_t *)o + 16 * sbu);
+            return;
+        }
+        for (int c = 0; c < 8; c++) {
+            const vw q = load_chunk(o + 16 * sbu + cb * c, cb);
+            memcpy(bytes + CHUNK * c, &q, CHUNK);
+        }
+        load_signed_weights(u->w, u->sign, (const int8_t *)bytes);
+        return;
+    }
+    load_weights(u->w, bytes);
+}
+
+/* A unit's terms t (its BLOCKS lanes) into accumulators [BLOCKS · part, BLOCKS · (part + 1)) of acc. */
+static inline vacc acc_add_unit(vacc a, vl t, int part) {
+#if CHUNK == 64 /* a unit is the 16 accumulators */
+    (void)part;
+    return acc_add(a, t);
+#else
+    enum { PER_UNIT = CHUNK / PIECE_BYTES };
+    vpiece p[PER_UNIT];
+    memcpy(p, &t, CHUNK);
+    for (int i = 0; i < PER_UNIT; i++) a.p[part * PER_UNIT + i] += p[i];
+    return a;
+#endif
 }
 
 enum { MAX_ROWS = 16 };
 
-/* One super-block of one weight row against G activation rows: acc[g] += its terms. */
-static inline __attribute__((always_inline)) void superblock(const int type, const uint8_t *o, const act_block *a,
-                                                             int64_t lda, vacc *acc, int G) {
-    uint8_t bytes[SB] __attribute__((aligned(64)));
-    vf s, m = {0};
-    int offset_bits = 0; /* I = dot − Σu · 2^bits: 32 for Q6_K, 16 for Q5_0 */
-    /* chunks summed in int16 (see dot_lanes): max |w| is 15 for Q4_K, 31 for Q5_0, 63 for Q6_K, 128 for Q8_0 */
-    const int sums16 = type == Q4_K || type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
-    if (type == Q4_K) {
-        s = __builtin_convertvector(pairs_of_bytes(o + 4, 0), vf) * half_to_float(o);      /* d · sc */
-        m = __builtin_convertvector(pairs_of_bytes(o + 12, 0), vf) * half_to_float(o + 2); /* dmin · m */
-        for (int t = 0; t < 4; t++) {
-            const v64 q = nibbles(o + 20 + 64 * (t / 2), t % 2);
-            memcpy(bytes + 64 * t, &q, 64);
-        }
-    } else if (type == Q6_K) {
-        s = __builtin_convertvector(signed_lanes(o + 2), vf) * half_to_float(o);
-        const v64 high = load64(o + 146);
-        for (int t = 0; t < 4; t++) {
-            const v64 q = nibbles(o + 18 + 64 * (t / 2), t % 2) | (((high >> (2 * t)) & BYTES(3)) << 4);
-            memcpy(bytes + 64 * t, &q, 64);
-        }
-        offset_bits = 5;
-    } else if (type == Q5_0) {
-        s = block_scales(o);
-        const v64 lane = {0, 1, 2, 3, 4, 5, 6, 7}; /* byte p's 5th bit is bit p / 8 of qh byte p % 8 */
-        for (int t = 0; t < 4; t++) {
-            uint64_t word;
-            memcpy(&word, o + 144 + 8 * t, 8);
-            const v64 q = nibbles(o + 16 + 64 * (t / 2), t % 2) | ((((v64){0} + word) >> lane) & BYTES(1)) << 4;
-            memcpy(bytes + 64 * t, &q, 64);
-        }
-        offset_bits = 4;
-    } else { /* Q8_0: |q| is the unsigned operand, and q's sign moves onto the activations */
-        s = block_scales(o);
-    }
-    nv w[CHUNKS], sign[CHUNKS];
-    if (type == Q8_0)
-        load_signed_weights(w, sign, (const int8_t *)o + 16);
-    else
-        load_weights(w, bytes);
+/* One unit of one weight row (a half unit if `half`) against G activation rows: acc[g] += its terms, at
+ * accumulators `part`. */
+static inline __attribute__((always_inline)) void unit(const int type, const uint8_t *o, const act_unit *a,
+                                                       int64_t lda, vacc *acc, int G, int part, const int half) {
+    unit_weights u;
+    unpack_unit(type, o, &u, half);
+    /* chunks summed in int16 (see unit_dot): max |w| is 15 for Q4_K, 31 for Q5_0, 63 for Q6_K, 128 for Q8_0 */
+    const int sums16 = type == Q4_K ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
     for (int g = 0; g < G; g++) {
-        const act_block *x = a + g * lda;
-        vi dot = dot_lanes(w, type == Q8_0 ? sign : 0, x->u, sums16);
-        vf dx, term;
-        vi bsum;
-        memcpy(&dx, x->dx, 64);
-        memcpy(&bsum, x->bsum, 64);
-        if (offset_bits) dot -= (vi)((vu)bsum << offset_bits); /* a shift, unsigned: defined for negative sums */
-        term = (s * dx) * __builtin_convertvector(dot, vf);
-        if (type == Q4_K) {
-            vf dx_bsum;
-            memcpy(&dx_bsum, x->dx_bsum, 64);
-            term = term - m * dx_bsum;
+        const act_unit *x = a + g * lda;
+        vl dx, exact, term; /* exact: the block sums I as floats */
+        memcpy(&dx, x->dx, CHUNK);
+#if !SCALE_PAIRS
+        if (type == Q6_K) { /* sc₁·I₁ + sc₂·I₂: |sc·I| ≤ 128 · 16 · 32 · 127 and the sum < 2^24, so exact */
+            vli half[2];
+            memcpy(half, x->half_start, sizeof half);
+            unit_halves(u.w, x->u, half);
+            exact = __builtin_convertvector(half[0], vl) * u.half_scale[0] +
+                    __builtin_convertvector(half[1], vl) * u.half_scale[1];
+        } else
+#endif
+        {
+            vli dot = unit_dot(u.w, type == Q8_0 ? u.sign : 0, x->u, sums16, type == Q6_K ? u.scale : 0), sums;
+#if SCALE_PAIRS
+            if (type == Q6_K) { /* less 32 · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
+                memcpy(&sums, x->halves, CHUNK);
+                dot -= (vli)((vlu)madd_pairs(sums, u.scale_pairs) << 5);
+            }
+#endif
+            if (type == Q5_0) { /* less 16 · Σu */
+                memcpy(&sums, x->bsum, CHUNK);
+                dot -= (vli)((vlu)sums << 4);
+            }
+            exact = __builtin_convertvector(dot, vl);
         }
-        acc[g] = acc_add(acc[g], term);
+        term = (u.s * dx) * exact;
+        if (type == Q4_K) {
+            vl dx_bsum;
+            memcpy(&dx_bsum, x->dx_bsum, CHUNK);
+            term = term - u.m * dx_bsum;
+        }
+        acc[g] = acc_add_unit(acc[g], term, part);
     }
 }
 
@@ -517,15 +671,15 @@ static inline __attribute__((always_inline)) void superblock(const int type, con
  * the down projection's 35 super-blocks, 5 rows, 1.9x faster on cached weights). A chunk reads a short stretch
  * of each weight row, which the hardware prefetcher finds late: row_pass prefetches the next row's stretch
  * (from memory, Q6_K down projections of 4-9 rows 1.3-1.7x faster; L1_BYTES 32 KiB instead of 48 made 3 rows
- * 1.5x faster). */
+ * 1.5x faster). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). */
 enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
 
-/* A pass of several rows over whole weight rows (not in chunks) prefetches the weights this many
- * super-blocks ahead, on into the next rows, which follow in memory: with the rows' work between two
- * super-blocks the hardware prefetcher falls behind (measured on a Zen 4, the 1.5B target: S = 2 about
- * 49 -> 42 ms, S = 9 118 -> 98 ms, S = 5 within the noise). One row, where it keeps up, is left alone. A
- * prefetch never faults, past the array's end included. */
-enum { PREFETCH_AHEAD = 8 };
+/* A pass of several rows over whole weight rows (not in chunks) prefetches the weights this many bytes
+ * ahead (8 super-blocks), on into the next rows, which follow in memory: with the rows' work between two
+ * units the hardware prefetcher falls behind (measured on a Zen 4, the 1.5B target: S = 2 about 49 -> 42 ms,
+ * S = 9 118 -> 98 ms, S = 5 within the noise). One row, where it keeps up, is left alone. A prefetch never
+ * faults, past the array's end included. */
+enum { PREFETCH_SUPERBLOCKS = 8 };
 
 /* Accumulators between chunks: this thread's buffer, grown when needed and kept (no allocation a call). */
 static vacc *keep_buffer(int64_t count) {
@@ -539,25 +693,58 @@ static vacc *keep_buffer(int64_t count) {
     return buffer;
 }
 
-/* One weight row's super-blocks [i0, i1) against G activation rows. The first chunk (i0 = 0) starts
- * the 16 accumulators at zero, a later one from `keep`; the last (i1 = nsb) writes y, an earlier one
- * leaves the accumulators in `keep`. Chunking changes no term's order. */
-static inline __attribute__((always_inline)) void row_pass(const int type, const uint8_t *row, int64_t i0,
-                                                           int64_t i1, int64_t nsb, const act_block *a, vacc *keep,
-                                                           float *y, int64_t ldy, const float *bias, int G) {
+/* Unit i of a row, after prefetching ahead when the pass goes over whole rows with several of them. */
+static inline __attribute__((always_inline)) void unit_at(const int type, const uint8_t *row, int64_t i, int whole,
+                                                          const act_unit *a, int64_t nu, vacc *acc, int G, int part) {
+    const int64_t bytes = unit_bytes(type);
+    if (G > 1 && whole)
+        for (int64_t b = 0; b < bytes; b += 64)
+            __builtin_prefetch(row + i * bytes + PREFETCH_SUPERBLOCKS * sb_bytes(type) + b, 0, 0);
+    unit(type, row + i * bytes, a + i, nu, acc, G, part, 0);
+}
+
+#if CHUNK == 64
+/* The half unit at o (a row's last, see Layout) against G rows: out of line, being one a row. */
+static __attribute__((noinline)) void half_unit(int type, const uint8_t *o, const act_unit *a, int64_t lda,
+                                                 vacc *acc, int G) {
+    switch (type) {
+    case Q4_K: unit(Q4_K, o, a, lda, acc, G, 0, 1); break;
+    case Q6_K: unit(Q6_K, o, a, lda, acc, G, 0, 1); break;
+    case Q5_0: unit(Q5_0, o, a, lda, acc, G, 0, 1); break;
+    default: unit(Q8_0, o, a, lda, acc, G, 0, 1); break;
+    }
+}
+#endif
+
+/* One weight row (row_bytes long, ending in a half unit if `tail`) and its units [i0, i1) against G
+ * activation rows (i0 a multiple of UNITS_PER_ACC). The first chunk (i0 = 0) starts the 16 accumulators at
+ * zero, a later one from `keep`; the last (i1 = nu) writes y, an earlier one leaves the accumulators in
+ * `keep`. Chunking changes no term's order. */
+static inline __attribute__((always_inline)) void row_pass(const int type, const uint8_t *row, int64_t row_bytes,
+                                                           int tail, int64_t i0, int64_t i1, int64_t nu,
+                                                           const act_unit *a, vacc *keep, float *y, int64_t ldy,
+                                                           const float *bias, int G) {
     vacc acc[MAX_ROWS];
     for (int g = 0; g < G; g++) acc[g] = i0 == 0 ? acc_of(splat(0.0f)) : keep[g];
-    if (i1 - i0 < nsb) { /* a chunk: the next row's part is a short stream the hardware would find late */
-        const uint8_t *next = row + nsb * sb_bytes(type) + i0 * sb_bytes(type);
-        for (int64_t b = 0; b < (i1 - i0) * sb_bytes(type); b += 64) __builtin_prefetch(next + b, 0, 0);
+    const int whole = i1 - i0 == nu;
+    if (!whole) { /* a chunk: the next row's part is a short stream the hardware would find late */
+        const uint8_t *next = row + row_bytes + i0 * unit_bytes(type);
+        for (int64_t b = 0; b < (i1 - i0) * unit_bytes(type); b += 64) __builtin_prefetch(next + b, 0, 0);
     }
-    for (int64_t i = i0; i < i1; i++) {
-        if (G > 1 && i1 - i0 == nsb) /* a whole row: the stream of rows runs on into the next (PREFETCH_AHEAD) */
-            for (int64_t b = 0; b < sb_bytes(type); b += 64)
-                __builtin_prefetch(row + (i + PREFETCH_AHEAD) * sb_bytes(type) + b, 0, 0);
-        superblock(type, row + i * sb_bytes(type), a + i, nsb, acc, G);
+    const int64_t end = tail && i1 == nu ? nu - 1 : i1; /* the full units */
+    for (int64_t i = i0; i < end; i += UNITS_PER_ACC) { /* block j's terms to accumulator j mod 16 */
+        unit_at(type, row, i, whole, a, nu, acc, G, 0);
+        if (UNITS_PER_ACC == 2 && i + 1 < end) unit_at(type, row, i + 1, whole, a, nu, acc, G, 1);
     }
-    if (i1 < nsb) {
+#if CHUNK == 64
+    if (end < i1) { /* the half unit: through a copy, so that acc's address never escapes (it stays in registers) */
+        vacc last[MAX_ROWS];
+        for (int g = 0; g < G; g++) last[g] = acc[g];
+        half_unit(type, row + end * unit_bytes(type), a + end, nu, last, G);
+        for (int g = 0; g < G; g++) acc[g] = last[g];
+    }
+#endif
+    if (i1 < nu) {
         for (int g = 0; g < G; g++) keep[g] = acc[g];
         return;
     }
@@ -568,7 +755,7 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
 }
 
 #define PASS(T, G) \
-    case G: row_pass(T, j->w + n * j->row_bytes, i0, i1, j->nsb, j->a, kept, j->out + n, j->ldy, \
+    case G: row_pass(T, j->w + n * j->row_bytes, j->row_bytes, j->tail, i0, i1, j->nu, j->a, kept, j->out + n, j->ldy, \
                      j->bias ? j->bias + n : 0, G); break;
 #define PASSES(T) \
     switch (G) { \
@@ -576,12 +763,12 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
         PASS(T, 9) PASS(T, 10) PASS(T, 11) PASS(T, 12) PASS(T, 13) PASS(T, 14) PASS(T, 15) PASS(T, 16) \
     }
 
-/* G rows against columns of W, the super-blocks in chunks of `chunk`: what the workers split by columns. */
+/* G rows against columns of W, the units in chunks of `chunk`: what the workers split by columns. */
 typedef struct {
-    int type, G;
+    int type, G, tail; /* tail: rows end in a half unit */
     const uint8_t *w;
-    int64_t row_bytes, chunk, nsb, ldy;
-    const act_block *a;
+    int64_t row_bytes, chunk, nu, ldy;
+    const act_unit *a;
     float *out;
     const float *bias;
     int out_of_memory; /* set by a worker that found no memory for its accumulators: q8_matmul returns -2 */
@@ -596,14 +783,14 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
     job *j = ctx;
     const int G = j->G;
     vacc *keep = 0;
-    if (j->chunk < j->nsb && !(keep = keep_buffer(COLUMN_BLOCK * G))) {
+    if (j->chunk < j->nu && !(keep = keep_buffer(COLUMN_BLOCK * G))) {
         __atomic_store_n(&j->out_of_memory, 1, __ATOMIC_RELAXED);
         return;
     }
     for (int64_t b0 = begin; b0 < end; b0 += COLUMN_BLOCK) {
         const int64_t b1 = b0 + COLUMN_BLOCK < end ? b0 + COLUMN_BLOCK : end;
-        for (int64_t i0 = 0; i0 < j->nsb; i0 += j->chunk) {
-            const int64_t i1 = i0 + j->chunk < j->nsb ? i0 + j->chunk : j->nsb;
+        for (int64_t i0 = 0; i0 < j->nu; i0 += j->chunk) {
+            const int64_t i1 = i0 + j->chunk < j->nu ? i0 + j->chunk : j->nu;
             for (int64_t n = b0; n < b1; n++) {
                 vacc *kept = keep ? keep + (n - b0) * G : 0;
                 switch (j->type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
@@ -620,18 +807,18 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
 /* y[s * ldy + n] = the definition's x[s] · W[n] (+ bias[n], one float32 addition, if bias is not NULL)
  * for s < S, n < N, with `act` from q8_quantize(x) and W repacked by q8_repack. `threads` split n.
  * Returns 0, -1 for a type this path does not take, -2 if out of memory. */
-int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_block *act, int64_t S, float *y,
+int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_unit *act, int64_t S, float *y,
               int64_t ldy, const float *bias, int threads) {
     if (!sb_bytes(type)) return -1;
-    const int64_t nsb = superblocks(K), row_bytes = q8_row_bytes(type, K);
+    const int64_t nu = units(K), row_bytes = q8_row_bytes(type, K);
     for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
         const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
-        int64_t chunk = nsb;
-        if (G * nsb * (int64_t)sizeof(act_block) > L1_BYTES) {
-            chunk = CHUNK_BYTES / (G * (int64_t)sizeof(act_block));
-            chunk = chunk < 1 ? 1 : chunk;
+        int64_t chunk = nu;
+        if (G * nu * (int64_t)sizeof(act_unit) > L1_BYTES) {
+            chunk = CHUNK_BYTES / (G * (int64_t)sizeof(act_unit)) / UNITS_PER_ACC * UNITS_PER_ACC;
+            chunk = chunk < UNITS_PER_ACC ? UNITS_PER_ACC : chunk;
         }
-        job j = {type, G, w, row_bytes, chunk, nsb, ldy, act + s0 * nsb, y + s0 * ldy, bias, 0};
+        job j = {type, G, half_tail(K), w, row_bytes, chunk, nu, ldy, act + s0 * nu, y + s0 * ldy, bias, 0};
         parallel_for(threads, N, columns, &j);
         if (j.out_of_memory) return -2;
     }
