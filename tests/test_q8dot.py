@@ -145,11 +145,14 @@ QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q8
 def test_largest_products_do_not_overflow(variant, qtype):
     """Every quant at its largest code (Q8_0: −128, as 128 with its sign on the activations) against
     activations at ±127: the builds without VNNI sum u8·s8 pairs in int16 (`vpmaddubsw`, saturating), whose
-    bound, 2·128·127, this reaches, and add the pair sums of up to 4 vectors in int16 before widening (2 for
-    Q6_K, 1 for Q8_0): one more for Q6_K or Q8_0 would overflow here."""
+    bound, 2·128·127, this reaches, and add the pair sums of several chunks in int16 before widening (8 for
+    Q4_K, 4 for Q5_0, 2 for Q6_K, 1 for Q8_0): one more chunk for Q5_0, Q6_K or Q8_0 would overflow here;
+    Q6_K's pair sums then weighed by its int8 scales (`vpmaddwd`), the largest of them included."""
     raw = random_blocks(qtype, 8, 512, seed=7)
     blocks = raw.reshape(8, -1, BLOCK[qtype][1])
     blocks[..., QUANT_BYTES[qtype]] = 0x80 if qtype == Q8_0 else 0xFF
+    if qtype == Q6_K:  # the int8 scales at their extremes, 127 and −128
+        blocks[..., 192:208] = np.resize(np.array([0x7F, 0x80], np.uint8), 16)
     x = torch.full((3, 512), 2.0)
     x[1] = -2.0
     x[2, ::2] = -2.0

@@ -47,7 +47,7 @@ class Source:
 
 BLOCKQUANT = Source("blockquant", ("-ffp-contract=fast", *COMMON))
 # The integer path's float steps, its layer's included, are defined without fused multiply-adds.
-Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON), ("layer_ops", "decoder", "workers"))
+Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON), ("q8pack", "layer_ops", "decoder", "workers"))
 
 MARCH = {"sse41": "x86-64-v2", "avx2": "x86-64-v3"}  # every AVX-512 level (and AMX): x86-64-v4
 # The integer path's variants, fastest first, and what each is compiled with.

@@ -13,16 +13,8 @@
  *   ((a[i] + a[i + 8]), then + 4, + 2, + 1).
  * Every output is that fixed sequence whatever the rows beside it: the path is row-invariant.
  *
- * Layout: each build works in units of 8 chunks of CHUNK bytes (64 with AVX-512, else 32), so UNIT = 8 ·
- * CHUNK weights and BLOCKS = CHUNK / 4 blocks a unit. Byte p of chunk c is the unit's weight
- * 32·(p / 4) + 4·c + p % 4: a 4-byte integer dot at lane p / 4 always stays inside block p / 4, chunks
- * 0-3 its first half and 4-7 its second, and the 8 chunks' dots give every block's sum with no lanes to
- * fold. The weights are repacked once at load (`q8_repack`) into that order, the bytes of a unit those of
- * its super-blocks, reordered (a row's bytes are its super-blocks', the 32-weight formats zero-padded to
- * whole super-blocks). With AVX-512 a row of an odd number of super-blocks ends in a half unit, stored in
- * the 32-byte chunks' order (a chunk's first half), whose missing blocks dot to zero against zero
- * activations. The activations are quantized into the same order. Each weight unit is unpacked once per pass and dotted with every row in it. The unit's BLOCKS
- * terms are one vector of float steps a row: half the steps of 16-weight groups.
+ * Layout: q8unit.h. Each weight unit is unpacked once per pass and dotted with every row in it; a unit's
+ * BLOCKS terms are one vector of float steps a row.
  *
  * Built per level by specdec/engine/cpu/native.py: VNNI (vpdpbusd on 512 or 256 bits), AVX2 and SSE4.1
  * (vpmaddubsw: u8·s8 pairs summed in int16, which never saturates here: |q|·|u| ≤ 128·127, and the pair
@@ -35,26 +27,12 @@
 
 #include "ggml_blocks.h"
 #include "kernels.h"
+#include "q8unit.h"
 #include "vectors.h"
 #include "workers.h"
 #if !defined(Q8_PORTABLE)
 #include <immintrin.h>
 #endif
-
-enum { SB = 256 }; /* weights of a K-quant super-block */
-
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && !defined(Q8_PORTABLE)
-#define CHUNK 64
-#else
-#define CHUNK 32
-#endif
-enum { UNIT = 8 * CHUNK, BLOCKS = CHUNK / 4, SB_PER_UNIT = UNIT / SB, UNITS_PER_ACC = LANES / BLOCKS };
-
-typedef float vl __attribute__((vector_size(CHUNK)));   /* a unit's blocks, one a lane */
-typedef int32_t vli __attribute__((vector_size(CHUNK)));
-typedef uint32_t vlu __attribute__((vector_size(CHUNK)));
-typedef uint64_t vw __attribute__((vector_size(CHUNK))); /* a chunk's bytes, for byte arithmetic */
-#define BYTES(b) (0x0101010101010101ull * (b))
 
 /* ---- the integer dot of a unit's weights (u8) with its activations (s8), block by block, per level ---- */
 #if defined(Q8_PORTABLE)
@@ -104,14 +82,6 @@ typedef __m128i nv;
 
 #ifdef NATIVE
 enum { RANGES = CHUNK / NATIVE, NVS = 8 * RANGES }; /* native vectors a chunk, and a unit */
-/* How Q6_K's two half scales reach a block's sum: without VNNI as the int16 pair (sc, sc) a lane that vpmaddwd
- * widens the pair sums with; with VNNI the two half sums (started at −32·Σu) are converted and multiplied in
- * float32, exact because every product and the sum are integers below 2^24 (no vpmulld). */
-#ifdef PAIRS
-#define SCALE_PAIRS 1
-#else
-#define SCALE_PAIRS 0
-#endif
 
 static inline vli vli_of(const nv *pieces) {
     vli v;
@@ -120,9 +90,10 @@ static inline vli vli_of(const nv *pieces) {
 }
 
 /* Lane l: block l's integer sum over the 8 chunks; with `sign` (0 or −1 a byte) u's bytes are negated where
- * sign is −1 first; without VNNI, with `scale` (Q6_K), chunks 0-3 (the first halves) weigh scale[0], chunks
- * 4-7 scale[1] (with VNNI, Q6_K takes unit_halves). Without VNNI, `sums16` chunks' int16 pair sums are added in int16 before widening: the caller's
- * weight bound keeps them exact, sums16 · 2 · max|w| · 127 ≤ 32767, and sums16 divides 4. */
+ * sign is −1 first. Without VNNI, with `scale` (Q6_K), chunks 0-3 (the first halves) weigh scale[0] and
+ * chunks 4-7 scale[1] (with VNNI Q6_K takes unit_halves), and `sums16` chunks' int16 pair sums are added in
+ * int16 before widening: the caller's weight bound keeps them exact, sums16 · 2 · max|w| · 127 ≤ 32767, and
+ * sums16 divides 4 where there is a scale. */
 static inline __attribute__((always_inline)) vli unit_dot(const nv *w, const nv *sign, const int8_t *u, int sums16,
                                                           const vli *scale) {
 #ifdef PAIRS
@@ -197,7 +168,6 @@ static inline vli madd_pairs(vli a, vli b) {
 #else /* portable C */
 typedef uint8_t nv;
 enum { NVS = UNIT };
-#define SCALE_PAIRS 0
 static inline void unit_halves(const nv *w, const int8_t *u, vli *half) {
     for (int k = 0; k < UNIT; k++) half[k / CHUNK >= 4][(k % CHUNK) / 4] += (int32_t)w[k] * u[k];
 }
@@ -217,19 +187,9 @@ static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
 }
 #define LEVEL_NAME "portable"
 #endif
-
-/* One activation unit: its quants in unit order, and per block dx, Σu, dx·Σu and what Q6_K's offsets need. */
-typedef struct act_unit {
-    int8_t u[UNIT];
-    float dx[BLOCKS];
-    int32_t bsum[BLOCKS];
-    float dx_bsum[BLOCKS]; /* dx · Σu, the factor of Q4_K's min term */
-#if SCALE_PAIRS
-    int32_t halves[BLOCKS]; /* Σu of the first and second 16 values, as int16: first low, second high */
-#else
-    int32_t half_start[2][BLOCKS]; /* −32 · Σu of the first and second 16 values: Q6_K's half sums start there */
+#if defined(PAIRS) != SCALE_PAIRS
+#error "q8unit.h's SCALE_PAIRS disagrees with the level this build chose"
 #endif
-} act_unit;
 
 const char *q8_level(void) { return LEVEL_NAME; }
 int64_t q8_unit_weights(void) { return UNIT; }
@@ -269,200 +229,6 @@ int64_t q8_dot_peak(int threads, int64_t rounds) {
     peak_job j = {rounds, {0}};
     parallel_for(threads, threads, peak_part, &j);
     return (int64_t)threads * rounds * PEAK_ROWS * UNIT;
-}
-
-/* ---- repacked units ----
- * A unit holds SB_PER_UNIT super-blocks' bytes (8 · SB_PER_UNIT blocks of the 32-weight formats):
- * Q4_K: d[n], dmin[n] (f16), sc[8n], m[8n] (6-bit values in bytes), then 4 · CHUNK bytes of nibbles;
- * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
- * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q8_0: d[8n] (f16), UNIT int8. */
-static inline int64_t sb_bytes(int type) {
-    switch (type) {
-    case Q4_K: return 148;
-    case Q6_K: return 210;
-    case Q5_0: return 176;
-    case Q8_0: return 272;
-    default: return 0;
-    }
-}
-
-static inline int64_t unit_bytes(int type) { return SB_PER_UNIT * sb_bytes(type); }
-static inline int64_t superblocks(int64_t K) { return (K + SB - 1) / SB; }
-static inline int64_t units(int64_t K) { return (K + UNIT - 1) / UNIT; }
-/* Whether a row of K ends in a half unit (AVX-512: an odd number of super-blocks). */
-static inline int half_tail(int64_t K) { return SB_PER_UNIT == 2 && superblocks(K) % 2; }
-
-int64_t q8_row_bytes(int type, int64_t K) { return superblocks(K) * sb_bytes(type); }
-int64_t q8_act_bytes(int64_t K) { return units(K) * (int64_t)sizeof(act_unit); }
-
-/* 8 · cb quants from natural order into the order of chunks of cb bytes (see Layout): the 4-byte word c of
- * block l, at word c · cb / 4 + l. cb is CHUNK, or CHUNK / 2 for a half unit. */
-static inline void to_unit_order(const int8_t *natural, int8_t *ordered, int cb) {
-    uint32_t in[UNIT / 4], out[UNIT / 4];
-    memcpy(in, natural, 8 * cb);
-    for (int l = 0; l < cb / 4; l++)
-        for (int c = 0; c < 8; c++) out[c * cb / 4 + l] = in[8 * l + c];
-    memcpy(ordered, out, 8 * cb);
-}
-
-/* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
-static void decode_block(int type, const uint8_t *b, int8_t *q) {
-    if (type == Q4_K) {
-        for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 32; l++) {
-                q[64 * j + l] = b[16 + 32 * j + l] & 15;
-                q[64 * j + 32 + l] = b[16 + 32 * j + l] >> 4;
-            }
-    } else if (type == Q6_K) {
-        for (int c = 0; c < 2; c++)
-            for (int l = 0; l < 32; l++) {
-                const uint8_t a = b[64 * c + l], e = b[64 * c + 32 + l], hi = b[128 + 32 * c + l];
-                q[128 * c + l] = (a & 15) | ((hi & 3) << 4);
-                q[128 * c + 32 + l] = (e & 15) | (((hi >> 2) & 3) << 4);
-                q[128 * c + 64 + l] = (a >> 4) | (((hi >> 4) & 3) << 4);
-                q[128 * c + 96 + l] = (e >> 4) | (((hi >> 6) & 3) << 4);
-            }
-    } else if (type == Q5_0) {
-        uint32_t high;
-        memcpy(&high, b + 2, 4);
-        for (int l = 0; l < 16; l++) {
-            q[l] = (b[6 + l] & 15) | (((high >> l) & 1) << 4);
-            q[16 + l] = (b[6 + l] >> 4) | (((high >> (16 + l)) & 1) << 4);
-        }
-    } else { /* Q8_0 */
-        memcpy(q, b + 2, 32);
-    }
-}
-
-/* Nibbles of a unit's quants in unit order (chunks of cb bytes): byte p of half h holds chunk 2h's (low) and
- * 2h + 1's (high). */
-static void pack_nibbles(const int8_t *ordered, uint8_t *out, int cb) {
-    for (int h = 0; h < 4; h++)
-        for (int p = 0; p < cb; p++) out[cb * h + p] = (ordered[2 * cb * h + p] & 15) | ((ordered[2 * cb * h + cb + p] & 15) << 4);
-}
-
-/* Q5_0's 5th bits: a 64-bit word holds 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) +
- * p / 8 of the word's byte p % 8 (so one shift a 64-bit lane spreads them). */
-
-/* W [N, K] in GGML blocks -> the unit layout above (`q8_row_bytes(type, K)` bytes a row).
- * Returns 0, or -1 for a type this path does not take or a K that is not a whole number of blocks. */
-int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
-    if (!sb_bytes(type) || K % block_weights(type)) return -1;
-    const int64_t in_row = K / block_weights(type) * block_bytes(type), out_row = q8_row_bytes(type, K);
-    const int64_t nu = units(K), blocks_in = K / block_weights(type);
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const uint8_t *src = w + n * in_row;
-        uint8_t *dst = out + n * out_row;
-        memset(dst, 0, out_row);
-        for (int64_t i = 0; i < nu; i++) {
-            const int half = half_tail(K) && i == nu - 1, sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
-            int8_t natural[UNIT] = {0}, ordered[UNIT];
-            uint8_t *o = dst + i * unit_bytes(type);
-            if (type == Q4_K || type == Q6_K) {
-                for (int s = 0; s < sbu && i * SB_PER_UNIT + s < blocks_in; s++) {
-                    const uint8_t *b = src + (i * SB_PER_UNIT + s) * block_bytes(type);
-                    decode_block(type, b, natural + SB * s);
-                    if (type == Q4_K) {
-                        memcpy(o + 2 * s, b, 2);               /* d */
-                        memcpy(o + 2 * sbu + 2 * s, b + 2, 2); /* dmin */
-                        for (int j = 0; j < 8; j++)
-                            q4_k_scale_min(b + 4, j, o + 4 * sbu + 8 * s + j, o + 12 * sbu + 8 * s + j);
-                    } else {
-                        memcpy(o + 2 * s, b + 208, 2);
-                        memcpy(o + 2 * sbu + 16 * s, b + 192, 16);
-                    }
-                }
-            } else {
-                for (int j = 0; j < 8 * sbu && i * 8 * SB_PER_UNIT + j < blocks_in; j++) {
-                    const uint8_t *b = src + (i * 8 * SB_PER_UNIT + j) * block_bytes(type);
-                    decode_block(type, b, natural + 32 * j);
-                    memcpy(o + 2 * j, b, 2);
-                }
-            }
-            to_unit_order(natural, ordered, cb);
-            if (type == Q4_K) {
-                pack_nibbles(ordered, o + 20 * sbu, cb);
-            } else if (type == Q6_K) {
-                pack_nibbles(ordered, o + 18 * sbu, cb);
-                uint8_t *high = o + 18 * sbu + 4 * cb;
-                for (int c = 0; c < 8; c++)
-                    for (int p = 0; p < cb; p++) high[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> 4) & 3) << (2 * (c % 4));
-            } else if (type == Q5_0) {
-                pack_nibbles(ordered, o + 16 * sbu, cb);
-                uint8_t *fifth = o + 16 * sbu + 4 * cb;
-                const int per_word = 64 / cb;
-                for (int c = 0; c < 8; c++)
-                    for (int p = 0; p < cb; p++)
-                        fifth[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> 4) & 1) << ((cb / 8) * (c % per_word) + p / 8);
-            } else {
-                memcpy(o + 16 * sbu, ordered, 8 * cb);
-            }
-        }
-    }
-    return 0;
-}
-
-/* One 16-value half of a 32-value block: its largest |x| lane by lane folded into m (|x| with the sign bit
- * cleared, and taken only where larger, as the scalar `v > amax` would: zeros of either sign and NaNs never). */
-static inline vf fold_amax(vf m, vf x) {
-    const vf magnitude = (vf)((vi)x & 0x7fffffff);
-    const vi larger = magnitude > m;
-    return (vf)(((vi)magnitude & larger) | ((vi)m & ~larger));
-}
-
-/* round-half-even(v) for |v| < 2^22, by adding and subtracting 1.5 · 2^23 (the float addition rounds to
- * nearest even; no contraction, -ffp-contract=off), then clamped to ±127: an int32 a lane. */
-static inline vi quant_lanes(vf v) {
-    const vf magic = splat(12582912.0f);
-    vi q = __builtin_convertvector((v + magic) - magic, vi);
-    q = (q & (q <= 127)) | (127 & (q > 127));
-    return (q & (q >= -127)) | (-127 & (q < -127));
-}
-
-typedef int8_t vq __attribute__((vector_size(16)));
-
-/* x [S, K] float32 -> S rows of `units(K)` activation units (the definition's quantization, 16 lanes at a
- * time: every step lane by lane as the definition has it, so the same bits as value by value). */
-void q8_quantize(const float *x, int64_t S, int64_t K, act_unit *out) {
-    const int64_t nu = units(K);
-    for (int64_t s = 0; s < S; s++) {
-        const float *row = x + s * K;
-        for (int64_t i = 0; i < nu; i++) {
-            act_unit *a = out + s * nu + i;
-            int8_t natural[UNIT] __attribute__((aligned(64))) = {0}; /* the quants in natural order */
-            for (int l = 0; l < BLOCKS; l++) {
-                const int64_t k0 = i * UNIT + 32 * l;
-                float dx = 0.0f;
-                int32_t sums[2] = {0, 0};
-                if (k0 < K) {
-                    vf half[2], m = splat(0.0f);
-                    memcpy(half, row + k0, sizeof half);
-                    m = fold_amax(fold_amax(m, half[0]), half[1]);
-                    float amax = 0.0f;
-                    for (int k = 0; k < LANES; k++) amax = m[k] > amax ? m[k] : amax;
-                    dx = amax / 127.0f;
-                    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-                    for (int h = 0; h < 2; h++) {
-                        const vi q = quant_lanes(half[h] * inv);
-                        for (int k = 0; k < LANES; k++) sums[h] += q[k];
-                        const vq bytes = __builtin_convertvector(q, vq);
-                        memcpy(natural + 32 * l + 16 * h, &bytes, 16);
-                    }
-                }
-                a->dx[l] = dx;
-                a->bsum[l] = sums[0] + sums[1];
-                a->dx_bsum[l] = dx * (float)(sums[0] + sums[1]);
-#if SCALE_PAIRS
-                a->halves[l] = (int32_t)((uint32_t)(uint16_t)sums[0] | (uint32_t)(uint16_t)sums[1] << 16);
-#else
-                a->half_start[0][l] = -32 * sums[0];
-                a->half_start[1][l] = -32 * sums[1];
-#endif
-            }
-            to_unit_order(natural, a->u, CHUNK);
-        }
-    }
 }
 
 /* ---- the matmul ---- */
@@ -810,7 +576,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
 int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_unit *act, int64_t S, float *y,
               int64_t ldy, const float *bias, int threads) {
     if (!sb_bytes(type)) return -1;
-    const int64_t nu = units(K), row_bytes = q8_row_bytes(type, K);
+    const int64_t nu = units(K), row_bytes = repacked_row_bytes(type, K);
     for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
         const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
         int64_t chunk = nu;

@@ -1,0 +1,172 @@
+/* The gguf-q8 path's packing: weights repacked once at load into the unit layout (q8unit.h), and activation
+ * rows quantized into it, both as the definition in q8dot.c has them. */
+#include <stdint.h>
+#include <string.h>
+
+#include "ggml_blocks.h"
+#include "kernels.h"
+#include "q8unit.h"
+
+int64_t q8_row_bytes(int type, int64_t K) { return repacked_row_bytes(type, K); }
+int64_t q8_act_bytes(int64_t K) { return units(K) * (int64_t)sizeof(act_unit); }
+
+/* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
+static void decode_block(int type, const uint8_t *b, int8_t *q) {
+    if (type == Q4_K) {
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                q[64 * j + l] = b[16 + 32 * j + l] & 15;
+                q[64 * j + 32 + l] = b[16 + 32 * j + l] >> 4;
+            }
+    } else if (type == Q6_K) {
+        for (int c = 0; c < 2; c++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t a = b[64 * c + l], e = b[64 * c + 32 + l], hi = b[128 + 32 * c + l];
+                q[128 * c + l] = (a & 15) | ((hi & 3) << 4);
+                q[128 * c + 32 + l] = (e & 15) | (((hi >> 2) & 3) << 4);
+                q[128 * c + 64 + l] = (a >> 4) | (((hi >> 4) & 3) << 4);
+                q[128 * c + 96 + l] = (e >> 4) | (((hi >> 6) & 3) << 4);
+            }
+    } else if (type == Q5_0) {
+        uint32_t high;
+        memcpy(&high, b + 2, 4);
+        for (int l = 0; l < 16; l++) {
+            q[l] = (b[6 + l] & 15) | (((high >> l) & 1) << 4);
+            q[16 + l] = (b[6 + l] >> 4) | (((high >> (16 + l)) & 1) << 4);
+        }
+    } else { /* Q8_0 */
+        memcpy(q, b + 2, 32);
+    }
+}
+
+/* Nibbles of a unit's quants in unit order (chunks of cb bytes): byte p of half h holds chunk 2h's (low) and
+ * 2h + 1's (high). */
+static void pack_nibbles(const int8_t *ordered, uint8_t *out, int cb) {
+    for (int h = 0; h < 4; h++)
+        for (int p = 0; p < cb; p++) out[cb * h + p] = (ordered[2 * cb * h + p] & 15) | ((ordered[2 * cb * h + cb + p] & 15) << 4);
+}
+
+/* Q5_0's 5th bits: a 64-bit word holds 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) +
+ * p / 8 of the word's byte p % 8 (so one shift a 64-bit lane spreads them). */
+
+/* W [N, K] in GGML blocks -> the unit layout of q8unit.h (`q8_row_bytes(type, K)` bytes a row).
+ * Returns 0, or -1 for a type this path does not take or a K that is not a whole number of blocks. */
+int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
+    if (!sb_bytes(type) || K % block_weights(type)) return -1;
+    const int64_t in_row = K / block_weights(type) * block_bytes(type), out_row = repacked_row_bytes(type, K);
+    const int64_t nu = units(K), blocks_in = K / block_weights(type);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        const uint8_t *src = w + n * in_row;
+        uint8_t *dst = out + n * out_row;
+        memset(dst, 0, out_row);
+        for (int64_t i = 0; i < nu; i++) {
+            const int half = half_tail(K) && i == nu - 1, sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
+            int8_t natural[UNIT] = {0}, ordered[UNIT];
+            uint8_t *o = dst + i * unit_bytes(type);
+            if (type == Q4_K || type == Q6_K) {
+                for (int s = 0; s < sbu && i * SB_PER_UNIT + s < blocks_in; s++) {
+                    const uint8_t *b = src + (i * SB_PER_UNIT + s) * block_bytes(type);
+                    decode_block(type, b, natural + SB * s);
+                    if (type == Q4_K) {
+                        memcpy(o + 2 * s, b, 2);               /* d */
+                        memcpy(o + 2 * sbu + 2 * s, b + 2, 2); /* dmin */
+                        for (int j = 0; j < 8; j++)
+                            q4_k_scale_min(b + 4, j, o + 4 * sbu + 8 * s + j, o + 12 * sbu + 8 * s + j);
+                    } else {
+                        memcpy(o + 2 * s, b + 208, 2);
+                        memcpy(o + 2 * sbu + 16 * s, b + 192, 16);
+                    }
+                }
+            } else {
+                for (int j = 0; j < 8 * sbu && i * 8 * SB_PER_UNIT + j < blocks_in; j++) {
+                    const uint8_t *b = src + (i * 8 * SB_PER_UNIT + j) * block_bytes(type);
+                    decode_block(type, b, natural + 32 * j);
+                    memcpy(o + 2 * j, b, 2);
+                }
+            }
+            to_unit_order(natural, ordered, cb);
+            if (type == Q4_K) {
+                pack_nibbles(ordered, o + 20 * sbu, cb);
+            } else if (type == Q6_K) {
+                pack_nibbles(ordered, o + 18 * sbu, cb);
+                uint8_t *high = o + 18 * sbu + 4 * cb;
+                for (int c = 0; c < 8; c++)
+                    for (int p = 0; p < cb; p++) high[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> 4) & 3) << (2 * (c % 4));
+            } else if (type == Q5_0) {
+                pack_nibbles(ordered, o + 16 * sbu, cb);
+                uint8_t *fifth = o + 16 * sbu + 4 * cb;
+                const int per_word = 64 / cb;
+                for (int c = 0; c < 8; c++)
+                    for (int p = 0; p < cb; p++)
+                        fifth[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> 4) & 1) << ((cb / 8) * (c % per_word) + p / 8);
+            } else {
+                memcpy(o + 16 * sbu, ordered, 8 * cb);
+            }
+        }
+    }
+    return 0;
+}
+
+/* One 16-value half of a 32-value block: its largest |x| lane by lane folded into m (|x| with the sign bit
+ * cleared, and taken only where larger, as the scalar `v > amax` would: zeros of either sign and NaNs never). */
+static inline vf fold_amax(vf m, vf x) {
+    const vf magnitude = (vf)((vi)x & 0x7fffffff);
+    const vi larger = magnitude > m;
+    return (vf)(((vi)magnitude & larger) | ((vi)m & ~larger));
+}
+
+/* round-half-even(v) for |v| < 2^22, by adding and subtracting 1.5 · 2^23 (the float addition rounds to
+ * nearest even; no contraction, -ffp-contract=off), then clamped to ±127: an int32 a lane. */
+static inline vi quant_lanes(vf v) {
+    const vf magic = splat(12582912.0f);
+    vi q = __builtin_convertvector((v + magic) - magic, vi);
+    q = (q & (q <= 127)) | (127 & (q > 127));
+    return (q & (q >= -127)) | (-127 & (q < -127));
+}
+
+typedef int8_t vq __attribute__((vector_size(16)));
+
+/* x [S, K] float32 -> S rows of `units(K)` activation units (the definition's quantization, 16 lanes at a
+ * time: every step lane by lane as the definition has it, so the same bits as value by value). */
+void q8_quantize(const float *x, int64_t S, int64_t K, act_unit *out) {
+    const int64_t nu = units(K);
+    for (int64_t s = 0; s < S; s++) {
+        const float *row = x + s * K;
+        for (int64_t i = 0; i < nu; i++) {
+            act_unit *a = out + s * nu + i;
+            int8_t natural[UNIT] __attribute__((aligned(64))) = {0}; /* the quants in natural order */
+            for (int l = 0; l < BLOCKS; l++) {
+                const int64_t k0 = i * UNIT + 32 * l;
+                float dx = 0.0f;
+                int32_t sums[2] = {0, 0};
+                if (k0 < K) {
+                    vf half[2], m = splat(0.0f);
+                    memcpy(half, row + k0, sizeof half);
+                    m = fold_amax(fold_amax(m, half[0]), half[1]);
+                    float amax = 0.0f;
+                    for (int k = 0; k < LANES; k++) amax = m[k] > amax ? m[k] : amax;
+                    dx = amax / 127.0f;
+                    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+                    for (int h = 0; h < 2; h++) {
+                        const vi q = quant_lanes(half[h] * inv);
+                        for (int k = 0; k < LANES; k++) sums[h] += q[k];
+                        const vq bytes = __builtin_convertvector(q, vq);
+                        memcpy(natural + 32 * l + 16 * h, &bytes, 16);
+                    }
+                }
+                a->dx[l] = dx;
+                a->bsum[l] = sums[0] + sums[1];
+                a->dx_bsum[l] = dx * (float)(sums[0] + sums[1]);
+#if SCALE_PAIRS
+                a->halves[l] = (int32_t)((uint32_t)(uint16_t)sums[0] | (uint32_t)(uint16_t)sums[1] << 16);
+#else
+                a->half_start[0][l] = -32 * sums[0];
+                a->half_start[1][l] = -32 * sums[1];
+#endif
+            }
+            to_unit_order(natural, a->u, CHUNK);
+        }
+    }
+}
+
