@@ -470,7 +470,7 @@ static inline __attribute__((always_inline)) void unit_at(const int type, const 
 }
 
 #if CHUNK == 64
-/* The half unit at o (a row's last, see Layout) against G rows: out of line, being one a row. */
+/* The half unit at o (a row's last, see q8unit.h) against G rows: out of line, being one a row. */
 static __attribute__((noinline)) void half_unit(int type, const uint8_t *o, const act_unit *a, int64_t lda,
                                                  vacc *acc, int G) {
     switch (type) {

@@ -61,7 +61,8 @@ typedef struct act_unit {
  * A unit holds SB_PER_UNIT super-blocks' bytes (8 · SB_PER_UNIT blocks of the 32-weight formats):
  * Q4_K: d[n], dmin[n] (f16), sc[8n], m[8n] (6-bit values in bytes), then 4 · CHUNK bytes of nibbles;
  * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
- * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q8_0: d[8n] (f16), UNIT int8. */
+ * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q8_0: d[8n] (f16), UNIT int8.
+ * A half unit is the same with n = 1 and chunks of CHUNK / 2 bytes. */
 static inline int64_t sb_bytes(int type) {
     switch (type) {
     case Q4_K: return 148;
@@ -80,7 +81,7 @@ static inline int half_tail(int64_t K) { return SB_PER_UNIT == 2 && superblocks(
 /* A repacked row's bytes: its super-blocks', reordered. */
 static inline int64_t repacked_row_bytes(int type, int64_t K) { return superblocks(K) * sb_bytes(type); }
 
-/* 8 · cb quants from natural order into the order of chunks of cb bytes (see Layout): the 4-byte word c of
+/* 8 · cb quants from natural order into the order of chunks of cb bytes (above): the 4-byte word c of
  * block l, at word c · cb / 4 + l. cb is CHUNK, or CHUNK / 2 for a half unit. */
 static inline void to_unit_order(const int8_t *natural, int8_t *ordered, int cb) {
     uint32_t in[UNIT / 4], out[UNIT / 4];
