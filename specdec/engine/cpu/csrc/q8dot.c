@@ -440,12 +440,15 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
  * 1.5x faster). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). */
 enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
 
-/* A pass of several rows over whole weight rows (not in chunks) prefetches the weights this many bytes
- * ahead (8 super-blocks), on into the next rows, which follow in memory: with the rows' work between two
- * units the hardware prefetcher falls behind (measured on a Zen 4, the 1.5B target: S = 2 about 49 -> 42 ms,
- * S = 9 118 -> 98 ms, S = 5 within the noise). One row, where it keeps up, is left alone. A prefetch never
- * faults, past the array's end included. */
-enum { PREFETCH_SUPERBLOCKS = 8 };
+/* A pass over whole weight rows (not in chunks) prefetches the weights ahead, on into the next rows, which
+ * follow in memory: the hardware prefetcher falls behind. Several rows (the rows' work between two units):
+ * 8 super-blocks ahead, into no cache level (`prefetchnta`; measured on a Zen 4, the 1.5B target: S = 2 about
+ * 49 -> 42 ms, S = 9 118 -> 98 ms). One row: 16 super-blocks ahead, into every level (`prefetcht0`; on an
+ * Emerald Rapids, from memory, both builds, every target and draft shape: 0.77-0.83x the time of no prefetch
+ * at 8 ahead, 0.83-0.90x of that at 16, 32 and 64 within the noise of 16; the target's step about 0.77x).
+ * Into every level at several rows, the target's verify of 5 was 1.2x slower: the activations share the L1.
+ * A prefetch never faults, past the array's end included. */
+enum { PREFETCH_SUPERBLOCKS = 8, PREFETCH_SUPERBLOCKS_ONE_ROW = 16 };
 
 /* Accumulators between chunks: this thread's buffer, grown when needed and kept (no allocation a call). */
 static vacc *keep_buffer(int64_t count) {
@@ -459,11 +462,14 @@ static vacc *keep_buffer(int64_t count) {
     return buffer;
 }
 
-/* Unit i of a row, after prefetching ahead when the pass goes over whole rows with several of them. */
+/* Unit i of a row, after prefetching ahead when the pass goes over whole rows. */
 static inline __attribute__((always_inline)) void unit_at(const int type, const uint8_t *row, int64_t i, int whole,
                                                           const act_unit *a, int64_t nu, vacc *acc, int G, int part) {
     const int64_t bytes = unit_bytes(type);
-    if (G > 1 && whole)
+    if (whole && G == 1)
+        for (int64_t b = 0; b < bytes; b += 64)
+            __builtin_prefetch(row + i * bytes + PREFETCH_SUPERBLOCKS_ONE_ROW * sb_bytes(type) + b, 0, 3);
+    else if (whole)
         for (int64_t b = 0; b < bytes; b += 64)
             __builtin_prefetch(row + i * bytes + PREFETCH_SUPERBLOCKS * sb_bytes(type) + b, 0, 0);
     unit(type, row + i * bytes, a + i, nu, acc, G, part, 0);
