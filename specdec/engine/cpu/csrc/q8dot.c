@@ -440,15 +440,15 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
  * 1.5x faster). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). */
 enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
 
-/* A pass over whole weight rows (not in chunks) prefetches the weights ahead, on into the next rows, which
- * follow in memory: the hardware prefetcher falls behind. Several rows (the rows' work between two units):
- * 8 super-blocks ahead, into no cache level (`prefetchnta`; measured on a Zen 4, the 1.5B target: S = 2 about
- * 49 -> 42 ms, S = 9 118 -> 98 ms). One row: 16 super-blocks ahead, into every level (`prefetcht0`; on an
- * Emerald Rapids, from memory, both builds, every target and draft shape: 0.77-0.83x the time of no prefetch
- * at 8 ahead, 0.83-0.90x of that at 16, 32 and 64 within the noise of 16; the target's step about 0.77x).
- * Into every level at several rows, the target's verify of 5 was 1.2x slower: the activations share the L1.
- * A prefetch never faults, past the array's end included. */
-enum { PREFETCH_SUPERBLOCKS = 8, PREFETCH_SUPERBLOCKS_ONE_ROW = 16 };
+/* A pass over whole weight rows (not in chunks) prefetches the weights 16 super-blocks ahead, on into the next
+ * rows, which follow in memory: the hardware prefetcher falls behind (measured on a Zen 4 with the rows' work
+ * between two units: the 1.5B target's S = 2 about 49 -> 42 ms, S = 9 118 -> 98 ms, then 8 ahead into no
+ * cache level; on an Emerald Rapids at one row too, from memory, both builds, every target and draft shape,
+ * 8 ahead: 0.77-0.83x the time of no prefetch, then 16 ahead 0.83-0.90x of 8; 32 and 64 within the noise).
+ * Every prefetch here goes into every cache level (`prefetcht0`): into none (`prefetchnta`) the Emerald
+ * Rapids was 1.1-1.5x slower on the draft's Q8_0 output layer at one row, and 1.1-2.2x slower at 2-9 rows
+ * (worst on the chunked down projections). A prefetch never faults, past the array's end included. */
+enum { PREFETCH_SUPERBLOCKS = 16 };
 
 /* Accumulators between chunks: this thread's buffer, grown when needed and kept (no allocation a call). */
 static vacc *keep_buffer(int64_t count) {
@@ -466,12 +466,9 @@ static vacc *keep_buffer(int64_t count) {
 static inline __attribute__((always_inline)) void unit_at(const int type, const uint8_t *row, int64_t i, int whole,
                                                           const act_unit *a, int64_t nu, vacc *acc, int G, int part) {
     const int64_t bytes = unit_bytes(type);
-    if (whole && G == 1)
+    if (whole)
         for (int64_t b = 0; b < bytes; b += 64)
-            __builtin_prefetch(row + i * bytes + PREFETCH_SUPERBLOCKS_ONE_ROW * sb_bytes(type) + b, 0, 3);
-    else if (whole)
-        for (int64_t b = 0; b < bytes; b += 64)
-            __builtin_prefetch(row + i * bytes + PREFETCH_SUPERBLOCKS * sb_bytes(type) + b, 0, 0);
+            __builtin_prefetch(row + i * bytes + PREFETCH_SUPERBLOCKS * sb_bytes(type) + b, 0, 3);
     unit(type, row + i * bytes, a + i, nu, acc, G, part, 0);
 }
 
@@ -501,7 +498,7 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
     const int whole = i1 - i0 == nu;
     if (!whole) { /* a chunk: the next row's part is a short stream the hardware would find late */
         const uint8_t *next = row + row_bytes + i0 * unit_bytes(type);
-        for (int64_t b = 0; b < (i1 - i0) * unit_bytes(type); b += 64) __builtin_prefetch(next + b, 0, 0);
+        for (int64_t b = 0; b < (i1 - i0) * unit_bytes(type); b += 64) __builtin_prefetch(next + b, 0, 3);
     }
     const int64_t end = tail && i1 == nu ? nu - 1 : i1; /* the full units */
     for (int64_t i = i0; i < end; i += UNITS_PER_ACC) { /* block j's terms to accumulator j mod 16 */
