@@ -444,10 +444,11 @@ enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
  * rows, which follow in memory: the hardware prefetcher falls behind (measured on a Zen 4 with the rows' work
  * between two units: the 1.5B target's S = 2 about 49 -> 42 ms, S = 9 118 -> 98 ms, then 8 ahead into no
  * cache level; on an Emerald Rapids at one row too, from memory, both builds, every target and draft shape,
- * 8 ahead: 0.77-0.83x the time of no prefetch, then 16 ahead 0.83-0.90x of 8; 32 and 64 within the noise).
+ * 8 ahead: 0.76-0.85x the time of no prefetch, then 16 ahead 0.82-0.91x of 8; 32 and 64 within the noise).
  * Every prefetch here goes into every cache level (`prefetcht0`): into none (`prefetchnta`) the Emerald
- * Rapids was 1.1-1.5x slower on the draft's Q8_0 output layer at one row, and 1.1-2.2x slower at 2-9 rows
- * (worst on the chunked down projections). A prefetch never faults, past the array's end included. */
+ * Rapids was up to 1.5x slower on the draft's Q8_0 output layer at one row, up to 1.2x at 2 rows, and up to
+ * 2.3x on the chunked down projections (docs/PERFORMANCE.md). A prefetch never faults, past the array's end
+ * included. */
 enum { PREFETCH_SUPERBLOCKS = 16 };
 
 /* Accumulators between chunks: this thread's buffer, grown when needed and kept (no allocation a call). */
