@@ -451,6 +451,11 @@ enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
  * included. */
 enum { PREFETCH_SUPERBLOCKS = 16 };
 
+/* The n bytes at p (each 64-byte line) prefetched into every cache level: every weight prefetch of the kernel. */
+static inline __attribute__((always_inline)) void prefetch_bytes(const uint8_t *p, int64_t n) {
+    for (int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, 3);
+}
+
 /* Accumulators between chunks: this thread's buffer, grown when needed and kept (no allocation a call). */
 static vacc *keep_buffer(int64_t count) {
     static __thread vacc *buffer;
@@ -467,9 +472,7 @@ static vacc *keep_buffer(int64_t count) {
 static inline __attribute__((always_inline)) void unit_at(const int type, const uint8_t *row, int64_t i, int whole,
                                                           const act_unit *a, int64_t nu, vacc *acc, int G, int part) {
     const int64_t bytes = unit_bytes(type);
-    if (whole)
-        for (int64_t b = 0; b < bytes; b += 64)
-            __builtin_prefetch(row + i * bytes + PREFETCH_SUPERBLOCKS * sb_bytes(type) + b, 0, 3);
+    if (whole) prefetch_bytes(row + i * bytes + PREFETCH_SUPERBLOCKS * sb_bytes(type), bytes);
     unit(type, row + i * bytes, a + i, nu, acc, G, part, 0);
 }
 
@@ -498,8 +501,7 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
     for (int g = 0; g < G; g++) acc[g] = i0 == 0 ? acc_of(splat(0.0f)) : keep[g];
     const int whole = i1 - i0 == nu;
     if (!whole) { /* a chunk: the next row's part is a short stream the hardware would find late */
-        const uint8_t *next = row + row_bytes + i0 * unit_bytes(type);
-        for (int64_t b = 0; b < (i1 - i0) * unit_bytes(type); b += 64) __builtin_prefetch(next + b, 0, 3);
+        prefetch_bytes(row + row_bytes + i0 * unit_bytes(type), (i1 - i0) * unit_bytes(type));
     }
     const int64_t end = tail && i1 == nu ? nu - 1 : i1; /* the full units */
     for (int64_t i = i0; i < end; i += UNITS_PER_ACC) { /* block j's terms to accumulator j mod 16 */
