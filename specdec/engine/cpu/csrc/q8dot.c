@@ -436,9 +436,13 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
  * columns (COLUMN_BLOCK) passes over them, the weights streaming through the rest of it (measured on a Zen 5:
  * the down projection's 35 super-blocks, 5 rows, 1.9x faster on cached weights). A chunk reads a short stretch
  * of each weight row, which the hardware prefetcher finds late: row_pass prefetches the next row's stretch
- * (from memory, Q6_K down projections of 4-9 rows 1.3-1.7x faster; L1_BYTES 32 KiB instead of 48 made 3 rows
- * 1.5x faster). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). */
-enum { L1_BYTES = 32768, CHUNK_BYTES = 24576 };
+ * (from memory, Q6_K down projections of 4-9 rows 1.3-1.7x faster). So a pass chunks only from 64 KiB of
+ * activations (4 rows of the 1.5B target's down projection; they stay in L2): with every prefetch into every
+ * cache level, whole rows beat chunks there, from memory, the target's down projections at 3-4 rows 0.78-0.96x
+ * the time on a Zen 4 (0.56-0.69x at AVX2) and 0.68-0.83x on an Emerald Rapids; from 5 rows the two are level
+ * and Q4_K's chunks the faster (32 KiB was tuned on a Zen 5 with prefetches into no cache level, where it made
+ * 3 rows 1.5x faster than 48). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). */
+enum { L1_BYTES = 65536, CHUNK_BYTES = 24576 };
 
 /* A pass over whole weight rows (not in chunks) prefetches the weights 16 super-blocks ahead, on into the next
  * rows, which follow in memory: the hardware prefetcher falls behind (measured on a Zen 4 with the rows' work
@@ -576,6 +580,15 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
+/* The units of a chunk when a pass of G rows (at most MAX_ROWS) goes over rows of K weights: all of them
+ * (units(K)) unless the activations exceed L1_BYTES. */
+int64_t q8_chunk_units(int64_t K, int64_t G) {
+    const int64_t nu = units(K);
+    if (G * nu * (int64_t)sizeof(act_unit) <= L1_BYTES) return nu;
+    const int64_t chunk = CHUNK_BYTES / (G * (int64_t)sizeof(act_unit)) / UNITS_PER_ACC * UNITS_PER_ACC;
+    return chunk < UNITS_PER_ACC ? UNITS_PER_ACC : chunk;
+}
+
 /* y[s * ldy + n] = the definition's x[s] · W[n] (+ bias[n], one float32 addition, if bias is not NULL)
  * for s < S, n < N, with `act` from q8_quantize(x) and W repacked by q8_repack. `threads` split n.
  * Returns 0, -1 for a type this path does not take, -2 if out of memory. */
@@ -585,12 +598,8 @@ int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_unit *
     const int64_t nu = units(K), row_bytes = repacked_row_bytes(type, K);
     for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
         const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
-        int64_t chunk = nu;
-        if (G * nu * (int64_t)sizeof(act_unit) > L1_BYTES) {
-            chunk = CHUNK_BYTES / (G * (int64_t)sizeof(act_unit)) / UNITS_PER_ACC * UNITS_PER_ACC;
-            chunk = chunk < UNITS_PER_ACC ? UNITS_PER_ACC : chunk;
-        }
-        job j = {type, G, half_tail(K), w, row_bytes, chunk, nu, ldy, act + s0 * nu, y + s0 * ldy, bias, 0};
+        job j = {type, G, half_tail(K), w, row_bytes, q8_chunk_units(K, G), nu, ldy, act + s0 * nu, y + s0 * ldy,
+                 bias, 0};
         parallel_for(threads, N, columns, &j);
         if (j.out_of_memory) return -2;
     }
