@@ -265,7 +265,15 @@ def test_a_burst_after_a_lone_session_is_priced_by_its_live_sessions():
     assert all(ctl.choose() == 0 for ctl in burst)
     burst[0].target_sessions.value = 1.0  # had no floor been set: the lone session's
     assert burst[0].choose() > 0, "the floor must matter"
-    burst[0].target_sessions.value = 8.0
+    sessions, fill = burst[0].target_sessions, burst[0].target_fill_plain
+    sessions.value, before = 8.0, (fill.value, fill.provisional)
+    loaded_round(burst[0], 0, 0.8, rows=2, sessions=2)  # the first report: the others not yet opened there
+    assert sessions.value == 8 and not sessions.provisional and burst[1].choose() == 0, "the live sessions a floor"
+    sessions.value, sessions.provisional, sessions.floor = 8.0, True, 0.0  # had the floor held only for the seed
+    loaded_round(burst[0], 0, 0.8, rows=2, sessions=2)
+    assert burst[1].choose() > 0, "the floor on every sample must matter"
+    sessions.value, sessions.provisional, sessions.floor = 8.0, True, 8.0
+    (fill.value, fill.provisional) = before
     loaded_round(burst[0], 0, 0.8, rows=1, sessions=8)  # a ragged first pass: the others still prefill
     assert burst[1].target_sessions.value == 8 and not burst[1].target_sessions.provisional
     assert burst[1].choose() == 0 and burst[1].target_fill_plain.value > 0.5

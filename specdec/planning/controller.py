@@ -66,8 +66,10 @@ class Ewma:
         self.weight = weight
         self.value = initial
         self.provisional = provisional
+        self.floor = 0.0  # samples below it count as it (`LoadEstimates`: the live sessions this process knows of)
 
     def update(self, sample: float) -> float:
+        sample = max(sample, self.floor)
         if self.value is None or self.provisional:
             self.value, self.provisional = sample, False
         else:
