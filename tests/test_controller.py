@@ -273,7 +273,7 @@ def test_a_burst_after_a_lone_session_is_priced_by_its_live_sessions():
     loaded_round(burst[0], 0, 0.8, rows=2, sessions=2)
     assert burst[1].choose() > 0, "the floor on every sample must matter"
     sessions.value, sessions.provisional, sessions.floor = 8.0, True, 8.0
-    (fill.value, fill.provisional) = before
+    fill.value, fill.provisional = before
     loaded_round(burst[0], 0, 0.8, rows=1, sessions=8)  # a ragged first pass: the others still prefill
     assert burst[1].target_sessions.value == 8 and not burst[1].target_sessions.provisional
     assert burst[1].choose() == 0 and burst[1].target_fill_plain.value > 0.5

@@ -124,10 +124,10 @@ def activations(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
                          ids=lambda v: NAMES.get(v, v) if isinstance(v, int) and v < 20 else str(v))
 def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     """Every build, every format, against the transcription: the same bits, whatever the level. Rows of an odd
-    number of super-blocks (768, 1280, 2816, and the 32-weight formats' 160 to 1248) end in a half unit with
-    AVX-512; the 32-weight formats' rows end in a partial super-block of 4, 1, 5 and 7 blocks (896, 544, 672,
-    1248, and 2688 and 2656 below) or are one block short of a single one (160); 16 rows of 2688, 2656 and 2816
-    go in chunks of units (asked of the kernel), the partial or half one in the last."""
+    number of super-blocks (768, 2816, and the 32-weight formats' 160 to 2688) end in a half unit with
+    AVX-512; the 32-weight formats' rows end in a partial super-block of 4, 1, 5, 7 and 3 blocks (896 and 2688,
+    544, 672, 1248, 2656) or are one block short of a single one (160); 16 rows of 2688, 2656 and 2816 go in
+    chunks of units (asked of the kernel), the partial or half one in the last."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]

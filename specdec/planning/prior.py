@@ -18,7 +18,7 @@ class LoadEstimates:
     tokens/s). On a service every session uses (`floored`: the target) they stay a floor on every sample:
     the first sessions of a burst to report find the others not yet opened there, and a report of 1–5 live
     sessions priced the burst's next rounds as a lone session's (measured on a Zen 4: all 8 users drafted
-    γ = 1–4 in their first decode rounds, which took 0.2–1.2 s, and adaptive fell to 0.86–0.93× batched
+    γ = 1–4 in their first decode rounds, which took 0.1–1.2 s, and adaptive fell to 0.86–0.93× batched
     target-only). Thread-safe."""
 
     def __init__(self, ewmas: dict[str, Ewma], floored: tuple[str, ...] = ()):
