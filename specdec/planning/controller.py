@@ -66,7 +66,7 @@ class Ewma:
         self.weight = weight
         self.value = initial
         self.provisional = provisional
-        self.floor = 0.0  # samples below it count as it (`LoadEstimates`: the live sessions this process knows of)
+        self.floor = float("-inf")  # samples below it count as it (`LoadEstimates`: the live sessions it knows of)
 
     def update(self, sample: float) -> float:
         sample = max(sample, self.floor)
