@@ -127,7 +127,9 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     number of super-blocks (768, 2816, and the 32-weight formats' 160 to 2688) end in a half unit with
     AVX-512; the 32-weight formats' rows end in a partial super-block of 4, 1, 5, 7 and 3 blocks (896 and 2688,
     544, 672, 1248, 2656) or are one block short of a single one (160); 16 rows of 2688, 2656 and 2816 go in
-    chunks of units (asked of the kernel), the partial or half one in the last."""
+    chunks of units (asked of the kernel), the partial or half one in the last. Passes of 2-4 rows go over two
+    weight columns at once with AVX-512 (the two halves of each worker's 18 or 19 of the 37), an odd last one
+    alone."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]
@@ -136,7 +138,10 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, cols)], variant=variant)
     whole_rows = kernel.lib.q8_chunk_units(cols, 1)
     assert (kernel.lib.q8_chunk_units(cols, rows) < whole_rows) == (rows == 16)
-    assert torch.equal(kernel(x), reference(qtype, raw, cols, x))
+    want = reference(qtype, raw, cols, x)
+    assert torch.equal(kernel(x), want)
+    for part in (slice(0, 2), slice(3, 6), slice(2, 6), slice(0, 1)):  # with AVX-512, 2-4 rows go two columns at once
+        assert torch.equal(kernel(x[part]), want[part])
 
 
 QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q8_0: slice(2, 34)}
