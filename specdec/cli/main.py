@@ -103,7 +103,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # `specdec bench`'s sweeps: (the flag that asks for it, its module in specdec.tools.bench, its entry point)
 BENCH_SWEEPS = (("gpu", "gpu", "run_gpu_bench"), ("constrained", "constrained", "run_constrained"),
-                ("cpu_curve", "cpu_curve", "run_cpu_curve"),
+                ("cpu_curve", "cpu_curve", "run_cpu_curve"), ("kernel_ab", "kernel_ab", "run_kernel_ab"),
                 ("concurrency", "concurrency", "run_concurrency_sweep"), ("tp_sweep", "tp", "run_tp_sweep"),
                 ("workloads", "workloads", "run_workloads"), ("http", "http_overhead", "run_http_overhead"),
                 ("overlap_rtt", "overlap", "run_overlap_sweep"), ("rtt_ms", "network", "run_rtt_sweep"),
@@ -190,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "and 9 tokens on each CPU path against its bandwidth and compute floors")
     bench.add_argument("--llama-bench", default="", help="with --cpu-curve: llama-bench's JSON (-p 1,2,5,9 -n 0 "
                        "-o json) on the same GGUF, drawn beside")
+    bench.add_argument("--kernel-ab", default="", help="A.so,B.so: two builds of the integer kernel on the "
+                       "target's linears and whole passes, alternating in one process (a kernel change beside its "
+                       "baseline)")
+    bench.add_argument("--kernel-ab-repeats", type=int, default=20, help="with --kernel-ab: measurements per build")
     bench.add_argument("--turns", type=int, default=0, help="a chat of N turns, each resending the conversation, "
                        "with ended sessions' caches kept (--prefix-cache-mb, else the services' default) and without: "
                        "time to first token per turn, and the replies compared")

@@ -118,9 +118,14 @@ def build(variant: str, source: Source = BLOCKQUANT) -> Path:
 @lru_cache(maxsize=None)
 def load(variant: str, source: Source = BLOCKQUANT) -> ctypes.CDLL:
     """The kernel library for `variant`, built if needed, with its functions' signatures declared."""
+    return open_library(build(variant, source), source)
+
+
+def open_library(path: Path, source: Source = BLOCKQUANT) -> ctypes.CDLL:
+    """The built library at `path` (one of `source`'s), with its functions' signatures declared."""
     import torch  # noqa: F401  (its libgomp must be loaded first, so the kernel shares it)
 
-    lib = ctypes.CDLL(str(build(variant, source)))
+    lib = ctypes.CDLL(str(path))
     i64, ptr, c_int = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     signatures = {"bq_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, c_int], c_int),
                   "bq_dequantize_rows": ([c_int, ptr, i64, ptr, i64, ptr], c_int),

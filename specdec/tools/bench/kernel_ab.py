@@ -1,0 +1,122 @@
+"""`specdec bench --kernel-ab A.so,B.so`: two builds of the integer kernel (`csrc/q8dot.c`: a baseline's and a
+change's, both of this CPU's level, whose weight layout the model is repacked in) on the target's own weights in one process, each measurement alternating
+between them. What a kernel change is worth on this CPU, measured beside its baseline rather than minutes apart
+on a shared machine that drifts by 15-20% (`python -m specdec.engine.cpu.native` prints where this source's
+build lies; a baseline's is built the same way from its checkout).
+
+- Per linear (q/k/v, out, gate/up, down, the output layer) at S rows: each layer's matrix in turn, so that the
+  weights come from memory as in a pass; each build's median time and their ratio, B over A.
+- Whole passes of S tokens after a short prefix (`PassTimer`), both builds swapped into every kernel of the one
+  loaded model (its linears and its layers' one-call loop).
+The two must compute the same bits (one definition): every linear's output is compared, and a difference fails.
+It writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from specdec import weights
+from specdec.engine.cpu import native
+from specdec.engine.cpu.features import cpu_features
+from specdec.engine.measure import PassTimer
+from specdec.engine.models import load_model
+
+SIZES = (1, 2, 3, 5)
+LINEARS = ("qkv", "out", "gate_up", "down")
+
+
+class Builds:
+    """The loaded model's holders of its integer kernel library, and the two builds to swap into them."""
+
+    def __init__(self, runner, paths: list[str]):
+        self.holders = [*runner.linear_kernels(), runner.fused, getattr(runner.fused, "compiled", None)]
+        if runner.head_subset is not None:
+            self.holders.append(runner.head_subset[0])
+        self.holders = [h for h in self.holders if h is not None and hasattr(h, "lib")]
+        if not self.holders:
+            raise SystemExit("--kernel-ab: the target does not run on the gguf-q8 path")
+        self.libs = [native.open_library(Path(p), native.Q8DOT) for p in paths]
+        levels = [lib.q8_level().decode() for lib in self.libs]
+        if len(set(levels + [runner.fused.lib.q8_level().decode()])) > 1:  # each level repacks its own layout
+            raise SystemExit(f"--kernel-ab: builds of one level, the loaded model's "
+                             f"({runner.fused.lib.q8_level().decode()}); these are {', '.join(levels)}")
+
+    def use(self, which: int) -> None:
+        for holder in self.holders:
+            holder.lib = self.libs[which]
+
+
+def _alternating(measure, builds: Builds, repeats: int) -> tuple[list[float], list[float]]:
+    """Each build's times for `measure()`, the two alternating (A B, then B A, ...)."""
+    times = ([], [])
+    for r in range(repeats):
+        for which in ((0, 1) if r % 2 == 0 else (1, 0)):
+            builds.use(which)
+            times[which].append(measure())
+    builds.use(0)
+    return times
+
+
+def _row(name: str, size: int, times: tuple[list[float], list[float]]) -> dict:
+    a, b = (statistics.median(t) * 1e3 for t in times)
+    return {"name": name, "rows": size, "a_ms": round(a, 4), "b_ms": round(b, 4), "b_over_a": round(b / a, 3)}
+
+
+def linear_rows(runner, builds: Builds, sizes, repeats: int) -> list[dict]:
+    """Per linear and size: each layer's matrix in turn (from memory), outputs compared between the builds."""
+    rows = []
+    head = runner.lm_head if runner.head_subset is None else runner.head_subset[0]
+    groups = {name: [getattr(layer, name) for layer in runner.layers] for name in LINEARS} | {"output": [head]}
+    for name, kernels in groups.items():
+        for size in sizes:
+            x = torch.randn(size, kernels[0].in_features, generator=torch.Generator().manual_seed(size))
+            turn = iter(range(10**9))
+
+            def measure() -> float:
+                kernel = kernels[next(turn) % len(kernels)]
+                began = time.perf_counter()
+                kernel.matmul(x)
+                return time.perf_counter() - began
+
+            times = _alternating(measure, builds, repeats)
+            outputs = []
+            for which in (0, 1):
+                builds.use(which)
+                outputs.append(kernels[0].matmul(x))
+            builds.use(0)
+            if not torch.equal(*outputs):
+                raise AssertionError(f"--kernel-ab: the two builds' {name} outputs differ at {size} rows")
+            rows.append(_row(name, size, times))
+    return rows
+
+
+def pass_rows(loaded, builds: Builds, sizes, repeats: int) -> list[dict]:
+    timer = PassTimer(loaded.runner, max(sizes), max(sizes), loaded.vocab_size)
+    return [_row("pass", size, _alternating(lambda: timer.seconds(size), builds, repeats)) for size in sizes]
+
+
+def run_kernel_ab(args: argparse.Namespace) -> int:
+    paths = [p for p in args.kernel_ab.split(",") if p]
+    if len(paths) != 2:
+        raise SystemExit("--kernel-ab takes two builds: A.so,B.so")
+    loaded = load_model(weights.resolve(args.target_model), "cpu", dtype="gguf-q8")
+    builds = Builds(loaded.runner, paths)
+    repeats = args.kernel_ab_repeats
+    rows = linear_rows(loaded.runner, builds, SIZES, repeats) + pass_rows(loaded, builds, SIZES, repeats)
+    result = {"hardware": cpu_features().describe(), "threads": torch.get_num_threads(), "a": paths[0],
+              "b": paths[1], "repeats": repeats, "rows": rows}
+    print(f"machine: {result['hardware']}, {result['threads']} threads; A {paths[0]}, B {paths[1]}; "
+          f"medians of {repeats}, alternating")
+    print(f"{'':8} {'S':>2} | {'A ms':>9} | {'B ms':>9} | B/A")
+    for row in rows:
+        print(f"{row['name']:8} {row['rows']:2d} | {row['a_ms']:9.3f} | {row['b_ms']:9.3f} | {row['b_over_a']:.3f}")
+    Path(args.output).write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.output}")
+    return 0

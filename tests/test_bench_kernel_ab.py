@@ -1,0 +1,53 @@
+"""`specdec bench --kernel-ab` end to end on a tiny GGUF-sourced model: two builds of the integer kernel swapped
+into one loaded model (here this CPU's build twice, through two paths), and builds of another level refused
+(each level repacks the weights in its own unit layout)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import GGUF_TARGET
+
+from specdec.cli.main import main
+from specdec.engine.cpu import native
+from specdec.engine.cpu.features import cpu_features
+from specdec.tools.bench import kernel_ab
+
+
+def test_kernel_ab_times_each_linear_and_pass_on_both_builds(tmp_path, monkeypatch):
+    build = native.build(native.q8_variant_for(cpu_features()), native.Q8DOT)
+    copy = tmp_path / "copy.so"
+    copy.write_bytes(build.read_bytes())
+    builds = [build, copy]
+    swapped, use = [], kernel_ab.Builds.use
+
+    def recorded(self, which):
+        swapped.append(which)
+        use(self, which)
+
+    monkeypatch.setattr(kernel_ab.Builds, "use", recorded)
+    output = tmp_path / "ab.json"
+    assert main(["bench", "--kernel-ab", ",".join(map(str, builds)), "--kernel-ab-repeats", "2",
+                 "--target-model", GGUF_TARGET, "--device", "cpu", "--output", str(output)]) == 0
+    result = json.loads(output.read_text())
+    assert (result["a"], result["b"]) == tuple(map(str, builds))
+    names = ["qkv", "out", "gate_up", "down", "output", "pass"]
+    assert [(r["name"], r["rows"]) for r in result["rows"]] == [(n, s) for n in names for s in kernel_ab.SIZES]
+    assert all(r["a_ms"] > 0 and r["b_ms"] > 0 and r["b_over_a"] > 0 for r in result["rows"])
+    assert 0 in swapped and 1 in swapped  # both builds ran, and the baseline is left in place (last swap: 0)
+    assert swapped[-1] == 0
+
+
+def test_kernel_ab_needs_two_builds(tmp_path):
+    with pytest.raises(SystemExit, match="two builds"):
+        main(["bench", "--kernel-ab", "one.so", "--target-model", GGUF_TARGET, "--output", str(tmp_path / "x.json")])
+
+
+def test_kernel_ab_refuses_a_build_of_another_level(tmp_path):
+    builds = [native.build(native.q8_variant_for(cpu_features()), native.Q8DOT), native.build("portable", native.Q8DOT)]
+    if native.q8_variant_for(cpu_features()) == "portable":
+        pytest.skip("this machine's build is the portable one")
+    with pytest.raises(SystemExit, match="builds of one level"):
+        main(["bench", "--kernel-ab", ",".join(map(str, builds)), "--target-model", GGUF_TARGET, "--device", "cpu",
+              "--output", str(tmp_path / "x.json")])
