@@ -43,10 +43,10 @@ class Builds:
         if not self.holders:
             raise SystemExit("--kernel-ab: the target does not run on the gguf-q8 path")
         self.libs = [native.open_library(Path(p), native.Q8DOT) for p in paths]
-        levels = [lib.q8_level().decode() for lib in self.libs]
-        if len(set(levels + [runner.fused.lib.q8_level().decode()])) > 1:  # each level repacks its own layout
-            raise SystemExit(f"--kernel-ab: builds of one level, the loaded model's "
-                             f"({runner.fused.lib.q8_level().decode()}); these are {', '.join(levels)}")
+        levels, loaded = [lib.q8_level().decode() for lib in self.libs], self.holders[0].lib.q8_level().decode()
+        if set(levels) != {loaded}:  # each level repacks the weights in its own layout
+            raise SystemExit(f"--kernel-ab: builds of one level, the loaded model's ({loaded}); these are "
+                             f"{', '.join(levels)}")
 
     def use(self, which: int) -> None:
         for holder in self.holders:
