@@ -1,8 +1,9 @@
 """`specdec bench --kernel-ab A.so,B.so`: two builds of the integer kernel (`csrc/q8dot.c`: a baseline's and a
-change's, both of this CPU's level, whose weight layout the model is repacked in) on the target's own weights in one process, each measurement alternating
-between them. What a kernel change is worth on this CPU, measured beside its baseline rather than minutes apart
-on a shared machine that drifts by 15-20% (`python -m specdec.engine.cpu.native` prints where this source's
-build lies; a baseline's is built the same way from its checkout).
+change's, both of this CPU's level, whose weight layout the model is repacked in) on the target's own weights in
+one process, each measurement alternating between them. What a kernel change is worth on this CPU, measured
+beside its baseline rather than minutes apart on a shared machine that drifts by 15-20%
+(`python -m specdec.engine.cpu.native` prints where this source's build lies; a baseline's is built the same way
+from its checkout).
 
 - Per linear (q/k/v, out, gate/up, down, the output layer) at S rows: each layer's matrix in turn, so that the
   weights come from memory as in a pass; each build's median time and their ratio, B over A.
@@ -15,6 +16,7 @@ It writes JSON.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -36,10 +38,8 @@ class Builds:
     """The loaded model's holders of its integer kernel library, and the two builds to swap into them."""
 
     def __init__(self, runner, paths: list[str]):
-        self.holders = [*runner.linear_kernels(), runner.fused, getattr(runner.fused, "compiled", None)]
-        if runner.head_subset is not None:
-            self.holders.append(runner.head_subset[0])
-        self.holders = [h for h in self.holders if h is not None and hasattr(h, "lib")]
+        holders = [*runner.linear_kernels(), runner.fused, getattr(runner.fused, "compiled", None)]
+        self.holders = [h for h in holders if h is not None and hasattr(h, "lib")]
         if not self.holders:
             raise SystemExit("--kernel-ab: the target does not run on the gguf-q8 path")
         self.libs = [native.open_library(Path(p), native.Q8DOT) for p in paths]
@@ -72,15 +72,15 @@ def _row(name: str, size: int, times: tuple[list[float], list[float]]) -> dict:
 def linear_rows(runner, builds: Builds, sizes, repeats: int) -> list[dict]:
     """Per linear and size: each layer's matrix in turn (from memory), outputs compared between the builds."""
     rows = []
-    head = runner.lm_head if runner.head_subset is None else runner.head_subset[0]
+    head = runner.linear_kernels()[-1]  # the output layer, or its cut (`limit_vocabulary`)
     groups = {name: [getattr(layer, name) for layer in runner.layers] for name in LINEARS} | {"output": [head]}
     for name, kernels in groups.items():
         for size in sizes:
             x = torch.randn(size, kernels[0].in_features, generator=torch.Generator().manual_seed(size))
-            turn = iter(range(10**9))
+            turn = itertools.cycle(kernels)
 
             def measure() -> float:
-                kernel = kernels[next(turn) % len(kernels)]
+                kernel = next(turn)
                 began = time.perf_counter()
                 kernel.matmul(x)
                 return time.perf_counter() - began
