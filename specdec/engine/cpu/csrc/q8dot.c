@@ -509,12 +509,16 @@ static vacc *keep_buffer(int64_t count) {
     return buffer;
 }
 
+/* A whole-row pass's prefetch at unit i of a row: a unit's bytes, PREFETCH_SUPERBLOCKS super-blocks on. */
+static inline __attribute__((always_inline)) void prefetch_ahead(const int type, const uint8_t *row, int64_t i) {
+    prefetch_bytes(row + i * unit_bytes(type) + PREFETCH_SUPERBLOCKS * sb_bytes(type), unit_bytes(type));
+}
+
 /* Unit i of a row, after prefetching ahead when the pass goes over whole rows. */
 static inline __attribute__((always_inline)) void unit_at(const int type, const uint8_t *row, int64_t i, int whole,
                                                           const act_unit *a, int64_t nu, vacc *acc, int G, int part) {
-    const int64_t bytes = unit_bytes(type);
-    if (whole) prefetch_bytes(row + i * bytes + PREFETCH_SUPERBLOCKS * sb_bytes(type), bytes);
-    unit(type, row + i * bytes, a + i, nu, acc, G, part, 0);
+    if (whole) prefetch_ahead(type, row, i);
+    unit(type, row + i * unit_bytes(type), a + i, nu, acc, G, part, 0);
 }
 
 #if CHUNK == 64
@@ -589,11 +593,10 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
                                                                 float *y, int64_t ldy, const float *bias, int G) {
     vacc acc0[PAIR_ROWS], acc1[PAIR_ROWS];
     for (int g = 0; g < G; g++) acc0[g] = acc1[g] = acc_of(splat(0.0f));
-    const int64_t bytes = unit_bytes(type), ahead = PREFETCH_SUPERBLOCKS * sb_bytes(type);
-    const int64_t end = tail ? nu - 1 : nu;
+    const int64_t bytes = unit_bytes(type), end = tail ? nu - 1 : nu;
     for (int64_t i = 0; i < end; i++) { /* a unit is the 16 accumulators */
-        prefetch_bytes(row + i * bytes + ahead, bytes);
-        prefetch_bytes(row + other + i * bytes + ahead, bytes);
+        prefetch_ahead(type, row, i);
+        prefetch_ahead(type, row + other, i);
         unit_pair(type, row + i * bytes, other, a + i, nu, acc0, acc1, G, 0);
     }
     if (tail) {
