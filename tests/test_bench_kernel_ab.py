@@ -29,11 +29,11 @@ def test_kernel_ab_times_each_linear_and_pass_on_both_builds(tmp_path, monkeypat
     monkeypatch.setattr(kernel_ab.Builds, "use", recorded)
     output = tmp_path / "ab.json"
     assert main(["bench", "--kernel-ab", ",".join(map(str, builds)), "--kernel-ab-repeats", "2",
-                 "--target-model", GGUF_TARGET, "--device", "cpu", "--output", str(output)]) == 0
+                 "--kernel-ab-sizes", "1,2,6", "--target-model", GGUF_TARGET, "--device", "cpu", "--output", str(output)]) == 0
     result = json.loads(output.read_text())
     assert (result["a"], result["b"]) == tuple(map(str, builds))
     names = ["qkv", "out", "gate_up", "down", "output", "pass"]
-    assert [(r["name"], r["rows"]) for r in result["rows"]] == [(n, s) for n in names for s in kernel_ab.SIZES]
+    assert [(r["name"], r["rows"]) for r in result["rows"]] == [(n, s) for n in names for s in (1, 2, 6)]
     assert all(r["a_ms"] > 0 and r["b_ms"] > 0 and r["b_over_a"] > 0 for r in result["rows"])
     assert 0 in swapped and 1 in swapped  # both builds ran, and the baseline is left in place (last swap: 0)
     assert swapped[-1] == 0
@@ -42,6 +42,13 @@ def test_kernel_ab_times_each_linear_and_pass_on_both_builds(tmp_path, monkeypat
 def test_kernel_ab_needs_two_builds(tmp_path):
     with pytest.raises(SystemExit, match="two builds"):
         main(["bench", "--kernel-ab", "one.so", "--target-model", GGUF_TARGET, "--output", str(tmp_path / "x.json")])
+
+
+def test_kernel_ab_sizes_must_be_row_counts(tmp_path):
+    for sizes in ("0,2", "two", ""):
+        with pytest.raises(SystemExit, match="kernel-ab-sizes"):
+            main(["bench", "--kernel-ab", "a.so,b.so", "--kernel-ab-sizes", sizes, "--target-model", GGUF_TARGET,
+                  "--output", str(tmp_path / "x.json")])
 
 
 def test_kernel_ab_refuses_a_build_of_another_level(tmp_path):

@@ -194,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "target's linears and whole passes, alternating in one process (a kernel change beside its "
                        "baseline)")
     bench.add_argument("--kernel-ab-repeats", type=int, default=20, help="with --kernel-ab: measurements per build")
+    bench.add_argument("--kernel-ab-sizes", default="1,2,3,5", help="with --kernel-ab: the rows a pass (tokens)")
     bench.add_argument("--turns", type=int, default=0, help="a chat of N turns, each resending the conversation, "
                        "with ended sessions' caches kept (--prefix-cache-mb, else the services' default) and without: "
                        "time to first token per turn, and the replies compared")

@@ -5,8 +5,10 @@ beside its baseline rather than minutes apart on a shared machine that drifts by
 (`python -m specdec.engine.cpu.native` prints where this source's build lies; a baseline's is built the same way
 from its checkout).
 
-- Per linear (q/k/v, out, gate/up, down, the output layer) at S rows: each layer's matrix in turn, so that the
-  weights come from memory as in a pass; each build's median time and their ratio, B over A.
+- Per linear (q/k/v, out, gate/up, down, the output layer) at S rows (`--kernel-ab-sizes`, 1, 2, 3 and 5
+  unless told): a measurement is one sweep over every layer's matrix, so that the weights come from memory as
+  in a pass and both builds time the same matrices (the layers' formats differ: Q4_K_M gives some down
+  projections Q6_K); each build's median time a matrix and their ratio, B over A.
 - Whole passes of S tokens after a short prefix (`PassTimer`), both builds swapped into every kernel of the one
   loaded model (its linears and its layers' one-call loop).
 The two must compute the same bits (one definition): every linear's output is compared, and a difference fails.
@@ -16,7 +18,6 @@ It writes JSON.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import statistics
 import time
@@ -30,7 +31,6 @@ from specdec.engine.cpu.features import cpu_features
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
 
-SIZES = (1, 2, 3, 5)
 LINEARS = ("qkv", "out", "gate_up", "down")
 
 
@@ -70,28 +70,27 @@ def _row(name: str, size: int, times: tuple[list[float], list[float]]) -> dict:
 
 
 def linear_rows(runner, builds: Builds, sizes, repeats: int) -> list[dict]:
-    """Per linear and size: each layer's matrix in turn (from memory), outputs compared between the builds."""
+    """Per linear and size: sweeps over every layer's matrix (from memory), outputs compared between the builds."""
     rows = []
     head = runner.linear_kernels()[-1]  # the output layer, or its cut (`limit_vocabulary`)
     groups = {name: [getattr(layer, name) for layer in runner.layers] for name in LINEARS} | {"output": [head]}
     for name, kernels in groups.items():
         for size in sizes:
             x = torch.randn(size, kernels[0].in_features, generator=torch.Generator().manual_seed(size))
-            turn = itertools.cycle(kernels)
 
-            def measure() -> float:
-                kernel = next(turn)
+            def measure() -> float:  # a sweep over every layer's matrix: each build times the same ones
                 began = time.perf_counter()
-                kernel.matmul(x)
-                return time.perf_counter() - began
+                for kernel in kernels:
+                    kernel.matmul(x)
+                return (time.perf_counter() - began) / len(kernels)
 
             times = _alternating(measure, builds, repeats)
             outputs = []
             for which in (0, 1):
                 builds.use(which)
-                outputs.append(kernels[0].matmul(x))
+                outputs.append([kernel.matmul(x) for kernel in kernels])
             builds.use(0)
-            if not torch.equal(*outputs):
+            if not all(map(torch.equal, *outputs)):
                 raise AssertionError(f"--kernel-ab: the two builds' {name} outputs differ at {size} rows")
             rows.append(_row(name, size, times))
     return rows
@@ -102,14 +101,24 @@ def pass_rows(loaded, builds: Builds, sizes, repeats: int) -> list[dict]:
     return [_row("pass", size, _alternating(lambda: timer.seconds(size), builds, repeats)) for size in sizes]
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise SystemExit(f"--kernel-ab-sizes: positive row counts, comma-separated (got {text!r})")
+    return sizes
+
+
 def run_kernel_ab(args: argparse.Namespace) -> int:
     paths = [p for p in args.kernel_ab.split(",") if p]
     if len(paths) != 2:
         raise SystemExit("--kernel-ab takes two builds: A.so,B.so")
+    repeats, sizes = args.kernel_ab_repeats, _sizes(args.kernel_ab_sizes)
     loaded = load_model(weights.resolve(args.target_model), "cpu", dtype="gguf-q8")
     builds = Builds(loaded.runner, paths)
-    repeats = args.kernel_ab_repeats
-    rows = linear_rows(loaded.runner, builds, SIZES, repeats) + pass_rows(loaded, builds, SIZES, repeats)
+    rows = linear_rows(loaded.runner, builds, sizes, repeats) + pass_rows(loaded, builds, sizes, repeats)
     result = {"hardware": cpu_features().describe(), "threads": torch.get_num_threads(), "a": paths[0],
               "b": paths[1], "repeats": repeats, "rows": rows}
     print(f"machine: {result['hardware']}, {result['threads']} threads; A {paths[0]}, B {paths[1]}; "
