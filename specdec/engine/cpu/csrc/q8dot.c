@@ -319,18 +319,32 @@ typedef struct {
     vl half_scale[2];     /* Q6_K with VNNI: sc₁ and sc₂ as floats */
 } unit_weights;
 
-/* The unit at o (a half unit if `half`: its lanes past 8 hold zero weights, and scales that are finite) */
-static inline __attribute__((always_inline)) void unpack_unit(const int type, const uint8_t *o, unit_weights *u,
-                                                              const int half) {
-    const int sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
-    uint8_t bytes[UNIT] __attribute__((aligned(64)));
+/* Chunk c's weights as unsigned bytes, of the unit at o (of sbu super-blocks, chunks of cb bytes: a half unit
+ * if cb is CHUNK / 2, whose lanes past 8 read other bytes, finite, against zero activations); not Q8_0. */
+static inline __attribute__((always_inline)) vw weight_chunk(const int type, const uint8_t *o, const int c,
+                                                             const int sbu, const int cb) {
+    if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
+    if (type == Q6_K) {
+        const uint8_t *high = o + 18 * sbu + 4 * cb;
+        return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) |
+               (((load_chunk(high + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3)) << 4);
+    }
+    const int per_word = 64 / cb; /* Q5_0 */
+    vw lane;
+    for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
+    uint64_t word;
+    memcpy(&word, o + 16 * sbu + 4 * cb + 8 * (c / per_word), 8);
+    const vw shift = lane + (uint64_t)((cb / 8) * (c % per_word));
+    return nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb) | ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
+}
+
+/* The scales of the unit at o (a half unit if `half`): s, and m, scale, scale_pairs or half_scale by type. */
+static inline __attribute__((always_inline)) void unpack_scales(const int type, const uint8_t *o, unit_weights *u,
+                                                                const int half) {
+    const int sbu = half ? 1 : SB_PER_UNIT;
     if (type == Q4_K) { /* a half unit's lanes past 8 read the mins' and quants' bytes: finite, against zeros */
         u->s = __builtin_convertvector(byte_lanes(o + 4 * sbu), vl) * superblock_lanes(o, half);           /* d · sc */
         u->m = __builtin_convertvector(byte_lanes(o + 12 * sbu), vl) * superblock_lanes(o + 2 * sbu, half); /* dmin · m */
-        for (int c = 0; c < 8; c++) {
-            const vw q = nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
-            memcpy(bytes + CHUNK * c, &q, CHUNK);
-        }
     } else if (type == Q6_K) {
         u->s = superblock_lanes(o, half);
         const vli pairs = byte_pairs((const int8_t *)o + 2 * sbu);
@@ -342,27 +356,18 @@ static inline __attribute__((always_inline)) void unpack_unit(const int type, co
             u->half_scale[0] = __builtin_convertvector((vli)((vlu)pairs << 16) >> 16, vl);
             u->half_scale[1] = __builtin_convertvector(pairs >> 16, vl);
         }
-        const uint8_t *high = o + 18 * sbu + 4 * cb;
-        for (int c = 0; c < 8; c++) {
-            const vw q = nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) |
-                         (((load_chunk(high + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3)) << 4);
-            memcpy(bytes + CHUNK * c, &q, CHUNK);
-        }
-    } else if (type == Q5_0) { /* a half unit's 5th bits past its chunk are other chunks': against zeros */
+    } else { /* Q5_0 and Q8_0 */
         u->s = half_lanes(o, half);
-        const int per_word = 64 / cb;
-        vw lane;
-        for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
-        const uint8_t *fifth = o + 16 * sbu + 4 * cb;
-        for (int c = 0; c < 8; c++) {
-            uint64_t word;
-            memcpy(&word, fifth + 8 * (c / per_word), 8);
-            const vw shift = lane + (uint64_t)((cb / 8) * (c % per_word));
-            const vw q = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb) | ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
-            memcpy(bytes + CHUNK * c, &q, CHUNK);
-        }
-    } else { /* Q8_0: |q| is the unsigned operand, and q's sign moves onto the activations */
-        u->s = half_lanes(o, half);
+    }
+}
+
+/* The unit at o (a half unit if `half`: its lanes past 8 hold zero weights, and scales that are finite) */
+static inline __attribute__((always_inline)) void unpack_unit(const int type, const uint8_t *o, unit_weights *u,
+                                                              const int half) {
+    const int sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
+    uint8_t bytes[UNIT] __attribute__((aligned(64)));
+    unpack_scales(type, o, u, half);
+    if (type == Q8_0) { /* |q| is the unsigned operand, and q's sign moves onto the activations */
         if (!half) {
             load_signed_weights(u->w, u->sign, (const int8_t *)o + 16 * sbu);
             return;
@@ -373,6 +378,10 @@ static inline __attribute__((always_inline)) void unpack_unit(const int type, co
         }
         load_signed_weights(u->w, u->sign, (const int8_t *)bytes);
         return;
+    }
+    for (int c = 0; c < 8; c++) {
+        const vw q = weight_chunk(type, o, c, sbu, cb);
+        memcpy(bytes + CHUNK * c, &q, CHUNK);
     }
     load_weights(u->w, bytes);
 }
@@ -393,12 +402,25 @@ static inline vacc acc_add_unit(vacc a, vl t, int part) {
 
 enum { MAX_ROWS = 16 };
 
+/* A unit's terms against activation row x from its exact block sums: (s·dx)·I, less m·(dx·Σu) for Q4_K. */
+static inline __attribute__((always_inline)) vl float_steps(const int type, const unit_weights *u, vl exact,
+                                                            const act_unit *x) {
+    vl dx;
+    memcpy(&dx, x->dx, CHUNK);
+    vl term = (u->s * dx) * exact;
+    if (type == Q4_K) {
+        vl dx_bsum;
+        memcpy(&dx_bsum, x->dx_bsum, CHUNK);
+        term = term - u->m * dx_bsum;
+    }
+    return term;
+}
+
 /* The terms of one unpacked unit against one activation row x: its BLOCKS lanes. */
 static inline __attribute__((always_inline)) vl unit_terms(const int type, const unit_weights *u, const act_unit *x) {
     /* chunks summed in int16 (see unit_dot): max |w| is 15 for Q4_K, 31 for Q5_0, 63 for Q6_K, 128 for Q8_0 */
     const int sums16 = type == Q4_K ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
-    vl dx, exact, term; /* exact: the block sums I as floats */
-    memcpy(&dx, x->dx, CHUNK);
+    vl exact; /* the block sums I as floats */
 #if !SCALE_PAIRS
     if (type == Q6_K) { /* sc₁·I₁ + sc₂·I₂: |sc·I| ≤ 128 · 16 · 32 · 127 and the sum < 2^24, so exact */
         vli half[2];
@@ -422,13 +444,7 @@ static inline __attribute__((always_inline)) vl unit_terms(const int type, const
         }
         exact = __builtin_convertvector(dot, vl);
     }
-    term = (u->s * dx) * exact;
-    if (type == Q4_K) {
-        vl dx_bsum;
-        memcpy(&dx_bsum, x->dx_bsum, CHUNK);
-        term = term - u->m * dx_bsum;
-    }
-    return term;
+    return float_steps(type, u, exact, x);
 }
 
 /* One unit of one weight row (a half unit if `half`) against G activation rows: acc[g] += its terms, at
@@ -441,31 +457,83 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
 }
 
 #if CHUNK == 64
-/* Passes of 2..PAIR_ROWS activation rows go over two weight rows at once (o, and o + other: the first and
- * second halves of a worker's columns, two linear streams), so that each activation chunk loaded serves both:
- * half the activation reads a weight byte. At 2 rows of the 1.5B target's down projections, 30 KiB of
- * activations against a Zen 4's 32 KiB L1, single rows ran at 1.5x the time of one row. In one process from
- * memory, new / old time at 2-4 rows: the down projections 0.70-0.91x, q/k/v, out and gate/up 0.86-0.97x,
- * the target's output layer 0.91-0.98x, the draft's Q5_0 shapes 0.89-1.08x; the 1.5B target's whole passes
- * of 2 / 3 / 4 tokens 0.96 / 0.92 / 0.85x (medians of 20, both builds in one process). Not at one row
- * (1.0-1.08x), nor at 5-8 rows (1.0-1.5x: two units' weights, 16 registers, and 2·G accumulators outgrow
- * the 32), nor for Q8_0, whose weights take twice the registers (their signs; 1.0-1.23x). AVX-512 only: with
- * AVX2's 16 registers the spills made it 1.3-3x slower. The order of every output's terms is unchanged. */
-enum { PAIR_ROWS = 4 };
+/* Passes of 2-5 activation rows go over two weight rows at once (o, and o + other: the first and second halves
+ * of a worker's columns, two linear streams), so that each activation chunk loaded serves both: half the
+ * activation reads a weight byte. So do larger passes whose activations would otherwise go in chunks (below),
+ * in groups of 3-5 rows on the same two weight rows (the second group's weights come from the L1). At 2 rows
+ * of the 1.5B target's down projections, 30 KiB of activations against a Zen 4's 32 KiB L1, single rows ran
+ * at 1.5x the time of one row. On a Zen 4, from memory, against single rows: at 2-4 rows, the down projections
+ * 0.70-0.91x, q/k/v, out and gate/up 0.86-0.97x, the output layer 0.91-0.98x, the draft's Q5_0 shapes
+ * 0.89-1.08x; at 5 rows the down projections (whole rows now, not chunks) 0.65-0.68x and the other shapes
+ * 0.83-0.96x; the down projections at 6-9 rows 0.84-0.90x. Whole passes of the 1.5B target: 2 / 3 / 4 tokens
+ * 0.96 / 0.92 / 0.85x, 5 tokens 0.83-0.85x (medians of 16-20, both builds in one process,
+ * `specdec bench --kernel-ab`). Not at one row (1.0-1.08x); not for Q8_0, whose weights take twice the
+ * registers (their signs; 1.0-1.23x); not for 6 rows or more where single rows take the activations whole
+ * (1.03-1.2x: 2·G accumulators of each kind outgrow the 32 registers, and groups unpack the weights twice).
+ * AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower. The order of every output's terms
+ * is unchanged. */
+enum { UNIT_PAIR_ROWS = 4, PAIR_ROWS = 5 };
 
-/* One full unit of two weight rows (at o and o + other) against G activation rows: acc0[g] and acc1[g] += their
- * terms, at accumulators `part`. */
+/* One full unit of two weight rows (at o and o + other) against G ≤ UNIT_PAIR_ROWS activation rows, both units
+ * unpacked whole into registers: acc0[g] and acc1[g] += their terms. */
 static inline __attribute__((always_inline)) void unit_pair(const int type, const uint8_t *o, int64_t other,
                                                             const act_unit *a, int64_t lda, vacc *acc0, vacc *acc1,
-                                                            int G, int part) {
+                                                            int G) {
     unit_weights u0, u1;
     unpack_unit(type, o, &u0, 0);
     unpack_unit(type, o + other, &u1, 0);
     for (int g = 0; g < G; g++) {
         const act_unit *x = a + g * lda;
-        acc0[g] = acc_add_unit(acc0[g], unit_terms(type, &u0, x), part);
-        acc1[g] = acc_add_unit(acc1[g], unit_terms(type, &u1, x), part);
+        acc0[g] = acc_add_unit(acc0[g], unit_terms(type, &u0, x), 0);
+        acc1[g] = acc_add_unit(acc1[g], unit_terms(type, &u1, x), 0);
     }
+}
+
+/* The same for G ≤ PAIR_ROWS rows, chunk by chunk: each weight chunk unpacked into one register per weight row,
+ * and each activation chunk loaded once for both, so that 2·G integer sums and 2·G accumulators fit in the 32
+ * registers at 5 rows (whole units, 16 registers of weights, spill there). */
+static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
+                                                                     const act_unit *a, int64_t lda, vacc *acc0,
+                                                                     vacc *acc1, int G) {
+    unit_weights u[2];
+    unpack_scales(type, o, &u[0], 0);
+    unpack_scales(type, o + other, &u[1], 0);
+    nv dot[2][PAIR_ROWS], first[2][PAIR_ROWS]; /* first: Q6_K's first halves */
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < 2; r++) dot[r][g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : _mm512_setzero_si512();
+    for (int c = 0; c < 8; c++) {
+        if (type == Q6_K && c == 4) /* the first halves done, the second ones start */
+            for (int g = 0; g < G; g++)
+                for (int r = 0; r < 2; r++) {
+                    first[r][g] = dot[r][g];
+                    dot[r][g] = NV_LOAD(a[g * lda].half_start[1]);
+                }
+        nv w[2];
+        for (int r = 0; r < 2; r++) {
+            const vw q = weight_chunk(type, o + r * other, c, SB_PER_UNIT, CHUNK);
+            memcpy(&w[r], &q, CHUNK);
+        }
+        for (int g = 0; g < G; g++) {
+            const nv x = NV_LOAD(a[g * lda].u + c * CHUNK);
+            for (int r = 0; r < 2; r++) dot[r][g] = DP(dot[r][g], w[r], x);
+        }
+    }
+    for (int g = 0; g < G; g++) /* each block sum I as unit_terms finishes it */
+        for (int r = 0; r < 2; r++) {
+            vli sum, other_sum;
+            memcpy(&sum, &dot[r][g], CHUNK);
+            vl exact = __builtin_convertvector(sum, vl);
+            if (type == Q6_K) { /* sc₁·I₁ + sc₂·I₂ */
+                memcpy(&other_sum, &first[r][g], CHUNK);
+                exact = __builtin_convertvector(other_sum, vl) * u[r].half_scale[0] + exact * u[r].half_scale[1];
+            } else if (type == Q5_0) { /* less 16 · Σu */
+                memcpy(&other_sum, a[g * lda].bsum, CHUNK);
+                exact = __builtin_convertvector(sum - (vli)((vlu)other_sum << 4), vl);
+            }
+            const vl t = float_steps(type, &u[r], exact, a + g * lda);
+            if (r == 0) acc0[g] = acc_add(acc0[g], t);
+            else acc1[g] = acc_add(acc1[g], t);
+        }
 }
 #endif
 
@@ -478,7 +546,9 @@ static inline __attribute__((always_inline)) void unit_pair(const int type, cons
  * cache level, whole rows beat chunks there, from memory, the target's down projections at 3-4 rows 0.78-0.96x
  * the time on a Zen 4 (0.56-0.69x at AVX2) and 0.68-0.83x on an Emerald Rapids; from 5 rows the two are level
  * and Q4_K's chunks the faster (32 KiB was tuned on a Zen 5 with prefetches into no cache level, where it made
- * 3 rows 1.5x faster than 48). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). */
+ * 3 rows 1.5x faster than 48). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). With
+ * AVX-512 only Q8_0 goes in chunks: the other formats' passes that would go in chunks go over two weight rows
+ * at once, on whole rows (`paired`; on a Zen 4 the down projections at 5 rows 0.65-0.68x the time of chunks). */
 enum { L1_BYTES = 65536, CHUNK_BYTES = 24576 };
 
 /* A pass over whole weight rows (not in chunks) prefetches the weights 16 super-blocks ahead, on into the next
@@ -586,7 +656,7 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
 
 #if CHUNK == 64
 /* Two whole weight rows, at row and row + other (`far` rows on), each ending in a half unit if `tail`,
- * against G activation rows (2 ≤ G ≤ PAIR_ROWS): y[g * ldy] and y[g * ldy + far]. Each row's stream is
+ * against G activation rows (G ≤ PAIR_ROWS): y[g * ldy] and y[g * ldy + far]. Each row's stream is
  * prefetched as row_pass prefetches a whole row's. */
 static inline __attribute__((always_inline)) void row_pair_pass(const int type, const uint8_t *row, int64_t other,
                                                                 int64_t far, int tail, int64_t nu, const act_unit *a,
@@ -597,7 +667,8 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
     for (int64_t i = 0; i < end; i++) { /* a unit is the 16 accumulators */
         prefetch_ahead(type, row, i);
         prefetch_ahead(type, row + other, i);
-        unit_pair(type, row + i * bytes, other, a + i, nu, acc0, acc1, G, 0);
+        if (G <= UNIT_PAIR_ROWS) unit_pair(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
+        else unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
     }
     if (tail) {
         last_unit(type, row + end * bytes, a + end, nu, acc0, G);
@@ -608,10 +679,10 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
 }
 
 #define PAIR_PASS(T, G) \
-    case G: row_pair_pass(T, j->w + n * j->row_bytes, far * j->row_bytes, far, j->tail, j->nu, j->a, j->out + n, \
-                          j->ldy, j->bias ? j->bias + n : 0, G); break;
+    case G: row_pair_pass(T, j->w + n * j->row_bytes, far * j->row_bytes, far, j->tail, j->nu, j->a + g0 * j->nu, \
+                          j->out + g0 * j->ldy + n, j->ldy, j->bias ? j->bias + n : 0, G); break;
 #define PAIR_PASSES(T) \
-    switch (G) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) }
+    switch (g) { PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) }
 #endif
 
 #define PASS(T, G) \
@@ -623,9 +694,20 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
         PASS(T, 9) PASS(T, 10) PASS(T, 11) PASS(T, 12) PASS(T, 13) PASS(T, 14) PASS(T, 15) PASS(T, 16) \
     }
 
+/* Whether a pass of G rows of this format, in chunks of `chunk` of its nu units, goes over two weight rows at
+ * once (then over whole rows). */
+static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
+#if CHUNK == 64
+    return type != Q8_0 && G >= 2 && (G <= PAIR_ROWS || chunk < nu);
+#else
+    (void)type, (void)G, (void)chunk, (void)nu;
+    return 0;
+#endif
+}
+
 /* G rows against columns of W, the units in chunks of `chunk`: what the workers split by columns. */
 typedef struct {
-    int type, G, tail; /* tail: rows end in a half unit */
+    int type, G, tail, pairs; /* tail: rows end in a half unit; pairs: two weight rows at once (whole rows) */
     const uint8_t *w;
     int64_t row_bytes, chunk, nu, ldy;
     const act_unit *a;
@@ -644,13 +726,18 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
     const int G = j->G;
 #if CHUNK == 64
     /* rows n and n + far together, an odd last row alone (below) */
-    if (G >= 2 && G <= PAIR_ROWS && j->chunk == j->nu && j->type != Q8_0) {
+    if (j->pairs) {
         const int64_t far = (end - begin) / 2;
+        const int groups = (G + PAIR_ROWS - 1) / PAIR_ROWS;
         for (int64_t n = begin; n < begin + far; n++) {
-            switch (j->type) {
-            case Q4_K: PAIR_PASSES(Q4_K); break;
-            case Q6_K: PAIR_PASSES(Q6_K); break;
-            default: PAIR_PASSES(Q5_0); break;
+            for (int k = 0, g0 = 0; k < groups; k++) {
+                const int g = (G - g0) / (groups - k);
+                switch (j->type) {
+                case Q4_K: PAIR_PASSES(Q4_K); break;
+                case Q6_K: PAIR_PASSES(Q6_K); break;
+                default: PAIR_PASSES(Q5_0); break;
+                }
+                g0 += g;
             }
         }
         begin += 2 * far;
@@ -696,7 +783,9 @@ int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_unit *
     const int64_t nu = units(K), row_bytes = repacked_row_bytes(type, K);
     for (int64_t s0 = 0; s0 < S; s0 += MAX_ROWS) {
         const int G = S - s0 < MAX_ROWS ? (int)(S - s0) : MAX_ROWS;
-        job j = {type, G, half_tail(K), w, row_bytes, q8_chunk_units(K, G), nu, ldy, act + s0 * nu, y + s0 * ldy,
+        const int64_t chunk = q8_chunk_units(K, G);
+        const int pairs = paired(type, G, chunk, nu);
+        job j = {type, G, half_tail(K), pairs, w, row_bytes, pairs ? nu : chunk, nu, ldy, act + s0 * nu, y + s0 * ldy,
                  bias, 0};
         parallel_for(threads, N, columns, &j);
         if (j.out_of_memory) return -2;
