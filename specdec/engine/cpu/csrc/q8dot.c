@@ -656,7 +656,7 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
 
 #if CHUNK == 64
 /* Two whole weight rows, at row and row + other (`far` rows on), each ending in a half unit if `tail`,
- * against G activation rows (G ≤ PAIR_ROWS): y[g * ldy] and y[g * ldy + far]. Each row's stream is
+ * against G activation rows (2 ≤ G ≤ PAIR_ROWS): y[g * ldy] and y[g * ldy + far]. Each row's stream is
  * prefetched as row_pass prefetches a whole row's. */
 static inline __attribute__((always_inline)) void row_pair_pass(const int type, const uint8_t *row, int64_t other,
                                                                 int64_t far, int tail, int64_t nu, const act_unit *a,
@@ -682,7 +682,7 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
     case G: row_pair_pass(T, j->w + n * j->row_bytes, far * j->row_bytes, far, j->tail, j->nu, j->a + g0 * j->nu, \
                           j->out + g0 * j->ldy + n, j->ldy, j->bias ? j->bias + n : 0, G); break;
 #define PAIR_PASSES(T) \
-    switch (g) { PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) }
+    switch (g) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) }
 #endif
 
 #define PASS(T, G) \
@@ -721,6 +721,26 @@ typedef struct {
  * of them in memory (at 13-16 rows a 1536-wide Q4_K matrix of 107,520 columns ran 2x slower than unchunked). */
 enum { COLUMN_BLOCK = 16 };
 
+#if CHUNK == 64
+/* Columns n and n + far for n in [begin, begin + far), two at once (`paired`), in groups of at most PAIR_ROWS
+ * activation rows. Out of line: inlined in `columns`, the same code ran the 1.5B target's passes of 2-4 tokens
+ * 1.02-1.07x slower (three runs of `specdec bench --kernel-ab`; out of line 1.00-1.01x, as before groups). */
+static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, int64_t far) {
+    const int G = j->G, groups = (G + PAIR_ROWS - 1) / PAIR_ROWS;
+    for (int64_t n = begin; n < begin + far; n++) {
+        for (int k = 0, g0 = 0; k < groups; k++) {
+            const int g = (G - g0) / (groups - k);
+            switch (j->type) {
+            case Q4_K: PAIR_PASSES(Q4_K); break;
+            case Q6_K: PAIR_PASSES(Q6_K); break;
+            default: PAIR_PASSES(Q5_0); break;
+            }
+            g0 += g;
+        }
+    }
+}
+#endif
+
 static void columns(void *ctx, int64_t begin, int64_t end) {
     job *j = ctx;
     const int G = j->G;
@@ -728,18 +748,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
     /* rows n and n + far together, an odd last row alone (below) */
     if (j->pairs) {
         const int64_t far = (end - begin) / 2;
-        const int groups = (G + PAIR_ROWS - 1) / PAIR_ROWS;
-        for (int64_t n = begin; n < begin + far; n++) {
-            for (int k = 0, g0 = 0; k < groups; k++) {
-                const int g = (G - g0) / (groups - k);
-                switch (j->type) {
-                case Q4_K: PAIR_PASSES(Q4_K); break;
-                case Q6_K: PAIR_PASSES(Q6_K); break;
-                default: PAIR_PASSES(Q5_0); break;
-                }
-                g0 += g;
-            }
-        }
+        pair_columns(j, begin, far);
         begin += 2 * far;
     }
 #endif
