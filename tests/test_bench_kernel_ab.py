@@ -29,7 +29,8 @@ def test_kernel_ab_times_each_linear_and_pass_on_both_builds(tmp_path, monkeypat
     monkeypatch.setattr(kernel_ab.Builds, "use", recorded)
     output = tmp_path / "ab.json"
     assert main(["bench", "--kernel-ab", ",".join(map(str, builds)), "--kernel-ab-repeats", "2",
-                 "--kernel-ab-sizes", "1,2,6", "--target-model", GGUF_TARGET, "--device", "cpu", "--output", str(output)]) == 0
+                 "--kernel-ab-sizes", "1,2,6", "--target-model", GGUF_TARGET, "--device", "cpu",
+                 "--output", str(output)]) == 0
     result = json.loads(output.read_text())
     assert (result["a"], result["b"]) == tuple(map(str, builds))
     names = ["qkv", "out", "gate_up", "down", "output", "pass"]

@@ -129,8 +129,8 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     544, 672, 1248, 2656) or are one block short of a single one (160); 13-16 rows of 2688, 2656 and 2816 go in
     chunks of units (asked of the kernel), the partial or half one in the last. With AVX-512, passes of 2-5
     rows go over two weight columns at once (the two halves of each worker's 18 or 19 of the 37), an odd last
-    one alone, and so do the chunked ones but Q8_0's, over whole rows in groups of 4-5: every row count from 1
-    to 8 is checked, and 13, 14 and 16."""
+    one alone, and so do the chunked ones but Q8_0's, over whole rows in groups of 4-5 (13-14 rows) or 4 (16):
+    every row count from 1 to 8 is checked, and 13, 14 and 16."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]
