@@ -416,32 +416,44 @@ static inline __attribute__((always_inline)) vl float_steps(const int type, cons
     return term;
 }
 
+/* Q6_K's block sums I from its two half sums (each started at −32·Σu), with VNNI and in portable C:
+ * sc₁·I₁ + sc₂·I₂ in float32, exact: |sc·I| ≤ 128 · 16 · 32 · 127 and the sum < 2^24. */
+static inline vl q6_k_halves_sum(const unit_weights *u, vli first, vli second) {
+    return __builtin_convertvector(first, vl) * u->half_scale[0] +
+           __builtin_convertvector(second, vl) * u->half_scale[1];
+}
+
+/* Q5_0's block sums I from Σ q·u: less 16 · Σu, its codes being q − 16 (a shift, unsigned: defined for negative
+ * sums). */
+static inline vli q5_0_offset(vli dot, const act_unit *x) {
+    vli sums;
+    memcpy(&sums, x->bsum, CHUNK);
+    return dot - (vli)((vlu)sums << 4);
+}
+
 /* The terms of one unpacked unit against one activation row x: its BLOCKS lanes. */
 static inline __attribute__((always_inline)) vl unit_terms(const int type, const unit_weights *u, const act_unit *x) {
     /* chunks summed in int16 (see unit_dot): max |w| is 15 for Q4_K, 31 for Q5_0, 63 for Q6_K, 128 for Q8_0 */
     const int sums16 = type == Q4_K ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
     vl exact; /* the block sums I as floats */
 #if !SCALE_PAIRS
-    if (type == Q6_K) { /* sc₁·I₁ + sc₂·I₂: |sc·I| ≤ 128 · 16 · 32 · 127 and the sum < 2^24, so exact */
+    if (type == Q6_K) {
         vli half[2];
         memcpy(half, x->half_start, sizeof half);
         unit_halves(u->w, x->u, half);
-        exact = __builtin_convertvector(half[0], vl) * u->half_scale[0] +
-                __builtin_convertvector(half[1], vl) * u->half_scale[1];
+        exact = q6_k_halves_sum(u, half[0], half[1]);
     } else
 #endif
     {
-        vli dot = unit_dot(u->w, type == Q8_0 ? u->sign : 0, x->u, sums16, type == Q6_K ? u->scale : 0), sums;
+        vli dot = unit_dot(u->w, type == Q8_0 ? u->sign : 0, x->u, sums16, type == Q6_K ? u->scale : 0);
 #if SCALE_PAIRS
         if (type == Q6_K) { /* less 32 · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
+            vli sums;
             memcpy(&sums, x->halves, CHUNK);
             dot -= (vli)((vlu)madd_pairs(sums, u->scale_pairs) << 5);
         }
 #endif
-        if (type == Q5_0) { /* less 16 · Σu */
-            memcpy(&sums, x->bsum, CHUNK);
-            dot -= (vli)((vlu)sums << 4);
-        }
+        if (type == Q5_0) dot = q5_0_offset(dot, x);
         exact = __builtin_convertvector(dot, vl);
     }
     return float_steps(type, u, exact, x);
@@ -520,17 +532,16 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
     }
     for (int g = 0; g < G; g++) /* each block sum I as unit_terms finishes it */
         for (int r = 0; r < 2; r++) {
-            vli sum, other_sum;
+            const act_unit *x = a + g * lda;
+            vli sum;
             memcpy(&sum, &dot[r][g], CHUNK);
-            vl exact = __builtin_convertvector(sum, vl);
-            if (type == Q6_K) { /* sc₁·I₁ + sc₂·I₂ */
-                memcpy(&other_sum, &first[r][g], CHUNK);
-                exact = __builtin_convertvector(other_sum, vl) * u[r].half_scale[0] + exact * u[r].half_scale[1];
-            } else if (type == Q5_0) { /* less 16 · Σu */
-                memcpy(&other_sum, a[g * lda].bsum, CHUNK);
-                exact = __builtin_convertvector(sum - (vli)((vlu)other_sum << 4), vl);
+            vl exact = __builtin_convertvector(type == Q5_0 ? q5_0_offset(sum, x) : sum, vl);
+            if (type == Q6_K) {
+                vli first_half;
+                memcpy(&first_half, &first[r][g], CHUNK);
+                exact = q6_k_halves_sum(&u[r], first_half, sum);
             }
-            const vl t = float_steps(type, &u[r], exact, a + g * lda);
+            const vl t = float_steps(type, &u[r], exact, x);
             if (r == 0) acc0[g] = acc_add(acc0[g], t);
             else acc1[g] = acc_add(acc1[g], t);
         }
