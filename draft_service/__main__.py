@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 def build_engine(config: ModelServiceConfig) -> DraftEngine | LookupEngine:
     if config.model == LOOKUP_MODEL:
         return LookupEngine(config.max_sessions, config.gamma_max, config.lookup_memory_tokens)
-    engine = load_engine(config, DraftEngine)
+    engine = load_engine(config, DraftEngine, draft_weights=config.draft_weights)
     loaded = engine.loaded
     ranges = draft_vocabulary(loaded.vocab_size, loaded.eos_token_ids, config.draft_vocab)
     if ranges and loaded.runner.limit_vocabulary(ranges):

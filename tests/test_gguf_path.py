@@ -15,12 +15,12 @@ import torch.nn.functional as F
 
 from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import BLOCK, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
+from specdec.engine.cpu.blockquant import BLOCK, NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q6_K, Q8_0, Q5_0]
+FORMATS = [Q4_K, Q6_K, Q8_0, Q5_0, Q4_0]
 TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
 # |y − x·Wᵀ| ≤ TOLERANCE · Σ_k |x_k·w_k|: float32 rounding of K products summed in 16 lanes (a
 # 512-term sum's worst case is about 32·2⁻²⁴ of that; typical errors are far smaller).
@@ -33,7 +33,7 @@ def random_blocks(qtype: int, rows: int, cols: int, seed: int = 0) -> np.ndarray
     per, size = BLOCK[qtype]
     raw = rng.integers(0, 256, size=(rows, cols // per, size), dtype=np.uint8)
     scales = (rng.random((rows, cols // per, 2)) * 0.02 + 1e-4).astype(np.float16).view(np.uint8)
-    offsets = {Q4_K: (0, 2), Q6_K: (208,), Q8_0: (0,), Q5_0: (0,)}[qtype]
+    offsets = {Q4_K: (0, 2), Q6_K: (208,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,)}[qtype]
     for offset, which in zip(offsets, range(2)):
         raw[..., offset:offset + 2] = scales[..., 2 * which:2 * which + 2].reshape(rows, cols // per, 2)
     return raw.reshape(rows, -1)

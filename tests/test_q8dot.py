@@ -15,14 +15,14 @@ from conftest import GGUF_TARGET
 from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine.cpu import native, q8dot
-from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
+from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
 from specdec.engine.cpu.features import cpu_features, cpuinfo
 from specdec.engine.cpu.q8dot import Q8Kernel
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.tools.bench.cpu_curve import dot_peak
 
-FORMATS = [Q4_K, Q6_K, Q5_0, Q8_0]
+FORMATS = [Q4_K, Q6_K, Q5_0, Q4_0, Q8_0]
 # What each build needs of the CPU (/proc/cpuinfo flag names).
 NEEDS = {"avx512-vnni": ("avx512_vnni", "avx512bw"), "avx-vnni": ("avx_vnni", "avx2"), "avx2": ("avx2",),
          "sse4.1": ("sse4_1",), "portable": ()}
@@ -66,9 +66,12 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         q = (low | (high << 4)).reshape(n, cols) - 32
         s = np.repeat(_half(b, 208), 8, axis=-1)  # d, for each of the super-block's 8 blocks
         return q, s, None, b[..., 192:208].view(np.int8).astype(np.int64).reshape(n, -1)
-    b = raw.reshape(n, -1, 22 if qtype == Q5_0 else 34)
+    b = raw.reshape(n, -1, BLOCK[qtype][1])
     d = _half(b, 0)
-    if qtype == Q5_0:
+    if qtype == Q4_0:
+        nibbles = b[..., 2:18].astype(np.int32)
+        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1).reshape(n, cols) - 8
+    elif qtype == Q5_0:
         bits = np.unpackbits(b[..., 2:6], axis=-1, bitorder="little").astype(np.int32)  # [.., 32]
         nibbles = b[..., 6:22].astype(np.int32)
         q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1) | (bits << 4)
@@ -120,7 +123,8 @@ def activations(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
 @pytest.mark.parametrize("qtype,cols,rows", [(Q4_K, 512, 8), (Q6_K, 768, 8), (Q5_0, 896, 8), (Q8_0, 896, 8),
                                              (Q4_K, 768, 8), (Q6_K, 512, 8),
                                              (Q5_0, 160, 8), (Q8_0, 544, 8), (Q5_0, 672, 8), (Q8_0, 1248, 8),
-                                             (Q5_0, 2688, 16), (Q8_0, 2656, 16), (Q4_K, 2816, 16), (Q6_K, 2816, 16)],
+                                             (Q5_0, 2688, 16), (Q8_0, 2656, 16), (Q4_K, 2816, 16), (Q6_K, 2816, 16),
+                                             (Q4_0, 896, 8), (Q4_0, 160, 8), (Q4_0, 1248, 8), (Q4_0, 2688, 16)],
                          ids=lambda v: NAMES.get(v, v) if isinstance(v, int) and v < 20 else str(v))
 def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     """Every build, every format, against the transcription: the same bits, whatever the level. Rows of an odd
@@ -148,7 +152,7 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
         assert torch.equal(kernel(x[part]), want[part])
 
 
-QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q8_0: slice(2, 34)}
+QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q4_0: slice(2, 18), Q8_0: slice(2, 34)}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -157,7 +161,7 @@ def test_largest_products_do_not_overflow(variant, qtype):
     """Every quant at its largest code (Q8_0: −128, as 128 with its sign on the activations) against
     activations at ±127: the builds without VNNI sum u8·s8 pairs in int16 (`vpmaddubsw`, saturating), whose
     bound, 2·128·127, this reaches, and add the pair sums of several chunks in int16 before widening (8 for
-    Q4_K, 4 for Q5_0, 2 for Q6_K, 1 for Q8_0): one more chunk for Q5_0, Q6_K or Q8_0 would overflow here;
+    Q4_K and Q4_0, 4 for Q5_0, 2 for Q6_K, 1 for Q8_0): one more chunk for Q5_0, Q6_K or Q8_0 would overflow here;
     Q6_K's pair sums then weighed by its int8 scales (`vpmaddwd`), the largest of them included."""
     raw = random_blocks(qtype, 8, 512, seed=7)
     blocks = raw.reshape(8, -1, BLOCK[qtype][1])
@@ -175,8 +179,8 @@ def test_each_row_is_the_same_whatever_it_is_computed_with():
     """1..14 rows, in formats side by side (and a float32 part, which runs on the exact kernel)."""
     parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
     parts.append(BlockTensor.from_float(torch.randn(8, 512)))
-    kernel = Q8Kernel(parts, torch.randn(16 * 4 + 8))
-    assert kernel.name == "gguf-q8-Q4_K+Q6_K+Q5_0+Q8_0+F32"
+    kernel = Q8Kernel(parts, torch.randn(16 * len(FORMATS) + 8))
+    assert kernel.name == "gguf-q8-Q4_K+Q6_K+Q5_0+Q4_0+Q8_0+F32"
     assert_rows_invariant(kernel, torch.randn(17, 512))
 
 

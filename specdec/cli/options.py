@@ -16,8 +16,9 @@ from specdec.runtime.model_service import ModelServiceConfig
 from specdec.runtime.options import add_options, from_options
 from specdec.runtime.security import add_security_args, security_flags
 
+# Both models' (draft_vocab and draft_weights: the draft's only).
 STACK_SERVICE_OPTIONS = ("device", "dtype", "quantize", "runner", "context", "log_level", "otlp_endpoint",
-                         "trace_file", "draft_vocab", "prefix_cache_mb")  # both models (draft_vocab: the draft only)
+                         "trace_file", "draft_vocab", "draft_weights", "prefix_cache_mb")
 
 
 def add_stack_args(parser: argparse.ArgumentParser) -> None:

@@ -29,6 +29,7 @@ from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resol
 from specdec.engine.cpu.hugepages import return_freed_heap
 from specdec.engine.cpu.q8dot import PACKED_PATHS
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
+from specdec.engine.requantize import draft_format, requantize_linears
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.engine.synthetic import build_synthetic_model, is_synthetic
 from specdec.planning.controller import GAMMA_MAX
@@ -179,13 +180,15 @@ def draft_vocabulary(vocab_size: int, eos_token_ids: tuple[int, ...], requested:
 
 def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: str = "none",
                shard: Callable[[torch.nn.Module], Collectives] | None = None, max_tokens: int = GAMMA_MAX + 1,
-               runner: str = "auto", slots: int = 64, context: int = 0) -> LoadedModel:
+               runner: str = "auto", slots: int = 64, context: int = 0,
+               draft_weights: str = "as-shipped") -> LoadedModel:
     """Load `spec` and build its runner on the compute path the flags name (`specdec.engine.compute`).
 
     shard: for tensor parallelism, slices the loaded model in place and returns its collectives.
     max_tokens: the largest forward the fp32 kernel race weighs (γ_max + 1), and the static runner's
     decode rows. runner: "auto", "ragged" or "static" (`resolve_runner`); slots and context size the
-    static runner's KV pool.
+    static runner's KV pool. draft_weights: a draft's `--draft-weights` ("auto", "as-shipped", "q4_0";
+    `specdec.engine.requantize`): a packed GGUF model's linears requantized at load; never for a target.
     """
     dev = resolve_device(device)
     path = resolve_path(dtype, quantize, dev, is_packed_source(spec))
@@ -201,6 +204,9 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
         log.warning("%s: this model runs on the fp32 path", error)
         path = "fp32"
         model = load_hf_model(spec, dev, WEIGHT_DTYPE[path])
+    qtype = draft_format(draft_weights, path)
+    if qtype is not None and path in PACKED_PATHS:
+        requantize_linears(model, qtype)
     config = model.config
     eos = _tiny_eos(spec) if spec.startswith("tiny:") else () if is_synthetic(spec) else eos_token_ids(model, spec)
     collectives = shard(model) if shard is not None else None

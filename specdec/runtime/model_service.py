@@ -23,6 +23,7 @@ from specdec.engine.backend import GAMMA_LIMIT, Backend
 from specdec.engine.model_engine import PREFIX_CACHE_BYTES, Engine
 from specdec.engine.models import DRAFT_VOCAB_AUTO, load_model
 from specdec.engine.profile_cache import ProfileCache
+from specdec.engine.requantize import DRAFT_WEIGHTS
 from specdec.engine.session_table import MAX_SESSIONS
 from specdec.planning.controller import GAMMA_MAX
 from specdec.runtime import security, telemetry
@@ -79,6 +80,10 @@ class ModelServiceConfig(ServerConfig):
                                   "ids (proposals never pick the others; output stays lossless); -1 = auto "
                                   f"({DRAFT_VOCAB_AUTO} for vocabularies of more than twice that, on the gguf-q8 "
                                   "path), 0 = every id")
+    draft_weights: str = option("auto", "the draft's linear layers as its GGUF file ships them, or requantized at load "
+                                        "to 4-bit Q4_0 (fewer bytes a step; a proposal's law may be any law, so the "
+                                        "output stays lossless); auto = q4_0 on the gguf-q8 path",
+                                choices=DRAFT_WEIGHTS)
 
     def cost_profile_cache(self) -> ProfileCache | None:
         if self.profile_cache == "off":
@@ -96,8 +101,8 @@ class ModelServiceConfig(ServerConfig):
         return f"{host}:{port}"
 
 
-# The registry, lookup memory and the draft's output layer.
-DRAFT_ONLY = ("redis_url", "advertise", "heartbeat_ttl_s", "lookup_memory_tokens", "draft_vocab")
+# The registry, lookup memory, and the draft's output layer and weight format.
+DRAFT_ONLY = ("redis_url", "advertise", "heartbeat_ttl_s", "lookup_memory_tokens", "draft_vocab", "draft_weights")
 
 
 def model_service_parser(what: str, default_model: str, skip=()) -> argparse.ArgumentParser:
@@ -130,11 +135,12 @@ def setup_process(config: ModelServiceConfig, service_name: str, workers_per_nod
 
 
 def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: str | None = None,
-                shard=None) -> Engine:
-    """The model of `config` on its compute path, in an engine with the configured limits."""
+                shard=None, draft_weights: str = "as-shipped") -> Engine:
+    """The model of `config` on its compute path, in an engine with the configured limits; draft_weights: a
+    draft's `config.draft_weights` (a target's weights stay as shipped)."""
     loaded = load_model(weights.resolve(config.model), device or config.device, config.dtype, config.quantize,
                         shard=shard, max_tokens=config.profile_tokens, runner=config.runner,
-                        slots=config.max_sessions, context=config.context)
+                        slots=config.max_sessions, context=config.context, draft_weights=draft_weights)
     return engine_cls(loaded, max_sessions=config.max_sessions, gamma_max=config.gamma_max,
                       prefix_cache_bytes=config.prefix_cache_mb << 20)
 

@@ -5,8 +5,9 @@ dequantizer gives it, multiplied by float32 activations and summed in float32 (`
 Its results are the float32 path's on the same dequantized weights, up to summation order, and
 each row's result is the same whatever it is computed with (row invariance).
 
-Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold) and F32 (for tensors of any
-other type, dequantized once at load).
+Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold), Q4_0 (many other published GGUFs, and
+what a draft is requantized to: `specdec.engine.requantize`) and F32 (for tensors of any other type,
+dequantized once at load).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
-F32, Q5_0, Q8_0, Q4_K, Q6_K = 0, 6, 8, 12, 14  # GGML's type numbers
-NAMES = {F32: "F32", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
-BLOCK = {F32: (16, 64), Q5_0: (32, 22), Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}  # weights, bytes
+F32, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = 0, 2, 6, 8, 12, 14  # GGML's type numbers
+NAMES = {F32: "F32", Q4_0: "Q4_0", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
+BLOCK = {F32: (16, 64), Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34),  # weights, bytes a block
+         Q4_K: (256, 144), Q6_K: (256, 210)}
 
 
 def library():

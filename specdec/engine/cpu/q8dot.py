@@ -8,7 +8,7 @@ are summed by halves. Each output is that one sequence of operations whatever ro
 path is row-invariant, and it is the same on every CPU level: the AVX-512 VNNI, AVX-VNNI, AVX2, SSE4.1
 and portable builds give identical bits.
 
-Formats: Q4_K, Q6_K, Q5_0, Q8_0, repacked at load (the same bytes, reordered so that each lane of a 4-byte
+Formats: Q4_K, Q6_K, Q5_0, Q4_0, Q8_0, repacked at load (the same bytes, reordered so that each lane of a 4-byte
 integer dot stays inside one 32-weight block). A tensor in any other format runs on the exact gguf kernel
 (`specdec.engine.cpu.blockquant`), float32 activations.
 """
@@ -22,12 +22,13 @@ from functools import lru_cache
 import torch
 
 from specdec.engine.cpu import native
-from specdec.engine.cpu.blockquant import NAMES, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor, stack_rows
+from specdec.engine.cpu.blockquant import (NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor,
+                                          stack_rows)
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
-FORMATS = (Q4_K, Q6_K, Q5_0, Q8_0)  # what the integer kernel takes
+FORMATS = (Q4_K, Q6_K, Q5_0, Q4_0, Q8_0)  # what the integer kernel takes
 
 
 def library(variant: str | None = None):

@@ -2,7 +2,7 @@
  *
  * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
  * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K, d·sc·(q − 32) for Q6_K, d·(q − 16)
- * for Q5_0, d·q for Q8_0; those products are exact in float32, so a fused multiply-add rounds like
+ * for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those products are exact in float32, so a fused multiply-add rounds like
  * gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed in float32.
  *
  * Row invariance: each output y[s, n] is summed in one fixed order (V lanes over the row's blocks in
@@ -130,6 +130,13 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
         } else if (type == Q8_0) {
             const float d = half_to_float(b);
             for (int l = 0; l < 32; l += V) FEED(to_float(widen_s8(b + 2 + l)) * splat(d), i * 32 + l);
+        } else if (type == Q4_0) { /* low nibbles weights 0-15, high nibbles 16-31 */
+            const float d = half_to_float(b);
+            for (int l = 0; l < 16; l += V) {
+                const vi q = widen_u8(b + 2 + l);
+                FEED(to_float(q & 15) * splat(d) - splat(8.0f * d), i * 32 + l);
+                FEED(to_float(q >> 4) * splat(d) - splat(8.0f * d), i * 32 + 16 + l);
+            }
         } else if (type == Q5_0) { /* low nibbles weights 0-15, high nibbles 16-31; bit j of qh: weight j's 5th */
             const float d = half_to_float(b);
             uint32_t high;
@@ -216,6 +223,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             case Q6_K: PASSES(Q6_K); break;
             case Q8_0: PASSES(Q8_0); break;
             case Q5_0: PASSES(Q5_0); break;
+            case Q4_0: PASSES(Q4_0); break;
             default: PASSES(F32); break;
             }
         }
@@ -270,6 +278,12 @@ int bq_dequantize_rows(int type, const uint8_t *w, int64_t K, const int64_t *ids
             } else if (type == Q8_0) {
                 const float d = half_to_float(b);
                 for (int l = 0; l < 32; l++) ob[l] = (float)(int8_t)b[2 + l] * d;
+            } else if (type == Q4_0) {
+                const float d = half_to_float(b);
+                for (int l = 0; l < 16; l++) {
+                    ob[l] = d * (float)((int)(b[2 + l] & 15) - 8);
+                    ob[l + 16] = d * (float)((int)(b[2 + l] >> 4) - 8);
+                }
             } else if (type == Q5_0) {
                 const float d = half_to_float(b);
                 uint32_t high;

@@ -9,12 +9,13 @@
 #include <immintrin.h>
 #endif
 
-enum { F32 = 0, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 }; /* GGML's type numbers (F32: 16 floats a "block") */
+enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 }; /* GGML's type numbers (F32: 16 floats a "block") */
 
 /* Bytes one block occupies, and weights it holds (0 for a type neither kernel reads). */
 static inline int64_t block_bytes(int type) {
     switch (type) {
     case F32: return 64;
+    case Q4_0: return 18;
     case Q5_0: return 22;
     case Q8_0: return 34;
     case Q4_K: return 144;
@@ -26,7 +27,7 @@ static inline int64_t block_bytes(int type) {
 static inline int64_t block_weights(int type) {
     switch (type) {
     case F32: return 16;
-    case Q5_0: case Q8_0: return 32;
+    case Q4_0: case Q5_0: case Q8_0: return 32;
     case Q4_K: case Q6_K: return 256;
     default: return 0;
     }

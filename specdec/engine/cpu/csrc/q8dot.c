@@ -5,9 +5,9 @@
  * - Activations: each row in blocks of 32 values; dx = amax / 127, u = round-half-even(x · (127 / amax))
  *   clamped to ±127 (all zero where amax is 0).
  * - Weights: integers q. Per block j of 32 weights the integer sum I is exact: Σ q·u for Q4_K and Q8_0,
- *   Σ (q − 16)·u for Q5_0, and for Q6_K sc₁·Σ₁ (q − 32)·u + sc₂·Σ₂ (q − 32)·u over its two 16-weight halves
- *   with their int8 scales. The block's float scale s is d·sc for Q4_K, d for the others (exact in float32),
- *   and Q4_K's min m = dmin·min.
+ *   Σ (q − 16)·u for Q5_0, Σ (q − 8)·u for Q4_0, and for Q6_K sc₁·Σ₁ (q − 32)·u + sc₂·Σ₂ (q − 32)·u over its
+ *   two 16-weight halves with their int8 scales. The block's float scale s is d·sc for Q4_K, d for the others
+ *   (exact in float32), and Q4_K's min m = dmin·min.
  * - Float steps, each rounded to float32, no fused multiply-add: t = (s·dx)·I, minus m·(dx·Σu) for Q4_K;
  *   block j feeds accumulator j mod 16 in order (acc += t); y = the 16 accumulators summed by halves
  *   ((a[i] + a[i + 8]), then + 4, + 2, + 1).
@@ -329,6 +329,7 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
         return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) |
                (((load_chunk(high + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3)) << 4);
     }
+    if (type == Q4_0) return nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb);
     const int per_word = 64 / cb; /* Q5_0 */
     vw lane;
     for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
@@ -356,7 +357,7 @@ static inline __attribute__((always_inline)) void unpack_scales(const int type, 
             u->half_scale[0] = __builtin_convertvector((vli)((vlu)pairs << 16) >> 16, vl);
             u->half_scale[1] = __builtin_convertvector(pairs >> 16, vl);
         }
-    } else { /* Q5_0 and Q8_0 */
+    } else { /* Q5_0, Q4_0 and Q8_0 */
         u->s = half_lanes(o, half);
     }
 }
@@ -423,18 +424,20 @@ static inline vl q6_k_halves_sum(const unit_weights *u, vli first, vli second) {
            __builtin_convertvector(second, vl) * u->half_scale[1];
 }
 
-/* Q5_0's block sums I from Σ q·u: less 16 · Σu, its codes being q − 16 (a shift, unsigned: defined for negative
- * sums). */
-static inline vli q5_0_offset(vli dot, const act_unit *x) {
+/* Q5_0's and Q4_0's block sums I from Σ q·u: less 16 · Σu or 8 · Σu, their codes being q − 16 and q − 8 (a
+ * shift, unsigned: defined for negative sums); the other formats' as they are. */
+static inline vli centred(const int type, vli dot, const act_unit *x) {
+    if (type != Q5_0 && type != Q4_0) return dot;
     vli sums;
     memcpy(&sums, x->bsum, CHUNK);
-    return dot - (vli)((vlu)sums << 4);
+    return dot - (vli)((vlu)sums << (type == Q5_0 ? 4 : 3));
 }
 
 /* The terms of one unpacked unit against one activation row x: its BLOCKS lanes. */
 static inline __attribute__((always_inline)) vl unit_terms(const int type, const unit_weights *u, const act_unit *x) {
-    /* chunks summed in int16 (see unit_dot): max |w| is 15 for Q4_K, 31 for Q5_0, 63 for Q6_K, 128 for Q8_0 */
-    const int sums16 = type == Q4_K ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
+    /* chunks summed in int16 (see unit_dot): max |w| is 15 for Q4_K and Q4_0, 31 for Q5_0, 63 for Q6_K, 128 for
+     * Q8_0 */
+    const int sums16 = type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
     vl exact; /* the block sums I as floats */
 #if !SCALE_PAIRS
     if (type == Q6_K) {
@@ -453,8 +456,7 @@ static inline __attribute__((always_inline)) vl unit_terms(const int type, const
             dot -= (vli)((vlu)madd_pairs(sums, u->scale_pairs) << 5);
         }
 #endif
-        if (type == Q5_0) dot = q5_0_offset(dot, x);
-        exact = __builtin_convertvector(dot, vl);
+        exact = __builtin_convertvector(centred(type, dot, x), vl);
     }
     return float_steps(type, u, exact, x);
 }
@@ -535,7 +537,7 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
             const act_unit *x = a + g * lda;
             vli sum;
             memcpy(&sum, &dot[r][g], CHUNK);
-            vl exact = __builtin_convertvector(type == Q5_0 ? q5_0_offset(sum, x) : sum, vl);
+            vl exact = __builtin_convertvector(centred(type, sum, x), vl);
             if (type == Q6_K) {
                 vli first_half;
                 memcpy(&first_half, &first[r][g], CHUNK);
@@ -610,6 +612,7 @@ static __attribute__((noinline)) void half_unit(int type, const uint8_t *o, cons
     case Q4_K: unit(Q4_K, o, a, lda, acc, G, 0, 1); break;
     case Q6_K: unit(Q6_K, o, a, lda, acc, G, 0, 1); break;
     case Q5_0: unit(Q5_0, o, a, lda, acc, G, 0, 1); break;
+    case Q4_0: unit(Q4_0, o, a, lda, acc, G, 0, 1); break;
     default: unit(Q8_0, o, a, lda, acc, G, 0, 1); break;
     }
 }
@@ -744,7 +747,8 @@ static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, 
             switch (j->type) {
             case Q4_K: PAIR_PASSES(Q4_K); break;
             case Q6_K: PAIR_PASSES(Q6_K); break;
-            default: PAIR_PASSES(Q5_0); break;
+            case Q5_0: PAIR_PASSES(Q5_0); break;
+            default: PAIR_PASSES(Q4_0); break;
             }
             g0 += g;
         }
@@ -778,6 +782,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
                 case Q4_K: PASSES(Q4_K); break;
                 case Q6_K: PASSES(Q6_K); break;
                 case Q5_0: PASSES(Q5_0); break;
+                case Q4_0: PASSES(Q4_0); break;
                 default: PASSES(Q8_0); break;
                 }
             }

@@ -27,6 +27,11 @@ static void decode_block(int type, const uint8_t *b, int8_t *q) {
                 q[128 * c + 64 + l] = (a >> 4) | (((hi >> 4) & 3) << 4);
                 q[128 * c + 96 + l] = (e >> 4) | (((hi >> 6) & 3) << 4);
             }
+    } else if (type == Q4_0) {
+        for (int l = 0; l < 16; l++) {
+            q[l] = b[2 + l] & 15;
+            q[16 + l] = b[2 + l] >> 4;
+        }
     } else if (type == Q5_0) {
         uint32_t high;
         memcpy(&high, b + 2, 4);
@@ -93,6 +98,8 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                 uint8_t *high = o + 18 * sbu + 4 * cb;
                 for (int c = 0; c < 8; c++)
                     for (int p = 0; p < cb; p++) high[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> 4) & 3) << (2 * (c % 4));
+            } else if (type == Q4_0) {
+                pack_nibbles(ordered, o + 16 * sbu, cb);
             } else if (type == Q5_0) {
                 pack_nibbles(ordered, o + 16 * sbu, cb);
                 uint8_t *fifth = o + 16 * sbu + 4 * cb;

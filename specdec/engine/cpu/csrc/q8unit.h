@@ -61,13 +61,15 @@ typedef struct act_unit {
  * A unit holds SB_PER_UNIT super-blocks' bytes (8 · SB_PER_UNIT blocks of the 32-weight formats):
  * Q4_K: d[n], dmin[n] (f16), sc[8n], m[8n] (6-bit values in bytes), then 4 · CHUNK bytes of nibbles;
  * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
- * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q8_0: d[8n] (f16), UNIT int8.
+ * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_0: d[8n] (f16), 4 · CHUNK bytes of
+ * nibbles; Q8_0: d[8n] (f16), UNIT int8.
  * A half unit is the same with n = 1 and chunks of CHUNK / 2 bytes. */
 static inline int64_t sb_bytes(int type) {
     switch (type) {
     case Q4_K: return 148;
     case Q6_K: return 210;
     case Q5_0: return 176;
+    case Q4_0: return 144;
     case Q8_0: return 272;
     default: return 0;
     }
