@@ -144,3 +144,14 @@ def test_a_benchmark_meets_each_prompt_fresh():
     assert stack_options(cli_parser().parse_args(["bench"])).orchestrator.lookup_memory_tokens == 0
     served = stack_options(cli_parser().parse_args(["serve"])).orchestrator
     assert served.lookup_memory_tokens == OrchestratorConfig.lookup_memory_tokens > 0
+
+
+def test_bench_gammas_are_fixed_gammas_or_a_clear_error(capsys):
+    """`--gammas` takes integers >= 1 (target-only and adaptive always run); anything else is a usage error
+    that names the flag, not a traceback from inside the benchmark."""
+    assert cli_parser().parse_args(["bench", "--gammas", "1, 3"]).gammas == [1, 3]
+    assert cli_parser().parse_args(["bench", "--gammas", ""]).gammas == []
+    for bad in ("auto", "0,2", "2,x"):
+        with pytest.raises(SystemExit):
+            cli_parser().parse_args(["bench", "--gammas", bad])
+        assert "--gammas" in capsys.readouterr().err

@@ -151,28 +151,58 @@ def test_real_target_gguf_path_tracks_fp32_on_the_same_weights():
     assert torch.equal(logits[0].argmax(-1), logits[1].argmax(-1))
 
 
-def test_real_target_integer_path_agrees_with_the_exact_one():
-    """The rule that makes gguf-q8 the default (docs/PERFORMANCE.md): along the exact path's greedy
-    continuations of the benchmark prompts, its argmax agrees at ≥ 98% of positions."""
-    import torch
-
-    from specdec import weights
+def benchmark_continuations(spec: str, dtype: str) -> tuple[list[list[int]], list[list[int]]]:
+    """The benchmark prompts' tokens and `spec`'s greedy continuations of them on `dtype`, 64 tokens each (as
+    the benchmark measures agreement)."""
     from specdec.engine.models import load_model
-    from specdec.engine.runner import Step
     from specdec.tools.bench.paths import greedy
     from specdec.tools.bench.speed import load_prompts
     from specdec.weights.sources import load_tokenizer
 
-    spec = weights.resolve("packaged:target")
     tokenizer = load_tokenizer(spec)
     prompts = [tokenizer.encode(p["prompt"], add_special_tokens=False) for p in load_prompts("", 0)]
-    exact = load_model(spec, "cpu", "gguf").runner
-    continuations = [greedy(exact, ids, 64) for ids in prompts]  # as the benchmark measures it
-    del exact
-    q8 = load_model(spec, "cpu", "gguf-q8").runner
+    runner = load_model(spec, "cpu", dtype).runner
+    return prompts, [greedy(runner, ids, 64) for ids in prompts]
+
+
+def agreement(runner, prompts: list[list[int]], continuations: list[list[int]]) -> float:
+    """The share of the continuations' tokens that are `runner`'s argmax, teacher-forced along them."""
+    import torch
+
+    from specdec.engine.runner import Step
+
     same = total = 0
     for ids, continuation in zip(prompts, continuations):
-        logits = q8.forward([Step(q8.new_cache(), ids + continuation[:-1], logits=len(continuation))])[0]
+        logits = runner.forward([Step(runner.new_cache(), ids + continuation[:-1], logits=len(continuation))])[0]
         same += int((logits.argmax(-1) == torch.tensor(continuation)).sum())
         total += len(continuation)
-    assert same / total >= 0.98, f"agreement {same}/{total}"
+    return same / total
+
+
+def test_real_target_integer_path_agrees_with_the_exact_one():
+    """The rule that makes gguf-q8 the default (docs/PERFORMANCE.md): along the exact path's greedy
+    continuations of the benchmark prompts, its argmax agrees at ≥ 98% of positions."""
+    from specdec import weights
+    from specdec.engine.models import load_model
+
+    spec = weights.resolve("packaged:target")
+    prompts, continuations = benchmark_continuations(spec, "gguf")
+    rate = agreement(load_model(spec, "cpu", "gguf-q8").runner, prompts, continuations)
+    assert rate >= 0.98, f"agreement {rate:.3f}"
+
+
+def test_real_draft_in_q4_0_agrees_with_the_target_as_its_file_does():
+    """The rule behind `--draft-weights auto` (docs/PERFORMANCE.md, "A draft in 4 bits"): along the target's
+    greedy continuations of the benchmark prompts, the draft requantized to Q4_0 (its output layer cut as the
+    draft service cuts it) picks the target's token as often as the draft as shipped, within 1%."""
+    from specdec import weights
+    from specdec.engine.models import draft_vocabulary, load_model
+
+    prompts, continuations = benchmark_continuations(weights.resolve("packaged:target"), "gguf-q8")
+    rates = {}
+    for setting in ("as-shipped", "q4_0"):
+        draft = load_model(weights.resolve("packaged:draft"), "cpu", "gguf-q8", draft_weights=setting)
+        assert draft.runner.limit_vocabulary(draft_vocabulary(draft.vocab_size, draft.eos_token_ids))
+        rates[setting] = agreement(draft.runner, prompts, continuations)
+        del draft
+    assert rates["q4_0"] >= rates["as-shipped"] - 0.01, rates

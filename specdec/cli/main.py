@@ -9,7 +9,7 @@ import logging
 import sys
 from pathlib import Path
 
-from specdec.cli.options import add_stack_args, gamma_arg, stack_options
+from specdec.cli.options import add_stack_args, gamma_arg, gamma_list, stack_options
 from specdec.http.flags import add_http_args, http_config
 from specdec.runtime import security, telemetry
 from specdec.runtime.security import security_from_args
@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="target-only vs speculative vs Hugging Face assisted generation")
     add_stack_args(bench)
-    bench.add_argument("--gammas", default="1,2,3,4,6", help="fixed γ values to run")
+    bench.add_argument("--gammas", type=gamma_list, default="1,2,3,4,6",
+                       help="fixed γ values to run beside target-only and adaptive (\"\" for none)")
     bench.add_argument("--max-new-tokens", type=int, default=64)
     bench.add_argument("--prompts", default="", help="JSON file of prompts (default: the checked-in set)")
     bench.add_argument("--limit-prompts", type=int, default=0, help="use only the first N prompts")

@@ -48,6 +48,17 @@ def gamma_arg(value: str) -> int | None:
     return gamma
 
 
+def gamma_list(value: str) -> list[int]:
+    """--gammas: fixed γ values, comma-separated integers >= 1 ("" for none)."""
+    try:
+        gammas = [int(g) for g in value.split(",") if g.strip()]
+    except ValueError:
+        gammas = [0]
+    if any(g < 1 for g in gammas):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 (adaptive always runs), got {value!r}")
+    return gammas
+
+
 def stack_options(args: argparse.Namespace, max_sessions: int | None = None, gamma_max: int | None = None,
                   **overrides) -> StackOptions:
     """The stack the flags of `add_stack_args` describe. The services take as many sessions as the

@@ -203,7 +203,7 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     device = torch.device(args.device)
     chosen = load_prompts(args.prompts, args.limit_prompts or 3)
     prompts = [p["prompt"] for p in chosen]
-    gammas = [int(g) for g in args.gammas.split(",") if g]
+    gammas = args.gammas
     gamma_max = max([args.gamma_max, *gammas])
     n = args.max_new_tokens
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({cpuinfo('model name')})"

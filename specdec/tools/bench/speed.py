@@ -243,7 +243,7 @@ def run_bench(args: argparse.Namespace) -> int:
     from specdec.launch.stack import EmbeddedStack
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
-    gammas = [int(g) for g in args.gammas.split(",") if g]
+    gammas = args.gammas
     gamma_max = max([args.gamma_max, *gammas])
     with EmbeddedStack(stack_options(args, gamma_max=gamma_max)) as stack:
         draft_info, target_info = service_infos(stack)

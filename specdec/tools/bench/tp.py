@@ -44,7 +44,7 @@ def run_tp_sweep(args: argparse.Namespace) -> int:
 
     prompts = load_prompts(args.prompts, args.limit_prompts)
     sizes = [int(n) for n in args.tp_sweep.split(",")]
-    gammas = [int(g) for g in args.gammas.split(",") if g]
+    gammas = args.gammas
     configs = [("target-only", 0), *[(f"γ={g}", g) for g in gammas], ("adaptive", None)]
     rows, outputs = [], {}
     for size in sizes:
