@@ -64,11 +64,16 @@ def test_lossless_when_the_draft_cannot_propose_the_targets_likely_tokens():
         unproposable = sum(1 for token, _ in drawn if token >= limit)
         assert unproposable > 0.05 * SAMPLES, "the test needs the residual to emit tokens the draft cannot propose"
         assert 0 < sum(r.accepted for _, r in drawn) < SAMPLES
-        for text in ("def fibonacci(n):", "The quick brown fox"):
-            baseline = generate(stack.endpoint, make_request(prompt=text, max_new_tokens=30, gamma=0)).token_ids
-            for gamma in (3, None):
-                assert generate(stack.endpoint, make_request(prompt=text, max_new_tokens=30, gamma=gamma)).token_ids \
-                    == baseline, f"γ={gamma} diverged from target-only on {text!r}"
+        assert_greedy_speculation_is_target_only(stack.endpoint)
+
+
+def assert_greedy_speculation_is_target_only(endpoint: str) -> None:
+    """Greedy output at γ = 3 and adaptive equals target-only's, on a code and a prose prompt."""
+    for text in ("def fibonacci(n):", "The quick brown fox"):
+        baseline = generate(endpoint, make_request(prompt=text, max_new_tokens=30, gamma=0)).token_ids
+        for gamma in (3, None):
+            assert generate(endpoint, make_request(prompt=text, max_new_tokens=30, gamma=gamma)).token_ids \
+                == baseline, f"γ={gamma} diverged from target-only on {text!r}"
 
 
 def test_generate_names_the_cut_and_profiles_it_apart(tmp_path):
