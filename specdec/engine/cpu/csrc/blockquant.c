@@ -2,8 +2,8 @@
  *
  * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
  * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K, d·sc·(q − 32) for Q6_K, d·(q − 16)
- * for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those products are exact in float32, so a fused multiply-add rounds like
- * gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed in float32.
+ * for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those products are exact in float32, so a fused multiply-add
+ * rounds like gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed in float32.
  *
  * Row invariance: each output y[s, n] is summed in one fixed order (V lanes over the row's blocks in
  * storage order, then the lanes by a fixed tree) whatever S is and whichever rows share the pass, so

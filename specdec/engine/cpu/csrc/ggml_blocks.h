@@ -9,7 +9,8 @@
 #include <immintrin.h>
 #endif
 
-enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 }; /* GGML's type numbers (F32: 16 floats a "block") */
+/* GGML's type numbers (F32: 16 floats a "block") */
+enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
 
 /* Bytes one block occupies, and weights it holds (0 for a type neither kernel reads). */
 static inline int64_t block_bytes(int type) {

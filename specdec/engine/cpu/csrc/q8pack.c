@@ -100,7 +100,7 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                     for (int p = 0; p < cb; p++) high[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> 4) & 3) << (2 * (c % 4));
             } else if (type == Q4_0) {
                 pack_nibbles(ordered, o + 16 * sbu, cb);
-            } else if (type == Q5_0) {
+            } else if (type == Q5_0) { /* Q4_0's layout, then the fifth bits */
                 pack_nibbles(ordered, o + 16 * sbu, cb);
                 uint8_t *fifth = o + 16 * sbu + 4 * cb;
                 const int per_word = 64 / cb;
