@@ -231,3 +231,23 @@ def test_tensor_parallel_shards_a_gguf_model_on_fp32(caplog):
         loaded = load_model(TINY_GGUF, "cpu", shard=lambda model: Collectives())
     assert loaded.choice.path == "fp32"
     assert "runs on the fp32 path" in caplog.text, "the switch to fp32 must be logged"
+
+
+def test_a_q4_0_gguf_runs_on_both_block_paths(tmp_path):
+    """A GGUF file whose linears are Q4_0 (as many published ones are) keeps them as Q4_0 on the exact path and
+    the integer path, and the exact path computes what the float32 path computes with the same file."""
+    from specdec.engine.requantize import requantize_linears
+
+    model = build_tiny_model("tiny:seed=0,hidden=224,gguf=1")  # Q5_0 and Q8_0: requantized to Q4_0 below
+    requantize_linears(model, Q4_0)
+    write_gguf(model, tmp_path / "q4_0.gguf")
+    tokens = [5, 17, 101, 3, 250, 42]
+    logits = {}
+    for path in ("gguf", "gguf-q8", "fp32"):
+        loaded = load_model(str(tmp_path / "q4_0.gguf"), "cpu", dtype=path)
+        assert loaded.choice.path == path
+        if path != "fp32":
+            assert loaded.choice.kernel.endswith("-Q4_0"), loaded.choice.kernel
+        logits[path] = loaded.runner.forward([Step(loaded.runner.new_cache(), tokens, logits=len(tokens))])[0]
+    torch.testing.assert_close(logits["gguf"], logits["fp32"], rtol=1e-4, atol=1e-4)
+    assert torch.equal(logits["gguf-q8"].argmax(-1), logits["gguf"].argmax(-1))
