@@ -329,14 +329,15 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
         return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) |
                (((load_chunk(high + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3)) << 4);
     }
-    if (type == Q4_0) return nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb);
-    const int per_word = 64 / cb; /* Q5_0 */
+    const vw low = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb); /* Q4_0's codes, Q5_0's low four bits */
+    if (type == Q4_0) return low;
+    const int per_word = 64 / cb; /* Q5_0's fifth bits */
     vw lane;
     for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
     uint64_t word;
     memcpy(&word, o + 16 * sbu + 4 * cb + 8 * (c / per_word), 8);
     const vw shift = lane + (uint64_t)((cb / 8) * (c % per_word));
-    return nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb) | ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
+    return low | ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
 }
 
 /* The scales of the unit at o (a half unit if `half`): s, and m, scale, scale_pairs or half_scale by type. */

@@ -98,13 +98,11 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                 uint8_t *high = o + 18 * sbu + 4 * cb;
                 for (int c = 0; c < 8; c++)
                     for (int p = 0; p < cb; p++) high[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> 4) & 3) << (2 * (c % 4));
-            } else if (type == Q4_0) {
-                pack_nibbles(ordered, o + 16 * sbu, cb);
-            } else if (type == Q5_0) { /* Q4_0's layout, then the fifth bits */
+            } else if (type == Q4_0 || type == Q5_0) { /* Q5_0: Q4_0's layout, then the fifth bits */
                 pack_nibbles(ordered, o + 16 * sbu, cb);
                 uint8_t *fifth = o + 16 * sbu + 4 * cb;
                 const int per_word = 64 / cb;
-                for (int c = 0; c < 8; c++)
+                for (int c = 0; c < 8 && type == Q5_0; c++)
                     for (int p = 0; p < cb; p++)
                         fifth[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> 4) & 1) << ((cb / 8) * (c % per_word) + p / 8);
             } else {
