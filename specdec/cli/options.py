@@ -48,13 +48,19 @@ def gamma_arg(value: str) -> int | None:
     return gamma
 
 
+def positive_ints(text: str) -> list[int] | None:
+    """Comma-separated integers >= 1 ("" gives []), or None if `text` is anything else."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        return None
+    return values if all(v >= 1 for v in values) else None
+
+
 def gamma_list(value: str) -> list[int]:
     """--gammas: fixed γ values, comma-separated integers >= 1 ("" for none)."""
-    try:
-        gammas = [int(g) for g in value.split(",") if g.strip()]
-    except ValueError:
-        gammas = [0]
-    if any(g < 1 for g in gammas):
+    gammas = positive_ints(value)
+    if gammas is None:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers >= 1 (adaptive always runs), got {value!r}")
     return gammas
 

@@ -102,13 +102,12 @@ def pass_rows(loaded, builds: Builds, sizes, repeats: int) -> list[dict]:
 
 
 def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        sizes = ()
-    if not sizes or min(sizes) < 1:
+    from specdec.cli.options import positive_ints
+
+    sizes = positive_ints(text)
+    if not sizes:
         raise SystemExit(f"--kernel-ab-sizes: positive row counts, comma-separated (got {text!r})")
-    return sizes
+    return tuple(sizes)
 
 
 def run_kernel_ab(args: argparse.Namespace) -> int:
