@@ -140,7 +140,7 @@ class Generation:
                 useful = min(remaining - 1, self.max_context - len(committed))
                 cap = min(useful, self.controller.gamma_max) if req.gamma is None else max(0, min(req.gamma, useful))
                 self.controller.overlapping = self._overlaps(useful)
-                gamma = self.controller.choose(useful) if req.gamma is None else cap
+                gamma = self.controller.choose(useful, self._draft_unseen(committed)) if req.gamma is None else cap
                 with telemetry.span("round", context=self.trace_context) as span:
                     record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)
                     estimates = Estimates(self.controller.acceptance.alpha, self.controller.cost_ratio())
@@ -301,8 +301,7 @@ class Generation:
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
         options = [(self.controller.plain_rate(chunk if priced is None else 1), None, 0)] if adaptive else []
         if drafting:
-            unseen = self._draft.unsynced(committed) + 1
-            options.append((self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
+            options.append((self.controller.catch_up_rate(gamma, self._draft_unseen(committed), useful), None, gamma))
         if priced is not None:
             options.append((*priced, 0))
         if not options:  # a fixed γ with neither (the draft down, no lookup)
@@ -311,6 +310,11 @@ class Generation:
         if lookup is None and priced is not None:
             self.lookups.shadow = priced[1]
         return lookup, model_gamma, chunk if lookup is None and model_gamma == 0 else 1
+
+    def _draft_unseen(self, committed: list[int]) -> int:
+        """Tokens the draft model feeds before it drafts: 1 after a round it drafted (the controller prices the
+        steady first pass), else what was committed since it last drafted, and its own last draft."""
+        return 1 if self._last_drafted > 0 else self._draft.unsynced(committed) + 1
 
     def _overlaps(self, useful: int) -> bool:
         """Whether this round drafts the next one during its verify: the request's (or the server's)

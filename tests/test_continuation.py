@@ -13,6 +13,7 @@ from specdec.engine.continuation import MAX_EXTRA_STEPS, verify_and_continue
 from specdec.engine.model_engine import TargetEngine
 from specdec.engine.models import load_model
 from specdec.launch.stack import EmbeddedStack
+from specdec.planning.controller import GammaController
 from specdec.weights.sources import build_byte_tokenizer
 
 PROMPT = [40, 41, 42, 43, 7, 99]
@@ -138,3 +139,31 @@ def test_prompt_lookup_rounds_that_find_nothing_grow():
     steps = [r.target_passes for r in adaptive.rounds]
     assert not any(r.drafted for r in adaptive.rounds) and steps[:6] == [1, 2, 4, 8, 16, 17], steps
     assert sum(steps) == 80 and max(steps) == MAX_EXTRA_STEPS + 1, steps
+
+
+
+def test_the_controller_is_told_what_the_draft_must_feed_before_it_drafts(monkeypatch):
+    """Each adaptive round's γ is chosen knowing the tokens the draft model feeds first (`choose(unseen=…)`,
+    which a probe pays for): after a round it drafted 1 (its first pass then feeds its last draft and the
+    bonus token, which the controller prices itself), else one more than the tokens committed since it was
+    last sent any, the prompt's included. A draft that never agrees and costs more than the target, so that
+    target-only rounds follow its first measurement."""
+    told = []
+    choose = GammaController.choose
+
+    def spy(self, max_useful=None, unseen=1):
+        told.append(unseen)
+        return choose(self, max_useful, unseen)
+
+    monkeypatch.setattr(GammaController, "choose", spy)  # the embedded orchestrator runs in this process
+    options = tiny_options(draft="tiny:seed=7,layers=6", orchestrator=dict(target_chunk_ms=1000.0))
+    with EmbeddedStack(options) as running:
+        prompt = "def fibonacci(n):"
+        adaptive = generate(running.endpoint, make_request(prompt, max_new_tokens=80))
+    rounds = adaptive.rounds
+    assert len(told) == len(rounds) and told[0] == adaptive.stats["prompt_tokens"] + 1
+    assert any(r.drafted for r in rounds) and any(not r.drafted and r.target_passes > 1 for r in rounds)
+    behind = adaptive.stats["prompt_tokens"]  # committed tokens the draft has not been sent
+    for record, now in zip(rounds, told[1:]):
+        behind = record.emitted + (0 if record.drafted else behind)
+        assert now == (1 if record.drafted else behind + 1), told

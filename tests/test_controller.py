@@ -1,11 +1,12 @@
 """γ controller and cost model on synthetic cost profiles."""
 
 import dataclasses
+import math
 
 import pytest
 
 from specdec.core.rounds import PassLoad, RoundRecord
-from specdec.planning.controller import Ewma, GammaController, update_fill
+from specdec.planning.controller import PROBE_SHARE, Ewma, GammaController, update_fill
 from specdec.planning.cost import CostProfile, expected_tokens
 from specdec.planning.prior import SharedPrior
 from specdec.tools.bench.theory import profile_speedup, theorem_speedup
@@ -499,3 +500,50 @@ def test_probes_count_target_steps_not_rounds():
     assert ctl.choose() == 0
     ctl.observe(plain)
     assert ctl.choose() > 0 and ctl.probing, "16 steps in two rounds"
+
+
+def test_a_rounds_first_draft_pass_feeds_the_last_draft_and_the_bonus_token():
+    """After a round that accepted every draft, the draft's first pass feeds two tokens (its own last draft and
+    the target's bonus token), which at α^γ is most rounds of small γ. With a draft whose pass of 2 costs 1.7
+    of one (at AVX2), a round of γ = 1 at α 0.9 does not pay against a verify of 2 at 1.5 steps, where pricing
+    every draft pass as one token said it did (10.6 against 10 tokens/s); with a flat draft it does. Rounds
+    that cost what the profile says, the first pass fed one token or two, leave the draft's scale at 1."""
+    target = CostProfile(tuple(STEP * (1 + 0.5 * (s - 1)) for s in range(1, 10)))
+    draft = CostProfile(tuple(0.03 * (1 + 0.7 * (s - 1)) for s in range(1, 10)))
+    ctl = pin_alpha(GammaController(8, target, draft), 0.9)
+    for gamma in (1, 2, 4):
+        first = draft.forward_s(1 + 0.9 ** gamma)
+        assert ctl.round_time(gamma) == pytest.approx(target.forward_s(gamma + 1) + first + (gamma - 1) * 0.03)
+    assert ctl.choose() == 0 and ctl.rate(1) < ctl.rate(0)
+    assert expected_tokens(0.9, 1) / (target.forward_s(2) + 0.03) > 1 / STEP, "one token a pass: γ = 1 paid"
+    assert pin_alpha(GammaController(8, target, flat(0.03)), 0.9).choose() > 0
+    for fed in (1, 2):  # a round of γ = 3 whose first pass fed `fed` tokens: (3 + fed - 1) / 3 tokens a pass
+        compute = draft.forward_s(fed) + 2 * draft.forward_s(1)
+        ctl.observe(timing(3, 3, compute, compute, target.forward_s(4), target.forward_s(4),
+                           draft_load=PassLoad(tokens=(2 + fed) / 3)))
+        assert ctl.draft_scale.value == pytest.approx(1.0)
+
+
+def test_a_probe_waits_until_the_drafts_catch_up_is_affordable():
+    """While target-only wins, a due probe whose draft must first feed every token since it last drafted waits
+    until its expected loss against target-only decoding is at most `PROBE_SHARE` of the target-only time
+    since the last probe (a draft at 0.2 of a step, 90 tokens behind: 18 steps of catch-up, so some 600
+    steps); one in step with the committed tokens probes when due, as before. An α never measured is probed
+    when due whatever the catch-up costs."""
+
+    def first_probe(unseen: int, measured: bool = True) -> int:
+        ctl = pin_alpha(GammaController(8, linear(), linear(0.02)), 0.9)
+        ctl.alpha_from_prior = measured
+        for step in range(2000):
+            if ctl.choose(unseen=unseen) > 0:
+                assert ctl.probing
+                return step
+            ctl.observe(timing(0, 0, 0.0, 0.0, STEP, STEP))
+        return -1
+
+    assert first_probe(1) == 16
+    ctl = pin_alpha(GammaController(8, linear(), linear(0.02)), 0.9)
+    loss = ctl.probe_loss(1, 90, ctl.rate(0))
+    assert loss > 1.8 and ctl.probe_loss(1, 1, ctl.rate(0)) < PROBE_SHARE * 16 * STEP
+    assert first_probe(90) == math.ceil(loss / (PROBE_SHARE * STEP))
+    assert first_probe(90, measured=False) == 16

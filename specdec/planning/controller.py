@@ -1,8 +1,9 @@
 """The γ controller and its cost model: Leviathan et al.'s walltime model, with measured costs, the network and load.
 
-Round time  T(γ) = rtt_target + s_t·C_t(γ+1) + [γ > 0]·(rtt_draft + s_d·γ·C_d(1))
+Round time  T(γ) = rtt_target + s_t·C_t(γ+1) + [γ > 0]·(rtt_draft + s_d·(C_d(1 + α^γ) + (γ−1)·C_d(1)))
 Pass cost   C(k) = P(f·n·k)/f: n live sessions, a share f of them per pass, k tokens each (n = 1: P(k))
 Tokens      E(γ) = (1 − α^(γ+1)) / (1 − α)
+(A round's first draft pass feeds the last round's last draft and bonus token where it accepted every draft.)
 The controller picks γ* = argmax over γ ∈ {0..γ_max} of E(γ)/T(γ), every round.
 
 P_t(S) and P_d(S) are the services' start-up cost profiles (`specdec.planning.cost`): one forward
@@ -45,6 +46,10 @@ a workload where speculation never pays settles at target-only decoding and prob
 interval counts target steps, not rounds, so a round of k steps brings a probe k steps closer, and it
 outlives a session: the next one starts where the last left it (`SharedPrior`), since on a GPU a probe
 (the draft catching up on a chunk's tokens, its steps, a second hop) costs several target-only tokens.
+A due probe also waits until what it loses against target-only decoding, the draft's catch-up on every
+token it has not seen included, is at most `PROBE_SHARE` of the target-only time since the last one: on
+a CPU a draft model that has not drafted for a while is far behind (at AVX2, a probe at the end of a
+64-token generation caught up on 90 tokens in 12 target steps' time: 0.86× target-only over the generation).
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configure
 # priced the draft model out of 64-token generations for good: each target-only round left it a token further
 # behind (measured: adaptive at γ <= 1 with α 0.64, against γ up to 6 with α 0.85 once it drafted from the start).
 CATCH_UP_ROUNDS = 32
+# The most of the target-only time since the last probe that the next one may lose (`GammaController.choose`).
+PROBE_SHARE = 1 / 32
 
 
 class Ewma:
@@ -208,13 +215,30 @@ class GammaController:
         first = self.draft_cost.upper_bound_s(round(self.draft_sessions.value * fed))
         return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
 
+    def steady_draft_time(self, gamma: int) -> float:
+        """The draft compute of a steady round of γ drafts: γ passes, the first of which feeds what the draft
+        has not seen of the last round: its own last draft and the bonus token where every draft was accepted
+        (probability α^γ, in rounds of γ), else the target's correction alone. Where a pass of 2 tokens costs
+        1.7 of one (a draft at AVX2), pricing every pass as one token priced the drafting of a round of γ = 1
+        at α 0.8 at 0.64 of its cost."""
+        if self.draft_cost is None or gamma == 0:
+            return 0.0
+        fed = 1.0 + self.acceptance.alpha ** gamma
+        first = pass_cost(self.draft_cost, self.draft_sessions.value, self.draft_fill.value, fed)
+        return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
+
+    def catch_up_time(self, gamma: int, unseen: int) -> float:
+        """The extra draft compute of a round whose draft first feeds `unseen` tokens (its prompt, or what
+        lookups or target-only rounds committed) where a steady round feeds one or two."""
+        return max(self.draft_time(unseen, gamma) - self.steady_draft_time(gamma), 0.0)
+
     def round_time(self, gamma: int, overlapped: bool | None = None) -> float:
         """T(γ), or T_o(γ) when `overlapped` (default: while `overlapping`)."""
         if (self.overlapping if overlapped is None else overlapped) and gamma > 0:
             return self.overlap_round_time(gamma)
         time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
         if gamma > 0:
-            time += (self.rtt_draft.value or 0.0) + gamma * self.draft_step()
+            time += (self.rtt_draft.value or 0.0) + self.steady_draft_time(gamma)
         return time
 
     def hit_probability(self, gamma: int) -> float:
@@ -280,12 +304,11 @@ class GammaController:
 
     def catch_up_rate(self, gamma: int, unseen: int, useful: int) -> float:
         """`rate(γ)` of a draft-model round whose draft must first feed `unseen` tokens (its prompt, or what
-        lookups or target-only rounds committed) where a steady round feeds one: the feed's extra time,
+        lookups or target-only rounds committed) where a steady round feeds one or two: the feed's extra time,
         an investment, is spread over the rounds the draft can then serve, the `useful` tokens left at a
         round's expected yield, at most `CATCH_UP_ROUNDS`. Near a generation's end it is paid nearly whole."""
-        catch_up = max(self.draft_time(unseen, gamma) - self.draft_time(1, gamma), 0.0)
         served = min(max(useful / expected_tokens(self.acceptance.alpha, gamma), 1.0), CATCH_UP_ROUNDS)
-        return self.rate(gamma, catch_up / served)
+        return self.rate(gamma, self.catch_up_time(gamma, unseen) / served)
 
     def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
         """The best γ ≤ cap for a proposer that costs no draft time and no hop (a lookup) whose tokens
@@ -313,8 +336,9 @@ class GammaController:
         return min(max(cost / self.round_time(0), 0.0), 0.9)
 
     # -- the decision ----------------------------------------------------------------------------
-    def choose(self, max_useful: int | None = None) -> int:
-        """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one)."""
+    def choose(self, max_useful: int | None = None, unseen: int = 1) -> int:
+        """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one); `unseen`: the
+        tokens the draft model must feed before it drafts (1 in a steady round), which a probe pays for."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
         if self.draft_cost is None or cap == 0:
             return 0
@@ -324,14 +348,24 @@ class GammaController:
         if last is not None and last <= cap and rate[last] >= (1.0 - self.hysteresis) * rate[best]:
             best = last  # not worth a switch
         self.probing = False
-        if best > 0 or self._rounds_without_draft < self.probe_interval * round(self.target_sessions.value):
-            if best > 0:
-                self.probe_interval = self.probe_every
-            self._last_gamma = best
-            return best
-        # Probe: refresh α with the γ that would be used if speculation paid. A probe that leaves
-        # γ = 0 best doubles the wait before the next one.
-        self.probe_interval = min(2 * self.probe_interval, self.max_probe_every)
-        self._rounds_without_draft = 0
-        self.probing = True
-        return max(range(1, cap + 1), key=rate.get)
+        if best == 0 and self._rounds_without_draft >= self.probe_interval * round(self.target_sessions.value):
+            # Probe: refresh α with the γ that would be used if speculation paid, once it is affordable (an
+            # α never measured is worth its first measurement). A probe that leaves γ = 0 best doubles the
+            # wait before the next one.
+            probe = max(range(1, cap + 1), key=rate.get)
+            allowed = PROBE_SHARE * self._rounds_without_draft * self.verify_time(0)
+            if self.untried() or self.probe_loss(probe, unseen, rate[0]) <= allowed:
+                self.probe_interval = min(2 * self.probe_interval, self.max_probe_every)
+                self._rounds_without_draft = 0
+                self.probing = True
+                return probe
+        if best > 0:
+            self.probe_interval = self.probe_every
+        self._last_gamma = best
+        return best
+
+    def probe_loss(self, gamma: int, unseen: int, plain_rate: float) -> float:
+        """Seconds a round of γ drafts whose draft first feeds `unseen` tokens is expected to lose against
+        target-only decoding at `plain_rate` tokens per second (0 where it gains)."""
+        spent = self.round_time(gamma) + self.catch_up_time(gamma, unseen)
+        return max(spent - expected_tokens(self.acceptance.alpha, gamma) / plain_rate, 0.0)
