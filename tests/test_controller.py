@@ -183,6 +183,22 @@ def test_shared_prior_hands_learned_costs_and_alpha_to_new_sessions():
         "a session's first measurement replaces the seed"
 
 
+def test_a_probe_of_one_token_hands_its_alpha_on_by_its_share():
+    """A session whose only model round was a probe of γ = 1 measured α: the next session's α is no longer
+    untried (so it is not measured again whatever the draft's catch-up costs), and a later probe moves the
+    prior by a quarter of a session that measured 4 tokens or more."""
+    prior = SharedPrior(gamma_max=8)
+    first = prior.new_controller(linear(), flat(0.01))
+    assert first.untried()
+    first.observe(timing(1, 0, 0.01, 0.01, 2 * STEP, 2 * STEP))
+    prior.absorb(first)
+    second = prior.new_controller(linear(), flat(0.01))
+    assert not second.untried() and second.acceptance.alpha == pytest.approx(first.acceptance.alpha)
+    second.observe(timing(1, 1, 0.01, 0.01, 2 * STEP, 2 * STEP))
+    prior.absorb(second)
+    step = 0.3 * (second.acceptance.alpha - first.acceptance.alpha)
+    assert prior.new_controller(linear()).acceptance.alpha == pytest.approx(first.acceptance.alpha + step / 4)
+
 
 def test_the_wait_between_probes_outlives_a_session():
     """A session where speculation never paid hands its wait between probes to the next (which then first

@@ -75,12 +75,14 @@ class Ewma:
         self.provisional = provisional
         self.floor = float("-inf")  # samples below it count as it (`LoadEstimates`: the live sessions it knows of)
 
-    def update(self, sample: float) -> float:
+    def update(self, sample: float, share: float = 1.0) -> float:
+        """Move toward `sample` by the weight, times `share` (a sample worth less than a whole one)."""
         sample = max(sample, self.floor)
         if self.value is None or self.provisional:
             self.value, self.provisional = sample, False
         else:
-            self.value = (1 - self.weight) * self.value + self.weight * sample
+            weight = self.weight * share
+            self.value = (1 - weight) * self.value + weight * sample
         return self.value
 
     def seed(self, value: float | None) -> None:

@@ -8,6 +8,12 @@ from specdec.core.rounds import AcceptanceEstimate
 from specdec.planning.controller import Ewma, GammaController
 from specdec.planning.cost import CostProfile
 
+# Tokens a session must have measured for its α to move the prior by a whole step; one that measured fewer (a
+# probe of one token) moves it by their share. Ignored outright, as they were, a session's probe left the next
+# session with α untried, which measured it again whatever its catch-up cost (at AVX2: every 64-token
+# generation, 0.97× target-only).
+ALPHA_TOKENS = 4
+
 
 class LoadEstimates:
     """One service's load estimates (`GammaController.LOAD` Ewmas), shared by the sessions that measure it,
@@ -109,8 +115,9 @@ class SharedPrior:
                 learned = getattr(controller, name)
                 if learned.value is not None and not learned.provisional:
                     shared.update(learned.value)
-            if controller.acceptance.observed >= 4:
-                self._alpha.update(controller.acceptance.alpha)
+            observed = controller.acceptance.observed
+            if observed:  # a session that measured a token or two (a probe) moves it that much less
+                self._alpha.update(controller.acceptance.alpha, share=min(observed / ALPHA_TOKENS, 1.0))
             self._probe_interval = controller.probe_interval
 
     def snapshot(self) -> dict:
