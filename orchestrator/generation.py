@@ -371,6 +371,7 @@ class Generation:
         if span.is_recording():
             span.set_attributes({"specdec.gamma": record.gamma, "specdec.drafted": record.drafted,
                                  "specdec.accepted": record.accepted, "specdec.alpha_estimate": estimates.alpha,
+                                 "specdec.proposer": record.proposer, "specdec.probe": self.controller.probing,
                                  "specdec.cost_ratio_estimate": estimates.cost_ratio,
                                  "specdec.network.draft_ms": 1e3 * record.rtt_draft_s,
                                  "specdec.network.target_ms": 1e3 * record.rtt_target_s,

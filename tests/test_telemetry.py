@@ -109,6 +109,7 @@ def test_one_generation_is_one_trace_across_all_three_services(traced):
         assert (a["specdec.gamma"], a["specdec.drafted"], a["specdec.accepted"]) == \
                (stats.gamma, stats.drafted, stats.accepted)
         assert a["specdec.alpha_estimate"] == pytest.approx(stats.alpha_estimate, rel=1e-6)
+        assert a["specdec.proposer"] == ("model" if stats.drafted else "") and a["specdec.probe"] is False
         assert a["specdec.target.bytes_sent"] > 0 and a["specdec.target.bytes_received"] > 0
         if stats.drafted:
             assert a["specdec.draft.bytes_received"] > 0
