@@ -191,6 +191,15 @@ def test_spans_reach_a_real_otlp_collector():
     try:
         opts = tiny_options(service=dict(otlp_endpoint=f"http://127.0.0.1:{grpc_port}"), orchestrator_process=True)
         with EmbeddedStack(opts) as stack:
+            child = stack.orchestrator_child
+            # Once (in about 10 CI runs) the orchestrator refused this call's connection, with nothing in its log:
+            # wait for it to accept one, and otherwise say whether it had exited.
+            with grpc.insecure_channel(stack.endpoint) as channel:
+                try:
+                    grpc.channel_ready_future(channel).result(timeout=30)
+                except grpc.FutureTimeoutError:
+                    pytest.fail(f"the orchestrator at {stack.endpoint} printed its ready line but accepts no "
+                                f"connection (exit code {child.proc.poll()})")
             generate(stack.endpoint, make_request(prompt="collector", max_new_tokens=12, gamma=2))
         # The stack's processes flush their span batches on shutdown.
         names = ("Name           : generate", "Name           : draft.compute", "Name           : target.compute")
