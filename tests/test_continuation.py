@@ -141,7 +141,6 @@ def test_prompt_lookup_rounds_that_find_nothing_grow():
     assert sum(steps) == 80 and max(steps) == MAX_EXTRA_STEPS + 1, steps
 
 
-
 def test_the_controller_is_told_what_the_draft_must_feed_before_it_drafts(monkeypatch):
     """Each adaptive round's γ is chosen knowing the tokens the draft model feeds first (`choose(unseen=…)`,
     which a probe pays for): after a round it drafted 1 (its first pass then feeds its last draft and the
