@@ -21,6 +21,7 @@ from torch import nn
 
 from specdec.engine.cpu import blockquant
 from specdec.engine.cpu.blockquant import BLOCK, F32, BlockTensor
+from specdec.engine.gguf_file import GgufFormatError, GgufTensor, read_gguf
 
 ARCHITECTURES = ("qwen2", "qwen3")
 
@@ -29,26 +30,21 @@ class UnsupportedGguf(ValueError):
     """A GGUF file this loader does not handle (its architecture or a tensor's layout)."""
 
 
-def architecture(reader) -> str:
-    field = reader.fields["general.architecture"]
-    return bytes(field.parts[field.data[0]]).decode()
-
-
-def _block_tensor(tensor) -> BlockTensor:
+def _block_tensor(tensor: GgufTensor) -> BlockTensor:
     """A GGUF tensor as a `BlockTensor`: its own bytes where the kernel reads its format, else float32."""
     import gguf
 
     cols = int(tensor.shape[0])  # GGUF lists dimensions innermost first
     qtype = int(tensor.tensor_type)
     if qtype in BLOCK and qtype != F32:
-        return BlockTensor.from_numpy(qtype, np.asarray(tensor.data), cols)
+        return BlockTensor.from_numpy(qtype, tensor.data, cols)
     values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).reshape(-1, cols)
     if cols % BLOCK[F32][0]:
         raise UnsupportedGguf(f"{tensor.name}: {cols} columns is not a multiple of {BLOCK[F32][0]}")
     return BlockTensor.from_float(torch.from_numpy(values.astype(np.float32)))
 
 
-def _float_tensor(tensor, shape: torch.Size) -> torch.Tensor:
+def _float_tensor(tensor: GgufTensor, shape: torch.Size) -> torch.Tensor:
     import gguf
 
     values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
@@ -60,13 +56,16 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
     import gguf
     from transformers import AutoModelForCausalLM
 
-    reader = gguf.GGUFReader(file)
-    arch = architecture(reader)
+    try:
+        header = read_gguf(file)
+    except GgufFormatError as error:  # e.g. a big-endian file: transformers' loader may still take it
+        raise UnsupportedGguf(str(error)) from error
+    arch = header.architecture
     if arch not in ARCHITECTURES:
         raise UnsupportedGguf(f"{file.name}: architecture {arch!r}; the gguf path reads {', '.join(ARCHITECTURES)}")
     names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
                                      config.num_hidden_layers)
-    tensors = {t.name: t for t in reader.tensors}
+    tensors = {t.name: t for t in header.tensors}
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     modules = dict(model.named_modules())
