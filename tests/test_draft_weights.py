@@ -15,7 +15,8 @@ from test_lossless_e2e import SAMPLES, assert_follows, first_tokens
 
 from orchestrator.clients import draft_client, target_client
 from specdec.core.sampling import SamplingParams, probs_from_logits
-from specdec.engine.cpu.blockquant import Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor
+from specdec.engine.cpu import blockquant
+from specdec.engine.cpu.blockquant import BLOCK, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor
 from specdec.engine.models import load_model
 from specdec.engine.requantize import draft_format, requantize
 from specdec.engine.runner import Step
@@ -33,11 +34,38 @@ def test_the_rule_requantizes_on_the_integer_path_unless_told():
         draft_format("q2_k", "gguf-q8")
 
 
+def edge_blocks(qtype: int, raw: np.ndarray) -> np.ndarray:
+    """`raw` with its first blocks made the quantizer's edge cases: all ±0 under a negative scale (whose Q4_0 scale
+    is then −0 or +0 by the first value), two largest magnitudes of opposite signs (the first decides the sign of
+    d), every code the same, and the largest codes."""
+    size = BLOCK[qtype][1]
+    blocks = raw.reshape(raw.shape[0], -1, size)
+    negative = np.array([-0.01], dtype=np.float16).view(np.uint8)
+    middle = 16 if qtype == Q5_0 else 0  # the code of the value 0
+    for index, codes in enumerate([[middle] * 32, [middle] * 32, [3] * 32, [31] * 32]):
+        block = blocks[0, index]
+        block[:2] = negative if index != 1 else np.array([0.02], dtype=np.float16).view(np.uint8)
+        if qtype == Q8_0:
+            block[2:] = np.array(codes, dtype=np.int8).view(np.uint8)
+        else:  # Q5_0: 4 bytes of fifth bits, then 16 of nibbles
+            high = sum(((c >> 4) & 1) << v for v, c in enumerate(codes))  # value v's fifth bit: bit v
+            block[2:6] = np.array([high], dtype=np.uint32).view(np.uint8)
+            block[6:] = [(codes[l] & 15) | ((codes[l + 16] & 15) << 4) for l in range(16)]
+    first = blocks[0, 4]  # the largest magnitude twice, with opposite signs: −max first
+    if qtype == Q8_0:
+        first[2:] = np.array([-100, 5, 100] + [1] * 29, dtype=np.int8).view(np.uint8)
+    return blocks.reshape(raw.shape)
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "gguf-py"])
 @pytest.mark.parametrize("qtype", [Q5_0, Q8_0])
-def test_the_wide_32_weight_formats_become_ggmls_q4_0_of_their_values(qtype):
-    """Q5_0 and Q8_0 blocks become the Q4_0 blocks gguf-py's quantizer gives their exact values; the
-    kernel then computes with those blocks' values."""
-    block = BlockTensor.from_numpy(qtype, random_blocks(qtype, 12, 896, seed=qtype), 896)
+def test_the_wide_32_weight_formats_become_ggmls_q4_0_of_their_values(qtype, kernel, monkeypatch):
+    """Q5_0 and Q8_0 blocks become the Q4_0 blocks gguf-py's quantizer gives their exact values, by the C kernel
+    and by gguf-py where there is none, edge cases included; the kernel then computes with those blocks'
+    values."""
+    if not kernel:
+        monkeypatch.setattr(blockquant, "available", lambda: False)
+    block = BlockTensor.from_numpy(qtype, edge_blocks(qtype, random_blocks(qtype, 12, 896, seed=qtype)), 896)
     new = requantize(block, Q4_0)
     want = gguf.quants.quantize(block.dequantize().numpy(), gguf.GGMLQuantizationType.Q4_0)
     assert new.qtype == Q4_0 and new.cols == 896 and np.array_equal(new.data.numpy(), want)

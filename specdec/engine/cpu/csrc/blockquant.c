@@ -241,62 +241,93 @@ int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, 
     return 0;
 }
 
+/* One block of W (at b) dequantized into ob: the exact values both kernels compute with. */
+static void dequantize_block(const int type, const uint8_t *b, float *ob) {
+    if (type == Q4_K) {
+        const float d = half_to_float(b), dmin = half_to_float(b + 2);
+        for (int j = 0; j < 4; j++) {
+            float s_lo, m_lo, s_hi, m_hi;
+            q4_k_step_offset(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
+            q4_k_step_offset(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
+            for (int l = 0; l < 32; l++) {
+                const uint8_t q = b[16 + 32 * j + l];
+                ob[64 * j + l] = (float)(q & 15) * s_lo - m_lo;
+                ob[64 * j + 32 + l] = (float)(q >> 4) * s_hi - m_hi;
+            }
+        }
+    } else if (type == Q6_K) {
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = half_to_float(b + 208);
+        for (int c = 0; c < 2; c++)
+            for (int l = 0; l < 32; l++) {
+                const uint8_t a = b[64 * c + l], e = b[64 * c + 32 + l], hi = b[128 + 32 * c + l];
+                const int q[4] = {(a & 15) | ((hi & 3) << 4), (e & 15) | (((hi >> 2) & 3) << 4),
+                                  (a >> 4) | (((hi >> 4) & 3) << 4), (e >> 4) | (((hi >> 6) & 3) << 4)};
+                for (int r4 = 0; r4 < 4; r4++)
+                    ob[128 * c + 32 * r4 + l] = (d * (float)sc[8 * c + 2 * r4 + l / 16]) * (float)(q[r4] - 32);
+            }
+    } else if (type == Q8_0) {
+        const float d = half_to_float(b);
+        for (int l = 0; l < 32; l++) ob[l] = (float)(int8_t)b[2 + l] * d;
+    } else if (type == Q4_0) {
+        const float d = half_to_float(b);
+        for (int l = 0; l < 16; l++) {
+            ob[l] = d * (float)((int)(b[2 + l] & 15) - 8);
+            ob[l + 16] = d * (float)((int)(b[2 + l] >> 4) - 8);
+        }
+    } else if (type == Q5_0) {
+        const float d = half_to_float(b);
+        uint32_t high;
+        memcpy(&high, b + 2, 4);
+        for (int l = 0; l < 16; l++) {
+            const uint8_t q = b[6 + l];
+            ob[l] = d * (float)((int)((q & 15) | (((high >> l) & 1) << 4)) - 16);
+            ob[l + 16] = d * (float)((int)((q >> 4) | (((high >> (l + 16)) & 1) << 4)) - 16);
+        }
+    } else {
+        memcpy(ob, b, 64);
+    }
+}
+
 /* out[r, :] = the dequantized row ids[r] of W: the embedding lookup, and the kernel's weights for tests. */
 int bq_dequantize_rows(int type, const uint8_t *w, int64_t K, const int64_t *ids, int64_t R, float *out) {
     if (block_weights(type) == 0 || K % block_weights(type)) return -1;
     const int64_t row_bytes = K / block_weights(type) * block_bytes(type);
     const int64_t per = block_weights(type), bytes = block_bytes(type);
-    for (int64_t r = 0; r < R; r++) {
-        const uint8_t *row = w + ids[r] * row_bytes;
-        float *o = out + r * K;
-        for (int64_t i = 0; i < K / per; i++) {
-            const uint8_t *b = row + i * bytes;
-            float *ob = o + i * per;
-            if (type == Q4_K) {
-                const float d = half_to_float(b), dmin = half_to_float(b + 2);
-                for (int j = 0; j < 4; j++) {
-                    float s_lo, m_lo, s_hi, m_hi;
-                    q4_k_step_offset(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
-                    q4_k_step_offset(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
-                    for (int l = 0; l < 32; l++) {
-                        const uint8_t q = b[16 + 32 * j + l];
-                        ob[64 * j + l] = (float)(q & 15) * s_lo - m_lo;
-                        ob[64 * j + 32 + l] = (float)(q >> 4) * s_hi - m_hi;
-                    }
-                }
-            } else if (type == Q6_K) {
-                const int8_t *sc = (const int8_t *)(b + 192);
-                const float d = half_to_float(b + 208);
-                for (int c = 0; c < 2; c++)
-                    for (int l = 0; l < 32; l++) {
-                        const uint8_t a = b[64 * c + l], e = b[64 * c + 32 + l], hi = b[128 + 32 * c + l];
-                        const int q[4] = {(a & 15) | ((hi & 3) << 4), (e & 15) | (((hi >> 2) & 3) << 4),
-                                          (a >> 4) | (((hi >> 4) & 3) << 4), (e >> 4) | (((hi >> 6) & 3) << 4)};
-                        for (int r4 = 0; r4 < 4; r4++)
-                            ob[128 * c + 32 * r4 + l] = (d * (float)sc[8 * c + 2 * r4 + l / 16]) * (float)(q[r4] - 32);
-                    }
-            } else if (type == Q8_0) {
-                const float d = half_to_float(b);
-                for (int l = 0; l < 32; l++) ob[l] = (float)(int8_t)b[2 + l] * d;
-            } else if (type == Q4_0) {
-                const float d = half_to_float(b);
-                for (int l = 0; l < 16; l++) {
-                    ob[l] = d * (float)((int)(b[2 + l] & 15) - 8);
-                    ob[l + 16] = d * (float)((int)(b[2 + l] >> 4) - 8);
-                }
-            } else if (type == Q5_0) {
-                const float d = half_to_float(b);
-                uint32_t high;
-                memcpy(&high, b + 2, 4);
-                for (int l = 0; l < 16; l++) {
-                    const uint8_t q = b[6 + l];
-                    ob[l] = d * (float)((int)((q & 15) | (((high >> l) & 1) << 4)) - 16);
-                    ob[l + 16] = d * (float)((int)((q >> 4) | (((high >> (l + 16)) & 1) << 4)) - 16);
-                }
-            } else {
-                memcpy(ob, b, 64);
-            }
-        }
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t i = 0; i < K / per; i++) dequantize_block(type, w + ids[r] * row_bytes + i * bytes, out + r * K + i * per);
+    return 0;
+}
+
+/* GGML's Q4_0 of 32 float32 values (18 bytes: float16 d, then q[l] | q[l + 16] << 4), as gguf-py quantizes: the
+ * first value of largest magnitude m, d = m / −8, id = 1 / d (0 where d is 0), q = min(trunc(x·id + 8.5), 15),
+ * each step rounded to float32 (no fused multiply-add), d rounded to float16 to nearest even. */
+__attribute__((optimize("fp-contract=off"))) static void q4_0_of(const float *x, uint8_t *out) {
+    float m = x[0], amax = __builtin_fabsf(x[0]); /* numpy's argmax: the first (of a block of ±0, x[0]) */
+    for (int l = 1; l < 32; l++)
+        if (__builtin_fabsf(x[l]) > amax) amax = __builtin_fabsf(x[l]), m = x[l];
+    const float d = m / -8.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
+    uint8_t q[32];
+    for (int l = 0; l < 32; l++) {
+        const float v = __builtin_truncf(x[l] * id + 8.5f);
+        q[l] = v >= 15.0f ? 15 : v <= 0.0f ? 0 : (uint8_t)v;
+    }
+    const _Float16 h = (_Float16)d;
+    memcpy(out, &h, 2);
+    for (int l = 0; l < 16; l++) out[2 + l] = (uint8_t)(q[l] | q[l + 16] << 4);
+}
+
+/* W [N, K] (type's blocks of 32 weights) as GGML's Q4_0 of its exact values, into out [N, K / 32 · 18]: what
+ * gguf-py's quantizer gives the dequantized rows, without them. Returns 0, or -1 for another type or a K that is
+ * not a whole number of blocks. */
+int bq_requantize_q4_0(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
+    if (block_weights(type) != 32 || K % 32) return -1;
+    const int64_t blocks = N * (K / 32);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < blocks; i++) {
+        float x[32];
+        dequantize_block(type, w + i * block_bytes(type), x);
+        q4_0_of(x, out + i * 18);
     }
     return 0;
 }
