@@ -134,7 +134,7 @@ def read_gguf(path: str | Path) -> GgufFile:
         tensor_type = gguf.GGMLQuantizationType(kind)
         block_weights, block_bytes = gguf.GGML_QUANT_SIZES[tensor_type]
         cols = dims[0] if dims else 1
-        rows = int(np.prod(dims[1:], dtype=np.int64)) if len(dims) > 1 else 1
+        rows = int(np.prod(dims[1:], dtype=np.int64))  # 1 for a vector
         row_bytes = cols // block_weights * block_bytes
         begin = start + offset
         if begin + rows * row_bytes > len(buffer):

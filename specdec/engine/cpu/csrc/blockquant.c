@@ -295,7 +295,8 @@ int bq_dequantize_rows(int type, const uint8_t *w, int64_t K, const int64_t *ids
     const int64_t row_bytes = K / block_weights(type) * block_bytes(type);
     const int64_t per = block_weights(type), bytes = block_bytes(type);
     for (int64_t r = 0; r < R; r++)
-        for (int64_t i = 0; i < K / per; i++) dequantize_block(type, w + ids[r] * row_bytes + i * bytes, out + r * K + i * per);
+        for (int64_t i = 0; i < K / per; i++)
+            dequantize_block(type, w + ids[r] * row_bytes + i * bytes, out + r * K + i * per);
     return 0;
 }
 
