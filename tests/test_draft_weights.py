@@ -35,14 +35,16 @@ def test_the_rule_requantizes_on_the_integer_path_unless_told():
 
 
 def edge_blocks(qtype: int, raw: np.ndarray) -> np.ndarray:
-    """`raw` with its first blocks made the quantizer's edge cases: all ±0 under a negative scale (whose Q4_0 scale
-    is then −0 or +0 by the first value), two largest magnitudes of opposite signs (the first decides the sign of
-    d), every code the same, and the largest codes."""
+    """`raw` with its first blocks made the quantizer's edge cases: all ±0 under a negative scale and under a
+    positive one (whose Q4_0 scale is then −0 or +0 by the first value), every code the same, every code the
+    format's largest, and two largest magnitudes of opposite signs (the first decides the sign of d)."""
     size = BLOCK[qtype][1]
     blocks = raw.reshape(raw.shape[0], -1, size)
     negative = np.array([-0.01], dtype=np.float16).view(np.uint8)
-    middle = 16 if qtype == Q5_0 else 0  # the code of the value 0
-    for index, codes in enumerate([[middle] * 32, [middle] * 32, [3] * 32, [31] * 32]):
+    middle, largest = (16, 31) if qtype == Q5_0 else (0, 127)  # the codes of 0 and of the largest value
+    tie = [1, middle, 31] if qtype == Q5_0 else [-100, 5, 100]  # Q5_0: −15 and +15
+    cases = [[middle] * 32, [middle] * 32, [3] * 32, [largest] * 32, tie + [middle + 1] * 29]
+    for index, codes in enumerate(cases):
         block = blocks[0, index]
         block[:2] = negative if index != 1 else np.array([0.02], dtype=np.float16).view(np.uint8)
         if qtype == Q8_0:
@@ -51,9 +53,6 @@ def edge_blocks(qtype: int, raw: np.ndarray) -> np.ndarray:
             high = sum(((c >> 4) & 1) << v for v, c in enumerate(codes))  # value v's fifth bit: bit v
             block[2:6] = np.array([high], dtype=np.uint32).view(np.uint8)
             block[6:] = [(codes[l] & 15) | ((codes[l + 16] & 15) << 4) for l in range(16)]
-    first = blocks[0, 4]  # the largest magnitude twice, with opposite signs: −max first
-    if qtype == Q8_0:
-        first[2:] = np.array([-100, 5, 100] + [1] * 29, dtype=np.int8).view(np.uint8)
     return blocks.reshape(raw.shape)
 
 
