@@ -563,3 +563,41 @@ def test_a_probe_waits_until_the_drafts_catch_up_is_affordable():
     assert loss > 1.8 and ctl.probe_loss(1, 1, ctl.rate(0)) < PROBE_SHARE * 16 * STEP
     assert first_probe(90) == math.ceil(loss / (PROBE_SHARE * STEP))
     assert first_probe(90, measured=False) == 16
+
+
+# A Zen 4's start-up profiles (ms; the gguf-q8 target and its Q4_0 draft) and the target's passes in the service an
+# hour later, as a traced benchmark run measured them: the host's bandwidth had fallen, so the one-token pass
+# slowed by a quarter and the verify of 3 tokens, bound by arithmetic, hardly at all.
+ZEN4_TARGET = CostProfile(tuple(ms / 1e3 for ms in (25.2, 32.4, 40.0, 46.7, 53.5, 66.0, 76.1, 83.8, 89.1)))
+ZEN4_DRAFT = CostProfile(tuple(ms / 1e3 for ms in (9.6, 10.2, 12.6, 15.0, 17.3, 22.8, 25.6, 27.4, 30.1)))
+IN_SERVICE = {1: 31.9e-3, 2: 36.1e-3, 3: 41.0e-3}  # target pass of S tokens
+DRAFT_STEP, HOP = 9.6e-3, 1e-3
+
+
+def drifted_round(gamma: int) -> RoundRecord:
+    """A round of γ ≤ 2 at the in-service costs: a verify of γ + 1 tokens, γ draft passes at the profile's cost."""
+    draft = gamma * DRAFT_STEP
+    return timing(gamma, gamma, draft + HOP if gamma else 0.0, draft, IN_SERVICE[gamma + 1] + HOP,
+                  IN_SERVICE[gamma + 1], target_load=PassLoad(tokens=gamma + 1), draft_load=PassLoad(tokens=1))
+
+
+def test_a_drifting_host_is_priced_per_pass_size():
+    """After target-only rounds and rounds of γ = 1 and 2 (as adaptive decoding mixes them), every size the target
+    ran is priced at what it cost. One scale for every size cannot fit both a one-token pass that slowed 1.27× and
+    a verify of 3 that slowed 1.03×: it priced the verify 8% high and the target-only step 12% low, and chose
+    target-only at α 0.6 and γ = 1 at α 0.83, where γ = 1 and γ = 2 were 1.10× and 1.08× faster."""
+    for alpha in (0.6, 0.83):
+        ctl = GammaController(8, ZEN4_TARGET, ZEN4_DRAFT)
+        for _ in range(6):
+            for gamma in (0, 1, 2):
+                ctl.observe(drifted_round(gamma))
+        pin_alpha(ctl, alpha)
+        for gamma in (0, 1, 2):
+            assert ctl.verify_time(gamma) == pytest.approx(IN_SERVICE[gamma + 1], rel=1e-3)
+        one_scale = ctl.target_scale.value
+        assert max(abs(one_scale * ZEN4_TARGET.forward_s(s) / IN_SERVICE[s] - 1) for s in (1, 3)) > 0.1
+        truth = {gamma: expected_tokens(alpha, gamma) / (IN_SERVICE[gamma + 1] + HOP + (HOP if gamma else 0.0)
+                                                        + gamma * DRAFT_STEP) for gamma in (0, 1, 2)}
+        best = max(truth, key=truth.get)
+        assert best > 0 and truth[best] > 1.07 * truth[0]
+        assert ctl.choose(max_useful=2) == best

@@ -9,7 +9,9 @@ The controller picks γ* = argmax over γ ∈ {0..γ_max} of E(γ)/T(γ), every 
 P_t(S) and P_d(S) are the services' start-up cost profiles (`specdec.planning.cost`): one forward
 of S tokens, measured on their own machine and compute path. So the shape of the verify cost,
 the thing that decides whether speculation pays, is known from the first round. What is learned
-online: α, one scale per service (s ≈ 1; it follows drift), the network time of each hop (wall
+online: α, a scale per service (s ≈ 1; it follows drift), the target's also per pass size once that size
+was measured (`SizeScales`: a CPU's one-token pass slows with the host's bandwidth, a verify's arithmetic
+does not, so drift changes the curve's shape), the network time of each hop (wall
 time minus the compute time the service reports), and the load each service reports every round:
 its live sessions n and the sessions that shared the pass, a share f of n (the batch fill). The load
 is the services' own state: the sessions of one `SharedPrior` share one estimate of it.
@@ -55,7 +57,8 @@ a CPU a draft model that has not drafted for a while is far behind (at AVX2, a p
 from __future__ import annotations
 
 from specdec.core.rounds import MAX_EXTRA_STEPS, AcceptanceEstimate, RoundRecord
-from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost
+from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost, pass_rows
+from specdec.planning.estimates import Ewma, SizeScales
 
 GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
 # The most rounds a draft's catch-up is spread over (`catch_up_rate`). Over 8, a ~50-token prompt's prefill
@@ -64,31 +67,6 @@ GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configure
 CATCH_UP_ROUNDS = 32
 # The most of the target-only time since the last probe that the next one may lose (`GammaController.choose`).
 PROBE_SHARE = 1 / 32
-
-
-class Ewma:
-    """Exponentially weighted mean. A `provisional` initial value (a prior) gives way to the first sample."""
-
-    def __init__(self, weight: float = 0.2, initial: float | None = None, provisional: bool = False):
-        self.weight = weight
-        self.value = initial
-        self.provisional = provisional
-        self.floor = float("-inf")  # samples below it count as it (`LoadEstimates`: the live sessions it knows of)
-
-    def update(self, sample: float, share: float = 1.0) -> float:
-        """Move toward `sample` by the weight, times `share` (a sample worth less than a whole one)."""
-        sample = max(sample, self.floor)
-        if self.value is None or self.provisional:
-            self.value, self.provisional = sample, False
-        else:
-            weight = self.weight * share
-            self.value = (1 - weight) * self.value + weight * sample
-        return self.value
-
-    def seed(self, value: float | None) -> None:
-        """Start from `value` (a prior) until the first sample replaces it."""
-        if value is not None:
-            self.value, self.provisional = value, True
 
 
 def update_fill(fill: Ewma, sample: float) -> None:
@@ -121,7 +99,8 @@ class GammaController:
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
         self.alpha_from_prior = False  # α's prior was measured by earlier sessions (`SharedPrior`), not guessed
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
-        self.target_scale = Ewma(0.3, 1.0, provisional=True)  # measured / profiled target compute
+        self.target_scale = Ewma(0.3, 1.0, provisional=True)  # measured / profiled target compute, every size …
+        self.target_sizes = SizeScales(0.3)  # … and per pass size, which prices passes once measured
         self.draft_scale = Ewma(0.3, 1.0, provisional=True)
         # Network time is measured every round with little noise: follow it quickly.
         self.rtt_draft = Ewma(0.5)
@@ -160,9 +139,11 @@ class GammaController:
         steps_s = (record.target_passes - 1) * self.target_cost.forward_s(1)  # one token each
         target_s = record.target_compute_s / (self.target_cost.forward_s(pass_tokens) + steps_s)
         if record.overlapped:  # a verify beside the draft's next branch: its slowdown, not drift
-            self.contention_target.update(max(target_s / self.target_scale.value, 1.0))
+            self.contention_target.update(max(target_s / self.target_scale_at(pass_tokens), 1.0))
         else:
             self.target_scale.update(target_s)
+            if record.target_passes == 1 or pass_tokens == 1:  # passes of one size
+                self.target_sizes.update(round(pass_tokens), target_s)
         self.observe_sessions(record)
         fill = self.target_fill_drafting if record.drafted > 0 else self.target_fill_plain
         update_fill(fill, batch_fill(target.rows, target.sessions))
@@ -195,10 +176,16 @@ class GammaController:
             self.guesses.observe(1, int(guessed))
 
     # -- the cost model ------------------------------------------------------------------------
+    def target_scale_at(self, tokens: float) -> float:
+        """s_t for a target pass of `tokens` new tokens: its size's, once any size was measured."""
+        return self.target_sizes.at(tokens, self.target_scale.value)
+
     def verify_time(self, gamma: int) -> float:
         """t_v(γ): the target passes that verify γ drafts of every live session that does alike."""
         fill = self.target_fill_drafting if gamma > 0 else self.target_fill_plain
-        return self.target_scale.value * pass_cost(self.target_cost, self.target_sessions.value, fill.value, gamma + 1)
+        sessions = self.target_sessions.value
+        scale = self.target_scale_at(pass_rows(sessions, fill.value) * (gamma + 1))
+        return scale * pass_cost(self.target_cost, sessions, fill.value, gamma + 1)
 
     def draft_step(self) -> float:
         """One draft step: a pass of one token per drafting session (0 without a draft profile)."""
@@ -208,7 +195,8 @@ class GammaController:
 
     def target_time(self, tokens: int) -> float:
         """Expected target compute for `tokens` new tokens (a prefill included) in a loaded pass."""
-        return self.target_scale.value * self.target_cost.upper_bound_s(round(self.target_sessions.value * tokens))
+        tokens = round(self.target_sessions.value * tokens)
+        return self.target_scale_at(tokens) * self.target_cost.upper_bound_s(tokens)
 
     def draft_time(self, fed: int, gamma: int) -> float:
         """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes."""

@@ -76,7 +76,12 @@ def batch_fill(rows: float, sessions: int) -> float:
     return min(max(rows, 1.0) / max(sessions, 1), 1.0)
 
 
+def pass_rows(sessions: float, fill: float | None) -> float:
+    """f·n: the sessions in one pass (at least one; f unmeasured counts as 1)."""
+    return max(sessions * (1.0 if fill is None else fill), 1.0)
+
+
 def pass_cost(profile: CostProfile, sessions: float, fill: float | None, tokens: float) -> float:
     """C(k) = P(f·n·k)/f: the passes that give each of n sessions k tokens, a share f of them per pass."""
-    rows = max(sessions * (1.0 if fill is None else fill), 1.0)
+    rows = pass_rows(sessions, fill)
     return sessions / rows * profile.forward_s(rows * tokens)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 
 from specdec.core.rounds import AcceptanceEstimate
-from specdec.planning.controller import Ewma, GammaController
+from specdec.planning.controller import GammaController
 from specdec.planning.cost import CostProfile
+from specdec.planning.estimates import Ewma, SizeScales
 
 # Tokens a session must have measured for its α to move the prior by a whole step; one that measured fewer (a
 # probe of one token) moves it by their share. Ignored outright, as they were, a session's probe left the next
@@ -76,6 +77,7 @@ class SharedPrior:
         this one's sessions share (their draft side stays their own)."""
         self.gamma_max = gamma_max
         self._learned = {name: Ewma(weight) for name in GammaController.LEARNED}
+        self._target_sizes = SizeScales(weight)
         fresh = GammaController.fresh_load()
         target = {name: estimate for name, estimate in fresh.items() if name.startswith("target_")}
         self._target_load = target_load_of._target_load if target_load_of is not None else \
@@ -98,6 +100,7 @@ class SharedPrior:
             # so that a value measured once in a slow minute cannot pin later sessions.
             for name, shared in self._learned.items():
                 getattr(controller, name).seed(shared.value)
+            controller.target_sizes.seed(self._target_sizes)
             alpha = self._alpha.value
             if self._probe_interval is not None:
                 controller.probe_interval = self._probe_interval
@@ -115,6 +118,7 @@ class SharedPrior:
                 learned = getattr(controller, name)
                 if learned.value is not None and not learned.provisional:
                     shared.update(learned.value)
+            self._target_sizes.absorb(controller.target_sizes)
             observed = controller.acceptance.observed
             if observed:  # a session that measured a token or two (a probe) moves it that much less
                 self._alpha.update(controller.acceptance.alpha, share=min(observed / ALPHA_TOKENS, 1.0))
@@ -124,7 +128,7 @@ class SharedPrior:
         """The prior as plain data (JSON-ready), to share between orchestrators."""
         with self._lock:
             return {"learned": {name: e.value for name, e in (self._learned | self._load).items()},
-                    "alpha": self._alpha.value}
+                    "target_sizes": self._target_sizes.snapshot(), "alpha": self._alpha.value}
 
     def load(self, snapshot: dict) -> None:
         """Adopt a snapshot (another orchestrator's latest view of the same model pair)."""
@@ -136,6 +140,7 @@ class SharedPrior:
                     shared = self._load[name]
                     if shared.provisional or shared.value is None:  # until this orchestrator's sessions measure it
                         shared.seed(float(value))
+            self._target_sizes.load(snapshot.get("target_sizes") or {})
             if snapshot.get("alpha") is not None:
                 self._alpha.value = float(snapshot["alpha"])
 

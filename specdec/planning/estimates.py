@@ -1,0 +1,90 @@
+"""The running estimates the γ controller learns from rounds: an exponentially weighted mean, and a
+service's cost scale per pass size."""
+
+from __future__ import annotations
+
+import bisect
+
+
+class Ewma:
+    """Exponentially weighted mean. A `provisional` initial value (a prior) gives way to the first sample."""
+
+    def __init__(self, weight: float = 0.2, initial: float | None = None, provisional: bool = False):
+        self.weight = weight
+        self.value = initial
+        self.provisional = provisional
+        self.floor = float("-inf")  # samples below it count as it (`LoadEstimates`: the live sessions it knows of)
+
+    def update(self, sample: float, share: float = 1.0) -> float:
+        """Move toward `sample` by the weight, times `share` (a sample worth less than a whole one)."""
+        sample = max(sample, self.floor)
+        if self.value is None or self.provisional:
+            self.value, self.provisional = sample, False
+        else:
+            weight = self.weight * share
+            self.value = (1 - weight) * self.value + weight * sample
+        return self.value
+
+    def seed(self, value: float | None) -> None:
+        """Start from `value` (a prior) until the first sample replaces it."""
+        if value is not None:
+            self.value, self.provisional = value, True
+
+
+class SizeScales:
+    """Measured over profiled compute of one service's passes, learned per pass size (new tokens in the pass).
+
+    One scale for every size cannot follow a CPU host whose memory bandwidth drifts: a pass of one token is
+    bound by reading the weights, a pass of several by arithmetic, so when the bandwidth falls the first slows
+    and the others hardly do. Measured on a Zen 4 whose start-up profile said 25.2 / 32.4 / 40.0 ms for 1 / 2 /
+    3 tokens: 31.9 / 36.1 / 41.0 ms in the service an hour later, scales 1.27 / 1.11 / 1.03. One scale learned
+    from rounds of both kinds priced target-only steps low after verifies and verifies high after target-only
+    steps, and either way speculation looked worse than it was. A size never measured takes the scales of the
+    sizes measured around it (linear in between, the nearest one past either end); with none measured, the
+    caller's default (the one scale of every size)."""
+
+    def __init__(self, weight: float = 0.3):
+        self.weight = weight
+        self.sizes: dict[int, Ewma] = {}
+
+    def update(self, tokens: int, sample: float) -> None:
+        """One pass of `tokens` new tokens took `sample` times its profiled time."""
+        self._at(tokens).update(sample)
+
+    def at(self, tokens: float, default: float) -> float:
+        """The scale of a pass of `tokens` new tokens (`default` until some size is measured or seeded)."""
+        known = sorted((size, e.value) for size, e in self.sizes.items() if e.value is not None)
+        if not known:
+            return default
+        sizes = [size for size, _ in known]
+        at = bisect.bisect_left(sizes, tokens)
+        if at < len(known) and sizes[at] == tokens:
+            return known[at][1]
+        if at == 0 or at == len(known):
+            return known[min(at, len(known) - 1)][1]
+        (lo, low), (hi, high) = known[at - 1], known[at]
+        return low + (high - low) * (tokens - lo) / (hi - lo)
+
+    def seed(self, prior: SizeScales) -> None:
+        """Start from `prior`'s scales, each until this one's first sample of that size replaces it."""
+        for size, estimate in prior.sizes.items():
+            self._at(size).seed(estimate.value)
+
+    def absorb(self, learned: SizeScales) -> None:
+        """Fold in what `learned` measured (its samples' averages, not its seeds)."""
+        for size, estimate in learned.sizes.items():
+            if estimate.value is not None and not estimate.provisional:
+                self._at(size).update(estimate.value)
+
+    def snapshot(self) -> dict[str, float]:
+        """The scales as plain data (JSON-ready: string keys)."""
+        return {str(size): e.value for size, e in sorted(self.sizes.items()) if e.value is not None}
+
+    def load(self, snapshot: dict) -> None:
+        """Adopt a snapshot's scales (another orchestrator's view of the same service)."""
+        for size, value in snapshot.items():
+            if value is not None:
+                self._at(int(size)).value = float(value)
+
+    def _at(self, tokens: int) -> Ewma:
+        return self.sizes.setdefault(int(tokens), Ewma(self.weight))

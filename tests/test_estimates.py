@@ -1,0 +1,63 @@
+"""The controller's running estimates: the per-size cost scales, and how sessions hand them on."""
+
+import json
+
+import pytest
+
+from specdec.core.rounds import PassLoad, RoundRecord
+from specdec.planning.cost import CostProfile
+from specdec.planning.estimates import SizeScales
+from specdec.planning.prior import SharedPrior
+
+PROFILE = CostProfile((0.10, 0.12, 0.14, 0.16, 0.18))
+
+
+def test_a_size_never_measured_takes_the_scales_around_it():
+    scales = SizeScales()
+    assert scales.at(3, default=1.4) == 1.4, "nothing measured: the one scale of every size"
+    scales.update(1, 1.3)
+    assert scales.at(1, 1.0) == scales.at(5, 1.0) == 1.3, "one size measured: every size takes it"
+    scales.update(5, 1.1)
+    assert scales.at(3, 1.0) == pytest.approx(1.2) and scales.at(2, 1.0) == pytest.approx(1.25)
+    assert scales.at(9, 1.0) == 1.1 and scales.at(0.5, 1.0) == 1.3, "past either end: the nearest size's"
+    scales.update(5, 1.0)
+    assert scales.at(5, 1.0) == pytest.approx(0.7 * 1.1 + 0.3 * 1.0), "each size an average of its own samples"
+
+
+def test_a_seed_holds_until_the_first_sample_of_its_size():
+    prior = SizeScales()
+    prior.update(1, 1.3)
+    prior.update(3, 1.05)
+    scales = SizeScales()
+    scales.seed(prior)
+    assert scales.at(1, 1.0) == 1.3 and scales.at(2, 1.0) == pytest.approx(1.175)
+    scales.update(1, 1.1)
+    assert scales.at(1, 1.0) == 1.1, "a first sample replaces the seed"
+    folded = SizeScales()
+    folded.absorb(scales)
+    assert folded.snapshot() == {"1": 1.1}, "a seed is no measurement: only measured sizes fold back"
+
+
+def round_at(tokens: int, seconds: float) -> RoundRecord:
+    return RoundRecord(gamma=tokens - 1, drafted=tokens - 1, accepted=tokens - 1, emitted=tokens, wall_s=seconds,
+                       target_wall_s=seconds, target_compute_s=seconds, target_load=PassLoad(tokens=tokens))
+
+
+def test_sessions_hand_their_per_size_scales_on_and_orchestrators_share_them():
+    """A finished session's per-size scales seed the next session's, through `SharedPrior` and through the
+    snapshot another orchestrator adopts (JSON, as Redis keeps it); a seed gives way to the session's first
+    sample of that size."""
+    prior = SharedPrior(gamma_max=4)
+    first = prior.new_controller(PROFILE)
+    for _ in range(4):
+        first.observe(round_at(1, 0.13))  # target-only: 1.3× the profile
+        first.observe(round_at(3, 0.147))  # a verify of 3: 1.05×
+    prior.absorb(first)
+    second = prior.new_controller(PROFILE)
+    assert second.verify_time(0) == pytest.approx(0.13) and second.verify_time(2) == pytest.approx(0.147)
+    assert second.verify_time(1) == pytest.approx(0.12 * 1.175), "between measured sizes: interpolated"
+    other = SharedPrior(gamma_max=4)
+    other.load(json.loads(json.dumps(prior.snapshot())))
+    assert other.new_controller(PROFILE).verify_time(0) == pytest.approx(0.13)
+    second.observe(round_at(1, 0.11))
+    assert second.verify_time(0) == pytest.approx(0.11) and second.verify_time(2) == pytest.approx(0.147)
