@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -18,6 +19,11 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
             vocab: int | None = None) -> CostProfile:
     """Time forwards after a PROFILE_CONTEXT-token prefix; best of `repeats` per size.
 
+    The passes run on a thread of their own, as a service's passes run on its step batcher's: from a process's
+    initial thread the C kernels split their work on libgomp, from any other on their own pool
+    (`csrc/workers.c`), and the two differ. Measured on the start-up thread, a Zen 4's target profile said
+    26.5–36.2 ms for one token and 1.26–1.41× that for 3, where the pool that serves took 25.2–25.8 ms and 1.59×.
+
     Sizes are 1..max_tokens (one session's verify) and doubling up to `batch_tokens` (a shared pass:
     sessions of max_tokens tokens each, as the batcher forms it). They are interleaved within each
     repeat, so slow drift of the machine affects them alike. The shared-pass sizes are compute-bound
@@ -29,6 +35,11 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
     on a 2 ms step, measured beside two busy loops) would otherwise price a target-only step above a
     verify of several tokens, and speculation with a useless draft would look cheaper than decoding.
     """
+    with ThreadPoolExecutor(1, thread_name_prefix="profile") as thread:
+        return thread.submit(_measure, runner, max_tokens, batch_tokens, repeats, vocab).result()
+
+
+def _measure(runner: ModelRunner, max_tokens: int, batch_tokens: int, repeats: int, vocab: int | None) -> CostProfile:
     sizes = batch_sizes(max_tokens, batch_tokens)
     began = time.perf_counter()
     bench = PassTimer(runner, max_tokens, sizes[-1], vocab)

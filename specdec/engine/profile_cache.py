@@ -26,7 +26,9 @@ from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # 2: each size capped by the larger ones' (`measure.monotone`); older entries are measured again
+# 2: each size capped by the larger ones' (`measure.monotone`); 3: timed off the initial thread, as served. Older
+# entries are measured again.
+FORMAT = 3
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".json")
 
 
