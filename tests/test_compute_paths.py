@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -200,8 +201,10 @@ def test_cost_profile_measures_every_size(monkeypatch):
     clock = [0.0]
     timed: dict[int, list[float]] = {}
     rng = torch.Generator().manual_seed(3)
+    threads = set()
 
     def forward(steps):
+        threads.add(threading.get_ident())
         size, before = sum(len(s.tokens) for s in steps), {s.cache.length for s in steps}
         out = real_forward(steps)
         if before == {0}:  # a prefix
@@ -221,6 +224,7 @@ def test_cost_profile_measures_every_size(monkeypatch):
     assert profile.tokens == (1, 2, 3, 4, 8, 16)
     assert [len(timed[s]) for s in profile.tokens] == [3, 3, 3, 3, 2, 2], "repeats, plus one warm-up each"
     assert profile.seconds == pytest.approx([min(timed[s]) for s in profile.tokens], rel=1e-9)
+    assert threading.main_thread().ident not in threads, "timed where a service's passes run, off the initial thread"
     monkeypatch.undo()
     unpatched = measure(runner(), max_tokens=4, repeats=1)
     assert unpatched.tokens == (1, 2, 3, 4) and all(s > 0 for s in unpatched.seconds)

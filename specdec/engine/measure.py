@@ -6,6 +6,7 @@ import gc
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
 
 import torch
 
@@ -13,16 +14,14 @@ from specdec.engine.runner import ModelRunner, Step
 from specdec.planning.cost import PROFILE_CONTEXT, CostProfile, batch_sizes
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats: int = 3,
             vocab: int | None = None) -> CostProfile:
     """Time forwards after a PROFILE_CONTEXT-token prefix; best of `repeats` per size.
 
-    The passes run on a thread of their own, as a service's passes run on its step batcher's: from a process's
-    initial thread the C kernels split their work on libgomp, from any other on their own pool
-    (`csrc/workers.c`), and the two differ. Measured on the start-up thread, a Zen 4's target profile said
-    26.5–36.2 ms for one token and 1.26–1.41× that for 3, where the pool that serves took 25.2–25.8 ms and 1.59×.
+    The passes run on a thread of their own, as a service's do (`off_the_initial_thread`).
 
     Sizes are 1..max_tokens (one session's verify) and doubling up to `batch_tokens` (a shared pass:
     sessions of max_tokens tokens each, as the batcher forms it). They are interleaved within each
@@ -35,8 +34,17 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
     on a 2 ms step, measured beside two busy loops) would otherwise price a target-only step above a
     verify of several tokens, and speculation with a useless draft would look cheaper than decoding.
     """
-    with ThreadPoolExecutor(1, thread_name_prefix="profile") as thread:
-        return thread.submit(_measure, runner, max_tokens, batch_tokens, repeats, vocab).result()
+    return off_the_initial_thread(_measure, runner, max_tokens, batch_tokens, repeats, vocab)
+
+
+def off_the_initial_thread(fn: Callable[..., T], *args) -> T:
+    """fn(*args) on a thread of its own, as a service's passes run on its step batcher's thread. From a process's
+    initial thread the C kernels split their work on libgomp, from any other on their own pool (`csrc/workers.c`),
+    and the two differ: on a Zen 4 the start-up thread's target profile said 26.5–36.2 ms for one token and
+    1.26–1.41× that for 3, where the pool that serves took 25.2–25.8 ms and 1.59×. So the start-up profile and
+    the in-process baselines of `specdec bench` run where the services' passes run."""
+    with ThreadPoolExecutor(1, thread_name_prefix="passes") as thread:
+        return thread.submit(fn, *args).result()
 
 
 def _measure(runner: ModelRunner, max_tokens: int, batch_tokens: int, repeats: int, vocab: int | None) -> CostProfile:

@@ -24,6 +24,13 @@ def hf_baseline(spec: str, device, path: str, kernel: str):
     return swap_linears(model, path, kernel)
 
 
+def greedy_generate(model: nn.Module, ids: torch.Tensor, **kwargs) -> torch.Tensor:
+    """Greedy `model.generate(ids, **kwargs)` without autograd (which is per thread: a baseline runs on a thread of
+    its own, `specdec.engine.measure.off_the_initial_thread`, as the services' passes do)."""
+    with torch.inference_mode():
+        return model.generate(ids, do_sample=False, **kwargs)
+
+
 def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Module:
     """Replace every `nn.Linear` of a Hugging Face model by the kernel `path` uses, in place.
 

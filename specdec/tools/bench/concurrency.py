@@ -22,7 +22,8 @@ from specdec import weights
 from specdec.cli.client import make_request
 from specdec.runtime.security import open_channel
 from specdec.runtime.server import CHANNEL_OPTIONS
-from specdec.tools.bench.baseline import hf_baseline
+from specdec.engine.measure import off_the_initial_thread
+from specdec.tools.bench.baseline import greedy_generate, hf_baseline
 from specdec.tools.bench.speed import load_prompts, save_rows, service_infos, warm_up
 
 
@@ -122,13 +123,11 @@ class HFBatched:
         self.model = hf_baseline(args.target_model, self.device, path, kernel)
 
     def __call__(self, prompts: list[str], n: int) -> Level:
-        import torch
-
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         batch = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
         began = time.perf_counter()
-        with torch.inference_mode():
-            out = self.model.generate(**batch, do_sample=False, max_new_tokens=n, pad_token_id=pad)
+        out = off_the_initial_thread(greedy_generate, self.model, batch.input_ids, attention_mask=batch.attention_mask,
+                                     max_new_tokens=n, pad_token_id=pad)
         seconds = time.perf_counter() - began
         generated = out[:, batch.input_ids.shape[1]:]
         tokens = int((generated != pad).sum())

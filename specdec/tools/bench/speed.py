@@ -24,7 +24,8 @@ from specdec import weights
 from specdec.cli.client import generate, make_request
 from specdec.core.rounds import AcceptanceEstimate, overhead_s
 from specdec.runtime.wire import cost_profile_from_pb
-from specdec.tools.bench.baseline import hf_baseline
+from specdec.engine.measure import off_the_initial_thread
+from specdec.tools.bench.baseline import greedy_generate, hf_baseline
 from specdec.tools.bench.theory import profile_speedup, theorem_speedup
 from specdec.tools.bench.tracing import tracing_cost_us
 
@@ -109,12 +110,9 @@ class HFAssisted:
         self.draft = hf_baseline(args.draft_model, self.device, path, kernel)
 
     def __call__(self, prompt: str, n: int) -> list[int]:
-        import torch
-
         ids = self.tokenizer(prompt, return_tensors="pt").input_ids.to(self.device)
-        with torch.inference_mode():
-            out = self.target.generate(ids, assistant_model=self.draft, do_sample=False, max_new_tokens=n,
-                                       pad_token_id=self.tokenizer.eos_token_id)
+        out = off_the_initial_thread(greedy_generate, self.target, ids, assistant_model=self.draft, max_new_tokens=n,
+                                     pad_token_id=self.tokenizer.eos_token_id)
         return out[0, ids.shape[1]:].tolist()
 
 

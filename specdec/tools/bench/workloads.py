@@ -23,7 +23,8 @@ from tqdm import tqdm
 
 from specdec import weights
 from specdec.cli.client import generate, make_request
-from specdec.tools.bench.baseline import hf_baseline
+from specdec.engine.measure import off_the_initial_thread
+from specdec.tools.bench.baseline import greedy_generate, hf_baseline
 from specdec.tools.bench.speed import ConfigResult, save_rows, service_infos, warm_up
 
 CONFIGS = (("target-only", 0, "model", "off"), ("model", None, "model", "off"), ("ngram", None, "ngram", "off"),
@@ -48,9 +49,8 @@ class HFPromptLookup:
         import torch
 
         prompt = torch.tensor([ids], device=self.device)
-        with torch.inference_mode():
-            out = self.target.generate(prompt, prompt_lookup_num_tokens=HF_LOOKUP_TOKENS, do_sample=False,
-                                       max_new_tokens=n, pad_token_id=pad)
+        out = off_the_initial_thread(greedy_generate, self.target, prompt, prompt_lookup_num_tokens=HF_LOOKUP_TOKENS,
+                                     max_new_tokens=n, pad_token_id=pad)
         return out[0, len(ids):].tolist()
 
 
