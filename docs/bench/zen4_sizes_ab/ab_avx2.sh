@@ -1,11 +1,3 @@
-# Forced AVX2 (SPECDEC_CPU_ISA=avx2): beea14a against the new commits, alternating fresh bench runs:
-# SPECDEC_CPU_ISA=avx2 OLD=<a `git archive beea14a` tree> OUT=<folder> bash ab_avx2.sh
-OUT=${OUT:-/tmp}
-cd /tmp
-run() { # $1 name $2 pythonpath
-  PYTHONPATH=$2 /work/main/.venv/bin/python -c "import sys; from specdec.cli.main import main; sys.argv[0]='specdec'; sys.exit(main())" bench --gammas "" --no-hf --output "$OUT"/ab_$1.json > "$OUT"/ab_$1.log 2>&1 || echo "fail $1"
-  python3 -c "
-import json; d=json.load(open('"$OUT"/ab_$1.json')); r={x['config']:x for x in d['rows']}
-print('$1', r['target-only']['tokens_per_s'], r['adaptive']['tokens_per_s'], round(r['adaptive']['tokens_per_s']/r['target-only']['tokens_per_s'],3), r['adaptive']['alpha'], r['adaptive']['identical_to_target_only'], d['adaptive_gammas'])"
-}
-for i in 1 2 3; do run old_avx2_$i "$OLD"; run new_avx2_$i /work/main; done
+# Forced AVX2: beea14a against the new commits, three alternating fresh bench runs each (ab.sh, named old_avx2_N):
+# OLD=<a `git archive beea14a` tree> OUT=<folder> bash ab_avx2.sh
+SPECDEC_CPU_ISA=avx2 RUNS=3 TAG=_avx2 exec bash "$(dirname "$(readlink -f "$0")")/ab.sh"
