@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from test_controller import timing
 
 from specdec.core.rounds import PassLoad, RoundRecord
 from specdec.planning.cost import CostProfile
@@ -39,8 +40,8 @@ def test_a_seed_holds_until_the_first_sample_of_its_size():
 
 
 def round_at(tokens: int, seconds: float) -> RoundRecord:
-    return RoundRecord(gamma=tokens - 1, drafted=tokens - 1, accepted=tokens - 1, emitted=tokens, wall_s=seconds,
-                       target_wall_s=seconds, target_compute_s=seconds, target_load=PassLoad(tokens=tokens))
+    """A round whose one target pass of `tokens` tokens took `seconds` (every draft accepted; no draft time)."""
+    return timing(tokens - 1, tokens - 1, 0.0, 0.0, seconds, seconds, target_load=PassLoad(tokens=tokens))
 
 
 def test_sessions_hand_their_per_size_scales_on_and_orchestrators_share_them():
