@@ -165,6 +165,19 @@ def test_early_stop_threshold_rises_with_draft_cost():
     assert GammaController(4, flat()).confidence_threshold() == 0.0, "no draft, no threshold"
 
 
+def test_a_wait_behind_other_sessions_passes_is_load_not_speed():
+    """A step that waited for its pass to begin (behind a burst's prefills) ran at the profile's speed: the wait is
+    load, priced by the sessions and batch fill, not a slower device. Read as speed, it taught a scale of 33 for
+    one-token passes, which later sessions were handed."""
+    ctl = controller(0.8, 0.005)
+    waited = PassLoad(sessions=8, rows=1.0, tokens=1.0, forward_s=STEP, wait_s=32 * STEP)
+    ctl.observe(timing(0, 0, 0.0, 0.0, 33.1 * STEP, 33.05 * STEP, target_load=waited))
+    assert ctl.target_scale_at(1) == pytest.approx(1.05), "its pass and its own work (0.05 of a step), not its wait"
+    drafting = PassLoad(sessions=1, rows=1.0, tokens=1.0, forward_s=3 * 0.005, wait_s=0.05)
+    ctl.observe(timing(3, 3, 0.07, 0.065, STEP, STEP, draft_load=drafting))
+    assert ctl.draft_scale.value == pytest.approx(1.0)
+
+
 def test_shared_prior_hands_learned_costs_and_alpha_to_new_sessions():
     prior = SharedPrior(gamma_max=8)
     fresh = prior.new_controller(flat(), flat(0.01))

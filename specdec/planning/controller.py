@@ -56,7 +56,7 @@ a CPU a draft model that has not drafted for a while is far behind (at AVX2, a p
 
 from __future__ import annotations
 
-from specdec.core.rounds import MAX_EXTRA_STEPS, AcceptanceEstimate, RoundRecord
+from specdec.core.rounds import MAX_EXTRA_STEPS, AcceptanceEstimate, PassLoad, RoundRecord
 from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost, pass_rows
 from specdec.planning.estimates import Ewma, SizeScales
 
@@ -79,6 +79,16 @@ def update_fill(fill: Ewma, sample: float) -> None:
     if (fill.provisional or fill.value is None) and sample < current:
         fill.value, fill.provisional = current, False
     fill.update(sample)
+
+
+def busy_time(load: PassLoad, compute_s: float) -> float:
+    """What a service's scale is learned from: the compute time it reports for a round less the round's wait
+    for its passes to begin (its passes and its own work around them). The wait is load, which n and f price
+    (`pass_cost`): read as the device's speed, a one-token step that waited 0.94 s behind a burst's prefills
+    taught a scale of 33 for one-token passes (7.7 once averaged), which later sessions were handed: 8 users
+    drafted in a burst's first rounds, at 0.89-0.93x batched target-only (0.97-1.00x, no drafted round, without
+    the wait; docs/PERFORMANCE.md)."""
+    return max(compute_s - load.wait_s, load.forward_s)
 
 
 class GammaController:
@@ -137,7 +147,7 @@ class GammaController:
         self.rtt_target.update(record.rtt_target_s)
         pass_tokens = target.tokens or record.drafted + 1
         steps_s = (record.target_passes - 1) * self.target_cost.forward_s(1)  # one token each
-        target_s = record.target_compute_s / (self.target_cost.forward_s(pass_tokens) + steps_s)
+        target_s = busy_time(target, record.target_compute_s) / (self.target_cost.forward_s(pass_tokens) + steps_s)
         if record.overlapped:  # a verify beside the draft's next branch: its slowdown, not drift
             self.contention_target.update(max(target_s / self.target_scale_at(pass_tokens), 1.0))
         else:
@@ -155,7 +165,7 @@ class GammaController:
             # A prefetched proposal's compute is its branch's, learned in `observe_branch`; a free
             # proposer (a lookup) has no scale to learn.
             if record.draft_steady and not record.prefetched and step > 0:
-                self.draft_scale.update(record.draft_compute_s / (record.drafted * step))
+                self.draft_scale.update(busy_time(draft, record.draft_compute_s) / (record.drafted * step))
             self.rtt_draft.update(record.rtt_draft_s)
             self._rounds_without_draft = 0
         else:
