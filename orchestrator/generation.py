@@ -207,8 +207,9 @@ class Generation:
 
     def _round(self, gamma: int, cap: int, useful: int, remaining: int, committed: list[int],
                span: Span) -> tuple[RoundRecord, VerifyReply, list[int]]:
-        """One round: up to γ tokens proposed (drafted during the last verify, or by the draft model,
-        or by a lookup of at most `cap`), verified by the target in one pass, while the draft drafts
+        """One round: up to γ tokens proposed (drafted during the last verify, or by the draft model, which
+        under adaptive γ drafts on to `cap` while confident: `GammaController.draft_limit`, or by a lookup of
+        at most `cap`), verified by the target in one pass, while the draft drafts
         the next round when overlapping. γ = 0 with a fixed γ of 0 (cap 0) is target-only; a target-only
         round may take several steps on the target (`_sources` says how many). `useful`:
         how many tokens past the committed ones can still be used; `remaining`: how many may still be
@@ -228,7 +229,8 @@ class Generation:
         elif hit is not None:
             proposal, gamma = hit, len(hit.tokens)
         elif model_gamma > 0 and self._draft_usable():
-            proposal = self._propose(model_gamma, committed, span)
+            limit = model_gamma if self.request.gamma is not None else self.controller.draft_limit(model_gamma, cap)
+            proposal = self._propose(limit, committed, span)
         else:
             proposal = NO_DRAFTS
         self._last_drafted = 0 if lookup is not None else len(proposal.tokens)

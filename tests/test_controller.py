@@ -178,6 +178,16 @@ def test_a_wait_behind_other_sessions_passes_is_load_not_speed():
     assert ctl.draft_scale.value == pytest.approx(1.0)
 
 
+def test_a_draft_that_stops_early_may_draft_past_gamma():
+    """Under the early stop, a round of γ > 0 asks the draft for up to the cap: where it stays confident, it drafts
+    on past γ; target-only stays target-only, and without a draft profile (no threshold) γ is the limit."""
+    ctl = controller(0.8, 0.005)
+    assert ctl.draft_limit(2, 8) == 8 and ctl.draft_limit(2, 3) == 3, "up to the cap"
+    assert ctl.draft_limit(0, 8) == 0, "target-only stays target-only"
+    assert ctl.draft_limit(3, 3) == 3
+    assert GammaController(8, flat()).draft_limit(2, 8) == 2, "no threshold, no early stop: γ"
+
+
 def test_shared_prior_hands_learned_costs_and_alpha_to_new_sessions():
     prior = SharedPrior(gamma_max=8)
     fresh = prior.new_controller(flat(), flat(0.01))

@@ -8,11 +8,12 @@ import sys
 
 import grpc
 import pytest
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import TINY_DRAFT, TINY_TARGET, tiny_options
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from specdec.cli.client import generate, make_request
+from specdec.launch.stack import EmbeddedStack
 
 PROMPTS = [dict(prompt="def fibonacci(n):"), dict(prompt="The quick brown fox"),
            dict(prompt_token_ids=[5, 17, 200, 33, 41, 99, 12])]
@@ -31,6 +32,21 @@ def test_greedy_speculative_equals_target_only(stack, prompt):
         if gamma is not None:  # the adaptive policy may rightly decide that drafting does not pay here
             assert 0 < stats["accepted_tokens"] < stats["draft_tokens"], "want both accepted and rejected drafts"
             assert stats["rounds"] < 48
+
+
+def test_a_confident_draft_drafts_past_the_chosen_gamma():
+    """Under adaptive γ the draft model drafts on past the controller's γ while its running confidence pays for
+    the next token (`GammaController.draft_limit`). This draft is sure of every token (its logits scaled, the
+    same argmax), and the target is a larger model, so that drafting pays at the prior α: a round drafts past
+    its γ, and the output is still target-only's."""
+    confident_draft, larger_target = "tiny:seed=0,logit_scale=50", "tiny:seed=1,hidden=128,layers=3"
+    with EmbeddedStack(tiny_options(confident_draft, larger_target)) as running:
+        baseline = generate(running.endpoint, make_request(prompt="def fibonacci(n):", max_new_tokens=48, gamma=0))
+        adaptive = generate(running.endpoint, make_request(prompt="def fibonacci(n):", max_new_tokens=48))
+    assert adaptive.token_ids == baseline.token_ids
+    drafted = [(r.gamma, r.drafted) for r in adaptive.rounds if r.proposer == "model"]
+    assert drafted, "the draft model never drafted"
+    assert any(n > gamma for gamma, n in drafted), f"no round drafted past its γ: {drafted}"
 
 
 def test_seeded_sampling_reproduces(stack):

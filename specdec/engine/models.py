@@ -38,7 +38,7 @@ from specdec.weights.sources import end_of_generation_ids, model_path
 log = logging.getLogger(__name__)
 
 TINY_DEFAULTS = {"seed": 0, "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 260,
-                 "ctx": 512, "perturb": 0.0, "perturb_seed": 1, "gguf": 0, "eos": -1}
+                 "ctx": 512, "perturb": 0.0, "perturb_seed": 1, "gguf": 0, "eos": -1, "logit_scale": 1.0}
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,9 @@ def build_tiny_model(spec: str) -> torch.nn.Module:
             for param in model.parameters():
                 noise = torch.randn(param.shape, generator=gen) * param.std() * o["perturb"]
                 param.add_(noise)
+    if o["logit_scale"] != 1.0:  # sharper (or flatter) distributions, the same argmax: a confident model
+        with torch.no_grad():
+            model.lm_head.weight.mul_(o["logit_scale"])
     if o["gguf"]:
         from specdec.engine.gguf_model import pack_tiny
 
