@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Alternating A/B of two trees of specdec (OLD and NEW: folders holding the package, e.g. `git archive` outputs),
+# a fresh process each run, on one venv. ARGS: the bench's; TAG and NAMES ("before after") name the outputs.
+# The runs here: TAG=concurrency8 ARGS='--concurrency 8 --repeats 2 --no-hf' RUNS=3 NAMES='before after'
+# (971b7c9 against the busy time); TAG=adaptive ARGS='--gammas "" --no-hf' RUNS=5 and TAG=rtt20
+# ARGS='--rtt-ms 20 --gammas ""' RUNS=2, both NAMES='without_limit with_limit' (the busy time alone against it
+# with the draft limit).
+set -euo pipefail
+OUT=$(cd "$(dirname "$0")" && pwd)
+read -r old_name new_name <<< "${NAMES:-old new}"
+cd /tmp  # not the repo: PYTHONPATH alone chooses the tree
+for i in $(seq "${RUNS:-3}"); do
+  for side in old new; do
+    if [ $side = old ]; then tree=$OLD name=$old_name; else tree=$NEW name=$new_name; fi
+    eval PYTHONPATH="$tree" /work/main/.venv/bin/python -m specdec.cli.main bench "$ARGS" \
+      --output "$OUT/${TAG}_${name}_$i.json"
+  done
+done
