@@ -351,7 +351,7 @@ class Generation:
             self.draft_failed(exc)
             return None
         guessed = branch.guessed(committed, guess)
-        self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s, guessed)
+        self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s, guessed, proposal.hop.load)
         if not proposal.tokens or not guessed:
             return None
         self._draft_replica = self._draft.client.address

@@ -176,6 +176,9 @@ def test_a_wait_behind_other_sessions_passes_is_load_not_speed():
     drafting = PassLoad(sessions=1, rows=1.0, tokens=1.0, forward_s=3 * 0.005, wait_s=0.05)
     ctl.observe(timing(3, 3, 0.07, 0.065, STEP, STEP, draft_load=drafting))
     assert ctl.draft_scale.value == pytest.approx(1.0)
+    branch = PassLoad(sessions=8, rows=1.0, tokens=1.0, forward_s=4 * 0.005, wait_s=0.1)
+    ctl.observe_branch(drafted=4, compute_s=0.12, guessed=None, load=branch)
+    assert ctl.contention_draft.value == pytest.approx(1.0), "a branch's wait is no slowdown beside the verify"
 
 
 def test_a_draft_that_stops_early_may_draft_past_gamma():

@@ -176,12 +176,14 @@ class GammaController:
         nothing of a steady round's)."""
         self.target_sessions.update(max(record.target_load.sessions, 1))
 
-    def observe_branch(self, drafted: int, compute_s: float, guessed: bool | None) -> None:
-        """Learn from a branch drafted beside a verify: the draft's slowdown there (κ_d), and, when
+    def observe_branch(self, drafted: int, compute_s: float, guessed: bool | None,
+                       load: PassLoad = PassLoad()) -> None:
+        """Learn from a branch drafted beside a verify: the draft's slowdown there (κ_d), from its busy time
+        (`busy_time`: its `load`'s wait behind other sessions' passes is load, not slowdown), and, when
         the verdict accepted every draft, whether the branch's guess of the bonus token was right."""
         step = self.draft_step()
         if drafted > 0 and step > 0:
-            self.contention_draft.update(max(compute_s / (drafted * step), 1.0))
+            self.contention_draft.update(max(busy_time(load, compute_s) / (drafted * step), 1.0))
         if guessed is not None:
             self.guesses.observe(1, int(guessed))
 
