@@ -8,6 +8,7 @@ its kind's learned α (`GammaController.best_free`).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from specdec.core.ngram import Lookup, LookupProposer, Prediction, RecentSequences
 from specdec.core.rounds import ALPHA_MAX
@@ -38,6 +39,7 @@ class Lookups:
         self.prior, self.controller, self.with_model = prior, controller, with_model
         self.acceptance = prior.estimates()
         self.shadow: Lookup | None = None  # found this round but not proposed (`observe_shadow`)
+        self.prediction_tried = False  # a prediction was proposed in this generation (`priced`)
         self.misses = 0  # `propose`'s rounds in a row that found nothing
 
     def sync(self, committed: list[int]) -> None:
@@ -59,10 +61,16 @@ class Lookups:
     def priced(self, cap: int) -> tuple[float, Lookup] | None:
         """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its
         expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind (`UNTRIED_ALPHA` for a
-        kind not yet tried) and no draft cost; None when it finds nothing worth a token."""
+        kind not yet tried) and no draft cost; None when it finds nothing worth a token. A client's prediction
+        is proposed whole on its first find in a generation, at an infinite rate: its α is this request's,
+        which no other session's measures, and a price from a noisy verify cost or a prior α might never try
+        it. What it finds is this round's `shadow` until proposed, so that a lookup that lost is learned too."""
         found = self.proposer.propose(cap)
+        self.shadow = found if found.tokens else None
         if not found.tokens:
             return None
+        if found.source == "prediction" and not self.prediction_tried:
+            return math.inf, found
         untried = self.with_model and self.prior.untried(found.kind)
         alpha = UNTRIED_ALPHA if untried else self.acceptance[found.kind].alpha
         best, rate = self.controller.best_free(alpha, len(found.tokens))
@@ -75,14 +83,14 @@ class Lookups:
         self.sync(committed)
         priced = self.priced(cap)
         _, drafted_rate = self.controller.best_free(self.controller.acceptance.alpha, drafted)
-        if priced is not None and priced[0] > drafted_rate:
-            return priced[1]
-        self.shadow = priced[1] if priced is not None else None
-        return None
+        return priced[1] if priced is not None and priced[0] > drafted_rate else None
 
     def proposed(self, lookup: Lookup) -> None:
-        """`lookup` goes to the target this round: its kind counts as tried from now on (`LookupPrior.tried`)."""
+        """`lookup` goes to the target this round: its kind counts as tried from now on (`LookupPrior.tried`),
+        and it is no shadow."""
         self.prior.tried(lookup.kind)
+        self.prediction_tried |= lookup.source == "prediction"
+        self.shadow = None
 
     def observe(self, lookup: Lookup, drafted: int, accepted: int) -> None:
         """A proposed lookup's verdict: `accepted` of its `drafted` tokens."""
