@@ -309,6 +309,8 @@ class Generation:
         if not options:  # a fixed γ with neither (the draft down, no lookup)
             return None, 0, plain
         _, lookup, model_gamma = max(options, key=lambda option: option[0])
+        if lookup is None and priced is not None:
+            self.lookups.shadow = priced[1]
         return lookup, model_gamma, chunk if lookup is None and model_gamma == 0 else 1
 
     def _draft_unseen(self, committed: list[int]) -> int:
