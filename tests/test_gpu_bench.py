@@ -33,6 +33,17 @@ def test_the_gpu_benchmark_runs_every_part_and_writes_it(tmp_path):
     assert list(result["part_seconds"]) == ["step curves", "one user", "8 users", "hf-eager", "hf-static-compiled"]
 
 
+def test_the_services_part_alone_runs_one_user_and_eight(tmp_path):
+    out = tmp_path / "gpu.json"
+    assert main(["bench", "--gpu", "--gpu-services", "--device", "cpu", "--dtype", "bfloat16", *PAIR,
+                 "--max-new-tokens", "8", "--limit-prompts", "1", "--gammas", "", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert "step_curves" not in result and "greedy_agreement" not in result and "hf" not in result
+    assert [row["config"] for row in result["rows"]] == ["target-only", "adaptive", "ngram", "hybrid"]
+    assert not result["services_compiled"]  # on CUDA the services' default: compiled
+    assert list(result["part_seconds"]) == ["one user", "8 users"]
+
+
 def test_first_difference_is_the_first_token_that_differs():
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1

@@ -185,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-hf-compiled", action="store_true", help="with --gpu: skip HF's compiled static cache")
     bench.add_argument("--gpu-steps", action="store_true", help="with --gpu: only the step curves, the static "
                        "runner eager and compiled (SPECDEC_STATIC_COMPILE) beside each other")
+    bench.add_argument("--gpu-services", action="store_true", help="with --gpu: only the services, one user and 8 "
+                       "(no step curves, agreement or Hugging Face): two builds side by side in little device time")
     bench.add_argument("--constrained", action="store_true", help="structured output: target-only and adaptive, "
                        "with and without a JSON schema, answers checked against it, and the mask's cost per row")
     bench.add_argument("--cpu-curve", default="", help="e.g. gguf-q8,gguf: the target's forward time for 1, 2, 5 "

@@ -216,13 +216,17 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
         _write(payload, args.output)
         print(f"[{part} done at {time.perf_counter() - began:.0f} s]", flush=True)
 
-    payload["step_curves"] = curves = step_curves(args, device, gamma_max + 1)
-    done("step curves")
-    if args.gpu_steps:
-        return 0
-    payload["greedy_agreement"] = round(agreement(args, device, prompts, n), 3)
-    print(f"teacher-forced greedy agreement of the draft: {payload['greedy_agreement']}", flush=True)
-    compiled = os.environ.get(COMPILE_ENV) == "1" if COMPILE_ENV in os.environ else compiled_is_faster(curves)
+    if not args.gpu_services:
+        payload["step_curves"] = curves = step_curves(args, device, gamma_max + 1)
+        done("step curves")
+        if args.gpu_steps:
+            return 0
+        payload["greedy_agreement"] = round(agreement(args, device, prompts, n), 3)
+        print(f"teacher-forced greedy agreement of the draft: {payload['greedy_agreement']}", flush=True)
+    if COMPILE_ENV in os.environ:
+        compiled = os.environ[COMPILE_ENV] == "1"
+    else:  # by the curves; with --gpu-services, the services' default on CUDA
+        compiled = device.type == "cuda" if args.gpu_services else compiled_is_faster(curves)
     payload["services_compiled"] = compiled
     print(f"the services run the static runner with its layers {'compiled' if compiled else 'eager'}", flush=True)
     with mock.patch.dict(os.environ, {COMPILE_ENV: "1" if compiled else "0"}), \
@@ -253,7 +257,8 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     payload["eight_users"] = {k: round(v.tokens / v.seconds, 2) for k, v in levels.items()}
     payload["eight_user_rows"] = eight
     done("8 users")
-    hf_runs = [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
+    hf_runs = [] if args.gpu_services else \
+        [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
     for label, compile_hf in hf_runs:
         result = hf_generate(args, device, prompts, n, compiled=compile_hf)
         rate = result["tokens_per_s"]
