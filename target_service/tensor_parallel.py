@@ -24,8 +24,7 @@ import torch
 import torch.distributed as dist
 
 from specdec.core.errors import SpecDecError, Unavailable
-from specdec.engine.backend import GoOn, Verification
-from specdec.engine.continuation import one_verify_a_step
+from specdec.engine.backend import Verification
 from specdec.engine.model_engine import TargetEngine
 from specdec.engine.profile_cache import ProfileCache, load_or_measure
 
@@ -127,11 +126,6 @@ class TensorParallelTarget:
         return self._replicate(("score", session_id, start, tokens, draft_tokens, prompt_top is not None),
                                lambda: self.engine.verify(session_id, start, tokens, draft_tokens, draft_probs,
                                                           top_logprobs, prompt_top))
-
-    def target_only_steps(self, session_id: str, start: int, tokens: list[int], top_logprobs: int | None,
-                          more: GoOn) -> list[Verification]:
-        """One replicated verify a step: every rank takes each."""
-        return one_verify_a_step(self, session_id, start, tokens, top_logprobs, more)
 
     def reports(self) -> list[dict]:
         def gather() -> list[dict]:

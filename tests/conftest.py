@@ -134,22 +134,6 @@ def assert_speculated(result, what: str = "") -> None:
         f"no draft was accepted {what}: {stats['draft_tokens']} drafted, {stats['accepted_tokens']} accepted"
 
 
-class HoldFirstPass:
-    """A runner whose first forward waits (up to 60 s) until it and the steps waiting in `batcher` hold
-    `pending` more steps than one."""
-
-    def __init__(self, runner, batcher, pending: int):
-        self.runner, self.batcher, self.pending, self.held = runner, batcher, pending, False
-
-    def forward(self, steps):
-        if not self.held:
-            self.held = True
-            deadline = time.monotonic() + 60
-            while len(steps) + len(self.batcher._pending) <= self.pending and time.monotonic() < deadline:
-                time.sleep(0.001)
-        return self.runner.forward(steps)
-
-
 class Worker(threading.Thread):
     """A thread whose exception is raised again by `join()` instead of being lost."""
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from conftest import TINY_DRAFT, TINY_TARGET, HoldFirstPass, Worker
+from conftest import TINY_DRAFT, TINY_TARGET, Worker
 
 from specdec.core.errors import Unavailable
 from specdec.core.sampling import SamplingParams
@@ -63,6 +63,21 @@ def test_concurrent_steps_share_passes_and_keep_their_bits(closing):
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True)), "a batched step's logits differ from its lone run"
     assert batcher.steps == sum(len(o) for o in together) and batcher.forwards < batcher.steps / 2, \
         (batcher.forwards, batcher.steps)
+
+
+class HoldFirstPass:
+    """A runner whose first forward waits (up to 60 s) until `pending` more steps wait in `batcher`."""
+
+    def __init__(self, runner, batcher: StepBatcher, pending: int):
+        self.runner, self.batcher, self.pending, self.held = runner, batcher, pending, False
+
+    def forward(self, steps):
+        if not self.held:
+            self.held = True
+            deadline = time.monotonic() + 60
+            while len(self.batcher._pending) < self.pending and time.monotonic() < deadline:
+                time.sleep(0.001)
+        return self.runner.forward(steps)
 
 
 class SlowFirstPass(HoldFirstPass):
@@ -146,67 +161,6 @@ def test_lone_steps_run_inline_only_where_asked_and_shared_ones_on_the_worker(cl
         thread.join(60)
     assert set(recorder.threads) == {"step-batcher"}, recorder.threads
     assert all(torch.equal(a, b) for out in shared for a, b in zip(lone, out, strict=True))
-
-
-def greedy_chain(batcher: StepBatcher, cache, prompt: list[int], steps: int, threads: list, fail_at: int = -1):
-    """Feed `prompt`, then take `steps` greedy tokens as one chain, noting the thread each `then` ran on; the
-    `then` of token `fail_at` raises. Returns the tokens."""
-    tokens = []
-
-    def then(logits, shape):
-        threads.append(threading.current_thread().name)
-        if len(tokens) == fail_at:
-            raise ValueError("this chain's sampler broke")
-        tokens.append(int(logits[-1].argmax()))
-        return Step(cache, tokens[-1:]) if len(tokens) < steps else None
-
-    batcher.forward_chain(Step(cache, prompt), then)
-    return tokens
-
-
-@pytest.mark.parametrize("inline", [None, True], ids=["cpu-default", "inline"])
-def test_a_chain_takes_its_next_steps_on_the_thread_of_their_pass(closing, inline):
-    """A chain gives the tokens of one step a call. Lone, its `then` runs where a lone session's passes run;
-    beside other chains, on the worker, in shared passes (the callers' threads sleep until their chain ends).
-    A `then` that raises ends its own chain and reaches its caller; the others go on, bit for bit."""
-    runner = load_model(TINY_TARGET, device="cpu").runner
-    prompts = [[5, 9, 13], [7, 8], [200, 3, 4, 5]]
-    expected = []
-    for prompt in prompts:
-        cache, tokens, feed = runner.new_cache(), [], prompt
-        for _ in range(6):
-            tokens.append(int(runner.forward([Step(cache, feed)])[0][-1].argmax()))
-            feed = tokens[-1:]
-        expected.append(tokens)
-    # A pass waits up to 5 s for every session in a round to have a step: the chains start in one pass.
-    batcher = closing(StepBatcher(runner, max_wait_s=5, inline=inline))
-    threads = []
-    with batcher.taking_part("lone"):
-        assert greedy_chain(batcher, runner.new_cache(), prompts[0], 6, threads) == expected[0]
-    batcher.forget("lone")
-    assert threads == [threading.current_thread().name if inline else "step-batcher"] * 6
-    assert batcher.forwards == batcher.steps == 6
-
-    threads.clear()
-    results, errors = {}, {}
-    all_in = threading.Barrier(len(prompts))
-
-    def session(i: int) -> None:
-        with batcher.taking_part():
-            all_in.wait(60)  # every session in its round first: a lone one's steps could run inline
-            try:
-                results[i] = greedy_chain(batcher, runner.new_cache(), prompts[i], 6, threads, fail_at=3 if i == 1 else -1)
-            except ValueError as error:
-                errors[i] = error
-
-    workers = [Worker(session, i) for i in range(len(prompts))]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(120)
-    assert list(errors) == [1] and results == {0: expected[0], 2: expected[2]}
-    assert set(threads) == {"step-batcher"} and len(threads) == 6 + 4 + 6
-    assert batcher.forwards - 6 == 6, "the chains did not share their passes"
 
 
 class QueuedPasses:

@@ -3,10 +3,8 @@ log-probabilities and the caches are what one step a call gives, greedy and samp
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from conftest import TINY_TARGET, HoldFirstPass, Worker, tiny_options
+from conftest import TINY_TARGET, tiny_options
 
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import InvalidArgument
@@ -54,43 +52,6 @@ def test_extra_steps_give_what_one_step_a_call_gives(target, params):
     assert follow.verdict.tokens == alone.verdict.tokens
     target.release("alone")
     target.release("chunked")
-
-
-def test_concurrent_sessions_steps_share_passes_and_give_what_each_gives_alone(target):
-    """Three sessions' steps, chained in the batcher's passes together (greedy, sampled, and with
-    log-probabilities), give each session's tokens and log-probabilities alone."""
-    params = [SamplingParams(), SamplingParams(temperature=0.8, seed=3), SamplingParams(temperature=1.2, top_p=0.9, seed=5)]
-    prompts = [PROMPT, PROMPT[::-1], [9, 200, 31]]
-    alone = []
-    for i, (param, prompt) in enumerate(zip(params, prompts, strict=True)):
-        target.open(f"alone{i}", param)
-        alone.append(one_step_a_call(target, f"alone{i}", prompt, 7, top=2))
-        target.release(f"alone{i}")
-    together, all_in = {}, threading.Barrier(3)
-    batcher = target.batcher
-    before, saved = (batcher.forwards, batcher.steps), (batcher.runner, batcher.max_wait_s)
-    # The first pass waits for the two other prompts, and every pass up to 5 s for each session in a round:
-    # the sessions' steps meet in passes however the threads are scheduled.
-    batcher.runner, batcher.max_wait_s = HoldFirstPass(target.runner, batcher, pending=2), 5.0
-
-    def session(i: int) -> None:
-        target.open(f"together{i}", params[i])
-        all_in.wait(60)
-        result = verify_and_continue(target, f"together{i}", 0, prompts[i], [], None, 2, extra_steps=6)
-        together[i] = (result.verdict.tokens, result.logprobs)
-        target.release(f"together{i}")
-
-    workers = [Worker(session, i) for i in range(3)]
-    for worker in workers:
-        worker.start()
-    try:
-        for worker in workers:
-            worker.join(120)
-    finally:
-        batcher.runner, batcher.max_wait_s = saved
-    assert [together[i] for i in range(3)] == alone
-    passes, steps = batcher.forwards - before[0], batcher.steps - before[1]
-    assert steps == 21 and passes < steps, (passes, steps)
 
 
 def test_extra_steps_end_after_a_stop_id_or_at_the_context(target):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -23,7 +23,6 @@ from specdec.engine.profile_cache import ProfileCache
 from specdec.planning.cost import CostProfile
 
 GAMMA_LIMIT = 16  # draft tokens a service takes per round by default
-GoOn = Callable[[int, list[int], int], bool]  # (position, tokens to feed there, steps so far) -> take another step
 
 
 @dataclass(frozen=True)
@@ -136,9 +135,3 @@ class TargetBackend(Backend, Protocol):
         """Sync to the committed prefix, score it and the drafts in one pass, run the rejection sampler.
         `prompt_top` (a session's first call): also each committed token's raw log-probability from position 1,
         with that many alternatives, every position computed (`specdec.core.logprobs`)."""
-
-    def target_only_steps(self, session_id: str, start: int, tokens: list[int], top_logprobs: int | None,
-                          more: GoOn) -> list[Verification]:
-        """What `verify(session_id, position, new, [], None, top_logprobs)` returns, called while
-        `more(position, new, steps so far)`, from `start` and `tokens`, each call after the tokens the one before
-        emitted (`specdec.engine.continuation`)."""

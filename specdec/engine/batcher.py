@@ -18,12 +18,6 @@ for a round trip miss the pass that has just started), and every group gets one 
 it, sessions fall into lockstep. A session that stays away longer (drafting elsewhere, or done) is
 not waited for; a lone session never waits.
 
-A session's target-only steps go on without it (`forward_chain`): after each pass, the thread that ran it
-calls the chain's `then` with the step's logits, which samples the next token and returns the next step, and
-that step joins the next pass at once. The session's thread sleeps until its chain ends. Handing every step
-back to its session cost two thread wake-ups and the session's own Python, one session after another on one
-GIL, between passes: on an H200 a pass every 5.1 ms for a 2.5 ms device step at 8 users.
-
 On CUDA a lone session's step does not go to the worker at all: when no pass is running or pending, and
 no other session is in a round or expected back, it runs on the calling thread. Handing a pass to the
 worker and back costs two thread wake-ups, 85 µs a step on a 2-core Zen 4 with a pass that computes
@@ -38,7 +32,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Hashable
+from typing import Hashable
 
 import torch
 
@@ -60,13 +54,9 @@ class PassShape:
     waited_s: float = 0.0
 
 
-Then = Callable[[torch.Tensor, PassShape], "Step | None"]  # (a step's logits, its pass) -> the next step or None
-
-
 @dataclass
 class _Pending:
     step: Step
-    then: Then | None = None  # a chain's next step (`StepBatcher.forward_chain`)
     submitted: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     logits: torch.Tensor | None = None
@@ -140,35 +130,22 @@ class StepBatcher:
     def forward_shaped(self, step: Step) -> tuple[torch.Tensor, PassShape]:
         """`forward`, and the shape of the pass it ran in (what the γ controller prices)."""
         pending = _Pending(step)
-        self._submit(pending)
-        return pending.logits, pending.shape
-
-    def forward_chain(self, step: Step, then: Then) -> None:
-        """Run `step`, then `then(logits [step.logits, V], pass shape)` on the thread that ran its pass (the
-        worker, or this one where a lone session's steps run inline); the step it returns runs in the next pass
-        the same way, until it returns None. This thread is not woken between the steps. An error in a pass or
-        in `then` ends the chain and is raised here."""
-        self._submit(_Pending(step, then))
-
-    def _submit(self, pending: _Pending) -> None:
-        """Run `pending`'s step, inline while its session is alone, and its chain; blocks until done."""
-        while True:
-            with self._cond:
-                if self._closed:
-                    raise BatcherClosed("the engine is closed")
-                alone = self._alone(time.monotonic())
-                if alone:
-                    self._running = True
-                else:
-                    self._pending.append(pending)
-                    self._wake_if_ready()
-            if not alone:
-                pending.done.wait()
-                break
-            if not self._pass([pending], requeue=False):
-                break
+        with self._cond:
+            if self._closed:
+                raise BatcherClosed("the engine is closed")
+            alone = self._alone(time.monotonic())
+            if alone:
+                self._running = True
+            else:
+                self._pending.append(pending)
+                self._wake_if_ready()
+        if alone:
+            self._pass([pending])
+        else:
+            pending.done.wait()
         if pending.error is not None:
             raise pending.error
+        return pending.logits, pending.shape
 
     def _alone(self, now: float) -> bool:
         """Under the lock: steps may run inline, no pass runs or waits, and no other session is in a round or
@@ -176,47 +153,20 @@ class StepBatcher:
         return self.inline and not self._running and not self._pending and self._active <= 1 and \
             self._returning_until(now) <= now
 
-    def _pass(self, batch: list[_Pending], requeue: bool = True) -> list[_Pending]:
-        """Run a pass taken while `_running` was set (by the worker, or inline by a lone session), and its
-        chains' `then`; returns the steps whose chains go on, queued first for the next pass where `requeue`
-        (the worker's), and lets the next pass start: the worker waits for an inline pass to end before it takes
-        the steps that came."""
+    def _pass(self, batch: list[_Pending]) -> None:
+        """Run a pass taken while `_running` was set (by the worker, or inline by a lone session), then let
+        the next one start: the worker waits for an inline pass to end before it takes the steps that came."""
         began = time.monotonic()
         mark = self.pass_times.started() if self.pass_times is not None else None
-        pass_s, chained = 0.0, []
         try:
-            try:
-                self._run(batch)
-            finally:
-                if mark is not None:
-                    self.pass_times.stopped(mark)
-                pass_s = self._pass_seconds(time.monotonic() - began)
-            chained = self._follow(batch)
+            self._run(batch)
         finally:
+            if mark is not None:
+                self.pass_times.stopped(mark)
             with self._cond:
-                self._last_pass_s = pass_s
-                if requeue:
-                    self._pending[:0] = chained
+                self._last_pass_s = self._pass_seconds(time.monotonic() - began)
                 self._running = False
                 self._cond.notify_all()
-        return chained
-
-    @staticmethod
-    def _follow(batch: list[_Pending]) -> list[_Pending]:
-        """Each chained step's `then`, on this thread; returns the steps whose chains go on, their next step set."""
-        chained = []
-        for pending in batch:
-            if pending.then is None or pending.error is not None:
-                continue
-            try:
-                step = pending.then(pending.logits, pending.shape)
-            except BaseException as error:  # noqa: BLE001 - raised to the chain's caller
-                pending.error = error
-                continue
-            if step is not None:
-                pending.step, pending.submitted, pending.logits, pending.shape = step, time.monotonic(), None, None
-                chained.append(pending)
-        return chained
 
     def _pass_seconds(self, host_s: float) -> float:
         """How long a pass lasts, as the return wait's cap reads it: the host's time for the pass just run, or,
@@ -278,10 +228,9 @@ class StepBatcher:
             batch = self._take()
             if not batch:
                 return
-            going_on = {id(pending) for pending in self._pass(batch)}
+            self._pass(batch)
             for pending in batch:
-                if id(pending) not in going_on:
-                    pending.done.set()
+                pending.done.set()
             del batch, pending  # a step holds its session's cache: the idle worker keeps no ended session's slot
 
     def _run(self, batch: list[_Pending]) -> None:

@@ -15,7 +15,7 @@ import torch
 
 from specdec.core.errors import InvalidArgument
 from specdec.core.rounds import MAX_EXTRA_STEPS
-from specdec.engine.backend import GoOn, TargetBackend, Verification
+from specdec.engine.backend import TargetBackend, Verification
 
 
 def verify_and_continue(engine: TargetBackend, session_id: str, start: int, tokens: list[int],
@@ -26,38 +26,24 @@ def verify_and_continue(engine: TargetBackend, session_id: str, start: int, toke
     end early after a token in `stop_ids` or at the model's context. Returns one Verification: the
     verdict's tokens followed by the steps' (num_accepted is the verify's), compute and the passes' seconds
     summed (the load's rows and tokens are the verify's pass), `passes` counting the verify and each step.
-    `prompt_top`: the verify's (`TargetBackend.verify`). The steps run as `engine.target_only_steps` chains
-    them (a model's: in its batcher's passes, without a thread hand-off between them)."""
+    `prompt_top`: the verify's (`TargetBackend.verify`)."""
     if not 0 <= extra_steps <= MAX_EXTRA_STEPS:
         raise InvalidArgument(f"extra_steps must be in [0, {MAX_EXTRA_STEPS}], got {extra_steps}")
     first = engine.verify(session_id, start, tokens, draft_tokens, draft_probs, top_logprobs, prompt_top)
-    context = engine.loaded.max_context
-
-    def more(position: int, new: list[int], steps: int) -> bool:
-        return steps < extra_steps and stop_ids.isdisjoint(new) and position + len(new) < context
-
-    steps = engine.target_only_steps(session_id, start + len(tokens), list(first.verdict.tokens), top_logprobs,
-                                     more) if extra_steps else []
-    if not steps:
-        return first
     emitted, logprobs = list(first.verdict.tokens), list(first.logprobs or [])
-    for step in steps:
-        emitted += step.verdict.tokens
+    compute_s, forward_s, wait_s, passes = first.compute_s, first.load.forward_s, first.load.wait_s, 1
+    position, new = start + len(tokens), emitted[:]
+    context = engine.loaded.max_context
+    while passes <= extra_steps and stop_ids.isdisjoint(new) and position + len(new) < context:
+        step = engine.verify(session_id, position, new, [], None, top_logprobs)
+        position, new = position + len(new), list(step.verdict.tokens)
+        emitted += new
         logprobs += step.logprobs or []
-    return dataclasses.replace(
-        first, verdict=dataclasses.replace(first.verdict, tokens=emitted),
-        compute_s=first.compute_s + sum(step.compute_s for step in steps),
-        logprobs=None if first.logprobs is None else logprobs,
-        load=dataclasses.replace(first.load, forward_s=first.load.forward_s + sum(s.load.forward_s for s in steps),
-                                 wait_s=first.load.wait_s + sum(s.load.wait_s for s in steps)),
-        passes=1 + len(steps))
-
-
-def one_verify_a_step(engine: TargetBackend, session_id: str, start: int, tokens: list[int],
-                      top_logprobs: int | None, more: GoOn) -> list[Verification]:
-    """`TargetBackend.target_only_steps` as plain verify calls, one after another (a backend without a chain)."""
-    steps: list[Verification] = []
-    while more(start, tokens, len(steps)):
-        steps.append(engine.verify(session_id, start, tokens, [], None, top_logprobs))
-        start, tokens = start + len(tokens), list(steps[-1].verdict.tokens)
-    return steps
+        compute_s, passes = compute_s + step.compute_s, passes + 1
+        forward_s, wait_s = forward_s + step.load.forward_s, wait_s + step.load.wait_s
+    if passes == 1:
+        return first
+    return dataclasses.replace(first, verdict=dataclasses.replace(first.verdict, tokens=emitted),
+                               compute_s=compute_s, logprobs=None if first.logprobs is None else logprobs,
+                               load=dataclasses.replace(first.load, forward_s=forward_s, wait_s=wait_s),
+                               passes=passes)

@@ -27,7 +27,7 @@ from specdec.core.rejection import verify_greedy, verify_sampled
 from specdec.core.rounds import PassLoad
 from specdec.core.sampling import SamplingParams, position_generator, probs_from_logits, sample
 from specdec.core.sequence import SequenceState, common_prefix, longest_shared
-from specdec.engine.backend import GAMMA_LIMIT, GoOn, Proposal, Rollback, Verification, resident_bytes
+from specdec.engine.backend import GAMMA_LIMIT, Proposal, Rollback, Verification, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
 from specdec.engine.constraint import Grammars, GrammarState
 from specdec.engine.kvcache import KVCache
@@ -372,61 +372,21 @@ class TargetEngine(Engine):
             sink = None if prompt_top is None else \
                 lambda i, rows: prompt.extend(token_logprobs(rows, tokens[i + 1:i + 1 + rows.shape[0]], None, prompt_top))
             committed, logits, rollback = self._score(session, start, tokens, draft_tokens, sink)
-            return self._judge(session, committed, logits, draft_tokens, draft_probs, top_logprobs, began, rollback,
-                               None if prompt_top is None else prompt)
-
-    def target_only_steps(self, session_id: str, start: int, tokens: list[int], top_logprobs: int | None,
-                          more: GoOn) -> list[Verification]:
-        """What `verify(session_id, position, new, [], None, top_logprobs)` returns, called while
-        `more(position, new, steps so far)`, from `start` and `tokens`, each call after the tokens the one before
-        emitted; but the steps chained in the batcher's passes (`StepBatcher.forward_chain`): each samples on the
-        thread that ran its pass and joins the next pass at once, and this thread sleeps until the last. The
-        tokens, log-probabilities and caches are the same bits."""
-        results: list[Verification] = []
-        if not more(start, tokens, 0):
-            return results
-        with self._held(session_id) as session:
-            state = session.state
-            step_at: list = []  # (position, new, committed, began, rollback) of the step in flight
-
-            def begin(position: int, new: list[int]) -> Step:
-                session.passes, session.forward_s, session.wait_s, session.reused = [], 0.0, 0.0, 0
-                began = time.perf_counter()
-                rollback = self._sync(session, position, new, 0)
-                step_at[:] = [position, new, state.committed, began, rollback]
-                return Step(session.cache, state.pending(), logits=1)  # the last step's tokens: ≤ γ_max + 1
-
-            def then(logits: torch.Tensor, shape: PassShape) -> Step | None:
-                position, new, committed, began, rollback = step_at
-                session.passes.append(shape)
-                session.forward_s, session.wait_s = session.forward_s + shape.seconds, session.wait_s + shape.waited_s
-                state.extend([], cached=len(state.tokens))
-                results.append(self._judge(session, committed, logits, [], None, top_logprobs, began, rollback))
-                position, new = position + len(new), list(results[-1].verdict.tokens)
-                return begin(position, new) if more(position, new, len(results)) else None
-
-            self.batcher.forward_chain(begin(start, list(tokens)), then)
-        return results
-
-    def _judge(self, session: Session, committed: int, logits: torch.Tensor, draft_tokens: list[int],
-               draft_probs: torch.Tensor | None, top_logprobs: int | None, began: float, rollback: Rollback,
-               prompt: list[TokenLogprob] | None = None) -> Verification:
-        """The rejection sampler over a verify's logits [γ+1, V] (rows after the first `committed` tokens),
-        and the round's Verification."""
-        params = session.params
-        # Row i is processed with the committed tokens and the first i drafts: target-only's state.
-        logits = self._process(session, logits, session.state.tokens[:committed], draft_tokens)
-        if params.greedy:
-            verdict = verify_greedy(draft_tokens, logits)
-        else:
-            p = probs_from_logits(logits, params)  # [γ+1, V]
-            q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
-            gen = position_generator(params.seed, committed, "target", p.device)
-            drafts = torch.tensor(draft_tokens, dtype=torch.long, device=p.device)  # [γ]
-            verdict = verify_sampled(drafts, q, p, gen)
-        logprobs = None if top_logprobs is None else token_logprobs(logits, verdict.tokens, params, top_logprobs)
-        return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs,
-                            reused=session.reused, prompt_logprobs=prompt)
+            params = session.params
+            # Row i is processed with the committed tokens and the first i drafts: target-only's state.
+            logits = self._process(session, logits, session.state.tokens[:committed], draft_tokens)
+            if params.greedy:
+                verdict = verify_greedy(draft_tokens, logits)
+            else:
+                p = probs_from_logits(logits, params)  # [γ+1, V]
+                q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
+                gen = position_generator(params.seed, committed, "target", p.device)
+                drafts = torch.tensor(draft_tokens, dtype=torch.long, device=p.device)  # [γ]
+                verdict = verify_sampled(drafts, q, p, gen)
+            logprobs = None if top_logprobs is None else \
+                token_logprobs(logits, verdict.tokens, params, top_logprobs)
+            return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs,
+                                reused=session.reused, prompt_logprobs=None if prompt_top is None else prompt)
 
     def check_request(self, draft_tokens: list[int], draft_probs: torch.Tensor | None,
                       top_logprobs: int | None, prompt_top: int | None = None) -> None:
