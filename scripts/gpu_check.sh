@@ -8,10 +8,13 @@
 #      floor, then the services against Hugging Face eager and compiled, 1 and 8 users; with STEPS_ONLY=1 only
 #      the step curves (`--gpu-steps`);
 #   4. where a target-only round goes (`specdec profile`): the target's step, the gRPC hop in its two directions
-#      and the orchestrator, from the spans (skipped with STEPS_ONLY=1).
+#      and the orchestrator, from the spans (skipped with STEPS_ONLY=1);
+#   5. where the target service's host time goes at 8 users (scripts/host_profile.py: py-spy, the GIL's holder),
+#      when py-spy is there (skipped with STEPS_ONLY=1).
 # Carry .whl/ (scripts/gpu_wheels.sh fills it) and run from the repository root: bash scripts/gpu_check.sh
 # Results go to $OUT (the device tool's) or /tmp/gpu_check. At most 10 minutes (the parts' timeouts: give the
-# command 600 s); about 7 on an H200 (7.3 on 2026-11-28), with a 30 s start; 2 with STEPS_ONLY=1, after the tests.
+# command 600 s); about 8 on an H200 (6.9 on 2026-11-29 before part 5), with a 30 s start; 2 with STEPS_ONLY=1,
+# after the tests.
 # The benchmark writes each of its parts as it ends, so a cut run keeps what it measured.
 set -u
 out=${OUT:-/tmp/gpu_check}
@@ -26,16 +29,16 @@ fi
 export SPECDEC_CACHE=${SPECDEC_CACHE:-/tmp/specdec-cache} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
-timeout 120 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
+timeout 110 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
     tests/test_cuda.py -q -rA --durations=5 > "$out/cuda_tests.txt" 2>&1
 tail -25 "$out/cuda_tests.txt"
-timeout 60 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
+timeout 50 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
 grep "kernels a step" "$out/kernels.txt"
 if [ "${STEPS_ONLY:-0}" = 1 ]; then
     timeout 120 python3 -m specdec.cli.main bench --gpu --gpu-steps --output "$out/gpu_steps.json" \
         > "$out/gpu_bench.txt" 2>&1
 else
-    timeout "${BENCH_SECONDS:-330}" python3 -m specdec.cli.main bench --gpu --max-new-tokens 128 --gammas 2,4 \
+    timeout "${BENCH_SECONDS:-290}" python3 -m specdec.cli.main bench --gpu --max-new-tokens 128 --gammas 2,4 \
         --output "$out/gpu_bench.json" > "$out/gpu_bench.txt" 2>&1
 fi
 quiet < "$out/gpu_bench.txt" | tail -40
@@ -43,4 +46,8 @@ if [ "${STEPS_ONLY:-0}" != 1 ]; then
     timeout 75 python3 -m specdec.cli.main profile --device cuda --draft-model synthetic:draft \
         --target-model synthetic:target --gamma 0 --max-new-tokens 128 --limit-prompts 3 \
         --trace-file /tmp/gpu_profile.spans.jsonl --output "$out/profile.json" 2>&1 | quiet | tail -16
+fi
+if [ "${STEPS_ONLY:-0}" != 1 ] && { command -v py-spy > /dev/null || [ -x /tmp/site/bin/py-spy ]; }; then
+    timeout 80 python3 scripts/host_profile.py --device cuda --seconds 15 2>&1 | quiet > "$out/host_profile.txt"
+    head -30 "$out/host_profile.txt"
 fi

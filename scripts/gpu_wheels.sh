@@ -18,4 +18,6 @@ fetch gguf==0.19.0 grpcio==1.85.1 grpcio-health-checking==1.85.1 grpcio-reflecti
     transformers==5.23.0 huggingface_hub==2.4.0 importlib_resources==7.1.0 typing_extensions==4.16.0 \
     click==8.5.1 anyio==4.16.0 idna==3.20 h11==0.16.0 pytest-timeout==2.4.0
 fetch --abi abi3 llguidance==1.9.1  # structured output; its wheel is abi3
+"$pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: --platform manylinux_2_5_x86_64 \
+    -d .whl py-spy==0.4.3  # scripts/host_profile.py; a binary, any Python
 du -sh .whl
