@@ -627,3 +627,20 @@ def test_a_drifting_host_is_priced_per_pass_size():
         best = max(truth, key=truth.get)
         assert best > 0 and truth[best] > 1.07 * truth[0]
         assert ctl.choose(max_useful=2) == best
+
+
+def test_a_slow_first_verify_is_forgotten_at_the_next():
+    """A session's first verify of 3 ran 3× its cost (a hiccup on a loaded host); the next one (a probe) cost
+    what it should. The size's scale is then that one's, and γ > 0 is chosen where it pays. Averaged in, the
+    slow sample kept every verify priced 2.4× for rounds to come, and a verify not chosen is not measured."""
+    ctl = GammaController(8, ZEN4_TARGET, ZEN4_DRAFT)
+    for _ in range(4):
+        ctl.observe(drifted_round(0))
+    slow = drifted_round(2)
+    ctl.observe(dataclasses.replace(slow, target_compute_s=3 * slow.target_compute_s,
+                                    target_wall_s=3 * slow.target_compute_s + HOP))
+    pin_alpha(ctl, 0.83)
+    assert ctl.choose(max_useful=2) == 0, "priced out by the slow sample"
+    ctl.observe(drifted_round(2))  # the probe
+    assert ctl.verify_time(2) == pytest.approx(IN_SERVICE[3], rel=1e-3)
+    assert ctl.choose(max_useful=2) > 0

@@ -17,12 +17,29 @@ def test_a_size_never_measured_takes_the_scales_around_it():
     scales = SizeScales()
     assert scales.at(3, default=1.4) == 1.4, "nothing measured: the one scale of every size"
     scales.update(1, 1.3)
-    assert scales.at(1, 1.0) == scales.at(5, 1.0) == 1.3, "one size measured: every size takes it"
+    assert scales.at(1, 2.0) == scales.at(5, 2.0) == 1.3, "one size measured: every size takes it"
     scales.update(5, 1.1)
-    assert scales.at(3, 1.0) == pytest.approx(1.2) and scales.at(2, 1.0) == pytest.approx(1.25)
-    assert scales.at(9, 1.0) == 1.1 and scales.at(0.5, 1.0) == 1.3, "past either end: the nearest size's"
-    scales.update(5, 1.0)
-    assert scales.at(5, 1.0) == pytest.approx(0.7 * 1.1 + 0.3 * 1.0), "each size an average of its own samples"
+    assert scales.at(3, 2.0) == pytest.approx(1.2) and scales.at(2, 2.0) == pytest.approx(1.25)
+    assert scales.at(9, 2.0) == 1.1 and scales.at(0.5, 2.0) == 1.3, "past either end: the nearest size's"
+    for sample in (1.15, 1.1, 1.0):  # the second and third keep the least; the fourth is averaged in
+        scales.update(5, sample)
+    assert scales.at(5, 2.0) == pytest.approx(0.7 * 1.1 + 0.3 * 1.0), "each size an average of its own samples"
+
+
+def test_a_slow_first_sample_neither_lasts_nor_prices_its_size_out():
+    """Noise only slows a pass: a size's first samples keep their least, so a slow first one is gone at the next
+    sample (averaged in, it would weigh 0.7 and then 0.49). Until a size has three, the caller's default (the
+    one scale) caps it, so a size that looked dear once is run, and measured, again."""
+    scales = SizeScales()
+    scales.update(2, 2.8)  # a scheduler's hiccup
+    assert scales.at(2, 1.5) == 1.5 and scales.at(4, 1.5) == 1.5, "one sample: capped by the one scale"
+    assert scales.at(2, 3.0) == 2.8, "never raised to it"
+    scales.update(2, 1.05)
+    assert scales.at(2, 1.5) == 1.05, "the second sample: the least so far"
+    scales.update(2, 1.2)
+    assert scales.at(2, 1.0) == 1.05, "three samples: its own, whatever the one scale"
+    scales.update(2, 1.2)
+    assert scales.at(2, 1.0) == pytest.approx(0.7 * 1.05 + 0.3 * 1.2)
 
 
 def test_a_seed_holds_until_the_first_sample_of_its_size():
@@ -31,9 +48,9 @@ def test_a_seed_holds_until_the_first_sample_of_its_size():
     prior.update(3, 1.05)
     scales = SizeScales()
     scales.seed(prior)
-    assert scales.at(1, 1.0) == 1.3 and scales.at(2, 1.0) == pytest.approx(1.175)
+    assert scales.at(1, 1.0) == 1.3 and scales.at(2, 1.0) == pytest.approx(1.175), "a seed is not capped"
     scales.update(1, 1.1)
-    assert scales.at(1, 1.0) == 1.1, "a first sample replaces the seed"
+    assert scales.at(1, 2.0) == 1.1, "a first sample replaces the seed"
     folded = SizeScales()
     folded.absorb(scales)
     assert folded.snapshot() == {"1": 1.1}, "a seed is no measurement: only measured sizes fold back"

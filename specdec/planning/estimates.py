@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import bisect
 
+FIRST_SAMPLES = 3  # a pass size's samples that keep their least before they are averaged (`SizeScales`)
+
 
 class Ewma:
     """Exponentially weighted mean. A `provisional` initial value (a prior) gives way to the first sample."""
@@ -41,19 +43,31 @@ class SizeScales:
     from rounds of both kinds priced target-only steps low after verifies and verifies high after target-only
     steps, and either way speculation looked worse than it was. A size never measured takes the scales of the
     sizes measured around it (linear in between, the nearest one past either end); with none measured, the
-    caller's default (the one scale of every size)."""
+    caller's default (the one scale of every size).
+
+    Noise only ever slows a pass, and a size priced high is not run again, so not measured again. So a size's
+    first FIRST_SAMPLES samples keep their least (then each moves its average), and until it has that many it
+    is priced at no more than the caller's default. One slow first sample of a verify of 2 (a scheduler's hiccup
+    on a loaded host: 2.8× the one-token step's scale) once priced every verify out of a generation for good."""
 
     def __init__(self, weight: float = 0.3):
         self.weight = weight
         self.sizes: dict[int, Ewma] = {}
+        self.samples: dict[int, int] = {}  # samples taken of each size (a seed is none)
 
     def update(self, tokens: int, sample: float) -> None:
         """One pass of `tokens` new tokens took `sample` times its profiled time."""
-        self._at(tokens).update(sample)
+        estimate, taken = self._at(tokens), self.samples.get(int(tokens), 0) + 1
+        self.samples[int(tokens)] = taken
+        if 1 < taken <= FIRST_SAMPLES and estimate.value is not None and not estimate.provisional:
+            estimate.value = min(estimate.value, sample)
+        else:
+            estimate.update(sample)
 
     def at(self, tokens: float, default: float) -> float:
         """The scale of a pass of `tokens` new tokens (`default` until some size is measured or seeded)."""
-        known = sorted((size, e.value) for size, e in self.sizes.items() if e.value is not None)
+        known = sorted((size, self._priced(size, e.value, default)) for size, e in self.sizes.items()
+                       if e.value is not None)
         if not known:
             return default
         sizes = [size for size, _ in known]
@@ -64,6 +78,10 @@ class SizeScales:
             return known[min(at, len(known) - 1)][1]
         (lo, low), (hi, high) = known[at - 1], known[at]
         return low + (high - low) * (tokens - lo) / (hi - lo)
+
+    def _priced(self, size: int, value: float, default: float) -> float:
+        """A size's scale as `at` prices it: capped by `default` while it has 1..FIRST_SAMPLES - 1 samples."""
+        return min(value, default) if 0 < self.samples.get(size, 0) < FIRST_SAMPLES else value
 
     def seed(self, prior: SizeScales) -> None:
         """Start from `prior`'s scales, each until this one's first sample of that size replaces it."""
