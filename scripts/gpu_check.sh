@@ -48,6 +48,7 @@ if [ "${STEPS_ONLY:-0}" != 1 ]; then
         --trace-file /tmp/gpu_profile.spans.jsonl --output "$out/profile.json" 2>&1 | quiet | tail -16
 fi
 if [ "${STEPS_ONLY:-0}" != 1 ] && { command -v py-spy > /dev/null || [ -x /tmp/site/bin/py-spy ]; }; then
-    timeout 80 python3 scripts/host_profile.py --device cuda --seconds 15 2>&1 | quiet > "$out/host_profile.txt"
+    timeout 80 python3 scripts/host_profile.py --device cuda --seconds 15 > "$out/host_profile.txt" \
+        2> "$out/host_profile_stderr.txt"
     head -30 "$out/host_profile.txt"
 fi

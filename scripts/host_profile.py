@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from specdec.cli.main import build_parser
@@ -62,10 +61,10 @@ def summarise(raw: str, top: int = 25) -> str:
 
 
 def main(argv: list[str]) -> int:
-    seconds = 15.0
+    seconds = 15
     if "--seconds" in argv:
         at = argv.index("--seconds")
-        seconds, argv = float(argv[at + 1]), argv[:at] + argv[at + 2:]
+        seconds, argv = int(argv[at + 1]), argv[:at] + argv[at + 2:]
     args = build_parser().parse_args(["bench", "--draft-model", SYNTHETIC_DRAFT, "--target-model", SYNTHETIC_TARGET,
                                       "--max-new-tokens", "128", *argv])
     prompts = [p["prompt"] for p in load_prompts(args.prompts, args.limit_prompts or 3)]
@@ -73,19 +72,19 @@ def main(argv: list[str]) -> int:
     with EmbeddedStack(stack_options(args, max_sessions=16)) as stack, tempfile.TemporaryDirectory() as folder:
         warm_up(stack.endpoint, prompts[0], args.gamma_max)
         run_level(stack.endpoint, users, args.max_new_tokens, 0)  # the first 8-user passes, untimed
-        raw = os.path.join(folder, "raw.txt")
-        spy = subprocess.Popen([py_spy(), "record", "--pid", str(stack.target.proc.pid), "--gil", "--nonblocking",
-                                "--format", "raw", "--rate", "1000", "--duration", str(int(seconds)), "-o", raw],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        tokens, began = 0, time.perf_counter()
-        while spy.poll() is None:
-            level = run_level(stack.endpoint, users, args.max_new_tokens, 0)
-            tokens += level.tokens
+        raw, log = os.path.join(folder, "raw.txt"), os.path.join(folder, "py-spy.log")
+        with open(log, "w") as errors:  # a file, not a pipe nobody reads while it samples
+            spy = subprocess.Popen([py_spy(), "record", "--pid", str(stack.target.proc.pid), "--gil", "--nonblocking",
+                                    "--format", "raw", "--rate", "1000", "--duration", str(seconds), "-o", raw],
+                                   stdout=subprocess.DEVNULL, stderr=errors)
+            tokens, began = 0, time.perf_counter()
+            while spy.poll() is None:
+                tokens += run_level(stack.endpoint, users, args.max_new_tokens, 0).tokens
         rate = tokens / (time.perf_counter() - began)
-        errors = spy.stderr.read()
         if spy.returncode != 0 or not os.path.exists(raw):
-            sys.exit(f"py-spy failed ({spy.returncode}): {errors.strip()}")
-        print(f"8 users, target-only: {rate:.1f} tok/s while sampled ({threading.active_count()} threads here)")
+            with open(log) as errors:
+                sys.exit(f"py-spy failed ({spy.returncode}): {errors.read().strip()}")
+        print(f"8 users, target-only: {rate:.1f} tok/s while sampled")
         with open(raw) as f:
             print(summarise(f.read()))
     return 0

@@ -57,9 +57,10 @@ class SizeScales:
 
     def update(self, tokens: int, sample: float) -> None:
         """One pass of `tokens` new tokens took `sample` times its profiled time."""
-        estimate, taken = self._at(tokens), self.samples.get(int(tokens), 0) + 1
-        self.samples[int(tokens)] = taken
-        if 1 < taken <= FIRST_SAMPLES and estimate.value is not None and not estimate.provisional:
+        size = int(tokens)
+        taken = self.samples[size] = self.samples.get(size, 0) + 1
+        estimate = self._at(size)
+        if 1 < taken <= FIRST_SAMPLES:  # an earlier sample set the value (and ended any seed)
             estimate.value = min(estimate.value, sample)
         else:
             estimate.update(sample)
