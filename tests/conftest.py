@@ -134,6 +134,25 @@ def assert_speculated(result, what: str = "") -> None:
         f"no draft was accepted {what}: {stats['draft_tokens']} drafted, {stats['accepted_tokens']} accepted"
 
 
+def assert_pieces_keep_their_rows(runner) -> None:
+    """A static runner's pass of 8 steps of rows + 1 tokens, every row's logits asked for: 16 segments, two
+    pieces of 8 sessions, one graph replayed twice on CUDA, whose output the second replay overwrites. Each
+    step must get its own rows, the bits of its step alone."""
+    import torch
+
+    from specdec.engine.runner import Step
+
+    caches = [runner.new_cache() for _ in range(8)]
+    blocks = [[(3 * i + j) % 200 + 1 for j in range(runner.rows + 1)] for i in range(8)]
+    for i, cache in enumerate(caches):
+        runner.forward([Step(cache, list(range(40 + i, 75)))])
+    together = runner.forward([Step(cache, block, logits=len(block)) for cache, block in zip(caches, blocks)])
+    for i, (cache, block) in enumerate(zip(caches, blocks)):
+        cache.length -= len(block)
+        alone = runner.forward([Step(cache, block, logits=len(block))])[0]
+        assert torch.equal(together[i], alone), f"step {i} got other rows than its own"
+
+
 class Worker(threading.Thread):
     """A thread whose exception is raised again by `join()` instead of being lost."""
 

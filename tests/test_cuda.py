@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from conftest import assert_speculated, tiny_options
+from conftest import assert_pieces_keep_their_rows, assert_speculated, tiny_options
 
 from specdec.cli.client import generate, make_request
 from specdec.core.sampling import SamplingParams
@@ -90,6 +90,10 @@ def test_logits_do_not_depend_on_gamma_bucket_or_neighbours(runner):
             runner.forward([Step(far, [1 + i % 200 for i in range(grown)])])
         shared = runner.forward([Step(far, [7], logits=1), Step(fresh(), [11], logits=1)])
         assert torch.equal(shared[1], alone), f"changed beside a session at position {far.length - 1}"
+
+
+def test_two_pieces_of_one_graph_in_a_pass_keep_their_own_logits(runner):
+    assert_pieces_keep_their_rows(runner)
 
 
 def test_a_next_turn_on_a_kept_cache_scores_the_bits_of_a_cold_start(monkeypatch):

@@ -8,7 +8,7 @@ import gc
 
 import pytest
 import torch
-from conftest import assert_speculated, tiny_options
+from conftest import assert_pieces_keep_their_rows, assert_speculated, tiny_options
 
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import ResourceExhausted
@@ -226,12 +226,11 @@ def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_p
     assert runner.compiled
     runner.layer_step = torch.compile(runner._layer_step, backend=aot_autograd(fw_compiler=keep))  # to see its graph
     with torch.inference_mode():  # inputs made as a pass makes them (inference tensors)
-        ids = torch.tensor([[5, 9, *[0] * (runner.rows - 2)], [0] * runner.rows])
-        positions = torch.arange(runner.rows).repeat(2, 1)
-        slots = torch.tensor([1, runner.pool.scratch])
-        compiled = runner._piece(ids, positions, slots, torch.arange(runner.windows[0]))
+        R = runner.rows
+        packed = torch.tensor([[5, 9, *[0] * (R - 2), *range(R), 1], [*[0] * R, *range(R), runner.pool.scratch]])
+        compiled = runner._piece(packed, torch.arange(runner.windows[0]))
         for bucket, _, window in runner.shapes():  # every shape a CUDA graph is captured for, on scratch rows
-            runner._piece(*runner._inputs([], bucket, window))
+            runner._piece(runner._inputs([], bucket), runner._key_positions[window])
     assert len(runner.shapes()) == 3 * 3
     assert len(graphs) == 1, f"{len(graphs)} compilations for {len(runner.layers)} layers and {runner.shapes()}"
     targets = [node.target for node in graphs[0].graph.nodes if node.op == "call_function"]
@@ -242,7 +241,7 @@ def test_compiled_one_layers_code_serves_every_layer_and_bucket_and_writes_the_p
     assert all(bool(rows.abs().sum(-1).gt(0).all()) for rows in written), "the compiled layers must fill the slot"
     fresh = load_model(SPEC, "cpu", dtype="bf16", runner="static", slots=3).runner
     with torch.inference_mode():
-        eager = fresh._piece(ids, positions, slots, torch.arange(fresh.windows[0]))
+        eager = fresh._piece(packed, torch.arange(fresh.windows[0]))
     for mine, theirs in zip(runner.pool.keys, fresh.pool.keys, strict=True):
         torch.testing.assert_close(mine[1, :2], theirs[1, :2], rtol=0.02, atol=0.07)  # bf16, fused in float32
     assert compiled[0, :2].argmax(-1).tolist() == eager[0, :2].argmax(-1).tolist()
@@ -253,7 +252,7 @@ class _EagerBank:
     """Stands in for `GraphBank` on CPU, where no CUDA graph can be captured: `capture` runs the piece once,
     as a capture's warm-up does (and with it, the compiler)."""
 
-    def __init__(self, forward):
+    def __init__(self, forward, device):
         self.forward, self.shapes = forward, set()
 
     def capture(self, *inputs: torch.Tensor) -> None:
@@ -265,6 +264,32 @@ class _EagerBank:
 
     def __len__(self) -> int:
         return len(self.shapes)
+
+
+class _ReplayBank(_EagerBank):
+    """As a CUDA graph's: the output of a shape is one tensor, which the next run of that shape overwrites."""
+
+    def __init__(self, forward, device):
+        super().__init__(forward, device)
+        self.outputs: dict[tuple, torch.Tensor] = {}
+
+    def run(self, *inputs: torch.Tensor) -> torch.Tensor:
+        computed = self.forward(*inputs)
+        output = self.outputs.setdefault(tuple(tuple(t.shape) for t in inputs), torch.empty_like(computed))
+        return output.copy_(computed)
+
+
+def test_two_pieces_of_one_graph_in_a_pass_keep_their_own_logits(monkeypatch):
+    """On CUDA a pass of more than 8 segments replays a graph for each piece of 8, the same graph for pieces of
+    one shape. Here a stand-in keeps a graph's semantics: one output a shape, overwritten by the next run."""
+    import specdec.engine.static.runner as static_runner
+    from specdec.engine.models import load_hf_model
+
+    monkeypatch.setattr(static_runner, "GraphBank", _ReplayBank)
+    runner = static_runner.StaticRunner(load_hf_model(SPEC, torch.device("cpu"), torch.float32), "fp32", slots=9,
+                                        graphs=True)
+    assert isinstance(runner.graphs, _ReplayBank)
+    assert_pieces_keep_their_rows(runner)
 
 
 def test_compiled_layers_that_fail_at_start_up_fall_back_to_eager_ones(monkeypatch):

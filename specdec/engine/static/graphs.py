@@ -1,7 +1,9 @@
 """CUDA graphs of a static-shape forward, one per bucket, captured on first use and replayed.
 
-A graph owns its input tensors; `run` copies a pass's inputs into them, replays, and returns the
-graph's own output tensor, which the next replay of that graph overwrites (callers copy what they keep).
+A graph owns its input tensors on the device; `run` copies a pass's inputs into them (from the host or the
+device; an input given as the very tensor the graph was captured with is a constant, not copied again),
+replays, and returns the graph's own output tensor, which the next replay of that graph overwrites (callers
+copy what they keep before replaying it).
 """
 
 from __future__ import annotations
@@ -20,15 +22,16 @@ WARMUP_RUNS = 2  # eager runs on a side stream before capture (lazy initialisati
 @dataclass
 class _Graph:
     graph: torch.cuda.CUDAGraph
-    inputs: tuple[torch.Tensor, ...]
+    inputs: tuple[torch.Tensor, ...]  # its own, on the device
+    given: tuple[torch.Tensor, ...]  # what it was captured with
     output: torch.Tensor
 
 
 class GraphBank:
     """`forward(*inputs) -> output` captured per input shape. All graphs share one memory pool."""
 
-    def __init__(self, forward: Callable[..., torch.Tensor]):
-        self.forward = forward
+    def __init__(self, forward: Callable[..., torch.Tensor], device: torch.device):
+        self.forward, self.device = forward, device
         self._graphs: dict[tuple, _Graph] = {}
         self._pool = None
 
@@ -37,8 +40,9 @@ class GraphBank:
         entry = self._graphs.get(key)
         if entry is None:
             entry = self._graphs[key] = self._capture(inputs)
-        for static, value in zip(entry.inputs, inputs, strict=True):
-            static.copy_(value, non_blocking=True)
+        for static, given, value in zip(entry.inputs, entry.given, inputs, strict=True):
+            if value is not given:
+                static.copy_(value, non_blocking=True)
         entry.graph.replay()
         return entry.output
 
@@ -47,7 +51,7 @@ class GraphBank:
         self.run(*inputs)
 
     def _capture(self, inputs: tuple[torch.Tensor, ...]) -> _Graph:
-        static = tuple(t.clone() for t in inputs)
+        static = tuple(t.to(self.device, copy=True) for t in inputs)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -59,7 +63,7 @@ class GraphBank:
             output = self.forward(*static)
         self._pool = graph.pool()
         log.debug("captured a CUDA graph for inputs %s", [tuple(t.shape) for t in inputs])
-        return _Graph(graph, static, output)
+        return _Graph(graph, static, inputs, output)
 
     def __len__(self) -> int:
         return len(self._graphs)

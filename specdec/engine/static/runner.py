@@ -10,7 +10,9 @@ A token's logits therefore come from one kernel sequence whatever γ, the batch,
 chunking or the other sessions: a one-token step and a γ+1 verify run the same kernels, and rows
 never mix inside a kernel (each output row is its own dot products, each query row its own softmax).
 On CUDA each bucket is a CUDA graph captured at start-up (`graphs.GraphBank`) and replayed: one
-launch per piece instead of hundreds. On CUDA by default (SPECDEC_STATIC_COMPILE=0 turns it off, =1 on
+launch per piece instead of hundreds. A piece's inputs (ids, positions, slots) go to the device as one host
+tensor, one copy; the rows its steps keep come out in one copy too, before the next piece runs (two pieces of
+a pass may replay one graph, whose output the second replay overwrites). On CUDA by default (SPECDEC_STATIC_COMPILE=0 turns it off, =1 on
 elsewhere), one decoder layer runs through torch.compile, which fuses its norms, rotary embeddings, pool
 writes, activations and residual adds: every layer calls the same compiled code (its weights and pool
 tensors are arguments), with the segment count its one dynamic size, so one compilation serves every layer
@@ -71,6 +73,7 @@ class _Segment:
     slot: int
     start: int  # position of its first token
     tokens: list[int]
+    keep: int  # how many of its last rows' logits its step returns
 
 
 class StaticRunner(ModelRunner):
@@ -103,7 +106,7 @@ class StaticRunner(ModelRunner):
         # and one layer is compiled, once (tests/test_static_runner.py).
         self.compiled = compile
         self.layer_step = torch.compile(self._layer_step) if compile else self._layer_step
-        self.graphs = GraphBank(self._piece) if use_graphs else None
+        self.graphs = GraphBank(self._piece, self.device) if use_graphs else None
         self.vocab = self.embed.num_embeddings
 
     @property
@@ -160,12 +163,12 @@ class StaticRunner(ModelRunner):
                 raise
             log.exception("the compiled layers failed at start-up: the static runner's layers run eagerly")
             self.compiled, self.layer_step = False, self._layer_step
-            self.graphs = GraphBank(self._piece)
+            self.graphs = GraphBank(self._piece, self.device)
             self._capture_every_shape()
 
     def _capture_every_shape(self) -> None:
         for sessions, _, window in self.shapes():
-            self.graphs.capture(*self._inputs([], sessions, window))
+            self.graphs.capture(self._inputs([], sessions), self._key_positions[window])
         synchronize(self.device)
         log.info("captured %d CUDA graphs: %s", len(self.graphs), self.shapes())
 
@@ -178,39 +181,39 @@ class StaticRunner(ModelRunner):
         assert len({id(s.cache) for s in steps}) == len(steps), "steps must use distinct caches"
         for step, n in zip(steps, lengths):
             step.cache.reserve(step.cache.length + n)
-        segments = [_Segment(i, step.cache.slot, step.cache.length + begin, step.tokens[begin:begin + self.rows])
-                    for i, step in enumerate(steps) for begin in range(0, len(step.tokens), self.rows)]
-        rows: list[list[torch.Tensor]] = [[] for _ in steps]  # per step, its segments' logits in order
+        segments = []
+        for i, (step, n) in enumerate(zip(steps, lengths)):
+            for begin in range(0, n, self.rows):
+                end = min(begin + self.rows, n)  # the step keeps its last `logits` rows: those past n - logits
+                segments.append(_Segment(i, step.cache.slot, step.cache.length + begin, step.tokens[begin:end],
+                                         keep=max(0, min(end - begin, end - (n - step.logits)))))
+        parts: list[list[torch.Tensor]] = [[] for _ in steps]  # per step, its kept rows, a piece at a time
         largest = self.session_buckets[-1]
         for begin in range(0, len(segments), largest):
             piece = segments[begin:begin + largest]
             logits = self._run(piece)  # [B, rows, V]
-            for b, segment in enumerate(piece):
-                rows[segment.step].append(logits[b, :len(segment.tokens)])
-        out = []
-        for step, n, parts in zip(steps, lengths, rows):
+            kept = [(segment, logits[b, len(segment.tokens) - segment.keep:len(segment.tokens)])
+                    for b, segment in enumerate(piece) if segment.keep]
+            if not kept:
+                continue
+            # One copy a piece, made before the next piece runs: on CUDA two pieces of one pass may replay the
+            # same graph, whose output the second replay overwrites.
+            joined, at = torch.cat([rows for _, rows in kept]), 0
+            for segment, _ in kept:
+                parts[segment.step].append(joined[at:at + segment.keep])
+                at += segment.keep
+        for step, n in zip(steps, lengths):
             step.cache.length += n
-            tail, kept = step.logits, []
-            for part in reversed(parts):  # the last `logits` rows, from as many segments as they span
-                if tail <= 0:
-                    break
-                kept.insert(0, part[-tail:].clone() if tail < len(part) else part.clone())
-                tail -= len(part)
-            out.append(torch.cat(kept) if kept else torch.empty(0, self.vocab, device=self.device))
-        return out
+        return [p[0] if len(p) == 1 else torch.cat(p) if p else torch.empty(0, self.vocab, device=self.device)
+                for p in parts]
 
-    def _inputs(self, piece: list[_Segment], sessions: int, window: int) -> tuple[torch.Tensor, ...]:
-        """ids, positions [sessions, rows], slots [sessions] and key positions [window] on the device;
-        scratch past the piece."""
-        ids = torch.zeros(sessions, self.rows, dtype=torch.long)
-        positions = torch.arange(self.rows).repeat(sessions, 1)
-        slots = torch.full((sessions,), self.pool.scratch, dtype=torch.long)
-        for b, segment in enumerate(piece):
-            ids[b, :len(segment.tokens)] = torch.tensor(segment.tokens)
-            positions[b] += segment.start
-            slots[b] = segment.slot
-        moved = tuple(t.to(self.device, non_blocking=True) for t in (ids, positions, slots))
-        return (*moved, self._key_positions[window])
+    def _inputs(self, piece: list[_Segment], sessions: int) -> torch.Tensor:
+        """Each segment's ids, positions and slot as one row [sessions, 2·rows + 1] on the host (one copy to
+        the device a piece); scratch rows past the piece."""
+        R = self.rows
+        packed = [[*s.tokens, *[0] * (R - len(s.tokens)), *range(s.start, s.start + R), s.slot] for s in piece]
+        packed += [[*[0] * R, *range(R), self.pool.scratch]] * (sessions - len(piece))
+        return torch.tensor(packed, dtype=torch.long)
 
     def _run(self, piece: list[_Segment]) -> torch.Tensor:
         """One piece padded to its buckets: logits [bucket, rows, V] float32 (on CUDA the graph's own
@@ -218,14 +221,18 @@ class StaticRunner(ModelRunner):
         sessions = next(b for b in self.session_buckets if b >= len(piece))
         furthest = max(segment.start for segment in piece) + self.rows  # padding rows write up to here
         window = next(w for w in self.windows if w >= furthest) if self.device.type == "cuda" else self.windows[-1]
-        inputs = self._inputs(piece, sessions, window)
-        return self.graphs.run(*inputs) if self.graphs is not None else self._piece(*inputs)
+        packed, keys = self._inputs(piece, sessions), self._key_positions[window]
+        if self.graphs is not None:  # the graph copies the host's rows into its own input
+            return self.graphs.run(packed, keys)
+        return self._piece(packed.to(self.device, non_blocking=True), keys)
 
-    def _piece(self, ids: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
-               keys: torch.Tensor) -> torch.Tensor:
-        """ids, positions: [B, S]; slots: [B]; keys: [L] key positions -> logits [B, S, V] float32.
-        Static shapes, no host sync."""
-        B, S = ids.shape
+    def _piece(self, packed: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """packed: [B, 2·S + 1], each segment's ids [S], positions [S] and slot; keys: [L] key positions ->
+        logits [B, S, V] float32. Static shapes, no host sync."""
+        S = self.rows
+        ids, positions, slots = (packed[:, :S].contiguous(), packed[:, S:2 * S].contiguous(),
+                                 packed[:, 2 * S].contiguous())
+        B = ids.shape[0]
         h = self.embed(ids.reshape(-1))[None].to(self.act_dtype)  # [1, B·S, hidden]
         cos, sin = self.rotary(h, positions.reshape(1, -1))
         groups = self.heads // self.kv_heads
