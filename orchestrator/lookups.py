@@ -26,6 +26,11 @@ LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1
 # (the largest an estimate gives), or a kind whose prior loses to a good draft model would never be tried, nor
 # learned. A miss costs one round.
 UNTRIED_ALPHA = ALPHA_MAX
+# The most tokens that first try proposes. Its verdict on them measures the kind's α (and rounds that find a lookup
+# but draft otherwise go on measuring it: `observe_shadow`), while a miss costs a verify of 3, not of 9: on a CPU a
+# pass of 9 tokens costs about 3 of one, and beside other sessions it is their pass that grows (8 users on a Zen 5:
+# three such tries of 8 tokens, 0 / 0 / 3 accepted, in every burst).
+UNTRIED_TOKENS = 2
 
 
 class Lookups:
@@ -61,7 +66,7 @@ class Lookups:
     def priced(self, cap: int) -> tuple[float, Lookup] | None:
         """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its
         expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind (`UNTRIED_ALPHA` for a
-        kind not yet tried) and no draft cost; None when it finds nothing worth a token. A client's prediction
+        kind not yet tried, whose try is at most `UNTRIED_TOKENS` long) and no draft cost; None when it finds nothing worth a token. A client's prediction
         is proposed whole on its first find in a generation, at an infinite rate: its α is this request's,
         which no other session measures, and a busy machine's noisy verify cost could price it out before
         it was ever tried (a verify of 2 at 2.8× a step, on CI)."""
@@ -72,7 +77,8 @@ class Lookups:
             return math.inf, found
         untried = self.with_model and self.prior.untried(found.kind)
         alpha = UNTRIED_ALPHA if untried else self.acceptance[found.kind].alpha
-        best, rate = self.controller.best_free(alpha, len(found.tokens))
+        best, rate = self.controller.best_free(alpha, min(len(found.tokens), UNTRIED_TOKENS) if untried else
+                                               len(found.tokens))
         return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
 
     def over(self, drafted: int, cap: int, committed: list[int]) -> Lookup | None:

@@ -337,6 +337,28 @@ def test_a_lookup_not_proposed_is_learned_from_the_tokens_the_round_committed():
     assert (estimate.accepted, estimate.rejections) == (6, 2), "a shadow is observed once"
 
 
+def test_an_untried_lookup_kind_is_tried_short_then_priced_at_its_alpha():
+    """Hybrid tries a kind no session has proposed at an α as high as an estimate gives, so that it is tried,
+    but with at most `UNTRIED_TOKENS` of its match: a miss of 8 grows every session's pass by 8 rows. Once
+    tried, a kind's lookups go as long as its learned α pays for."""
+    from orchestrator.lookups import UNTRIED_TOKENS
+    from specdec.planning.controller import GammaController
+    from specdec.planning.cost import CostProfile
+
+    cheap = GammaController(8, CostProfile(tuple(0.01 * (1 + 0.01 * s) for s in range(9))))
+    text = list(range(100, 140))
+    prior = LookupPrior(LOOKUP_KINDS)
+    lookups = Lookups(0, [], None, prior, cheap, with_model=True)
+    lookups.sync(text + text[:4])  # the last 4 tokens occurred before: prompt lookup finds what followed them
+    _, first = lookups.priced(8)
+    assert prior.untried(first.kind) and first.tokens == text[4:4 + UNTRIED_TOKENS]
+    lookups.proposed(first)
+    lookups.observe(first, len(first.tokens), len(first.tokens))
+    for _ in range(20):
+        lookups.acceptance[first.kind].observe(8, 8)
+    assert lookups.priced(8)[1].tokens == text[4:12], "tried and learned: as long as it pays"
+
+
 def test_a_prediction_is_tried_on_its_first_find_whatever_the_verify_costs():
     """`Lookups.priced` where a verify of several tokens costs 3× a target step (a noisy measurement on a busy
     machine), so that no lookup at its prior α pays: a client's prediction is still proposed whole on its first
