@@ -26,6 +26,24 @@ def test_a_size_never_measured_takes_the_scales_around_it():
     assert scales.at(5, 2.0) == pytest.approx(0.7 * 1.1 + 0.3 * 1.0), "each size an average of its own samples"
 
 
+def test_prices_follow_every_change_of_a_size():
+    """`at` keeps its sizes' prices between changes (a round prices every γ): after each update, seed, absorb
+    and load, and under another default, it prices as a copy that never priced anything before."""
+    import copy
+    import random
+
+    rng, scales, other = random.Random(0), SizeScales(), SizeScales()
+    other.update(4, 0.9)
+    changes = [lambda: scales.update(rng.randint(1, 6), rng.uniform(0.8, 2.0)), lambda: scales.seed(other),
+               lambda: scales.absorb(other), lambda: scales.load({str(rng.randint(1, 6)): rng.uniform(0.8, 2.0)})]
+    for i in range(60):
+        rng.choice(changes)()
+        default = 1.5 if i % 10 == 9 else 1.0
+        fresh = copy.deepcopy(scales)
+        fresh._known = None
+        assert [scales.at(t, default) for t in (0.5, 1, 2.5, 4, 9)] == [fresh.at(t, default) for t in (0.5, 1, 2.5, 4, 9)]
+
+
 def test_a_slow_first_sample_neither_lasts_nor_prices_its_size_out():
     """Noise only slows a pass: a size's first samples keep their least, so a slow first one is gone at the next
     sample (averaged in, it would weigh 0.7 and then 0.49). Until a size has three, the caller's default (the

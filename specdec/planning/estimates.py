@@ -54,6 +54,8 @@ class SizeScales:
         self.weight = weight
         self.sizes: dict[int, Ewma] = {}
         self.samples: dict[int, int] = {}  # samples taken of each size (a seed is none)
+        # `at`'s sizes and prices for one default, until a size changes: a round prices every γ, each at its size
+        self._known: tuple[float, list[int], list[float]] | None = None
 
     def update(self, tokens: int, sample: float) -> None:
         """One pass of `tokens` new tokens took `sample` times its profiled time."""
@@ -67,18 +69,24 @@ class SizeScales:
 
     def at(self, tokens: float, default: float) -> float:
         """The scale of a pass of `tokens` new tokens (`default` until some size is measured or seeded)."""
-        known = sorted((size, self._priced(size, e.value, default)) for size, e in self.sizes.items()
-                       if e.value is not None)
-        if not known:
+        sizes, scales = self._priced_sizes(default)
+        if not sizes:
             return default
-        sizes = [size for size, _ in known]
         at = bisect.bisect_left(sizes, tokens)
-        if at < len(known) and sizes[at] == tokens:
-            return known[at][1]
-        if at == 0 or at == len(known):
-            return known[min(at, len(known) - 1)][1]
-        (lo, low), (hi, high) = known[at - 1], known[at]
-        return low + (high - low) * (tokens - lo) / (hi - lo)
+        if at < len(sizes) and sizes[at] == tokens:
+            return scales[at]
+        if at == 0 or at == len(sizes):
+            return scales[min(at, len(sizes) - 1)]
+        lo, hi = at - 1, at
+        return scales[lo] + (scales[hi] - scales[lo]) * (tokens - sizes[lo]) / (sizes[hi] - sizes[lo])
+
+    def _priced_sizes(self, default: float) -> tuple[list[int], list[float]]:
+        """The sizes with a scale, ascending, and each one's as `at` prices it under `default`."""
+        if self._known is None or self._known[0] != default:
+            known = sorted((size, self._priced(size, e.value, default)) for size, e in self.sizes.items()
+                           if e.value is not None)
+            self._known = (default, [size for size, _ in known], [scale for _, scale in known])
+        return self._known[1], self._known[2]
 
     def _priced(self, size: int, value: float, default: float) -> float:
         """A size's scale as `at` prices it: capped by `default` while it has 1..FIRST_SAMPLES - 1 samples."""
@@ -106,4 +114,6 @@ class SizeScales:
                 self._at(int(size)).value = float(value)
 
     def _at(self, tokens: int) -> Ewma:
+        """A size's estimate, to change: every change goes through here, which forgets `at`'s prices."""
+        self._known = None
         return self.sizes.setdefault(int(tokens), Ewma(self.weight))
