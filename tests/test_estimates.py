@@ -41,7 +41,8 @@ def test_prices_follow_every_change_of_a_size():
         default = 1.5 if i % 10 == 9 else 1.0
         fresh = copy.deepcopy(scales)
         fresh._known = None
-        assert [scales.at(t, default) for t in (0.5, 1, 2.5, 4, 9)] == [fresh.at(t, default) for t in (0.5, 1, 2.5, 4, 9)]
+        sizes = (0.5, 1, 2.5, 4, 9)
+        assert [scales.at(t, default) for t in sizes] == [fresh.at(t, default) for t in sizes]
 
 
 def test_a_slow_first_sample_neither_lasts_nor_prices_its_size_out():
