@@ -66,10 +66,10 @@ class Lookups:
     def priced(self, cap: int) -> tuple[float, Lookup] | None:
         """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its
         expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind (`UNTRIED_ALPHA` for a
-        kind not yet tried, whose try is at most `UNTRIED_TOKENS` long) and no draft cost; None when it finds nothing worth a token. A client's prediction
-        is proposed whole on its first find in a generation, at an infinite rate: its α is this request's,
-        which no other session measures, and a busy machine's noisy verify cost could price it out before
-        it was ever tried (a verify of 2 at 2.8× a step, on CI)."""
+        kind not yet tried, whose try is at most `UNTRIED_TOKENS` long) and no draft cost; None when it finds
+        nothing worth a token. A client's prediction is proposed whole on its first find in a generation, at an
+        infinite rate: its α is this request's, which no other session measures, and a busy machine's noisy
+        verify cost could price it out before it was ever tried (a verify of 2 at 2.8× a step, on CI)."""
         found = self.proposer.propose(cap)
         if not found.tokens:
             return None
