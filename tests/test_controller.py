@@ -329,6 +329,26 @@ def test_a_burst_after_a_lone_session_is_priced_by_its_live_sessions():
     assert fill.value == 0.9, "a fuller pass replaces a provisional fill at once"
 
 
+def test_a_burst_prices_the_draft_by_its_live_sessions_too():
+    """γ > 0 is priced as every session drafting alike. The first of 8 sessions to draft finds the draft alone
+    (its report: one live session there); priced as one session's, the draft's passes and catch-ups look 8
+    times cheaper than all 8 drafting, and the burst drafts into its own target passes. The live sessions
+    floor the draft's sessions, as the target's, until they leave."""
+    prior = SharedPrior(gamma_max=8)
+    burst = [pin_alpha(prior.new_controller(machine(knee=4), machine(0.02)), 0.8) for _ in range(8)]
+    first = burst[0]
+    first.observe(timing(2, 1, 0.04, 0.04, 0.1, 0.1, target_load=PassLoad(8, 8, 24), draft_load=PassLoad(1, 1, 1)))
+    assert burst[1].draft_sessions.value == 8 and not burst[1].draft_sessions.provisional
+    alone = pin_alpha(GammaController(8, machine(knee=4), machine(0.02)), 0.8)
+    alone.draft_scale.value = first.draft_scale.value
+    assert first.catch_up_time(2, 40) > 4 * alone.catch_up_time(2, 40), "8 sessions catching up, not one"
+    for ctl in burst:
+        prior.absorb(ctl)
+    later = prior.new_controller(machine(knee=4), machine(0.02))
+    later.observe(timing(2, 1, 0.04, 0.04, 0.1, 0.1, target_load=PassLoad(1, 1, 3), draft_load=PassLoad(1, 1, 1)))
+    assert later.draft_sessions.value == 1, "after the burst, a lone session's draft load is its own"
+
+
 def test_the_draft_models_alpha_is_untried_until_a_session_measures_it():
     """Hybrid tries the draft model first while its α is the 0.7 guess (`GammaController.untried`): until this
     session drafted, or an earlier one handed on a measured α. A session that never drafted hands on nothing."""

@@ -82,7 +82,11 @@ class SharedPrior:
         target = {name: estimate for name, estimate in fresh.items() if name.startswith("target_")}
         self._target_load = target_load_of._target_load if target_load_of is not None else \
             LoadEstimates(target, floored=("target_sessions",))
-        self._draft_load = LoadEstimates({name: estimate for name, estimate in fresh.items() if name not in target})
+        # A draft γ > 0 is priced as every session drafting alike, so the live sessions floor the draft's sessions
+        # too: the first of a burst to draft met the draft alone, and priced at one session's passes, the draft's
+        # catch-ups on 2 shared cores drew the rest in (8 users on a Zen 5 at 0.87x target-only, traced).
+        self._draft_load = LoadEstimates({name: estimate for name, estimate in fresh.items() if name not in target},
+                                         floored=("draft_sessions",))
         self._load = self._target_load.ewmas | self._draft_load.ewmas
         self._alpha = Ewma(weight)
         self._prior_weight = prior_weight
