@@ -12,11 +12,11 @@ never mix inside a kernel (each output row is its own dot products, each query r
 On CUDA each bucket is a CUDA graph captured at start-up (`graphs.GraphBank`) and replayed: one
 launch per piece instead of hundreds. A piece's inputs (ids, positions, slots) go to the device as one host
 tensor, one copy; the rows its steps keep come out in one copy too, before the next piece runs (two pieces of
-a pass may replay one graph, whose output the second replay overwrites). On CUDA by default (SPECDEC_STATIC_COMPILE=0 turns it off, =1 on
-elsewhere), one decoder layer runs through torch.compile, which fuses its norms, rotary embeddings, pool
-writes, activations and residual adds: every layer calls the same compiled code (its weights and pool
-tensors are arguments), with the segment count its one dynamic size, so one compilation serves every layer
-and every bucket. Compiled, the smallest bucket is two segments, so that no piece is the size-1 case a
+a pass may replay one graph, whose output the second replay overwrites). On CUDA by default
+(SPECDEC_STATIC_COMPILE=0 turns it off, =1 on elsewhere), one decoder layer runs through torch.compile, which
+fuses its norms, rotary embeddings, pool writes, activations and residual adds: every layer calls the same
+compiled code (its weights and pool tensors are arguments), with the segment count its one dynamic size, so
+one compilation serves every layer and every bucket. Compiled, the smallest bucket is two segments, so that no piece is the size-1 case a
 compiler specialises apart. On CPU the same code runs eagerly (compiled too when asked, which is how CI
 tests the compiled layer's invariance).
 
