@@ -349,6 +349,29 @@ def test_a_burst_prices_the_draft_by_its_live_sessions_too():
     assert later.draft_sessions.value == 1, "after the burst, a lone session's draft load is its own"
 
 
+def test_a_stall_of_one_round_is_not_the_network():
+    """8 users decoding target-only; one round's hop takes 100 ms more (a span exporter's flush stalls the
+    orchestrator, every session's round at once). Read as the network, the next round drafts; a lasting rise
+    is followed, by half again a round."""
+    ctl = pin_alpha(GammaController(8, machine(), machine(0.03)), 0.8)
+    ctl.target_sessions.value = 8.0
+    step = ctl.target_cost.forward_s(8)
+
+    def plain_round(hop: float) -> None:
+        ctl.observe(timing(0, 0, 0.0, 0.0, step + hop, step, target_load=PassLoad(8, 8, 8)))
+
+    for _ in range(6):
+        plain_round(0.003)
+    plain_round(0.1)
+    assert ctl.choose() == 0 and ctl.rtt_target.value < 0.01
+    ctl.rtt_target.value = 0.05  # had the stall been averaged in
+    assert ctl.choose() > 0, "the stall must matter"
+    ctl.rtt_target.value = 0.003
+    for _ in range(12):
+        plain_round(0.3)
+    assert ctl.rtt_target.value > 0.2, "a lasting rise is followed"
+
+
 def test_the_draft_models_alpha_is_untried_until_a_session_measures_it():
     """Hybrid tries the draft model first while its α is the 0.7 guess (`GammaController.untried`): until this
     session drafted, or an earlier one handed on a measured α. A session that never drafted hands on nothing."""

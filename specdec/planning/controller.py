@@ -67,6 +67,8 @@ GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configure
 CATCH_UP_ROUNDS = 32
 # The most of the target-only time since the last probe that the next one may lose (`GammaController.choose`).
 PROBE_SHARE = 1 / 32
+# A hop's sample counts as at most HOP_JUMP times its estimate plus HOP_SLACK_S (`update_hop`).
+HOP_JUMP, HOP_SLACK_S = 2.0, 0.002
 
 
 def update_fill(fill: Ewma, sample: float) -> None:
@@ -79,6 +81,18 @@ def update_fill(fill: Ewma, sample: float) -> None:
     if (fill.provisional or fill.value is None) and sample < current:
         fill.value, fill.provisional = current, False
     fill.update(sample)
+
+
+def update_hop(hop: Ewma, sample: float) -> None:
+    """Learn a hop's network time from one round. A sample far above the estimate counts as `HOP_JUMP` times it
+    (plus `HOP_SLACK_S`): a stall of one round (a span exporter's flush, a pause of the orchestrator's process)
+    is not the network. Read as it, 7 of 8 users' rounds stalled 200 ms at once on a Zen 5 made all 8 draft γ = 3
+    in the next round, their draft's catch-ups on 2 shared cores scattered them out of the target's passes, and
+    adaptive fell to 0.89x target-only (docs/PERFORMANCE.md). A lasting rise still grows the estimate by half a
+    round (the average's weight of 0.5 times twice the estimate)."""
+    if hop.value is not None and not hop.provisional:
+        sample = min(sample, HOP_JUMP * hop.value + HOP_SLACK_S)
+    hop.update(sample)
 
 
 def busy_time(load: PassLoad, compute_s: float) -> float:
@@ -144,7 +158,7 @@ class GammaController:
         `by_model` False: the drafts came from elsewhere (a lookup), which teaches nothing of the draft
         model's α or cost; the target's side is learned all the same."""
         target, draft = record.target_load, record.draft_load
-        self.rtt_target.update(record.rtt_target_s)
+        update_hop(self.rtt_target, record.rtt_target_s)
         pass_tokens = target.tokens or record.drafted + 1
         steps_s = (record.target_passes - 1) * self.target_cost.forward_s(1)  # one token each
         target_s = busy_time(target, record.target_compute_s) / (self.target_cost.forward_s(pass_tokens) + steps_s)
@@ -166,7 +180,7 @@ class GammaController:
             # proposer (a lookup) has no scale to learn.
             if record.draft_steady and not record.prefetched and step > 0:
                 self.draft_scale.update(busy_time(draft, record.draft_compute_s) / (record.drafted * step))
-            self.rtt_draft.update(record.rtt_draft_s)
+            update_hop(self.rtt_draft, record.rtt_draft_s)
             self._rounds_without_draft = 0
         else:
             self._rounds_without_draft += max(record.target_passes, 1)
