@@ -231,39 +231,40 @@ class GammaController:
         first = self.draft_cost.upper_bound_s(round(self.draft_sessions.value * fed))
         return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
 
-    def steady_draft_time(self, gamma: int) -> float:
+    def steady_draft_time(self, gamma: int, step: float | None = None) -> float:
         """The draft compute of a steady round of γ drafts: γ passes, the first of which feeds what the draft
         has not seen of the last round: its own last draft and the bonus token where every draft was accepted
         (probability α^γ, in rounds of γ), else the target's correction alone. Where a pass of 2 tokens costs
         1.7 of one (a draft at AVX2), pricing every pass as one token priced the drafting of a round of γ = 1
-        at α 0.8 at 0.64 of its cost."""
+        at α 0.8 at 0.64 of its cost. `step`: `draft_step()`, where the caller has it."""
         if self.draft_cost is None or gamma == 0:
             return 0.0
         fed = 1.0 + self.acceptance.alpha ** gamma
         first = pass_cost(self.draft_cost, self.draft_sessions.value, self.draft_fill.value, fed)
-        return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
+        return self.draft_scale.value * first + (gamma - 1) * (self.draft_step() if step is None else step)
 
     def catch_up_time(self, gamma: int, unseen: int) -> float:
         """The extra draft compute of a round whose draft first feeds `unseen` tokens (its prompt, or what
         lookups or target-only rounds committed) where a steady round feeds one or two."""
         return max(self.draft_time(unseen, gamma) - self.steady_draft_time(gamma), 0.0)
 
-    def round_time(self, gamma: int, overlapped: bool | None = None) -> float:
-        """T(γ), or T_o(γ) when `overlapped` (default: while `overlapping`)."""
+    def round_time(self, gamma: int, overlapped: bool | None = None, step: float | None = None) -> float:
+        """T(γ), or T_o(γ) when `overlapped` (default: while `overlapping`); `step`: `draft_step()`, where the
+        caller has it (every round prices every γ, twice or three times: once a step, not once a γ)."""
         if (self.overlapping if overlapped is None else overlapped) and gamma > 0:
-            return self.overlap_round_time(gamma)
+            return self.overlap_round_time(gamma, step)
         time = (self.rtt_target.value or 0.0) + self.verify_time(gamma)
         if gamma > 0:
-            time += (self.rtt_draft.value or 0.0) + self.steady_draft_time(gamma)
+            time += (self.rtt_draft.value or 0.0) + self.steady_draft_time(gamma, step)
         return time
 
     def hit_probability(self, gamma: int) -> float:
         """h(γ): every draft accepted and the bonus token guessed, so the next proposal is ready."""
         return self.acceptance.alpha ** gamma * self.guesses.alpha
 
-    def overlap_round_time(self, gamma: int) -> float:
+    def overlap_round_time(self, gamma: int, step: float | None = None) -> float:
         """T_o(γ): a round of γ drafts whose verify runs beside the drafting of the next round's branch."""
-        rtt_draft, step = self.rtt_draft.value or 0.0, self.draft_step()
+        rtt_draft, step = self.rtt_draft.value or 0.0, self.draft_step() if step is None else step
         branch = rtt_draft + self.contention_draft.value * (gamma + 1) * step
         verify = (self.rtt_target.value or 0.0) + self.contention_target.value * self.verify_time(gamma)
         return max(branch, verify) + (1.0 - self.hit_probability(gamma)) * (rtt_draft + gamma * step)
@@ -271,8 +272,8 @@ class GammaController:
     def rates(self, cap: int, overlapped: bool | None = None, steps: int = 1) -> dict[int, float]:
         """Expected tokens per second for γ = 0..cap (`overlapped`: as in `round_time`), γ = 0 in target-only
         rounds of `steps` steps (`plain_rate`)."""
-        alpha = self.acceptance.alpha
-        rates = {g: expected_tokens(alpha, g) / self.round_time(g, overlapped) for g in range(1, cap + 1)}
+        alpha, step = self.acceptance.alpha, self.draft_step()
+        rates = {g: expected_tokens(alpha, g) / self.round_time(g, overlapped, step) for g in range(1, cap + 1)}
         return {0: self.plain_rate(steps), **rates}
 
     def plain_steps(self, limit: int | None = None) -> int:
