@@ -29,7 +29,7 @@ fi
 export SPECDEC_CACHE=${SPECDEC_CACHE:-/tmp/specdec-cache} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$out/gpu.txt"
-timeout 110 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
+timeout 125 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
     tests/test_cuda.py -q -rA --durations=5 > "$out/cuda_tests.txt" 2>&1
 tail -25 "$out/cuda_tests.txt"
 timeout 50 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
@@ -38,7 +38,7 @@ if [ "${STEPS_ONLY:-0}" = 1 ]; then
     timeout 120 python3 -m specdec.cli.main bench --gpu --gpu-steps --output "$out/gpu_steps.json" \
         > "$out/gpu_bench.txt" 2>&1
 else
-    timeout "${BENCH_SECONDS:-290}" python3 -m specdec.cli.main bench --gpu --max-new-tokens 128 --gammas 2,4 \
+    timeout "${BENCH_SECONDS:-275}" python3 -m specdec.cli.main bench --gpu --max-new-tokens 128 --gammas 2,4 \
         --output "$out/gpu_bench.json" > "$out/gpu_bench.txt" 2>&1
 fi
 quiet < "$out/gpu_bench.txt" | tail -40
