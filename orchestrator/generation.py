@@ -139,8 +139,12 @@ class Generation:
                 remaining = req.max_new_tokens - generated
                 useful = min(remaining - 1, self.max_context - len(committed))
                 cap = min(useful, self.controller.gamma_max) if req.gamma is None else max(0, min(req.gamma, useful))
-                self.controller.overlapping = self._overlaps(useful)
-                gamma = self.controller.choose(useful, self._draft_unseen(committed)) if req.gamma is None else cap
+                if self._settled(cap):  # target-only whoever would propose: nothing to price
+                    cap = gamma = 0
+                    self.controller.overlapping = False
+                else:
+                    self.controller.overlapping = self._overlaps(useful)
+                    gamma = self.controller.choose(useful, self._draft_unseen(committed)) if req.gamma is None else cap
                 with telemetry.span("round", context=self.trace_context) as span:
                     record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)
                     estimates = Estimates(self.controller.acceptance.alpha, self.controller.cost_ratio())
@@ -312,6 +316,20 @@ class Generation:
         if lookup is None and priced is not None:
             self.lookups.shadow = priced[1]
         return lookup, model_gamma, chunk if lookup is None and model_gamma == 0 else 1
+
+    def _settled(self, cap: int) -> bool:
+        """Under adaptive γ with the draft model (alone or in hybrid): this round is target-only whatever is
+        found or drafted (`GammaController.settled`, at the highest α the model or a lookup kind is priced at),
+        so it prices nothing and looks nothing up. Not with a branch drafted for it, nor while a client's
+        prediction is untried (proposed whole, whatever it costs)."""
+        if self.request.gamma is not None or not self._uses_model or self._branch is not None:
+            return False
+        if self.request.prediction and not (self.lookups is not None and self.lookups.prediction_tried):
+            return False
+        alpha = self.controller.acceptance.alpha
+        if self.lookups is not None:
+            alpha = max(alpha, self.lookups.highest_alpha())
+        return self.controller.settled(cap, alpha)
 
     def _draft_unseen(self, committed: list[int]) -> int:
         """Tokens the draft model feeds before it drafts: 1 after a round it drafted (the controller prices the

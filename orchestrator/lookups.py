@@ -46,6 +46,8 @@ class Lookups:
         self.shadow: Lookup | None = None  # found this round but not proposed (`observe_shadow`)
         self.prediction_tried = False  # a prediction was proposed in this generation (`priced`)
         self.misses = 0  # `propose`'s rounds in a row that found nothing
+        # Where this generation's lookups can match (`highest_alpha`).
+        self.sources = {"self", *(["shared"] if recent is not None else []), *(["prediction"] if prediction else [])}
 
     def sync(self, committed: list[int]) -> None:
         self.proposer.sync(committed)
@@ -80,6 +82,12 @@ class Lookups:
         best, rate = self.controller.best_free(alpha, min(len(found.tokens), UNTRIED_TOKENS) if untried else
                                                len(found.tokens))
         return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
+
+    def highest_alpha(self) -> float:
+        """The highest α `priced` would price any lookup this generation can find at: its kind's learned α, or
+        `UNTRIED_ALPHA` for a kind no session tried (a client's first prediction is not priced: the caller's)."""
+        return max((UNTRIED_ALPHA if self.with_model and self.prior.untried(kind) else estimate.alpha
+                    for kind, estimate in self.acceptance.items() if kind[0] in self.sources), default=0.0)
 
     def over(self, drafted: int, cap: int, committed: list[int]) -> Lookup | None:
         """With the model's proposal of `drafted` tokens already drafted (a prefetched branch): a lookup of at

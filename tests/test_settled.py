@@ -1,0 +1,134 @@
+"""Rounds that no proposer can win: `GammaController.settled` skips the pricing, and changes no decision."""
+
+import copy
+import random
+
+from orchestrator.draft_pool import DraftPool
+from orchestrator.generation import Generation, GenerationRequest
+from orchestrator.lookups import LOOKUP_KINDS
+from specdec.core.rounds import ALPHA_MAX, AcceptanceEstimate, PassLoad, RoundRecord
+from specdec.core.sampling import SamplingParams
+from specdec.planning.controller import GammaController
+from specdec.planning.cost import CostProfile
+from specdec.planning.prior import LookupPrior
+from test_controller import STEP, flat, machine, pin_alpha
+
+
+def loaded_controller(rng: random.Random) -> tuple[GammaController, float]:
+    """A controller after a few target-only rounds under a random load, profile, network and α (pinned), and
+    the highest α a proposer of its session is priced at (a lookup kind's may exceed the model's)."""
+    knee = rng.choice([1, 2, 4, 9, 32])
+    target = machine(STEP, knee) if knee < 32 else flat()
+    draft = machine(STEP * rng.uniform(0.05, 0.6), knee=rng.choice([2, 4, 9]))
+    alpha = rng.uniform(0.3, 0.99)
+    ctl = pin_alpha(GammaController(8, target, draft, probe_every=rng.choice([4, 16, 64])), alpha)
+    ctl.rtt_target.update(rng.uniform(0.0, 0.02))
+    ctl.rtt_draft.update(rng.uniform(0.0, 0.02))
+    ctl.contention_target.update(rng.uniform(1.0, 2.0))
+    ctl.contention_draft.update(rng.uniform(1.0, 2.0))
+    sessions = rng.choice([1, 2, 4, 8, 16])
+    for _ in range(rng.randrange(1, 12)):
+        rows = rng.uniform(1, sessions)
+        compute = target.forward_s(rows) * rng.uniform(0.8, 1.5)
+        load = PassLoad(sessions, rows, rows, compute)
+        ctl.observe(RoundRecord(emitted=1, wall_s=compute + 0.002, target_wall_s=compute + 0.002,
+                                target_compute_s=compute, target_load=load))
+    ctl.choose(rng.randrange(0, 20))  # the last choice, which `settled` requires to be 0
+    return ctl, max(alpha, rng.choice([alpha, rng.uniform(alpha, ALPHA_MAX)]))
+
+
+def test_a_settled_round_is_one_that_choose_and_every_lookup_would_make_target_only():
+    """Wherever `settled` holds, `choose` says 0 and is no probe, overlapped or not, whatever the draft's lag,
+    and a free proposer at any α up to the highest loses to target-only (a lookup is not proposed); and it does
+    hold in some of these states (among them many sessions on a CPU-like profile), not in others."""
+    rng, settled = random.Random(7), 0
+    for case in range(400):
+        ctl, highest = loaded_controller(rng)
+        cap = rng.randrange(1, 9)
+        if not ctl.settled(cap, highest):
+            continue
+        settled += 1
+        for overlapping in (False, True):
+            other = copy.deepcopy(ctl)
+            other.overlapping = overlapping
+            assert other.choose(cap, rng.randrange(1, 60)) == 0 and not other.probing, case
+        for alpha in (highest, rng.uniform(0.0, highest)):
+            assert ctl.best_free(alpha, cap)[0] == 0, case
+    assert 40 < settled < 360, f"{settled} of 400 states settled"
+
+
+def test_settled_waits_for_a_due_probe_and_a_choice_of_zero():
+    """A controller whose every round is target-only by a wide margin (a verify of S tokens costs S steps) is
+    settled between probes only: before its first `choose`, and when a probe is due, it is not."""
+    ctl = pin_alpha(GammaController(8, machine(STEP, knee=1), flat(0.01), probe_every=4), 0.9)
+    assert not ctl.settled(8), "no choice yet"
+    assert ctl.choose(8) == 0 and ctl.settled(8)
+    for _ in range(4):
+        ctl.observe(RoundRecord(emitted=1, target_wall_s=STEP, target_compute_s=STEP))
+    assert not ctl.settled(8) and ctl.choose(8) > 0 and ctl.probing, "a due probe is choose's to make"
+
+
+def test_a_generation_is_settled_at_the_highest_alpha_it_prices_a_proposer_at():
+    """A generation asks `settled` at the highest α among the draft model's and its lookup kinds' (untried ones at
+    `ALPHA_MAX`), counting only kinds it can find (no shared sequences here); not at all while a client's
+    prediction is untried, nor under a fixed γ."""
+    ctl = pin_alpha(GammaController(8, machine(STEP, knee=1), flat(0.01)), 0.6)
+    ctl.rtt_target.update(0.05)  # a hop: a verify of many tokens at α near 1 beats target-only, at 0.6 it does not
+    assert ctl.choose(8) == 0 and ctl.settled(8, 0.6) and not ctl.settled(8, ALPHA_MAX)
+    prior = LookupPrior(LOOKUP_KINDS)
+
+    def settled(gamma: int | None = None, **fields) -> bool:
+        request = GenerationRequest([5, 6, 7], 32, SamplingParams(), gamma=gamma, proposer="hybrid", **fields)
+        generation = Generation(request, DraftPool([]), None, None, frozenset(), 64, copy.deepcopy(ctl),
+                                lookup_prior=prior)
+        return generation._settled(8)
+
+    assert not settled(), "untried lookup kinds"
+    for kind in LOOKUP_KINDS:
+        prior.tried(kind)
+    assert settled(), "every kind tried, at the prior's α"
+    prior.absorb({("shared", 2, False): AcceptanceEstimate(accepted=99, rejections=1)})
+    assert settled(), "a kind this generation cannot find"
+    prior.absorb({("self", 2, False): AcceptanceEstimate(accepted=99, rejections=1)})
+    assert not settled(), "a kind it can find, at α 0.98"
+    assert not settled(prediction=(1, 2, 3)) and not settled(gamma=2)
+
+
+def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
+    """Through the services: a hybrid generation whose controller can never speculate prices γ once, then neither
+    γ, the overlap nor a lookup again, drafts nothing and emits target-only's tokens; on a profile where
+    speculation pays it prices every round. The prompt repeats itself, so lookups find matches all along. `never`
+    prices a verify of S tokens at S⁶ steps: on the tiny models a hop costs about half a step, and a verify priced
+    at S steps loses to target-only only until the hop is measured."""
+    servicer = stack.orchestrator.servicer
+    prompt = [7, 8, 9, 10, 11] * 6
+    never = CostProfile(tuple(STEP * s ** 6 for s in range(1, 10)))
+
+    def run(gamma: int | None, target: CostProfile) -> tuple[list[int], list[RoundRecord], dict]:
+        ctl = pin_alpha(GammaController(8, target, flat(0.01), probe_every=1024), 0.9)
+        calls = {"choose": 0, "overlap_pays": 0, "priced": 0}
+        request = GenerationRequest(prompt, 24, SamplingParams(), gamma=gamma, proposer="hybrid", overlap="auto",
+                                    ignore_eos=True)
+        generation = Generation(request, servicer.drafts, servicer.target, servicer.tokenizer, frozenset(),
+                                servicer.max_context, ctl)
+        counted(ctl, "choose", calls), counted(ctl, "overlap_pays", calls), counted(generation.lookups, "priced", calls)
+        chunks = list(generation.run())
+        return [t for c in chunks for t in c.token_ids], [c.record for c in chunks], calls
+
+    expected, _, _ = run(0, never)
+    tokens, records, calls = run(None, never)
+    assert tokens == expected and all(r.drafted == 0 for r in records)
+    assert calls == {"choose": 1, "overlap_pays": 1, "priced": 1}, calls
+    _, records, calls = run(None, flat())
+    assert calls["choose"] == len(records) and calls["priced"] > 0, calls
+
+
+def counted(owner, name: str, calls: dict) -> None:
+    """Count the calls of `owner.name` in `calls[name]`."""
+    method = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        calls[name] += 1
+        return method(*args, **kwargs)
+
+    setattr(owner, name, wrapper)
