@@ -326,10 +326,9 @@ class Generation:
             return False
         if self.request.prediction and not (self.lookups is not None and self.lookups.prediction_tried):
             return False
-        alpha = self.controller.acceptance.alpha
-        if self.lookups is not None:
-            alpha = max(alpha, self.lookups.highest_alpha())
-        return self.controller.settled(cap, alpha)
+        alphas = self.lookups.highest_alphas(cap) if self.lookups is not None else {}
+        alphas[cap] = max(alphas.get(cap, 0.0), self.controller.acceptance.alpha)
+        return self.controller.settled(cap, alphas)
 
     def _draft_unseen(self, committed: list[int]) -> int:
         """Tokens the draft model feeds before it drafts: 1 after a round it drafted (the controller prices the

@@ -83,11 +83,17 @@ class Lookups:
                                                len(found.tokens))
         return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
 
-    def highest_alpha(self) -> float:
-        """The highest α `priced` would price any lookup this generation can find at: its kind's learned α, or
-        `UNTRIED_ALPHA` for a kind no session tried (a client's first prediction is not priced: the caller's)."""
-        return max((UNTRIED_ALPHA if self.with_model and self.prior.untried(kind) else estimate.alpha
-                    for kind, estimate in self.acceptance.items() if kind[0] in self.sources), default=0.0)
+    def highest_alphas(self, cap: int) -> dict[int, float]:
+        """The highest α `priced` would price a lookup this generation can find at, by the most tokens it would
+        propose: a tried kind's learned α, up to `cap`; `UNTRIED_ALPHA` for a kind no session tried, up to
+        `UNTRIED_TOKENS` (a client's first prediction is not priced: the caller's case)."""
+        alphas: dict[int, float] = {}
+        for kind, estimate in self.acceptance.items():
+            if kind[0] in self.sources:
+                untried = self.with_model and self.prior.untried(kind)
+                longest, alpha = (min(cap, UNTRIED_TOKENS), UNTRIED_ALPHA) if untried else (cap, estimate.alpha)
+                alphas[longest] = max(alphas.get(longest, 0.0), alpha)
+        return alphas
 
     def over(self, drafted: int, cap: int, committed: list[int]) -> Lookup | None:
         """With the model's proposal of `drafted` tokens already drafted (a prefetched branch): a lookup of at

@@ -14,9 +14,9 @@ from specdec.planning.prior import LookupPrior
 from test_controller import STEP, flat, machine, pin_alpha
 
 
-def loaded_controller(rng: random.Random) -> tuple[GammaController, float]:
-    """A controller after a few target-only rounds under a random load, profile, network and α (pinned), and
-    the highest α a proposer of its session is priced at (a lookup kind's may exceed the model's)."""
+def loaded_controller(rng: random.Random) -> tuple[GammaController, dict[int, float]]:
+    """A controller after a few target-only rounds under a random load, profile, network and α (pinned), and the
+    α its session's proposers are priced at by the most tokens they propose (lookups may exceed the model's)."""
     knee = rng.choice([1, 2, 4, 9, 32])
     target = machine(STEP, knee) if knee < 32 else flat()
     draft = machine(STEP * rng.uniform(0.05, 0.6), knee=rng.choice([2, 4, 9]))
@@ -34,56 +34,71 @@ def loaded_controller(rng: random.Random) -> tuple[GammaController, float]:
         ctl.observe(RoundRecord(emitted=1, wall_s=compute + 0.002, target_wall_s=compute + 0.002,
                                 target_compute_s=compute, target_load=load))
     ctl.choose(rng.randrange(0, 20))  # the last choice, which `settled` requires to be 0
-    return ctl, max(alpha, rng.choice([alpha, rng.uniform(alpha, ALPHA_MAX)]))
+    alphas = {8: max(alpha, rng.choice([alpha, rng.uniform(alpha, ALPHA_MAX)]))}
+    if rng.random() < 0.5:
+        alphas[rng.randrange(1, 4)] = ALPHA_MAX  # an untried lookup kind, tried short
+    return ctl, alphas
 
 
 def test_a_settled_round_is_one_that_choose_and_every_lookup_would_make_target_only():
     """Wherever `settled` holds, `choose` says 0 and is no probe, overlapped or not, whatever the draft's lag,
-    and a free proposer at any α up to the highest loses to target-only (a lookup is not proposed); and it does
-    hold in some of these states (among them many sessions on a CPU-like profile), not in others."""
+    and a free proposer at any α up to its highest loses to target-only at every γ up to its longest (a lookup
+    is not proposed); and it does hold in some of these states (among them many sessions on a CPU-like
+    profile), not in others."""
     rng, settled = random.Random(7), 0
     for case in range(400):
-        ctl, highest = loaded_controller(rng)
+        ctl, alphas = loaded_controller(rng)
         cap = rng.randrange(1, 9)
-        if not ctl.settled(cap, highest):
+        if not ctl.settled(cap, alphas):
             continue
         settled += 1
         for overlapping in (False, True):
             other = copy.deepcopy(ctl)
             other.overlapping = overlapping
             assert other.choose(cap, rng.randrange(1, 60)) == 0 and not other.probing, case
-        for alpha in (highest, rng.uniform(0.0, highest)):
-            assert ctl.best_free(alpha, cap)[0] == 0, case
+        for longest, highest in alphas.items():
+            for alpha in (highest, rng.uniform(0.0, highest)):
+                assert ctl.best_free(alpha, min(longest, cap))[0] == 0, case
     assert 40 < settled < 360, f"{settled} of 400 states settled"
 
 
-def test_settled_waits_for_a_due_probe_and_a_choice_of_zero():
+# A verify of 2 or 3 tokens costs 2.2 or 3.3 steps, of 4 to 9 tokens 3.4 to 3.9: at α near 1 a proposal pays from
+# 3 tokens on, at 0.6 never.
+JUMP = CostProfile(tuple(STEP * x for x in (1.0, 2.2, 3.3, 3.4, 3.5, 3.6, 3.7, 3.8, 3.9)))
+
+
+def test_settled_waits_for_a_due_probe_and_a_choice_of_zero_and_prices_each_proposer_up_to_its_length():
     """A controller whose every round is target-only by a wide margin (a verify of S tokens costs S steps) is
-    settled between probes only: before its first `choose`, and when a probe is due, it is not."""
+    settled between probes only: before its first `choose`, and when a probe is due, it is not. A proposer at α
+    near 1 that proposes at most 2 tokens leaves it settled where one that proposes 3 does not."""
     ctl = pin_alpha(GammaController(8, machine(STEP, knee=1), flat(0.01), probe_every=4), 0.9)
     assert not ctl.settled(8), "no choice yet"
     assert ctl.choose(8) == 0 and ctl.settled(8)
     for _ in range(4):
         ctl.observe(RoundRecord(emitted=1, target_wall_s=STEP, target_compute_s=STEP))
     assert not ctl.settled(8) and ctl.choose(8) > 0 and ctl.probing, "a due probe is choose's to make"
+    jump = pin_alpha(GammaController(8, JUMP, flat(0.01)), 0.6)
+    assert jump.choose(8) == 0 and jump.settled(8, {8: 0.6, 2: ALPHA_MAX})
+    assert not jump.settled(8, {8: 0.6, 3: ALPHA_MAX}) and not jump.settled(8, {8: ALPHA_MAX})
+    assert jump.settled(2, {8: ALPHA_MAX}), "no more than 2 tokens are of use"
 
 
 def test_a_generation_is_settled_at_the_highest_alpha_it_prices_a_proposer_at():
-    """A generation asks `settled` at the highest α among the draft model's and its lookup kinds' (untried ones at
-    `ALPHA_MAX`), counting only kinds it can find (no shared sequences here); not at all while a client's
-    prediction is untried, nor under a fixed γ."""
-    ctl = pin_alpha(GammaController(8, machine(STEP, knee=1), flat(0.01)), 0.6)
-    ctl.rtt_target.update(0.05)  # a hop: a verify of many tokens at α near 1 beats target-only, at 0.6 it does not
-    assert ctl.choose(8) == 0 and ctl.settled(8, 0.6) and not ctl.settled(8, ALPHA_MAX)
+    """A generation asks `settled` at the draft model's α and its lookup kinds' (an untried kind's `ALPHA_MAX`
+    for at most `UNTRIED_TOKENS`), counting only kinds it can find (no shared sequences here); not at all while
+    a client's prediction is untried, nor under a fixed γ."""
+    ctl = pin_alpha(GammaController(8, JUMP, flat(0.01)), 0.6)
+    assert ctl.choose(8) == 0
     prior = LookupPrior(LOOKUP_KINDS)
 
-    def settled(gamma: int | None = None, **fields) -> bool:
+    def settled(gamma: int | None = None, model_alpha: float = 0.6, **fields) -> bool:
         request = GenerationRequest([5, 6, 7], 32, SamplingParams(), gamma=gamma, proposer="hybrid", **fields)
-        generation = Generation(request, DraftPool([]), None, None, frozenset(), 64, copy.deepcopy(ctl),
-                                lookup_prior=prior)
+        generation = Generation(request, DraftPool([]), None, None, frozenset(), 64,
+                                pin_alpha(copy.deepcopy(ctl), model_alpha), lookup_prior=prior)
         return generation._settled(8)
 
-    assert not settled(), "untried lookup kinds"
+    assert settled(), "untried lookup kinds, tried short"
+    assert not settled(model_alpha=0.98), "the draft model at α 0.98"
     for kind in LOOKUP_KINDS:
         prior.tried(kind)
     assert settled(), "every kind tried, at the prior's α"
