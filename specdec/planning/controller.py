@@ -52,6 +52,8 @@ A due probe also waits until what it loses against target-only decoding, the dra
 token it has not seen included, is at most `PROBE_SHARE` of the target-only time since the last one: on
 a CPU a draft model that has not drafted for a while is far behind (at AVX2, a probe at the end of a
 64-token generation caught up on 90 tokens in 12 target steps' time: 0.86× target-only over the generation).
+Between probes, a round that no proposer could win even with no draft time and no hop, at the highest α it is
+priced at, is target-only without pricing γ, the overlap or the lookups (`settled`): many sessions on a CPU.
 """
 
 from __future__ import annotations
