@@ -25,9 +25,11 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
 
     Sizes are 1..max_tokens (one session's verify) and doubling up to `batch_tokens` (a shared pass:
     sessions of max_tokens tokens each, as the batcher forms it). They are interleaved within each
-    repeat, so slow drift of the machine affects them alike. The shared-pass sizes are compute-bound
-    and steady, so they are timed once after the warm-up: repeating them would add seconds to every
-    start-up. A device's queue is drained before each clock reading.
+    repeat, so slow drift of the machine affects them alike. The shared-pass sizes are repeated too:
+    timed once after the warm-up, one slow pass of 18 tokens (133.6 ms where 9 took 53.7 and 36 took
+    219.9; 124 / 57 / 234 an hour later) priced a pass of 32 rows at 1.7× one of 16 (measured: 1.96×), and
+    16 users drafted where it did not pay. It costs the first start on a machine about 2 s more (the profile
+    is kept: `specdec.engine.profile_cache`). A device's queue is drained before each clock reading.
 
     A forward of fewer tokens does no more work than one of more, so each size's time is capped by every
     larger size's (`monotone`): on a busy host a pass preempted in all of its repeats (10 ms and more
@@ -52,10 +54,8 @@ def _measure(runner: ModelRunner, max_tokens: int, batch_tokens: int, repeats: i
     began = time.perf_counter()
     bench = PassTimer(runner, max_tokens, sizes[-1], vocab)
     best = [float("inf")] * len(sizes)
-    for repeat in range(repeats + 1):  # the first pass warms up every size
+    for _ in range(repeats + 1):  # the first pass warms up every size
         for i, size in enumerate(sizes):
-            if repeat > 1 and size > max_tokens:
-                continue
             best[i] = min(best[i], bench.seconds(size))
     profile = CostProfile(monotone(best), tuple(sizes))
     log.info("cost profile (%.1f s): forward of %s tokens = %s ms; S=%d costs %.2fx S=1",

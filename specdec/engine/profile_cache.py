@@ -26,9 +26,9 @@ from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
 
 log = logging.getLogger(__name__)
 
-# 2: each size capped by the larger ones' (`measure.monotone`); 3: timed off the initial thread, as served. Older
-# entries are measured again.
-FORMAT = 3
+# 2: each size capped by the larger ones' (`measure.monotone`); 3: timed off the initial thread, as served; 4: the
+# shared-pass sizes best of every repeat too. Older entries are measured again.
+FORMAT = 4
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".json")
 
 
