@@ -46,7 +46,7 @@ class Lookups:
         self.shadow: Lookup | None = None  # found this round but not proposed (`observe_shadow`)
         self.prediction_tried = False  # a prediction was proposed in this generation (`priced`)
         self.misses = 0  # `propose`'s rounds in a row that found nothing
-        # Where this generation's lookups can match (`highest_alpha`).
+        # Where this generation's lookups can match (`highest_alphas`).
         self.sources = {"self", *(["shared"] if recent is not None else []), *(["prediction"] if prediction else [])}
 
     def sync(self, committed: list[int]) -> None:
