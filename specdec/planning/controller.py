@@ -365,27 +365,21 @@ class GammaController:
     # -- the decision ----------------------------------------------------------------------------
     def settled(self, max_useful: int | None = None, alphas: dict[int, float] | None = None) -> bool:
         """Whether this round is target-only whoever would propose, so that `choose` (which would say 0), the
-        overlap's pricing and the lookups' can be skipped: the last choice was γ = 0, no probe is due, and no
-        proposal of γ ≥ 1 tokens with no draft time, no hop and no slowdown (a lookup's price; more than the
-        draft model's, overlapped or not) beats a one-step target-only round (the least target-only is priced
-        at), each γ at the highest α of the proposers that propose that many. `alphas`: each proposer's α by
-        the most tokens it proposes (default: any number at `ALPHA_MAX`, the most an estimate says).
+        overlap's pricing and the lookups' can be skipped: the last choice was γ = 0, no probe is due, and for
+        every proposer, priced as a free one (`best_free`: no draft time, no hop and no slowdown, a lookup's price
+        and more than the draft model's, overlapped or not) at its α and up to the most tokens it proposes, the
+        best γ is 0: a one-step target-only round, the least target-only is priced at. `alphas`: each proposer's
+        α by the most tokens it proposes (default: any number at `ALPHA_MAX`, the most an estimate says).
 
         Measured on a Zen 5 at 8 users, the orchestrator priced γ, overlap and lookups in 95 µs a round: for 8
         sessions, 0.8 ms of Python one after another between two 55 ms passes that wait for every session.
-        This costs γ_max + 1 verify prices (11 µs there)."""
+        This costs a verify price per γ and proposer (15 µs there, with the model and an untried lookup kind)."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
         alphas = {cap: ALPHA_MAX} if alphas is None else alphas
         if self._last_gamma != 0 or self._probe_due():
             return False
-        rtt = self.rtt_target.value or 0.0
-        plain = 1.0 / (rtt + self.verify_time(0))
-        for gamma in range(1, cap + 1):
-            alpha = max((a for longest, a in alphas.items() if longest >= gamma), default=None)
-            if alpha is None:  # no proposer proposes this many
-                break
-            if expected_tokens(alpha, gamma) / (rtt + self.verify_time(gamma)) > plain:
-                return False
+        if any(self.best_free(alpha, min(longest, cap))[0] > 0 for longest, alpha in alphas.items()):
+            return False
         self.probing = False  # as `choose` would leave it
         return True
 
