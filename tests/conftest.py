@@ -100,6 +100,16 @@ def pytest_configure(config):
     os.environ["SPECDEC_PROFILE_CACHE"] = tempfile.mkdtemp(prefix="specdec-profiles-")
 
 
+def pytest_unconfigure(config):
+    """The run's profile folder goes with it (every service that wrote there has stopped)."""
+    import os
+    import shutil
+
+    folder = os.environ.pop("SPECDEC_PROFILE_CACHE", None)
+    if folder is not None and os.path.basename(folder).startswith("specdec-profiles-"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def wait_until(condition, timeout_s: float, what: str, every_s: float = 0.05) -> None:
     """Poll `condition()` until it holds; fail after `timeout_s` naming `what` (a bounded wait, not a sleep)."""
     deadline = time.monotonic() + timeout_s

@@ -15,9 +15,13 @@ from specdec.launch.stack import EmbeddedStack
 REPEATING = "def area(r):\n    return 3.14 * r * r\n\n" * 3 + "def area(r):\n"
 
 
+def lookup_replica_stack() -> EmbeddedStack:
+    return EmbeddedStack(dataclasses.replace(tiny_stack().opts, draft_model=LOOKUP_MODEL))
+
+
 @pytest.fixture(scope="module")
 def lookup_stack():
-    with EmbeddedStack(dataclasses.replace(tiny_stack().opts, draft_model=LOOKUP_MODEL)) as running:
+    with lookup_replica_stack() as running:
         yield running
 
 
@@ -29,13 +33,26 @@ def test_it_describes_itself_as_a_model_of_any_vocabulary(lookup_stack):
     assert len(info.forward_ns) == 7 and max(info.forward_ns) < target.forward_ns[0]
 
 
-@pytest.mark.parametrize("gamma", [3, None])
-def test_greedy_output_equals_target_only_and_the_lookups_speculate(lookup_stack, gamma):
-    baseline = generate(lookup_stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
-    looked_up = generate(lookup_stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=gamma))
+def greedy_speculates_as_target_only(stack: EmbeddedStack, gamma: int | None) -> None:
+    """The same prompt, target-only then at `gamma`: the same tokens, and the replica's lookups drafted some."""
+    baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
+    looked_up = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=gamma))
     assert looked_up.token_ids == baseline.token_ids
-    assert looked_up.stats["draft_tokens"] > 0 and looked_up.stats["draft_replica"] == lookup_stack.draft_address
+    assert looked_up.stats["draft_tokens"] > 0 and looked_up.stats["draft_replica"] == stack.draft_address
     assert {r.proposer for r in looked_up.rounds if r.drafted} == {"model"}  # to the orchestrator, a draft replica
+
+
+def test_greedy_output_equals_target_only_at_a_fixed_gamma(lookup_stack):
+    greedy_speculates_as_target_only(lookup_stack, 3)
+
+
+def test_adaptive_gamma_speculates_from_an_untried_replica():
+    """On a stack of its own: no session has measured the replica's α, and an α never measured is worth its
+    first probe whatever the measured costs say, so adaptive γ drafts within 48 tokens on any machine at any
+    load. (After a session that learned α near 0, as the fixed-γ one does on this prompt, a probe waits until
+    it is cheap enough, which a loaded machine's timings can put past 48 tokens.)"""
+    with lookup_replica_stack() as running:
+        greedy_speculates_as_target_only(running, None)
 
 
 def test_sampled_and_overlapped_generations_complete(lookup_stack):
