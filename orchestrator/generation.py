@@ -324,6 +324,8 @@ class Generation:
         prediction is untried (proposed whole, whatever it costs)."""
         if self.request.gamma is not None or not self._uses_model or self._branch is not None:
             return False
+        if not self.controller.at_rest():  # before the lookups' α are gathered: a drafting round pays nothing here
+            return False
         if self.request.prediction and not (self.lookups is not None and self.lookups.prediction_tried):
             return False
         alphas = self.lookups.highest_alphas(cap) if self.lookups is not None else {}

@@ -72,14 +72,15 @@ def test_settled_waits_for_a_due_probe_and_a_choice_of_zero_and_prices_each_prop
     settled between probes only: before its first `choose`, and when a probe is due, it is not. A proposer at α
     near 1 that proposes at most 2 tokens leaves it settled where one that proposes 3 does not."""
     ctl = pin_alpha(GammaController(8, machine(STEP, knee=1), flat(0.01), probe_every=4), 0.9)
-    assert not ctl.settled(8), "no choice yet"
-    assert ctl.choose(8) == 0 and ctl.settled(8)
+    assert not ctl.at_rest() and not ctl.settled(8), "no choice yet"
+    assert ctl.choose(8) == 0 and ctl.at_rest() and ctl.settled(8)
     for _ in range(4):
         ctl.observe(RoundRecord(emitted=1, target_wall_s=STEP, target_compute_s=STEP))
-    assert not ctl.settled(8) and ctl.choose(8) > 0 and ctl.probing, "a due probe is choose's to make"
+    assert not ctl.at_rest() and not ctl.settled(8)
+    assert ctl.choose(8) > 0 and ctl.probing, "a due probe is choose's to make"
     jump = pin_alpha(GammaController(8, JUMP, flat(0.01)), 0.6)
     assert jump.choose(8) == 0 and jump.settled(8, {8: 0.6, 2: ALPHA_MAX})
-    assert not jump.settled(8, {8: 0.6, 3: ALPHA_MAX}) and not jump.settled(8, {8: ALPHA_MAX})
+    assert jump.at_rest() and not jump.settled(8, {8: 0.6, 3: ALPHA_MAX}) and not jump.settled(8, {8: ALPHA_MAX})
     assert jump.settled(2, {8: ALPHA_MAX}), "no more than 2 tokens are of use"
 
 
@@ -112,7 +113,7 @@ def test_a_generation_is_settled_at_the_highest_alpha_it_prices_a_proposer_at():
 def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
     """Through the services: a hybrid generation whose controller can never speculate prices γ once, then neither
     γ, the overlap nor a lookup again, drafts nothing and emits target-only's tokens; on a profile where
-    speculation pays it prices every round. The prompt repeats itself, so lookups find matches all along. `never`
+    speculation pays it prices every round and never gathers the α a settled round is bounded by. The prompt repeats itself, so lookups find matches all along. `never`
     prices a verify of S tokens at S⁶ steps: on the tiny models a hop costs about half a step, and a verify priced
     at S steps loses to target-only only until the hop is measured."""
     servicer = stack.orchestrator.servicer
@@ -121,21 +122,24 @@ def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
 
     def run(gamma: int | None, target: CostProfile) -> tuple[list[int], list[RoundRecord], dict]:
         ctl = pin_alpha(GammaController(8, target, flat(0.01), probe_every=1024), 0.9)
-        calls = {"choose": 0, "overlap_pays": 0, "priced": 0}
+        calls = {"choose": 0, "overlap_pays": 0, "priced": 0, "highest_alphas": 0}
         request = GenerationRequest(prompt, 24, SamplingParams(), gamma=gamma, proposer="hybrid", overlap="auto",
                                     ignore_eos=True)
         generation = Generation(request, servicer.drafts, servicer.target, servicer.tokenizer, frozenset(),
                                 servicer.max_context, ctl)
-        counted(ctl, "choose", calls), counted(ctl, "overlap_pays", calls), counted(generation.lookups, "priced", calls)
+        for owner, name in ((ctl, "choose"), (ctl, "overlap_pays"), (generation.lookups, "priced"),
+                            (generation.lookups, "highest_alphas")):
+            counted(owner, name, calls)
         chunks = list(generation.run())
         return [t for c in chunks for t in c.token_ids], [c.record for c in chunks], calls
 
     expected, _, _ = run(0, never)
     tokens, records, calls = run(None, never)
     assert tokens == expected and all(r.drafted == 0 for r in records)
-    assert calls == {"choose": 1, "overlap_pays": 1, "priced": 1}, calls
+    assert calls == {"choose": 1, "overlap_pays": 1, "priced": 1, "highest_alphas": len(records) - 1}, calls
     _, records, calls = run(None, flat())
     assert calls["choose"] == len(records) and calls["priced"] > 0, calls
+    assert calls["highest_alphas"] == 0, "a drafting round gathers no α for a bound it cannot meet"
 
 
 def counted(owner, name: str, calls: dict) -> None:

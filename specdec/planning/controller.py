@@ -376,12 +376,16 @@ class GammaController:
         This costs a verify price per γ and proposer (15 µs there, with the model and an untried lookup kind)."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
         alphas = {cap: ALPHA_MAX} if alphas is None else alphas
-        if self._last_gamma != 0 or self._probe_due():
+        if not self.at_rest():
             return False
         if any(self.best_free(alpha, min(longest, cap))[0] > 0 for longest, alpha in alphas.items()):
             return False
         self.probing = False  # as `choose` would leave it
         return True
+
+    def at_rest(self) -> bool:
+        """The preconditions of `settled` that need no α: the last choice was γ = 0 and no probe is due."""
+        return self._last_gamma == 0 and not self._probe_due()
 
     def _probe_due(self) -> bool:
         """While γ = 0 wins: enough target steps since the last drafted round for a probe (`choose`)."""
