@@ -78,6 +78,7 @@ def test_settled_waits_for_a_due_probe_and_a_choice_of_zero_and_prices_each_prop
         ctl.observe(RoundRecord(emitted=1, target_wall_s=STEP, target_compute_s=STEP))
     assert not ctl.at_rest() and not ctl.settled(8)
     assert ctl.choose(8) > 0 and ctl.probing, "a due probe is choose's to make"
+    assert ctl.settled(8) and not ctl.probing, "the round after a probe is settled, and not a probe"
     jump = pin_alpha(GammaController(8, JUMP, flat(0.01)), 0.6)
     assert jump.choose(8) == 0 and jump.settled(8, {8: 0.6, 2: ALPHA_MAX})
     assert jump.at_rest() and not jump.settled(8, {8: 0.6, 3: ALPHA_MAX}) and not jump.settled(8, {8: ALPHA_MAX})

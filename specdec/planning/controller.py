@@ -369,7 +369,8 @@ class GammaController:
         every proposer, priced as a free one (`best_free`: no draft time, no hop and no slowdown, a lookup's price
         and more than the draft model's, overlapped or not) at its α and up to the most tokens it proposes, the
         best γ is 0: a one-step target-only round, the least target-only is priced at. `alphas`: each proposer's
-        α by the most tokens it proposes (default: any number at `ALPHA_MAX`, the most an estimate says).
+        α by the most tokens it proposes (default: any number at `ALPHA_MAX`, the most an estimate says). A round
+        it settles is decided, as `choose` decides one: `probing` turns False.
 
         Measured on a Zen 5 at 8 users, the orchestrator priced γ, overlap and lookups in 95 µs a round: for 8
         sessions, 0.8 ms of Python one after another between two 55 ms passes that wait for every session.
