@@ -114,9 +114,10 @@ def test_a_generation_is_settled_at_the_highest_alpha_it_prices_a_proposer_at():
 def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
     """Through the services: a hybrid generation whose controller can never speculate prices γ once, then neither
     γ, the overlap nor a lookup again, drafts nothing and emits target-only's tokens; on a profile where
-    speculation pays it prices every round and never gathers the α a settled round is bounded by. The prompt repeats itself, so lookups find matches all along. `never`
-    prices a verify of S tokens at S⁶ steps: on the tiny models a hop costs about half a step, and a verify priced
-    at S steps loses to target-only only until the hop is measured."""
+    speculation pays it prices every round and never gathers the α a settled round is bounded by. The prompt
+    repeats itself, so lookups find matches all along. `never` prices a verify of S tokens at S⁶ steps: on the
+    tiny models a hop costs about half a step, and a verify priced at S steps loses to target-only only until the
+    hop is measured."""
     servicer = stack.orchestrator.servicer
     prompt = [7, 8, 9, 10, 11] * 6
     never = CostProfile(tuple(STEP * s ** 6 for s in range(1, 10)))
