@@ -55,9 +55,9 @@ def _rank_forward(rank: int, world: int, port: int, results) -> None:
     torch.distributed.destroy_process_group()
     results.close()
     results.join_thread()  # the logits are through the pipe before the process goes
-    # Leave as the services do (`specdec.runtime.server`), without the interpreter's teardown: in one clean-clone CI
-    # run (2026-11-30, the first in dozens) both ranks aborted there ("terminate called without an active
-    # exception": a C++ thread left joinable; exit -6) after their logits were sent.
+    # Leave without the interpreter's teardown (as an orphaned service does, `specdec.runtime.server`): in one
+    # clean-clone CI run (2026-11-30, the first in dozens) both ranks aborted after their logits were sent, in
+    # `destroy_process_group` or the teardown ("terminate called without an active exception": exit -6).
     os._exit(0)
 
 
