@@ -24,8 +24,9 @@ from specdec.tools.bench.cpu_curve import dot_peak
 
 FORMATS = [Q4_K, Q6_K, Q5_0, Q4_0, Q8_0]
 # What each build needs of the CPU (/proc/cpuinfo flag names).
-NEEDS = {"avx512-vnni": ("avx512_vnni", "avx512bw"), "avx-vnni": ("avx_vnni", "avx2"), "avx2": ("avx2",),
-         "sse4.1": ("sse4_1",), "portable": ()}
+X86_64_V4 = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
+NEEDS = {"avx512-vnni": ("avx512_vnni", *X86_64_V4), "avx-vnni": ("avx_vnni", "avx2"), "avx512": X86_64_V4,
+         "avx2": ("avx2",), "sse4.1": ("sse4_1",), "portable": ()}
 
 
 def runnable(variant: str) -> bool:
@@ -219,6 +220,7 @@ def test_the_machines_variant_is_its_level():
     assert q8dot.library().q8_level().decode() == expected
     assert expected == ("avx512-vnni" if features.has("avx512_vnni") else
                         "avx-vnni" if features.has("avx2") and features.vnni else
+                        "avx512" if features.has("avx512") else
                         "avx2" if features.has("avx2") else "sse4.1")
 
 

@@ -52,7 +52,8 @@ Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON), ("q8pack", "layer_ops", 
 MARCH = {"sse41": "x86-64-v2", "avx2": "x86-64-v3"}  # every AVX-512 level (and AMX): x86-64-v4
 # The integer path's variants, fastest first, and what each is compiled with.
 Q8_VARIANTS = {"avx512-vnni": ("-march=x86-64-v4", "-mavx512vnni"), "avx-vnni": ("-march=x86-64-v3", "-mavxvnni"),
-               "avx2": ("-march=x86-64-v3",), "sse4.1": ("-march=x86-64-v2",), "portable": ("-DQ8_PORTABLE",)}
+               "avx512": ("-march=x86-64-v4",), "avx2": ("-march=x86-64-v3",), "sse4.1": ("-march=x86-64-v2",),
+               "portable": ("-DQ8_PORTABLE",)}
 
 
 class KernelUnavailable(RuntimeError):
@@ -69,8 +70,12 @@ def q8_variant_for(features) -> str:
     """The integer path's variant for `features` (`specdec.engine.cpu.features.CpuFeatures`)."""
     if features.has("avx512_vnni"):
         return "avx512-vnni"
+    if features.has("avx2") and features.vnni:
+        return "avx-vnni"
+    if features.has("avx512"):  # AVX-512BW without VNNI (Skylake-SP): AVX2's instructions on 64 bytes
+        return "avx512"
     if features.has("avx2"):
-        return "avx-vnni" if features.vnni else "avx2"
+        return "avx2"
     return "sse4.1" if features.has("sse41") else "portable"
 
 

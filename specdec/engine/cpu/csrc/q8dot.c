@@ -36,7 +36,7 @@
 
 /* ---- the integer dot of a unit's weights (u8) with its activations (s8), block by block, per level ---- */
 #if defined(Q8_PORTABLE)
-#elif CHUNK == 64
+#elif CHUNK == 64 && defined(__AVX512VNNI__)
 #define NATIVE 64
 typedef __m512i nv;
 #define NV_LOAD(p) _mm512_loadu_si512((const void *)(p))
@@ -44,6 +44,18 @@ typedef __m512i nv;
 #define MADD16(a, b) _mm512_madd_epi16(a, b)
 #define NV_ABS(q) _mm512_abs_epi8(q)
 #define NV_SIGN_OF(q) _mm512_movm_epi8(_mm512_movepi8_mask(q)) /* −1 where q < 0 */
+#define NV_SIGN(x, s) _mm512_sub_epi8(_mm512_xor_si512(x, s), s)
+#elif CHUNK == 64 /* AVX-512BW without VNNI: AVX2's instructions on 64 bytes */
+#define NATIVE 64
+typedef __m512i nv;
+#define NV_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define PAIRS(w, x) _mm512_maddubs_epi16(w, x)
+#define ADD16(a, b) _mm512_add_epi16(a, b)
+#define ADD32(a, b) _mm512_add_epi32(a, b)
+#define MADD16(a, b) _mm512_madd_epi16(a, b)
+#define SPLAT16(v) _mm512_set1_epi16(v)
+#define NV_ABS(q) _mm512_abs_epi8(q)
+#define NV_SIGN_OF(q) _mm512_movm_epi8(_mm512_movepi8_mask(q))
 #define NV_SIGN(x, s) _mm512_sub_epi8(_mm512_xor_si512(x, s), s)
 #elif defined(__AVXVNNI__)
 #define NATIVE 32
@@ -159,11 +171,10 @@ static inline vli madd_pairs(vli a, vli b) {
     return vli_of(x);
 }
 #endif
-#define LEVEL_NAME (NATIVE == 64 ? "avx512-vnni" : NATIVE == 16 ? "sse4.1" : VNNI256 ? "avx-vnni" : "avx2")
-#ifdef __AVXVNNI__
-#define VNNI256 1
+#ifdef PAIRS
+#define LEVEL_NAME (NATIVE == 64 ? "avx512" : NATIVE == 16 ? "sse4.1" : "avx2")
 #else
-#define VNNI256 0
+#define LEVEL_NAME (NATIVE == 64 ? "avx512-vnni" : "avx-vnni")
 #endif
 #else /* portable C */
 typedef uint8_t nv;
@@ -495,7 +506,12 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
  * (1.03-1.2x: 2·G accumulators of each kind outgrow the 32 registers, and groups unpack the weights twice).
  * AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower. The order of every output's terms
  * is unchanged. */
-enum { UNIT_PAIR_ROWS = 4, PAIR_ROWS = 5 };
+enum { UNIT_PAIR_ROWS = 4 };
+#ifdef PAIRS /* without VNNI whole units only, no chunk-by-chunk pairs: groups of up to 4 rows */
+#define PAIR_ROWS 4
+#else
+#define PAIR_ROWS 5
+#endif
 
 /* One full unit of two weight rows (at o and o + other) against G ≤ UNIT_PAIR_ROWS activation rows, both units
  * unpacked whole into registers: acc0[g] and acc1[g] += their terms. */
@@ -512,6 +528,7 @@ static inline __attribute__((always_inline)) void unit_pair(const int type, cons
     }
 }
 
+#ifndef PAIRS
 /* The same for G ≤ PAIR_ROWS rows, chunk by chunk: each weight chunk unpacked into one register per weight row,
  * and each activation chunk loaded once for both, so that 2·G integer sums and 2·G accumulators fit in the 32
  * registers at 5 rows (whole units, 16 registers of weights, spill there). */
@@ -557,6 +574,7 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
             else acc1[g] = acc_add(acc1[g], t);
         }
 }
+#endif
 #endif
 
 /* Activations beyond L1_BYTES go in chunks of CHUNK_BYTES, which stay in the L1 cache while a block of
@@ -690,8 +708,13 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
     for (int64_t i = 0; i < end; i++) { /* a unit is the 16 accumulators */
         prefetch_ahead(type, row, i);
         prefetch_ahead(type, row + other, i);
-        if (G <= UNIT_PAIR_ROWS) unit_pair(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
-        else unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
+#ifndef PAIRS
+        if (G > UNIT_PAIR_ROWS) {
+            unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
+            continue;
+        }
+#endif
+        unit_pair(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
     }
     if (tail) {
         last_unit(type, row + end * bytes, a + end, nu, acc0, G);
@@ -704,8 +727,13 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
 #define PAIR_PASS(T, G) \
     case G: row_pair_pass(T, j->w + n * j->row_bytes, far * j->row_bytes, far, j->tail, j->nu, j->a + g0 * j->nu, \
                           j->out + g0 * j->ldy + n, j->ldy, j->bias ? j->bias + n : 0, G); break;
+#if PAIR_ROWS == 5
 #define PAIR_PASSES(T) \
     switch (g) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) }
+#else
+#define PAIR_PASSES(T) \
+    switch (g) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) }
+#endif
 #endif
 
 #define PASS(T, G) \

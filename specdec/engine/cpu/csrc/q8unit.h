@@ -1,6 +1,6 @@
 /* The gguf-q8 path's unit layout, shared by its kernel (q8dot.c) and its packing (q8pack.c).
  *
- * Each build works in units of 8 chunks of CHUNK bytes (64 with AVX-512, else 32), so UNIT = 8 ·
+ * Each build works in units of 8 chunks of CHUNK bytes (64 with AVX-512BW, else 32), so UNIT = 8 ·
  * CHUNK weights and BLOCKS = CHUNK / 4 blocks a unit. Byte p of chunk c is the unit's weight
  * 32·(p / 4) + 4·c + p % 4: a 4-byte integer dot at lane p / 4 always stays inside block p / 4, chunks
  * 0-3 its first half and 4-7 its second, and the 8 chunks' dots give every block's sum with no lanes to
@@ -21,7 +21,7 @@
 
 enum { SB = 256 }; /* weights of a K-quant super-block */
 
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && !defined(Q8_PORTABLE)
+#if defined(__AVX512BW__) && !defined(Q8_PORTABLE)
 #define CHUNK 64
 #else
 #define CHUNK 32
@@ -38,7 +38,7 @@ typedef uint64_t vw __attribute__((vector_size(CHUNK))); /* a chunk's bytes, for
  * widens the pair sums with (the activations carry their halves' Σu as int16 pairs); with VNNI, and in
  * portable C, the two half sums start at −32·Σu and are converted and multiplied in float32, exact because
  * every product and the sum are integers below 2^24 (no vpmulld). */
-#if defined(Q8_PORTABLE) || CHUNK == 64 || defined(__AVXVNNI__)
+#if defined(Q8_PORTABLE) || defined(__AVX512VNNI__) || defined(__AVXVNNI__)
 #define SCALE_PAIRS 0
 #else
 #define SCALE_PAIRS 1
