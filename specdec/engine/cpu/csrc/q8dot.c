@@ -16,10 +16,10 @@
  * Layout: q8unit.h. Each weight unit is unpacked once per pass and dotted with every row in it; a unit's
  * BLOCKS terms are one vector of float steps a row.
  *
- * Built per level by specdec/engine/cpu/native.py: VNNI (vpdpbusd on 512 or 256 bits), AVX2 and SSE4.1
- * (vpmaddubsw: u8·s8 pairs summed in int16, which never saturates here: |q|·|u| ≤ 128·127, and the pair
- * sums of up to 8 chunks added in int16 before widening, as the largest code of each format allows),
- * portable C. Integer sums are exact, so every build gives the same bits.
+ * Built per level by specdec/engine/cpu/native.py: VNNI (vpdpbusd on 512 or 256 bits), AVX-512BW without
+ * VNNI, AVX2 and SSE4.1 (vpmaddubsw on 512, 256 or 128 bits: u8·s8 pairs summed in int16, which never
+ * saturates here: |q|·|u| ≤ 128·127, and the pair sums of up to 8 chunks added in int16 before widening, as
+ * the largest code of each format allows), portable C. Integer sums are exact, so every build gives the same bits.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -504,8 +504,10 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
  * `specdec bench --kernel-ab`). Not at one row (1.0-1.08x); not for Q8_0, whose weights take twice the
  * registers (their signs; 1.0-1.23x); not for 6 rows or more where single rows take the activations whole
  * (1.03-1.2x: 2·G accumulators of each kind outgrow the 32 registers, and groups unpack the weights twice).
- * AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower. The order of every output's terms
- * is unchanged. */
+ * AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower. Without VNNI (the avx512 build) whole
+ * units only, in groups of up to 4 rows: on a Zen 5 capped at that level, whole passes of 2 / 3 / 4 tokens took
+ * 1.06 / 1.08 / 1.25x the time without pairs, 5 and 9 tokens the same (`specdec bench --kernel-ab`). The order of
+ * every output's terms is unchanged. */
 enum { UNIT_PAIR_ROWS = 4 };
 #ifdef PAIRS /* without VNNI whole units only, no chunk-by-chunk pairs: groups of up to 4 rows */
 #define PAIR_ROWS 4
