@@ -10,13 +10,12 @@ import pytest
 from conftest import GGUF_TARGET
 
 from specdec.cli.main import main
-from specdec.engine.cpu import native
-from specdec.engine.cpu.features import cpu_features
+from specdec.engine.cpu import native, q8dot
 from specdec.tools.bench import kernel_ab
 
 
 def test_kernel_ab_times_each_linear_and_pass_on_both_builds(tmp_path, monkeypatch):
-    build = native.build(native.q8_variant_for(cpu_features()), native.Q8DOT)
+    build = native.build(q8dot.machine_variant(), native.Q8DOT)
     copy = tmp_path / "copy.so"
     copy.write_bytes(build.read_bytes())
     builds = [build, copy]
@@ -53,8 +52,8 @@ def test_kernel_ab_sizes_must_be_row_counts(tmp_path):
 
 
 def test_kernel_ab_refuses_a_build_of_another_level(tmp_path):
-    builds = [native.build(native.q8_variant_for(cpu_features()), native.Q8DOT), native.build("portable", native.Q8DOT)]
-    if native.q8_variant_for(cpu_features()) == "portable":
+    builds = [native.build(q8dot.machine_variant(), native.Q8DOT), native.build("portable", native.Q8DOT)]
+    if q8dot.machine_variant() == "portable":
         pytest.skip("this machine's build is the portable one")
     with pytest.raises(SystemExit, match="builds of one level"):
         main(["bench", "--kernel-ab", ",".join(map(str, builds)), "--target-model", GGUF_TARGET, "--device", "cpu",

@@ -2,11 +2,15 @@
 
 Its kernel is checked bit for bit against a plain transcription of its definition (below, from the
 raw GGUF bytes, sharing no code with the kernel), on every build this CPU can run (AVX-512 VNNI,
-AVX-VNNI, AVX2, SSE4.1, portable C); its rows against themselves computed alone; and the model on it
+AVX-VNNI, AVX-512 without VNNI, AVX2, SSE4.1, portable C); its rows against themselves computed alone; and the model on it
 against the exact gguf path.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -17,10 +21,9 @@ from test_gguf_path import assert_rows_invariant, random_blocks
 from specdec.engine.cpu import native, q8dot
 from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
 from specdec.engine.cpu.features import cpu_features, cpuinfo
-from specdec.engine.cpu.q8dot import Q8Kernel
+from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak, fastest, machine_variant
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
-from specdec.tools.bench.cpu_curve import dot_peak
 
 FORMATS = [Q4_K, Q6_K, Q5_0, Q4_0, Q8_0]
 # What each build needs of the CPU (/proc/cpuinfo flag names).
@@ -216,12 +219,39 @@ def test_the_dot_peak_counts_the_multiply_adds_it_does(variant):
 
 def test_the_machines_variant_is_its_level():
     features = cpu_features()
-    expected = native.q8_variant_for(features)
-    assert q8dot.library().q8_level().decode() == expected
-    assert expected == ("avx512-vnni" if features.has("avx512_vnni") else
-                        "avx-vnni" if features.has("avx2") and features.vnni else
-                        "avx512" if features.has("avx512") else
-                        "avx2" if features.has("avx2") else "sse4.1")
+    candidates = native.q8_variants_for(features)
+    assert candidates == (("avx512-vnni",) if features.has("avx512_vnni") else
+                          ("avx-vnni",) if features.has("avx2") and features.vnni else
+                          ("avx512", "avx2") if features.has("avx512") else
+                          ("avx2",) if features.has("avx2") else ("sse4.1",))
+    assert machine_variant() in candidates and q8dot.library().q8_level().decode() == machine_variant()
+
+
+def test_of_two_builds_the_faster_one_here_is_taken():
+    """Where a level has two builds (AVX-512 without VNNI: 512-bit multiplies that a Skylake-SP may run at a lower
+    clock, or the AVX2 build), the one whose dot peak is higher; a lone build is taken untimed."""
+    timed = []
+
+    def peak(variant):
+        timed.append(variant)
+        return {"avx512": 2.0e11, "avx2": 3.0e11}[variant]
+
+    assert fastest(("avx512", "avx2"), peak) == "avx2" and timed == ["avx512", "avx2"]
+    assert fastest(("avx512", "avx2"), lambda variant: {"avx512": 8.6e11, "avx2": 3.5e11}[variant]) == "avx512"
+    assert fastest(("avx2",), lambda variant: pytest.fail("a lone build is not timed")) == "avx2"
+
+
+@pytest.mark.skipif(not runnable("avx512"), reason="this CPU has no AVX-512")
+def test_a_cpu_capped_at_avx512_without_vnni_times_both_of_its_builds():
+    """A process capped at `avx512` chooses between the avx512 and avx2 builds by their timing, and its kernel
+    is the one it chose."""
+    probe = ("from specdec.engine.cpu import native, q8dot; from specdec.engine.cpu.features import cpu_features; "
+             "print(native.q8_variants_for(cpu_features()), q8dot.machine_variant(), q8dot.library().q8_level().decode())")
+    run = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "SPECDEC_CPU_ISA": "avx512"},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    candidates, chosen, level = run.stdout.strip().rsplit(" ", 2)
+    assert candidates == "('avx512', 'avx2')" and chosen in ("avx512", "avx2") and level == chosen
 
 
 # -- the model on it ---------------------------------------------------------------------------------
@@ -230,7 +260,7 @@ def test_gguf_models_default_to_the_integer_path_and_track_the_exact_one():
     and its logits and greedy choices track the exact path's."""
     q8 = load_model(GGUF_TARGET, "cpu")
     exact = load_model(GGUF_TARGET, "cpu", dtype="gguf")
-    level = native.q8_variant_for(cpu_features())
+    level = machine_variant()
     assert (q8.choice.path, q8.choice.kernel) == ("gguf-q8", f"gguf-q8-{level}-Q4_K+Q6_K")
     assert (exact.choice.path, exact.choice.kernel) == ("gguf", "gguf-Q4_K+Q6_K") and q8.choice.row_invariant
     tokens = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31]

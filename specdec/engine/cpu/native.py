@@ -66,17 +66,18 @@ def march_for(level: str | None) -> str:
     return MARCH.get(level, "x86-64-v4")
 
 
-def q8_variant_for(features) -> str:
-    """The integer path's variant for `features` (`specdec.engine.cpu.features.CpuFeatures`)."""
+def q8_variants_for(features) -> tuple[str, ...]:
+    """The integer path's variants for `features` (`specdec.engine.cpu.features.CpuFeatures`): one, or two
+    that the machine's own timing chooses between (`specdec.engine.cpu.q8dot.machine_variant`)."""
     if features.has("avx512_vnni"):
-        return "avx512-vnni"
+        return ("avx512-vnni",)
     if features.has("avx2") and features.vnni:
-        return "avx-vnni"
-    if features.has("avx512"):  # AVX-512BW without VNNI (Skylake-SP): AVX2's instructions on 64 bytes
-        return "avx512"
+        return ("avx-vnni",)
+    if features.has("avx512"):  # AVX-512BW without VNNI (Skylake-SP): AVX2's instructions on 64 bytes, whose
+        return ("avx512", "avx2")  # 512-bit multiplies such a CPU may run on fewer ports and at a lower clock
     if features.has("avx2"):
-        return "avx2"
-    return "sse4.1" if features.has("sse41") else "portable"
+        return ("avx2",)
+    return ("sse4.1",) if features.has("sse41") else ("portable",)
 
 
 def build_digest(source: Source = BLOCKQUANT) -> str:
@@ -172,7 +173,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         print(build(march_for(cpu_features().level)))
-        print(build(q8_variant_for(cpu_features()), Q8DOT))
+        for variant in q8_variants_for(cpu_features()):
+            print(build(variant, Q8DOT))
     except KernelUnavailable as error:
         print(f"warning: {error}; the gguf paths fall back to float32")
 

@@ -16,8 +16,11 @@ integer dot stays inside one 32-weight block). A tensor in any other format runs
 from __future__ import annotations
 
 import itertools
+import logging
+import time
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 import torch
 
@@ -28,12 +31,53 @@ from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
+log = logging.getLogger(__name__)
+
 FORMATS = (Q4_K, Q6_K, Q5_0, Q4_0, Q8_0)  # what the integer kernel takes
 
 
 def library(variant: str | None = None):
     """The integer kernel built for `variant` (a `native.Q8_VARIANTS` key; default: this CPU's)."""
-    return native.load(variant or native.q8_variant_for(cpu_features()), native.Q8DOT)
+    return native.load(variant or machine_variant(), native.Q8DOT)
+
+
+def dot_peak(threads: int, variant: str | None = None, seconds: float = 0.2) -> float:
+    """Multiply-adds per second of `variant`'s integer dot product at its best, on `threads` threads at once:
+    cached activation rows against a register-resident weight super-block, nothing else (`q8_dot_peak`;
+    about `seconds` a try, best of 3). The compute floor of a pass is its multiply-adds over this."""
+    lib, rounds = library(variant), 1000
+    while True:  # grow the rounds until a try takes a tenth of `seconds`, then scale to `seconds`
+        began = time.perf_counter()
+        lib.q8_dot_peak(threads, rounds)
+        elapsed = time.perf_counter() - began
+        if elapsed > seconds / 10:
+            break
+        rounds *= 4
+    rounds = max(1, int(rounds * seconds / elapsed))
+    best = float("inf")
+    for _ in range(3):
+        began = time.perf_counter()
+        macs = lib.q8_dot_peak(threads, rounds)
+        best = min(best, time.perf_counter() - began)
+    return macs / best
+
+
+def fastest(variants: tuple[str, ...], peak: Callable[[str], float]) -> str:
+    """Of `variants`, the one with the highest `peak`; the first where there is one."""
+    if len(variants) == 1:
+        return variants[0]
+    peaks = {variant: peak(variant) for variant in variants}
+    log.info("gguf-q8 builds' integer dot peaks here: %s",
+             ", ".join(f"{variant} {rate / 1e9:.0f} G multiply-adds/s" for variant, rate in peaks.items()))
+    return max(variants, key=peaks.__getitem__)
+
+
+@lru_cache(maxsize=None)
+def machine_variant() -> str:
+    """This CPU's build: its level's (`native.q8_variants_for`), and where a level has two, the one whose
+    integer dot runs faster here, timed once a process (about 0.1 s each; they compute the same bits)."""
+    threads = torch.get_num_threads()
+    return fastest(native.q8_variants_for(cpu_features()), lambda variant: dot_peak(threads, variant, seconds=0.02))
 
 
 @lru_cache(maxsize=None)

@@ -24,7 +24,7 @@ import torch
 from specdec import weights
 from specdec.engine.cpu import q8dot
 from specdec.engine.cpu.blockquant import Q4_K, quantize
-from specdec.engine.cpu.q8dot import Q8Kernel
+from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak
 from specdec.engine.kernels import time_kernel
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
@@ -42,27 +42,6 @@ def memory_bandwidth() -> float:
         data.sum()
         best = min(best, time.perf_counter() - began)
     return data.numel() * 4 / best
-
-
-def dot_peak(threads: int, variant: str | None = None, seconds: float = 0.2) -> float:
-    """Multiply-adds per second of `variant`'s integer dot product at its best, on `threads` threads at once:
-    cached activation rows against a register-resident weight super-block, nothing else (`q8_dot_peak`;
-    about `seconds` a try, best of 3). The compute floor of a pass is its multiply-adds over this."""
-    lib, rounds = q8dot.library(variant), 1000
-    while True:  # grow the rounds until a try takes a tenth of `seconds`, then scale to `seconds`
-        began = time.perf_counter()
-        lib.q8_dot_peak(threads, rounds)
-        elapsed = time.perf_counter() - began
-        if elapsed > seconds / 10:
-            break
-        rounds *= 4
-    rounds = max(1, int(rounds * seconds / elapsed))
-    best = float("inf")
-    for _ in range(3):
-        began = time.perf_counter()
-        macs = lib.q8_dot_peak(threads, rounds)
-        best = min(best, time.perf_counter() - began)
-    return macs / best
 
 
 def kernel_rate(rows: int = 16, n: int = 2048, k: int = 1536) -> float:
