@@ -36,27 +36,22 @@
 
 /* ---- the integer dot of a unit's weights (u8) with its activations (s8), block by block, per level ---- */
 #if defined(Q8_PORTABLE)
-#elif CHUNK == 64 && defined(__AVX512VNNI__)
+#elif CHUNK == 64
 #define NATIVE 64
 typedef __m512i nv;
 #define NV_LOAD(p) _mm512_loadu_si512((const void *)(p))
-#define DP(acc, w, x) _mm512_dpbusd_epi32(acc, w, x)
 #define MADD16(a, b) _mm512_madd_epi16(a, b)
 #define NV_ABS(q) _mm512_abs_epi8(q)
 #define NV_SIGN_OF(q) _mm512_movm_epi8(_mm512_movepi8_mask(q)) /* −1 where q < 0 */
 #define NV_SIGN(x, s) _mm512_sub_epi8(_mm512_xor_si512(x, s), s)
-#elif CHUNK == 64 /* AVX-512BW without VNNI: AVX2's instructions on 64 bytes */
-#define NATIVE 64
-typedef __m512i nv;
-#define NV_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#ifdef __AVX512VNNI__
+#define DP(acc, w, x) _mm512_dpbusd_epi32(acc, w, x)
+#else /* AVX-512BW without VNNI: AVX2's instructions on 64 bytes */
 #define PAIRS(w, x) _mm512_maddubs_epi16(w, x)
 #define ADD16(a, b) _mm512_add_epi16(a, b)
 #define ADD32(a, b) _mm512_add_epi32(a, b)
-#define MADD16(a, b) _mm512_madd_epi16(a, b)
 #define SPLAT16(v) _mm512_set1_epi16(v)
-#define NV_ABS(q) _mm512_abs_epi8(q)
-#define NV_SIGN_OF(q) _mm512_movm_epi8(_mm512_movepi8_mask(q))
-#define NV_SIGN(x, s) _mm512_sub_epi8(_mm512_xor_si512(x, s), s)
+#endif
 #elif defined(__AVXVNNI__)
 #define NATIVE 32
 typedef __m256i nv;
