@@ -2,8 +2,8 @@
 
 Its kernel is checked bit for bit against a plain transcription of its definition (below, from the
 raw GGUF bytes, sharing no code with the kernel), on every build this CPU can run (AVX-512 VNNI,
-AVX-VNNI, AVX-512 without VNNI, AVX2, SSE4.1, portable C); its rows against themselves computed alone; and the model on it
-against the exact gguf path.
+AVX-VNNI, AVX-512 without VNNI, AVX2, SSE4.1, portable C); its rows against themselves computed alone;
+and the model on it against the exact gguf path.
 """
 
 from __future__ import annotations
@@ -246,7 +246,8 @@ def test_a_cpu_capped_at_avx512_without_vnni_times_both_of_its_builds():
     """A process capped at `avx512` chooses between the avx512 and avx2 builds by their timing, and its kernel
     is the one it chose."""
     probe = ("from specdec.engine.cpu import native, q8dot; from specdec.engine.cpu.features import cpu_features; "
-             "print(native.q8_variants_for(cpu_features()), q8dot.machine_variant(), q8dot.library().q8_level().decode())")
+             "print(native.q8_variants_for(cpu_features()), q8dot.machine_variant(), "
+             "q8dot.library().q8_level().decode())")
     run = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "SPECDEC_CPU_ISA": "avx512"},
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 
 from specdec import weights
-from specdec.engine.cpu import q8dot
 from specdec.engine.cpu.blockquant import Q4_K, quantize
 from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak
 from specdec.engine.kernels import time_kernel
