@@ -69,6 +69,11 @@ class OrchestratorConfig:
     overlap: str = option("auto", "draft the next round while the target verifies this one, when a request does not "
                                   "say: auto = where the cost model says it pays (separate machines or cores), on, off",
                           choices=("auto", "on", "off"))
+    sampler: str = option("coupled", "who draws a sampled token when a request does not say: coupled = a function of "
+                                     "the seed, the position and the target's distribution alone, the same output "
+                                     "whatever γ, proposer or load; rejection = the modified rejection sampler, the "
+                                     "most drafts accepted (both exactly the target's distribution)",
+                          choices=("coupled", "rejection"))
     lookup_memory_tokens: int = option(LOOKUP_MEMORY_TOKENS, "tokens of finished generations kept for n-gram lookups "
                                                              "across sessions (0 = none)", flag="--lookup-memory")
     target_chunk_ms: float = option(1e3 * TARGET_CHUNK_S, "target-only rounds (γ = 0, fixed or chosen): the target "
@@ -148,7 +153,9 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         grammar = compile_constraint(*constraint) if constraint else ""
         params = SamplingParams(request.temperature, request.top_k, top_p, request.seed, request.presence_penalty,
                                 request.frequency_penalty, repetition, tuple(request.logit_bias.items()),
-                                len(prompt_ids), grammar, request.cache_salt).validate()
+                                len(prompt_ids), grammar, request.cache_salt,
+                                coupled=request.coupled if request.HasField("coupled") else config.sampler == "coupled",
+                                ).validate()
         gamma = request.gamma if request.HasField("gamma") else None
         if gamma is not None and not 0 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] or unset (adaptive), got {gamma}")

@@ -69,10 +69,12 @@ def assert_follows(drawn: list[tuple[int, pb.RoundStats]], p: torch.Tensor, supp
     assert counts[p == 0].sum() == 0, "a token outside the target's top-k was emitted"
 
 
-@pytest.mark.parametrize("path,concurrency", [("fp32", 8), ("int8", 1), ("gguf", 8), ("gguf-q8", 8)])
-def test_first_token_histogram_matches_target(request, path, concurrency):
+@pytest.mark.parametrize("path,concurrency,sampler", [("fp32", 8, "coupled"), ("int8", 1, "rejection"),
+                                                      ("gguf", 8, "coupled"), ("gguf-q8", 8, "rejection")])
+def test_first_token_histogram_matches_target(request, path, concurrency, sampler):
     """The target distribution p comes from the target as served on that path (same kernels). On fp32
-    the samples come from 8 sessions at a time, whose steps share forward passes."""
+    the samples come from 8 sessions at a time, whose steps share forward passes. Each sampler (the
+    coupled one, `specdec.core.coupling`, and the rejection sampler) on two paths."""
     stack = stack_on(request, path)
     prompt = [40, 41, 42, 43]
     params = SamplingParams(temperature=1.0, top_k=8)
@@ -81,7 +83,8 @@ def test_first_token_histogram_matches_target(request, path, concurrency):
     p = probs_from_logits(logits, params)[0]  # [V]
     target_service = target_client(stack.target_address)
     before = target_service.info()
-    drawn = first_tokens(stack.endpoint, prompt, range(SAMPLES), concurrency, temperature=1.0, top_k=8)
+    drawn = first_tokens(stack.endpoint, prompt, range(SAMPLES), concurrency, temperature=1.0, top_k=8,
+                         sampler=sampler)
     after = target_service.info()
     if concurrency > 1:
         passes, steps = (after.forward_passes - before.forward_passes, after.forward_steps - before.forward_steps)
@@ -89,15 +92,16 @@ def test_first_token_histogram_matches_target(request, path, concurrency):
         # tiny gguf-q8 model's C layer made its passes short: 1.48 steps a pass here); 1.2 still means that
         # a large share of the samples came from shared passes.
         assert steps > 1.2 * passes, f"sessions barely shared passes: {steps} steps in {passes} passes"
-        alone = first_tokens(stack.endpoint, prompt, range(40), 1, temperature=1.0, top_k=8)
+        alone = first_tokens(stack.endpoint, prompt, range(40), 1, temperature=1.0, top_k=8, sampler=sampler)
         assert [t for t, _ in alone] == [t for t, _ in drawn[:40]], "a seeded sample changed under batching"
     assert_follows(drawn, p)
     accepted = sum(r.accepted for _, r in drawn)
     assert 0 < accepted < SAMPLES, "the draft should be accepted sometimes, not always"
 
 
-@pytest.mark.parametrize("proposer", [pb.PROPOSER_NGRAM, pb.PROPOSER_HYBRID], ids=["ngram", "hybrid"])
-def test_lookup_and_hybrid_first_token_matches_target(stack, proposer):
+@pytest.mark.parametrize("proposer,sampler", [(pb.PROPOSER_NGRAM, "rejection"), (pb.PROPOSER_HYBRID, "coupled")],
+                         ids=["ngram", "hybrid"])
+def test_lookup_and_hybrid_first_token_matches_target(stack, proposer, sampler):
     """Prompt lookup proposes a point mass (no q): the first emitted token still follows p at T = 0.8,
     and so it does when hybrid picks, round by round, the lookup or the draft model (with its q).
     The prompt repeats itself so that the lookup proposes, and the proposed token is the likeliest
@@ -111,7 +115,8 @@ def test_lookup_and_hybrid_first_token_matches_target(stack, proposer):
     stem = [40, 41, 42]
     proposal = max(range(256), key=lambda t: float(p_after([*stem, t, *stem])[t]))
     prompt = [*stem, proposal, *stem]  # the lookup matches the suffix [40, 41, 42] and proposes `proposal`
-    drawn = first_tokens(stack.endpoint, prompt, range(SAMPLES), 8, proposer, temperature=0.8, top_k=8)
+    drawn = first_tokens(stack.endpoint, prompt, range(SAMPLES), 8, proposer, temperature=0.8, top_k=8,
+                         sampler=sampler)
     assert_proposed_and_follows(drawn, p_after(prompt))
 
 

@@ -50,13 +50,15 @@ def make_request(prompt: str = "", prompt_token_ids: list[int] | None = None, ma
                  temperature: float = 0.0, top_k: int = 0, top_p: float | None = None, seed: int = 0,
                  gamma: int | None = None, stop: list[str] | None = None,
                  top_logprobs: int | None = None, proposer: str = "", overlap: str = "",
-                 prompt_top: int | None = None) -> pb.GenerateRequest:
+                 prompt_top: int | None = None, sampler: str = "") -> pb.GenerateRequest:
     """`top_logprobs`: None = no log-probabilities; k = each token's, with k alternatives; `prompt_top` the same
     for the prompt's tokens (one k serves both).
-    `proposer` ("model", "ngram", "hybrid") and `overlap` ("auto", "on", "off"): "" = the server's default."""
+    `proposer` ("model", "ngram", "hybrid"), `overlap` ("auto", "on", "off") and `sampler` ("coupled",
+    "rejection"): "" = the server's default."""
     request = pb.GenerateRequest(prompt=prompt, prompt_token_ids=prompt_token_ids or [], max_new_tokens=max_new_tokens,
                                  temperature=temperature, top_k=top_k, seed=seed, stop=stop or [],
-                                 **logprob_request_to_pb(top_logprobs, prompt_top), **speculation_to_pb(proposer, overlap))
+                                 **logprob_request_to_pb(top_logprobs, prompt_top),
+                                 **speculation_to_pb(proposer, overlap, sampler))
     if top_p is not None:
         request.top_p = top_p
     if gamma is not None:

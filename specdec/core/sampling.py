@@ -25,7 +25,10 @@ class SamplingParams:
     """temperature 0 means greedy; top_k 0 means no top-k; top_p 1.0 means no top-p. The penalties, the bias
     and `min_tokens` are processed per position before them (`specdec.core.processing`); `prompt_tokens` says
     where the prompt ends in the committed tokens, for the processing that counts the output only.
-    `min_tokens`: the output's first min_tokens tokens are none of `ending_ids` (the ids that would end it)."""
+    `min_tokens`: the output's first min_tokens tokens are none of `ending_ids` (the ids that would end it).
+    `coupled`: a sampled token is a function of (seed, position, the target's distribution) alone, so that
+    speculation (γ, proposer, batch) never changes the output; else the rejection sampler, whose acceptance
+    is optimal but whose sample depends on the round boundaries."""
 
     temperature: float = 0.0
     top_k: int = 0
@@ -40,6 +43,7 @@ class SamplingParams:
     cache_salt: str = ""  # sessions share cached prompt KV only with sessions of the same salt
     min_tokens: int = 0
     ending_ids: tuple[int, ...] = ()  # kept out of the output's first min_tokens positions
+    coupled: bool = False  # sampled tokens by the coupled sampler (`specdec.core.coupling`): the same whatever γ
 
     def __post_init__(self):  # a record read back from JSON gives lists
         object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(v)) for t, v in self.logit_bias)))

@@ -20,12 +20,13 @@ from typing import Callable, Iterator
 
 import torch
 
+from specdec.core.coupling import coupled_tokens, perturbed
 from specdec.core.errors import InvalidArgument, OutOfRange, ResourceExhausted
 from specdec.core.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
 from specdec.core.processing import process_logits
 from specdec.core.rejection import verify_greedy, verify_sampled
 from specdec.core.rounds import PassLoad
-from specdec.core.sampling import SamplingParams, position_generator, probs_from_logits, sample
+from specdec.core.sampling import SamplingParams, filtered_logits, position_generator, probs_from_logits, sample
 from specdec.core.sequence import SequenceState, common_prefix, longest_shared
 from specdec.engine.backend import GAMMA_LIMIT, Proposal, Rollback, Verification, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
@@ -335,6 +336,10 @@ class DraftEngine(Engine):
                     token = int(logits[0].argmax())
                     if min_confidence > 0:
                         confidence *= float(logits[0].softmax(-1)[token])
+                elif params.coupled:  # the target's own draw at this position if q == p; no q to send
+                    filtered = filtered_logits(logits, params)  # [1, V]
+                    token = coupled_tokens(filtered, params.seed, state.committed + i)[0]
+                    confidence *= float(filtered[0].softmax(-1).max())
                 else:
                     q = probs_from_logits(logits, params)[0]  # [V]
                     gen = position_generator(params.seed, state.committed + i, "draft", q.device)
@@ -377,6 +382,9 @@ class TargetEngine(Engine):
             logits = self._process(session, logits, session.state.tokens[:committed], draft_tokens)
             if params.greedy:
                 verdict = verify_greedy(draft_tokens, logits)
+            elif params.coupled:  # each position's coupled draw, whatever was drafted; q is not needed
+                noisy = perturbed(filtered_logits(logits, params), params.seed, committed)  # [γ+1, V]
+                verdict = verify_greedy(draft_tokens, noisy)
             else:
                 p = probs_from_logits(logits, params)  # [γ+1, V]
                 q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)

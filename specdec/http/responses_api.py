@@ -10,7 +10,7 @@ instructions are not carried over, as OpenAI's are not) and its `input` items be
 Function tools (`{"type": "function", "name", "parameters", ...}`), `tool_choice`, `parallel_tool_calls`,
 `text.format` (text, json_object, json_schema), `max_output_tokens`, `temperature`, `top_p`,
 `top_logprobs` with `include: ["message.output_text.logprobs"]` map onto their chat fields, and the chat
-API's extensions (`seed`, `top_k`, `stop`, penalties, `logit_bias`, `gamma`, `proposer`, `overlap`,
+API's extensions (`seed`, `top_k`, `stop`, penalties, `logit_bias`, `gamma`, `proposer`, `overlap`, `sampler`,
 `guided_*`, `structured_outputs`, `cache_salt`) pass through. `background` runs the reply apart from the request
 (`specdec.http.background`). Refused with a 400: other tool types, `conversation`, non-text input parts, and
 log-probabilities together with tools.
@@ -39,8 +39,8 @@ INCLUDABLE = frozenset({LOGPROBS, "reasoning.encrypted_content", "file_search_ca
                         "web_search_call.results", "web_search_call.action.sources", "message.input_image.image_url",
                         "computer_call_output.output.image_url", "code_interpreter_call.outputs"})
 EXTENSIONS = ("seed", "top_k", "stop", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-              "gamma", "proposer", "overlap", "guided_regex", "guided_grammar", "guided_json", "guided_choice",
-              "structured_outputs", "cache_salt")
+              "gamma", "proposer", "overlap", "sampler", "guided_regex", "guided_grammar", "guided_json",
+              "guided_choice", "structured_outputs", "cache_salt")
 TEXT_PARTS = ("input_text", "output_text", "text")
 MAX_METADATA = 16  # OpenAI's limits on metadata: pairs, key and value lengths
 MAX_METADATA_KEY, MAX_METADATA_VALUE = 64, 512

@@ -14,8 +14,9 @@ extensions `repetition_penalty`,
 `guided_regex`, `guided_grammar` (Lark), `guided_json`, `guided_choice` and `structured_outputs` (vLLM's newer
 form of them), `cache_salt` (cached prompts shared only within it), `min_tokens`,
 `ignore_eos` and `stop_token_ids` (vLLM's: how the output may end, exact under speculation), `gamma` (unset =
-adaptive, 0 = target-only), `proposer` ("model", "ngram" or "hybrid") and `overlap` ("auto", "on" or "off":
-drafting during verification); unset = the server's default. Penalties, bias and constraints are exact under speculation.
+adaptive, 0 = target-only), `proposer` ("model", "ngram" or "hybrid"), `overlap` ("auto", "on" or "off":
+drafting during verification) and `sampler` ("coupled": a seed's output whatever the speculation, or
+"rejection"); unset = the server's default. Penalties, bias and constraints are exact under speculation.
 `best_of` (completions: the n likeliest of best_of, `specdec.http.best_of`). Refused with a 400 when set to
 anything but their neutral value: the legacy `functions`, and non-text message parts.
 Unknown fields are ignored, as OpenAI's own server does.
@@ -91,6 +92,7 @@ class _Common(BaseModel):
     gamma: int | None = Field(None, ge=0, le=INT32_MAX)  # extension: unset = adaptive, 0 = target-only, N = fixed
     proposer: Literal["model", "ngram", "hybrid"] | None = None  # extension: unset = the server's default
     overlap: Literal["auto", "on", "off"] | None = None  # extension: unset = the server's default
+    sampler: Literal["coupled", "rejection"] | None = None  # extension: unset = the server's default
     response_format: ResponseFormat | None = None
     guided_regex: str | None = None  # extension (vLLM's name): the output matches this regex
     guided_grammar: str | None = None  # extension (vLLM's name): the output follows this Lark grammar
@@ -150,7 +152,7 @@ class _Common(BaseModel):
                                      frequency_penalty=self.frequency_penalty, logit_bias=self.bias(),
                                      cache_salt=self.cache_salt,
                                      **logprob_request_to_pb(top_logprobs),
-                                     **speculation_to_pb(self.proposer, self.overlap), **prompt)
+                                     **speculation_to_pb(self.proposer, self.overlap, self.sampler), **prompt)
         request.n = self.n
         request.min_tokens, request.ignore_eos = self.min_tokens, self.ignore_eos
         if any(not 0 <= t <= INT32_MAX for t in self.stop_token_ids or ()):

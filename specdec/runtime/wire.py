@@ -20,14 +20,14 @@ def sampling_to_pb(params: SamplingParams) -> pb.SamplingParams:
                              frequency_penalty=params.frequency_penalty, repetition_penalty=params.repetition_penalty,
                              logit_bias=dict(params.logit_bias), prompt_tokens=params.prompt_tokens,
                              grammar=params.grammar, cache_salt=params.cache_salt, min_tokens=params.min_tokens,
-                             ending_ids=params.ending_ids)
+                             ending_ids=params.ending_ids, coupled=params.coupled)
 
 
 def sampling_from_pb(msg: pb.SamplingParams) -> SamplingParams:
     return SamplingParams(msg.temperature, msg.top_k, msg.top_p, msg.seed, msg.presence_penalty,
                           msg.frequency_penalty, msg.repetition_penalty or 1.0, tuple(msg.logit_bias.items()),
                           msg.prompt_tokens, msg.grammar, msg.cache_salt, msg.min_tokens,
-                          tuple(msg.ending_ids)).validate()
+                          tuple(msg.ending_ids), msg.coupled).validate()
 
 
 def constraint_from_pb(msg: pb.Constraint) -> tuple[str, str | list[str]] | None:
@@ -120,10 +120,10 @@ def logprob_request_to_pb(top_logprobs: int | None, prompt_top: int | None = Non
     return fields
 
 
-def speculation_to_pb(proposer: str | None, overlap: str | None) -> dict:
-    """A request's proposer and overlap fields for their names ("model", "ngram", "hybrid"; "auto", "on",
-    "off"); None or "" leaves a field unset: the server's default."""
-    fields = {}
+def speculation_to_pb(proposer: str | None, overlap: str | None, sampler: str | None = None) -> dict:
+    """A request's proposer, overlap and sampler fields for their names ("model", "ngram", "hybrid"; "auto", "on",
+    "off"; "coupled", "rejection"); None or "" leaves a field unset: the server's default."""
+    fields = {} if not sampler else {"coupled": sampler == "coupled"}
     if proposer:
         fields["proposer"] = pb.Proposer.Value(f"PROPOSER_{proposer.upper()}")
     if overlap:
