@@ -6,12 +6,14 @@ from __future__ import annotations
 import math
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 import torch
 from conftest import TINY_DRAFT, TINY_TARGET
 
 from specdec.cli.client import generate, make_request
-from specdec.core.coupling import coupled_tokens, gumbel_noise, perturbed
+from specdec.core import coupling
+from specdec.core.coupling import HEAD_NATS, MAX_HEAD, coupled_tokens, position_key, uniforms
 from specdec.core.sampling import SamplingParams, filtered_logits, probs_from_logits
 from specdec.engine.model_engine import DraftEngine, TargetEngine
 from specdec.engine.models import load_model
@@ -27,29 +29,45 @@ def tv_bound(support: int, draws: int) -> float:
 
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), SamplingParams(temperature=0.6, top_k=5),
                                     SamplingParams(temperature=1.3, top_p=0.8)], ids=["plain", "top_k", "top_p"])
-def test_coupled_draws_follow_the_filtered_distribution(params):
+@pytest.mark.parametrize("head_nats,max_head", [(HEAD_NATS, MAX_HEAD), (1.0, MAX_HEAD), (0.0, MAX_HEAD),
+                                               (HEAD_NATS, 3)])
+def test_coupled_draws_follow_the_filtered_distribution(params, head_nats, max_head, monkeypatch):
     """Over seeds (and positions: each is its own noise) the draws' histogram is the softmax of the filtered
-    logits, and a token the filters drop never comes up."""
+    logits, and a token the filters drop never comes up: with every token in the head (each its own noise), with
+    most or all but the likeliest in the tail (its maximum drawn first, then its token), and with a head cut to
+    the 3 likeliest."""
+    monkeypatch.setattr(coupling, "MAX_HEAD", max_head)
     logits = torch.randn(1, V, generator=torch.Generator().manual_seed(3)) * 1.5  # [1, V]
     p = probs_from_logits(logits, params)[0]  # [V]
     filtered = filtered_logits(logits, params)
     counts = torch.zeros(V)
     for seed in range(DRAWS):
-        counts[coupled_tokens(filtered, seed, seed % 7)[0]] += 1
+        counts[coupled_tokens(filtered, seed, seed % 7, head_nats)[0]] += 1
     tv = 0.5 * (counts / DRAWS - p).abs().sum().item()
     assert tv < tv_bound(int((p > 0).sum()), DRAWS), f"TV {tv:.3f}"
     assert counts[p == 0].sum() == 0
 
 
-def test_noise_is_keyed_by_seed_and_position_alone():
-    assert torch.equal(gumbel_noise(5, 10, 100), gumbel_noise(5, 10, 100))
-    assert not torch.equal(gumbel_noise(5, 10, 100), gumbel_noise(5, 11, 100))
-    assert not torch.equal(gumbel_noise(5, 10, 100), gumbel_noise(6, 10, 100))
-    # A block of rows is the same noise as each position alone: a verify of γ + 1 rows perturbs row i as a
-    # one-token step at that position would.
-    rows = torch.randn(3, 100)
-    together = perturbed(rows, 5, 10)
-    assert all(torch.equal(together[i], perturbed(rows[i:i + 1], 5, 10 + i)[0]) for i in range(3))
+def test_the_tail_is_drawn_from_when_it_holds_the_maximum():
+    """With a head of the likeliest token alone, the tail's token comes up about as often as its mass."""
+    logits = torch.tensor([[2.0, 1.5, 1.0, 0.0]])
+    draws = [coupled_tokens(logits, seed, 0, head_nats=0.0)[0] for seed in range(2000)]
+    tail_share = sum(d != 0 for d in draws) / 2000
+    assert abs(tail_share - (1 - logits.softmax(-1)[0, 0].item())) < 0.04
+
+
+def test_noise_is_keyed_by_seed_position_and_token_alone():
+    ids = np.arange(1000)
+    assert np.array_equal(uniforms(position_key(5, 10), ids), uniforms(position_key(5, 10), ids))
+    assert not np.array_equal(uniforms(position_key(5, 10), ids), uniforms(position_key(5, 11), ids))
+    assert not np.array_equal(uniforms(position_key(5, 10), ids), uniforms(position_key(6, 10), ids))
+    # A token's noise does not depend on which other tokens draw theirs (the draft's head is not the target's).
+    assert np.array_equal(uniforms(7, ids)[[3, 500, 999]], uniforms(7, np.array([3, 500, 999])))
+    u = uniforms(7, np.arange(200_000))
+    assert 0.0 <= u.min() and u.max() < 1.0 and abs(u.mean() - 0.5) < 0.003
+    # A block of rows draws what each position alone draws: a verify of γ + 1 rows is one-token steps' sampling.
+    rows = torch.randn(3, 100) * 4
+    assert coupled_tokens(rows, 5, 10) == [coupled_tokens(rows[i:i + 1], 5, 10 + i)[0] for i in range(3)]
 
 
 def test_a_draft_sampled_alike_agrees_where_the_distributions_do():

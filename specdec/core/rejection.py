@@ -31,9 +31,14 @@ def verify_greedy(draft_tokens: list[int], target_logits: torch.Tensor) -> Verdi
     draft_tokens: γ ids; target_logits: [γ+1, V]. The argmaxes reach the host in one copy: on a GPU each
     further read of the device waits for it again.
     """
-    target_ids = target_logits.argmax(dim=-1).tolist()  # [γ+1]
-    n = next((i for i, (d, t) in enumerate(zip(draft_tokens, target_ids)) if d != t), len(draft_tokens))
-    return Verdict([*draft_tokens[:n], target_ids[n]], n)
+    return verify_choices(draft_tokens, target_logits.argmax(dim=-1).tolist())
+
+
+def verify_choices(draft_tokens: list[int], choices: list[int]) -> Verdict:
+    """Accept while the target's own choice at a position (its argmax, or its coupled draw:
+    `specdec.core.coupling`) equals the draft token; then emit the target's choice. choices: γ+1 ids."""
+    n = next((i for i, (d, t) in enumerate(zip(draft_tokens, choices)) if d != t), len(draft_tokens))
+    return Verdict([*draft_tokens[:n], choices[n]], n)
 
 
 def _draft_prob_of_tokens(draft_tokens: torch.Tensor, draft_probs: torch.Tensor | None) -> torch.Tensor:

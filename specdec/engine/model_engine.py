@@ -20,11 +20,11 @@ from typing import Callable, Iterator
 
 import torch
 
-from specdec.core.coupling import coupled_tokens, perturbed
+from specdec.core.coupling import coupled_tokens
 from specdec.core.errors import InvalidArgument, OutOfRange, ResourceExhausted
 from specdec.core.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
 from specdec.core.processing import process_logits
-from specdec.core.rejection import verify_greedy, verify_sampled
+from specdec.core.rejection import verify_choices, verify_greedy, verify_sampled
 from specdec.core.rounds import PassLoad
 from specdec.core.sampling import SamplingParams, filtered_logits, position_generator, probs_from_logits, sample
 from specdec.core.sequence import SequenceState, common_prefix, longest_shared
@@ -383,8 +383,8 @@ class TargetEngine(Engine):
             if params.greedy:
                 verdict = verify_greedy(draft_tokens, logits)
             elif params.coupled:  # each position's coupled draw, whatever was drafted; q is not needed
-                noisy = perturbed(filtered_logits(logits, params), params.seed, committed)  # [γ+1, V]
-                verdict = verify_greedy(draft_tokens, noisy)
+                draws = coupled_tokens(filtered_logits(logits, params), params.seed, committed)  # [γ+1]
+                verdict = verify_choices(draft_tokens, draws)
             else:
                 p = probs_from_logits(logits, params)  # [γ+1, V]
                 q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
