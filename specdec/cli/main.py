@@ -107,7 +107,7 @@ BENCH_SWEEPS = (("gpu", "gpu", "run_gpu_bench"), ("constrained", "constrained", 
                 ("concurrency", "concurrency", "run_concurrency_sweep"), ("tp_sweep", "tp", "run_tp_sweep"),
                 ("workloads", "workloads", "run_workloads"), ("http", "http_overhead", "run_http_overhead"),
                 ("overlap_rtt", "overlap", "run_overlap_sweep"), ("rtt_ms", "network", "run_rtt_sweep"),
-                ("turns", "chat", "run_chat"))
+                ("turns", "chat", "run_chat"), ("samplers", "samplers", "run_samplers"))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -172,7 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--concurrency", default="", help="e.g. 1,4,8,16: that many users at once; aggregate tok/s, "
                        "TTFT and p50/p95 inter-token latency for target-only, adaptive and batched HF generate")
     bench.add_argument("--repeats", type=int, default=1, help="with --concurrency: run target-only and adaptive "
-                       "this many times at each level, alternating their order, and sum the runs")
+                       "this many times at each level, alternating their order, and sum the runs; with --samplers: "
+                       "seeds per prompt")
     bench.add_argument("--workloads", default="", help="e.g. editing,code,prose: target-only, model, ngram, hybrid "
                        "and HF prompt lookup per workload (chat prompts), with α, accepted length and lookup share")
     bench.add_argument("--http", default="", help="e.g. 1,8: that many users through gRPC and through the OpenAI "
@@ -187,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "runner eager and compiled (SPECDEC_STATIC_COMPILE) beside each other")
     bench.add_argument("--gpu-services", action="store_true", help="with --gpu: only the services, one user and 8 "
                        "(no step curves, agreement or Hugging Face): two builds side by side in little device time")
+    bench.add_argument("--samplers", default="", help="e.g. 0.7,1.0: sampled decoding at these temperatures, the "
+                       "coupled sampler against the rejection sampler (tok/s, drafts accepted), and whether each "
+                       "coupled output equals target-only's")
     bench.add_argument("--constrained", action="store_true", help="structured output: target-only and adaptive, "
                        "with and without a JSON schema, answers checked against it, and the mask's cost per row")
     bench.add_argument("--cpu-curve", default="", help="e.g. gguf-q8,gguf: the target's forward time for 1, 2, 5 "

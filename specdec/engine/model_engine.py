@@ -313,9 +313,11 @@ class DraftEngine(Engine):
 
         Early stop: drafting ends once the product of the draft's top probabilities along the
         proposal falls below `min_confidence` (at least one token is always proposed). The
-        output stays lossless: each proposed token still carries its exact q.
+        output stays lossless: each proposed token still carries its exact q (with the coupled sampler
+        none: each is the draft's coupled draw at its position, `specdec.core.coupling`).
         `guess_first`: the first token is the draft's most likely one (a guess of the target's bonus
-        token, never verified as a draft); the rest are drawn as usual, at their own positions.
+        token, never verified as a draft; with the coupled sampler its coupled draw, the target's own
+        where q = p); the rest are drawn as usual, at their own positions.
         """
         if not 1 <= gamma <= self.gamma_max:
             raise InvalidArgument(f"gamma must be in [1, {self.gamma_max}] for a draft round, got {gamma}")
