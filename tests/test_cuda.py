@@ -143,6 +143,16 @@ def test_greedy_speculation_equals_target_only_on_cuda(cuda_stack):
                 assert_speculated(result, f"at γ={gamma} on {prompt!r}")
 
 
+def test_a_seeded_sample_equals_target_only_on_cuda(cuda_stack):
+    """The coupled sampler (the default) on the static runner: a seed's sampled output is target-only's under any γ."""
+    for prompt in PROMPTS:
+        sampled = dict(prompt=prompt, max_new_tokens=64, temperature=0.9, top_p=0.95, seed=5, sampler="coupled")
+        baseline = generate(cuda_stack.endpoint, make_request(gamma=0, **sampled)).token_ids
+        for gamma in (1, 4, 8, None):
+            result = generate(cuda_stack.endpoint, make_request(gamma=gamma, **sampled))
+            assert result.token_ids == baseline, f"γ={gamma} diverged from target-only on {prompt!r}"
+
+
 @pytest.mark.parametrize("users", [8, 16])
 def test_concurrent_users_equal_target_only_on_cuda(cuda_stack, users):
     """16 users: passes of more than 8 segments, two pieces that may replay one graph (each piece's rows must be
