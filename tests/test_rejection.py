@@ -150,10 +150,20 @@ def verify_reference(
             continue
         q_row = None if draft_probs is None else draft_probs[i]
         last = residual_reference(target_probs[i], q_row, x)
-        final = int(torch.multinomial(last, 1, generator=generator).item())
-        return Verdict(list(draft_tokens[:i]) + [final], i)
-    final = int(torch.multinomial(target_probs[gamma], 1, generator=generator).item())
-    return Verdict(list(draft_tokens) + [final], gamma)
+        return Verdict(list(draft_tokens[:i]) + [draw_reference(last, generator)], i)
+    return Verdict(list(draft_tokens) + [draw_reference(target_probs[gamma], generator)], gamma)
+
+
+def draw_reference(probs: torch.Tensor, generator: torch.Generator) -> int:
+    """A categorical draw, literally: the first token whose running sum of weights passes u · the total."""
+    u = float(torch.rand((), dtype=torch.float64, generator=generator))
+    weights = probs.double().tolist()
+    point, running = u * sum(weights), 0.0
+    for token, weight in enumerate(weights):
+        running += weight
+        if running > point:
+            return token
+    return max(t for t, w in enumerate(weights) if w > 0)
 
 
 @pytest.mark.parametrize("with_q", [True, False])

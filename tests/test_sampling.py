@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specdec.core.errors import InvalidArgument
-from specdec.core.sampling import SamplingParams, position_generator, probs_from_logits
+from specdec.core.sampling import SamplingParams, inverse_cdf, position_generator, probs_from_logits, sample
 
 
 def test_top_k_keeps_exactly_k():
@@ -46,3 +46,17 @@ def test_position_generator_is_keyed_by_position():
     b = torch.rand(3, generator=position_generator(7, 10, "draft"))
     c = torch.rand(3, generator=position_generator(7, 11, "draft"))
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_sample_draws_each_token_at_its_probability_and_never_a_zero_one():
+    probs = torch.tensor([0.0, 0.5, 0.0, 0.3, 0.2, 0.0])
+    gen = torch.Generator().manual_seed(0)
+    counts = torch.bincount(torch.tensor([sample(probs, gen) for _ in range(6000)]), minlength=6).double()
+    assert counts[probs == 0].sum() == 0
+    assert (counts / 6000 - probs.double()).abs().max() < 0.025
+
+
+def test_inverse_cdf_ends_of_the_unit_interval():
+    weights = torch.tensor([0.0, 2.0, 1.0, 0.0])
+    assert inverse_cdf(weights, 0.0) == 1 and inverse_cdf(weights, 0.7) == 2
+    assert inverse_cdf(weights, 1.0 - 2**-53) == 2 and inverse_cdf(weights, 1.0) == 2  # never the zero weight after

@@ -39,6 +39,8 @@ import math
 import numpy as np
 import torch
 
+from specdec.core.sampling import inverse_cdf
+
 HEAD_NATS = 20.0  # tokens within this many nats of the likeliest draw noise of their own (a choice of speed only)
 MAX_HEAD = 1024  # … at most this many of them: a flatter row's head is its MAX_HEAD likeliest
 _TAIL_MAX, _TAIL_PICK = 1 << 40, (1 << 40) + 1  # hash counters of the tail's two draws: past every token id
@@ -105,7 +107,5 @@ def coupled_tokens(filtered: torch.Tensor, seed: int, first_position: int, head_
 
 def _tail_token(row: torch.Tensor, in_head: torch.Tensor, key: int) -> int:
     """The tail's token, given that the tail holds the maximum: softmax over the tail, by inverse CDF."""
-    weights = (row.double() - row.max()).exp().masked_fill(in_head, 0.0).cpu()  # [V]
-    cdf = weights.cumsum(0)
-    u = float(uniforms(key, np.array([_TAIL_PICK]))[0]) * float(cdf[-1])
-    return min(int(torch.searchsorted(cdf, torch.tensor([u], dtype=cdf.dtype), right=True)[0]), row.shape[0] - 1)
+    weights = (row.double() - row.max()).exp().masked_fill(in_head, 0.0)  # [V]
+    return inverse_cdf(weights, float(uniforms(key, np.array([_TAIL_PICK]))[0]))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.core.errors import InvalidArgument
+from specdec.core.sampling import sample
 
 
 @dataclass(frozen=True)
@@ -87,5 +88,4 @@ def verify_sampled(
     else:
         q_n = None if draft_probs is None else draft_probs[n]
         last = residual(target_probs[n], q_n, int(draft_tokens[n]))
-    final = int(torch.multinomial(last, 1, generator=generator).item())
-    return Verdict(draft_tokens[:n].tolist() + [final], n)
+    return Verdict(draft_tokens[:n].tolist() + [sample(last, generator)], n)
