@@ -9,11 +9,13 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent import futures
 
 import grpc
 import pytest
 from conftest import TINY_DRAFT, TINY_TARGET, tiny_options, wait_until
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import HealthServicer
 from test_errors import wait_for_no_sessions
 
 from orchestrator.clients import target_client
@@ -21,6 +23,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.launch.stack import EmbeddedStack
+from specdec.runtime.server import CHANNEL_OPTIONS, free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -217,3 +220,34 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_new_channel_reaches_a_server_restarted_where_an_old_channel_failed():
+    """A channel opened after a server came back on an address connects at once, whatever an older channel of
+    this process saw there (gRPC's shared subchannels handed the old one's failure and backoff to the new one:
+    "Connection refused" from a listening port, seen in CI when a new server drew a dead one's port)."""
+    port = free_port()
+
+    def serve() -> grpc.Server:
+        server = grpc.server(futures.ThreadPoolExecutor(2))
+        health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        server.start()
+        return server
+
+    def check(channel: grpc.Channel) -> None:
+        health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+
+    first = serve()
+    with grpc.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS) as old:
+        check(old)
+        first.stop(0)
+        time.sleep(0.6)  # the old channel fails to reconnect and backs off
+        with pytest.raises(grpc.RpcError):
+            check(old)
+        second = serve()
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{port}", options=CHANNEL_OPTIONS) as new:
+                check(new)
+        finally:
+            second.stop(0)

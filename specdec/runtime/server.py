@@ -32,7 +32,12 @@ CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    # A restarted service is found again within seconds, not gRPC's default two minutes.
                    ("grpc.initial_reconnect_backoff_ms", 250),
-                   ("grpc.max_reconnect_backoff_ms", 2000)]
+                   ("grpc.max_reconnect_backoff_ms", 2000),
+                   # Each channel its own connections: with gRPC's process-wide pool a new channel to an address
+                   # took over another channel's failed connection and its backoff, and its first call failed at
+                   # once ("Connection refused") though a server now listened there (a restarted service, or a
+                   # new server given a port an old one had: seen in CI).
+                   ("grpc.use_local_subchannel_pool", 1)]
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec import weights
 from specdec.cli.client import generate, make_request
 from specdec.core.rounds import AcceptanceEstimate, overhead_s
+from specdec.runtime.server import CHANNEL_OPTIONS
 from specdec.runtime.wire import cost_profile_from_pb
 from specdec.engine.measure import off_the_initial_thread
 from specdec.tools.bench.baseline import greedy_generate, hf_baseline
@@ -123,7 +124,7 @@ def service_infos(stack) -> tuple[pb.ModelInfo, pb.ModelInfo]:
     infos = []
     for address, stub in ((stack.draft_address, pb_grpc.DraftServiceStub),
                           (stack.target_address, pb_grpc.TargetServiceStub)):
-        with grpc.insecure_channel(address) as channel:
+        with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
             infos.append(stub(channel).Info(pb.ModelInfoRequest(), timeout=60))
     return infos[0], infos[1]
 

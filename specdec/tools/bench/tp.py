@@ -17,13 +17,14 @@ import grpc
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from specdec.runtime.server import CHANNEL_OPTIONS
 from specdec.tools.bench.speed import load_prompts, run_configs, warm_up
 
 MIB = 2**20
 
 
 def _rank_memory(address: str) -> list[dict]:
-    with grpc.insecure_channel(address) as channel:
+    with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
         info = pb_grpc.TargetServiceStub(channel).Info(pb.ModelInfoRequest(), timeout=60)
     return [{"rank": r.rank, "resident_mib": round(r.resident_bytes / MIB), "weights_mib": round(r.parameter_bytes / MIB)}
             for r in info.ranks]
