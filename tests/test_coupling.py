@@ -13,8 +13,8 @@ from conftest import TINY_DRAFT, TINY_TARGET
 
 from specdec.cli.client import generate, make_request
 from specdec.core import coupling
-from specdec.core.coupling import HEAD_NATS, MAX_HEAD, coupled_tokens, position_key, uniforms
-from specdec.core.sampling import SamplingParams, filtered_logits, probs_from_logits
+from specdec.core.coupling import HEAD_NATS, MAX_HEAD, STREAM, coupled_tokens, uniforms
+from specdec.core.sampling import SamplingParams, filtered_logits, position_key, probs_from_logits
 from specdec.engine.model_engine import DraftEngine, TargetEngine
 from specdec.engine.models import load_model
 
@@ -58,9 +58,9 @@ def test_the_tail_is_drawn_from_when_it_holds_the_maximum():
 
 def test_noise_is_keyed_by_seed_position_and_token_alone():
     ids = np.arange(1000)
-    assert np.array_equal(uniforms(position_key(5, 10), ids), uniforms(position_key(5, 10), ids))
-    assert not np.array_equal(uniforms(position_key(5, 10), ids), uniforms(position_key(5, 11), ids))
-    assert not np.array_equal(uniforms(position_key(5, 10), ids), uniforms(position_key(6, 10), ids))
+    assert np.array_equal(uniforms(position_key(5, 10, STREAM), ids), uniforms(position_key(5, 10, STREAM), ids))
+    assert not np.array_equal(uniforms(position_key(5, 10, STREAM), ids), uniforms(position_key(5, 11, STREAM), ids))
+    assert not np.array_equal(uniforms(position_key(5, 10, STREAM), ids), uniforms(position_key(6, 10, STREAM), ids))
     # A token's noise does not depend on which other tokens draw theirs (the draft's head is not the target's).
     assert np.array_equal(uniforms(7, ids)[[3, 500, 999]], uniforms(7, np.array([3, 500, 999])))
     u = uniforms(7, np.arange(200_000))

@@ -32,23 +32,18 @@ softmax(l_t), exactly. On the packaged target's logits the head holds 2-32 token
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
 import torch
 
-from specdec.core.sampling import inverse_cdf
+from specdec.core.sampling import inverse_cdf, position_key
 
 HEAD_NATS = 20.0  # tokens within this many nats of the likeliest draw noise of their own (a choice of speed only)
 MAX_HEAD = 1024  # … at most this many of them: a flatter row's head is its MAX_HEAD likeliest
+STREAM = "coupled"  # the keys' stream: one noise a position, the draft's and the target's alike
 _TAIL_MAX, _TAIL_PICK = 1 << 40, (1 << 40) + 1  # hash counters of the tail's two draws: past every token id
 _GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def position_key(seed: int, position: int) -> int:
-    """The 64-bit key of one position's noise."""
-    return int.from_bytes(hashlib.blake2b(f"{seed}:{position}:coupled".encode(), digest_size=8).digest(), "little")
 
 
 def uniforms(key: int, counters: np.ndarray) -> np.ndarray:
@@ -85,7 +80,7 @@ def coupled_tokens(filtered: torch.Tensor, seed: int, first_position: int, head_
     rows, cols, floor = rows.cpu().numpy(), cols.cpu().numpy(), floor[:, 0].tolist()
     drawn = []
     for i, row_floor in enumerate(floor):
-        key = position_key(seed, first_position + i)
+        key = position_key(seed, first_position + i, STREAM)
         mine = rows == i
         tokens = cols[mine]
         scores = values[mine] + gumbel(uniforms(key, tokens))

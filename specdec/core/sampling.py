@@ -109,15 +109,19 @@ def filtered_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tenso
     return logits
 
 
+def position_key(seed: int, position: int, stream: str) -> int:
+    """The 64-bit key of (seed, position, stream): what every random draw of ours is keyed by."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{position}:{stream}".encode(), digest_size=8).digest(), "little")
+
+
 def position_generator(seed: int, position: int, stream: str, device: torch.device | str = "cpu") -> torch.Generator:
     """A generator keyed by (seed, position, stream).
 
     Keying randomness by position, not by call order, makes a retried round draw the
     same numbers and makes seeded runs reproducible whatever the round boundaries.
     """
-    digest = hashlib.blake2b(f"{seed}:{position}:{stream}".encode(), digest_size=8).digest()
     gen = torch.Generator(device=device)
-    gen.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
+    gen.manual_seed(position_key(seed, position, stream) & ((1 << 63) - 1))
     return gen
 
 
