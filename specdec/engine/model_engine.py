@@ -341,7 +341,8 @@ class DraftEngine(Engine):
                 elif params.coupled:  # the target's own draw at this position if q == p; no q to send
                     filtered = filtered_logits(logits, params)  # [1, V]
                     token = coupled_tokens(filtered, params.seed, state.committed + i)[0]
-                    confidence *= float(filtered[0].softmax(-1).max())
+                    if min_confidence > 0:  # as greedy's: a softmax over the vocabulary only where it is read
+                        confidence *= float(filtered[0].softmax(-1).max())
                 else:
                     q = probs_from_logits(logits, params)[0]  # [V]
                     gen = position_generator(params.seed, state.committed + i, "draft", q.device)

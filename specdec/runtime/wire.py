@@ -123,6 +123,8 @@ def logprob_request_to_pb(top_logprobs: int | None, prompt_top: int | None = Non
 def speculation_to_pb(proposer: str | None, overlap: str | None, sampler: str | None = None) -> dict:
     """A request's proposer, overlap and sampler fields for their names ("model", "ngram", "hybrid"; "auto", "on",
     "off"; "coupled", "rejection"); None or "" leaves a field unset: the server's default."""
+    if sampler not in ("", None, "coupled", "rejection"):  # as an unknown proposer or overlap name is refused
+        raise ValueError(f"unknown sampler {sampler!r}: coupled or rejection")
     fields = {} if not sampler else {"coupled": sampler == "coupled"}
     if proposer:
         fields["proposer"] = pb.Proposer.Value(f"PROPOSER_{proposer.upper()}")
