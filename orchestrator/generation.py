@@ -221,6 +221,7 @@ class Generation:
         `remaining` and before any EOS); the controller has learned from the round."""
         began = time.perf_counter()
         draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
+        draft_opened = not self._draft.opened  # if it drafts now, its session opens in this round's hop
         hit, model_gamma, steps = self._prefetched(committed), 0, 1
         if hit is not None:
             lookup = self.lookups.over(len(hit.tokens), cap, committed) if self.request.proposer == "hybrid" else None
@@ -257,7 +258,8 @@ class Generation:
             draft_load=draft.load, target_load=target.load,
             proposer="" if not proposal.tokens else "ngram" if lookup is not None else "model",
             overlapped=self._branch is not None, prefetched=hit is not None, target_passes=verdict.passes,
-            predicted=lookup is not None and lookup.source == "prediction")
+            predicted=lookup is not None and lookup.source == "prediction",
+            draft_opened=draft_opened and hit is None and lookup is None)
         if self.lookups is not None:
             if lookup is not None:
                 self.lookups.observe(lookup, record.drafted, record.accepted)

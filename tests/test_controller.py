@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from specdec.core.rounds import PassLoad, RoundRecord
+from specdec.core.rounds import ALPHA_MAX, PassLoad, RoundRecord
 from specdec.planning.controller import PROBE_SHARE, Ewma, GammaController, update_fill
 from specdec.planning.cost import CostProfile, expected_tokens
 from specdec.planning.prior import SharedPrior
@@ -212,7 +212,8 @@ def test_shared_prior_hands_learned_costs_and_alpha_to_new_sessions():
 def test_a_probe_of_one_token_hands_its_alpha_on_by_its_share():
     """A session whose only model round was a probe of γ = 1 measured α: the next session's α is no longer
     untried (so it is not measured again whatever the draft's catch-up costs), and a later probe moves the
-    prior by a quarter of a session that measured 4 tokens or more."""
+    prior by a quarter of a session that measured 4 tokens or more, toward what the probe measured (its one
+    token accepted), not toward the session's estimate, which holds the prior it was handed."""
     prior = SharedPrior(gamma_max=8)
     first = prior.new_controller(linear(), flat(0.01))
     assert first.untried()
@@ -222,13 +223,14 @@ def test_a_probe_of_one_token_hands_its_alpha_on_by_its_share():
     assert not second.untried() and second.acceptance.alpha == pytest.approx(first.acceptance.alpha)
     second.observe(timing(1, 1, 0.01, 0.01, 2 * STEP, 2 * STEP))
     prior.absorb(second)
-    step = 0.3 * (second.acceptance.alpha - first.acceptance.alpha)
+    step = 0.3 * (ALPHA_MAX - first.acceptance.alpha)
     assert prior.new_controller(linear()).acceptance.alpha == pytest.approx(first.acceptance.alpha + step / 4)
 
 
 def test_the_wait_between_probes_outlives_a_session():
-    """A session where speculation never paid hands its wait between probes to the next (which then first
-    probes after 64 steps, not 16); a session whose probe found γ > 0 best hands on the short wait."""
+    """A session where speculation never paid hands its wait between probes to the next, and its steps since its
+    last probe (the next one then first probes after 64 steps in all, not 16 of its own); a session whose probe
+    found γ > 0 best hands on the short wait."""
     prior = SharedPrior(gamma_max=8)
 
     def session(alpha: float, rounds: int, target: CostProfile = linear()) -> list[int]:
@@ -240,7 +242,8 @@ def test_the_wait_between_probes_outlives_a_session():
     first = session(0.9, 60)  # probes after 16 and 32 more steps: γ = 0 still best, the wait is now 64
     assert [i for i, g in enumerate(first) if g > 0] == [16, 49], first
     second = session(0.9, 80)
-    assert [i for i, g in enumerate(second) if g > 0] == [64], "it starts where the first one left"
+    # the first ran 10 steps after its last probe (round 49 of 60)
+    assert [i for i, g in enumerate(second) if g > 0] == [64 - 10], "it starts where the first one left"
     assert session(0.9, 3, flat())[0] > 0  # speculation pays (a verify costs one step): γ > 0 at once, the wait back to 16
     assert [i for i, g in enumerate(session(0.9, 20)) if g > 0] == [16]
 

@@ -58,6 +58,8 @@ class RoundRecord:
     prefetched: bool = False  # this round's proposal is the branch drafted during the last verify (a hit)
     target_passes: int = 1  # the verify and the target-only steps the target took after it in the same call
     predicted: bool = False  # the proposal came from the client's prediction of the output
+    # The draft hop opened its session this round (its stream, grammar and caches): no sample of the network
+    draft_opened: bool = False
 
     @property
     def rtt_draft_s(self) -> float:
@@ -107,6 +109,11 @@ class AcceptanceEstimate:
     @property
     def observed(self) -> int:
         return self.accepted + self.rejections
+
+    @property
+    def measured(self) -> float:
+        """α from this estimate's own rounds alone (the prior-free MLE); 0 before any."""
+        return min(self.accepted / self.observed, ALPHA_MAX) if self.observed else 0.0
 
     @property
     def alpha(self) -> float:

@@ -91,8 +91,11 @@ def update_hop(hop: Ewma, sample: float) -> None:
     is not the network. Read as it, 7 of 8 users' rounds stalled 200 ms at once on a Zen 5 made all 8 draft γ = 3
     in the next round, their draft's catch-ups on 2 shared cores scattered them out of the target's passes, and
     adaptive fell to 0.89x target-only (docs/PERFORMANCE.md). A lasting rise still grows the estimate by half a
-    round (the average's weight of 0.5 times twice the estimate)."""
-    if hop.value is not None and not hop.provisional:
+    round (the average's weight of 0.5 times twice the estimate). A seed handed on by earlier sessions bounds a
+    sample as a measurement does, though the sample then replaces it: taken whole, one stall in a session's first
+    drafting round became the next sessions' draft hop, which priced the draft model out for good (its hop is
+    measured only in rounds that draft)."""
+    if hop.value is not None:
         sample = min(sample, HOP_JUMP * hop.value + HOP_SLACK_S)
     hop.update(sample)
 
@@ -136,8 +139,10 @@ class GammaController:
         self.hysteresis = hysteresis
         self._last_gamma: int | None = None
         self.probing = False  # the last `choose` was a probe: γ > 0 though γ = 0 paid (hybrid must draft it)
-        self._rounds_without_draft = 0
         self.probe_interval = probe_every  # target steps between probes while γ = 0 wins
+        # Target steps since the draft model last drafted: a session's own, from where the last finished session of
+        # its prior left it (`SharedPrior`), so that short sessions still reach a probe.
+        self.steps_without_draft = 0
         # Overlap: κ, each service's slowdown while the other computes, and β, how often the draft's
         # guess of the bonus token is right once every draft was accepted.
         self.contention_target = Ewma(0.3, 1.0, provisional=True)
@@ -182,10 +187,11 @@ class GammaController:
             # proposer (a lookup) has no scale to learn.
             if record.draft_steady and not record.prefetched and step > 0:
                 self.draft_scale.update(busy_time(draft, record.draft_compute_s) / (record.drafted * step))
-            update_hop(self.rtt_draft, record.rtt_draft_s)
-            self._rounds_without_draft = 0
+            if not record.draft_opened:
+                update_hop(self.rtt_draft, record.rtt_draft_s)
+            self.steps_without_draft = 0
         else:
-            self._rounds_without_draft += max(record.target_passes, 1)
+            self.steps_without_draft += max(record.target_passes, 1)
 
     def observe_sessions(self, record: RoundRecord) -> None:
         """Learn how many sessions the target serves from any round, a prefill's too (whose cost teaches
@@ -390,7 +396,7 @@ class GammaController:
 
     def _probe_due(self) -> bool:
         """While γ = 0 wins: enough target steps since the last drafted round for a probe (`choose`)."""
-        return self._rounds_without_draft >= self.probe_interval * round(self.target_sessions.value)
+        return self.steps_without_draft >= self.probe_interval * round(self.target_sessions.value)
 
     def choose(self, max_useful: int | None = None, unseen: int = 1) -> int:
         """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one); `unseen`: the
@@ -409,10 +415,10 @@ class GammaController:
             # α never measured is worth its first measurement). A probe that leaves γ = 0 best doubles the
             # wait before the next one.
             probe = max(range(1, cap + 1), key=rate.get)
-            allowed = PROBE_SHARE * self._rounds_without_draft * self.verify_time(0)
+            allowed = PROBE_SHARE * self.steps_without_draft * self.verify_time(0)
             if self.untried() or self.probe_loss(probe, unseen, rate[0]) <= allowed:
                 self.probe_interval = min(2 * self.probe_interval, self.max_probe_every)
-                self._rounds_without_draft = 0
+                self.steps_without_draft = 0
                 self.probing = True
                 return probe
         if best > 0:

@@ -19,10 +19,11 @@ ALPHA_TOKENS = 4
 class LoadEstimates:
     """One service's load estimates (`GammaController.LOAD` Ewmas), shared by the sessions that measure it,
     and how many of those are live: when the last one leaves, the estimates turn provisional, so the next
-    session's first measurement replaces them. Until then the live sessions are a floor on the service's:
-    a burst's first rounds, chosen before any of them measured, must not be priced as a lone session's
-    (measured: 8 users arriving after one drafted in their first round, and lost 4% of target-only's
-    tokens/s). On a service every session uses (`floored`: the target) they stay a floor on every sample:
+    session's first measurement replaces them. Until then a provisional count of sessions is the live
+    sessions': a burst's first rounds, chosen before any of them measured, must not be priced as a lone
+    session's (measured: 8 users arriving after one drafted in their first round, and lost 4% of target-only's
+    tokens/s), nor a lone session after a burst as the burst's (the draft's count is measured only in rounds
+    that draft: a lone user after 8 priced every draft pass as 8 sessions' and never drafted). On a service every session uses (`floored`: the target) they stay a floor on every sample:
     the first sessions of a burst to report find the others not yet opened there, and a report of 1–5 live
     sessions priced the burst's next rounds as a lone session's (measured on a Zen 4: all 8 users drafted
     γ = 1–4 in their first decode rounds, which took 0.1–1.2 s, and adaptive fell to 0.86–0.93× batched
@@ -38,7 +39,7 @@ class LoadEstimates:
         with self._lock:
             self._live += 1
             for name, shared in self.ewmas.items():
-                if name.endswith("_sessions") and shared.provisional and (shared.value or 0.0) < self._live:
+                if name.endswith("_sessions") and shared.provisional and shared.value != self._live:
                     shared.seed(float(self._live))
             for shared in self._floored:
                 shared.floor = float(self._live)
@@ -90,7 +91,10 @@ class SharedPrior:
         self._load = self._target_load.ewmas | self._draft_load.ewmas
         self._alpha = Ewma(weight)
         self._prior_weight = prior_weight
-        self._probe_interval: int | None = None  # the last finished session's (`GammaController.probe_interval`)
+        # The last finished session's wait between probes and its target steps since it last drafted
+        # (`GammaController.probe_interval`, `steps_without_draft`): the next session goes on from there.
+        self._probe_interval: int | None = None
+        self._steps_without_draft = 0
         self._lock = threading.Lock()
 
     def new_controller(self, target_cost: CostProfile, draft_cost: CostProfile | None = None) -> GammaController:
@@ -108,6 +112,7 @@ class SharedPrior:
             alpha = self._alpha.value
             if self._probe_interval is not None:
                 controller.probe_interval = self._probe_interval
+            controller.steps_without_draft = self._steps_without_draft
         if alpha is not None:
             controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)
             controller.alpha_from_prior = True
@@ -123,10 +128,15 @@ class SharedPrior:
                 if learned.value is not None and not learned.provisional:
                     shared.update(learned.value)
             self._target_sizes.absorb(controller.target_sizes)
-            observed = controller.acceptance.observed
-            if observed:  # a session that measured a token or two (a probe) moves it that much less
-                self._alpha.update(controller.acceptance.alpha, share=min(observed / ALPHA_TOKENS, 1.0))
+            estimate = controller.acceptance
+            if estimate.observed:  # a session that measured a token or two (a probe) moves it that much less
+                # What the session's own rounds measured, not its estimate, which holds the prior it was handed:
+                # folded back in, a low prior's pseudo-tokens held the prior down after the workload changed.
+                # The first session's has nothing to move: it keeps its estimate's shrinkage to the default guess.
+                sample = estimate.alpha if self._alpha.value is None else estimate.measured
+                self._alpha.update(sample, share=min(estimate.observed / ALPHA_TOKENS, 1.0))
             self._probe_interval = controller.probe_interval
+            self._steps_without_draft = controller.steps_without_draft
 
     def snapshot(self) -> dict:
         """The prior as plain data (JSON-ready), to share between orchestrators."""
