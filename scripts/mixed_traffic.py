@@ -1,9 +1,9 @@
 """Does speculation survive mixed traffic? A few requests of other kinds, then greedy code completions.
 
-One orchestrator learns its γ prior from every request it serves. This sends what an agent's traffic holds (a
-structured output, hot sampled chats with n = 3, a tool call, a scored prompt), then greedy code completions,
-each twice, alternating: adaptive with the draft model, and target-only (`gamma: 0`). It prints tokens/s of both
-and their ratio. Start a server first (the packaged pair, embedded):
+One orchestrator learns its γ prior from every request it serves. This sends what a user's first minutes held (a
+chat, a streamed one, a structured output, hot sampled chats with n = 3, a tool call, a scored prompt), then greedy
+code completions, each twice, alternating: adaptive with the draft model, and target-only (`gamma: 0`). It prints
+tokens/s of both and their ratio. Start a server first (the packaged pair, embedded):
 
     .venv/bin/specdec serve --http-port 8088 &
     .venv/bin/python scripts/mixed_traffic.py --url http://127.0.0.1:8088/v1
@@ -27,8 +27,13 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 
 
 def other_traffic(client: OpenAI, model: str) -> None:
-    """The requests before the code completions: none of them greedy code."""
+    """The requests before the code completions, as a user's first minutes sent them."""
     chat = client.chat.completions.create
+    chat(model=model, messages=[{"role": "user", "content": "Write a Python function that reverses a string."}],
+         max_tokens=80, temperature=0)
+    for _ in chat(model=model, messages=[{"role": "user", "content": "Say hi in 3 languages."}], max_tokens=40,
+                  stream=True):
+        pass
     chat(model=model, messages=[{"role": "user", "content": "Give me a person as JSON."}], max_tokens=60,
          response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA, "strict": True}})
     for seed in range(3):
