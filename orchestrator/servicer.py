@@ -29,7 +29,7 @@ from specdec.core.grammar import compile_constraint
 from specdec.planning.controller import GAMMA_MAX
 from specdec.planning.cost import CostProfile
 from specdec.planning.deadline import RoundTimeout
-from specdec.planning.prior import LookupPrior, SharedPrior
+from specdec.planning.prior import LookupPrior, SharedPrior, sampling_regime
 from specdec.runtime import telemetry
 from specdec.runtime.errors import grpc_errors
 from specdec.runtime.guards import credential_of
@@ -247,7 +247,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                 if choices > 1:
                     yield from self._choices(parsed, choices, cancelled, span)
                     return
-                controller = self._new_controller(parsed.proposer)
+                controller = self._new_controller(parsed)
                 try:
                     generation = self._generation(
                         parsed, controller, cancelled, span, session_id=session_id,
@@ -275,7 +275,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
 
         def run(index: int) -> None:
             params = dataclasses.replace(parsed.params, seed=(parsed.params.seed + index) % 2**64)
-            controller = self._new_controller(parsed.proposer)
+            controller = self._new_controller(parsed)
             try:  # the prompt's log-probabilities come once, with choice 0 (which computes the whole prompt)
                 generation = self._generation(dataclasses.replace(parsed, params=params, prompt_top=parsed.prompt_top
                                                                   if index == 0 else None), controller, cancelled, span)
@@ -333,11 +333,13 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             ending |= {eos}
         return ending | frozenset(parsed.stop_ids)
 
-    def _new_controller(self, proposer: str):
+    def _new_controller(self, parsed: GenerationRequest):
         """A γ controller seeded from the proposer's shared prior (the model's refreshed from Redis when
-        there is one). An n-gram lookup costs no draft time: its draft profile is free."""
-        if proposer == "ngram":
-            return self.ngram_prior.new_controller(self.target_profile, FREE_DRAFT)
+        there is one), α from the request's sampling regime's. An n-gram lookup costs no draft time: its draft
+        profile is free."""
+        regime = sampling_regime(parsed.params.temperature)
+        if parsed.proposer == "ngram":
+            return self.ngram_prior.new_controller(self.target_profile, FREE_DRAFT, regime)
         if self.priors is not None:
             try:
                 snapshot = self.priors.load()
@@ -345,7 +347,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                     self.prior.load(snapshot)
             except Exception as exc:  # noqa: BLE001 - fall back on this orchestrator's own prior
                 log.warning("shared γ prior not read: %s", exc)
-        return self.prior.new_controller(self.target_profile)
+        return self.prior.new_controller(self.target_profile, regime=regime)
 
     def _absorb(self, controller, proposer: str) -> None:
         """Fold a finished session's estimates into its prior: a hybrid session's controller holds

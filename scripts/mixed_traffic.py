@@ -22,8 +22,16 @@ CODE = ["def quicksort(arr):", "def binary_search(a, x):", "import numpy as np\n
         "class LinkedList:\n    def __init__(self):"]
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
           "required": ["name", "age"], "additionalProperties": False}
+POEM = "Write a short poem about the sea."
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "weather for a city", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def hot_chats(client: OpenAI, model: str, count: int, seed: int = 0) -> None:
+    """`count` sampled chats at temperature 1, 3 choices each."""
+    for i in range(count):
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": POEM}], max_tokens=32, n=3,
+                                       temperature=1.0, seed=seed + i)
 
 
 def other_traffic(client: OpenAI, model: str) -> None:
@@ -36,9 +44,7 @@ def other_traffic(client: OpenAI, model: str) -> None:
         pass
     chat(model=model, messages=[{"role": "user", "content": "Give me a person as JSON."}], max_tokens=60,
          response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA, "strict": True}})
-    for seed in range(3):
-        chat(model=model, messages=[{"role": "user", "content": "Write a short poem about the sea."}], max_tokens=32,
-             n=3, temperature=1.0, seed=seed)
+    hot_chats(client, model, 3)
     chat(model=model, messages=[{"role": "user", "content": "What's the weather in Paris?"}], tools=TOOLS,
          max_tokens=60, temperature=0)
     client.completions.create(model=model, prompt="def fib(n):", max_tokens=16, temperature=0, logprobs=2, echo=True)
@@ -55,13 +61,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:8088/v1")
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--hot-between", type=int, default=0,
+                        help="hot sampled chats before each completion too (traffic that keeps mixing)")
     args = parser.parse_args()
     client = OpenAI(base_url=args.url, api_key="unused")
     model = client.models.list().data[0].id
     other_traffic(client, model)
     rates = {"adaptive": [], "target-only": []}
-    for prompt in CODE * 2:
+    for i, prompt in enumerate(CODE * 2):
         for policy, extra in (("adaptive", {"proposer": "model"}), ("target-only", {"gamma": 0})):
+            hot_chats(client, model, args.hot_between, seed=10 * i)
             rate, spec = completion_rate(client, model, prompt, args.max_tokens, **extra)
             rates[policy].append(rate)
             print(f"{policy:12s} {rate:6.1f} tok/s  drafted {spec['drafted']:3d} accepted {spec['accepted']:3d} "

@@ -9,7 +9,7 @@ from specdec.core.rounds import PassLoad, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.planning.controller import GammaController
 from specdec.planning.cost import CostProfile
-from specdec.planning.prior import SharedPrior
+from specdec.planning.prior import REGIMES, SharedPrior, sampling_regime
 
 STEP = 0.1  # seconds for a one-token target forward
 
@@ -23,11 +23,11 @@ def flat(step: float) -> CostProfile:
 TARGET, DRAFT = flat(STEP), flat(0.3 * STEP)
 
 
-def session(prior: SharedPrior, alpha: float, tokens: int, rng: random.Random) -> tuple[int, int]:
+def session(prior: SharedPrior, alpha: float, tokens: int, rng: random.Random, regime: str = "") -> tuple[int, int]:
     """One generation of `tokens` tokens whose drafts are each accepted with probability `alpha` (until the
     first rejection), by a draft confident enough to draft on to the controller's limit (as a code completion's
     does), its rounds costing what the profiles say. Returns (tokens from rounds that drafted, rounds)."""
-    ctl: GammaController = prior.new_controller(TARGET, DRAFT)
+    ctl: GammaController = prior.new_controller(TARGET, DRAFT, regime)
     emitted = drafted_tokens = rounds = 0
     while emitted < tokens:
         cap = tokens - emitted - 1
@@ -83,7 +83,8 @@ def drafting_round(draft_wall_s: float, sessions: int = 1, opened: bool = False)
     load = PassLoad(sessions, sessions, sessions)
     return RoundRecord(gamma=3, drafted=3, accepted=2, emitted=3, wall_s=draft_wall_s + target_s,
                        draft_wall_s=draft_wall_s, draft_compute_s=draft_s, target_wall_s=target_s + 0.001,
-                       target_compute_s=target_s, draft_load=load, target_load=PassLoad(sessions, sessions, 4 * sessions),
+                       target_compute_s=target_s, draft_load=load,
+                       target_load=PassLoad(sessions, sessions, 4 * sessions),
                        draft_opened=opened)
 
 
@@ -104,7 +105,7 @@ def test_a_stall_in_a_drafting_round_is_not_the_next_sessions_draft_hop():
     second = prior.new_controller(TARGET, DRAFT)
     assert second.rtt_draft.value == pytest.approx(0.001)
     second.observe(drafting_round(draft_s + 2.5))
-    assert second.rtt_draft.value == pytest.approx(2 * 0.001 + 0.002), "a stall counts as twice the hop handed on, plus 2 ms"
+    assert second.rtt_draft.value == pytest.approx(2 * 0.001 + 0.002), "a stall counts as twice the hop, plus 2 ms"
     assert second.choose() > 0
 
 
@@ -141,3 +142,54 @@ def test_through_the_services_only_the_drafts_opening_round_says_it_opened(stack
     assert len(drafting) >= 3 and drafting[0].draft_opened, records
     assert not any(r.draft_opened for r in drafting[1:]), "only the opening round"
     assert ctl.rtt_draft.value is not None and ctl.rtt_draft.value < 0.5
+
+
+def test_hot_sampled_sessions_do_not_price_greedy_ones():
+    """α's prior is kept per sampling regime: a burst of chats at temperature 1 (α 0.2) leaves greedy sessions
+    (α 0.9 before it) drafting from their first round; each regime's sessions start from their own."""
+    assert [sampling_regime(t) for t in (0.0, 0.3, 0.7, 1.0, 1.5)] == ["greedy", "t<=0.5", "t<=1", "t<=1", "t>1"]
+    rng = random.Random(0)
+    prior = SharedPrior(gamma_max=8)
+    for _ in range(4):
+        session(prior, 0.9, 40, rng, "greedy")
+    for _ in range(8):
+        session(prior, 0.2, 40, rng, "t<=1")
+    greedy, hot, cool = (prior.new_controller(TARGET, DRAFT, regime) for regime in ("greedy", "t<=1", "t<=0.5"))
+    assert greedy.acceptance.alpha > 0.8 and greedy.choose() > 0
+    assert hot.acceptance.alpha < 0.4 and hot.choose() == 0
+    assert cool.untried(), "a regime no session measured is measured afresh"
+    for ctl in (greedy, hot, cool):
+        prior.absorb(ctl)
+
+
+def test_the_prior_per_regime_survives_a_snapshot_and_takes_an_older_one():
+    """Between orchestrators (through Redis) each regime's α travels; an older orchestrator's one α seeds all."""
+    rng = random.Random(1)
+    prior = SharedPrior(gamma_max=8)
+    session(prior, 0.9, 40, rng, "greedy")
+    session(prior, 0.2, 40, rng, "t>1")
+    other = SharedPrior(gamma_max=8)
+    other.load(prior.snapshot())
+    assert other.snapshot() == prior.snapshot() and set(prior.snapshot()["alpha"]) == {"greedy", "t>1"}
+    older = SharedPrior(gamma_max=8)
+    older.load({"alpha": 0.75})
+    seeded = [older.new_controller(TARGET, DRAFT, regime).acceptance.alpha for regime in REGIMES]
+    assert seeded == pytest.approx([0.75] * len(REGIMES))
+
+
+def test_through_the_services_a_session_draws_on_its_temperatures_prior(stack, monkeypatch):
+    """The orchestrator seeds each session's controller from the prior of the request's sampling regime."""
+    from specdec.cli.client import generate, make_request
+
+    prior, seen = stack.orchestrator.servicer.prior, []
+    new_controller = prior.new_controller
+
+    def spy(*args, **kwargs):
+        controller = new_controller(*args, **kwargs)
+        seen.append(controller.regime)
+        return controller
+
+    monkeypatch.setattr(prior, "new_controller", spy)
+    for temperature in (0.0, 1.5, 0.7):
+        generate(stack.endpoint, make_request(prompt="abc", max_new_tokens=4, temperature=temperature, seed=1))
+    assert seen == ["greedy", "t>1", "t<=1"]

@@ -126,6 +126,7 @@ class GammaController:
         # The services' start-up cost profiles (no draft profile: no draft model to price).
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
+        self.regime = ""  # whose α prior this session's α comes from and goes back to (`SharedPrior`)
         self.alpha_from_prior = False  # α's prior was measured by earlier sessions (`SharedPrior`), not guessed
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
         self.target_scale = Ewma(0.3, 1.0, provisional=True)  # measured / profiled target compute, every size …

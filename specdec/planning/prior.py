@@ -16,6 +16,18 @@ from specdec.planning.estimates import Ewma, SizeScales
 ALPHA_TOKENS = 4
 
 
+REGIMES = ("greedy", "t<=0.5", "t<=1", "t>1")
+
+
+def sampling_regime(temperature: float) -> str:
+    """The α prior a session draws from and feeds, by its temperature: a draft's tokens are accepted less as the
+    temperature rises (greedy: where the two models' likeliest tokens agree; sampled: where their distributions
+    overlap), so one α for all priced code completions at a hot chat's α after a burst of chats."""
+    if temperature == 0.0:
+        return REGIMES[0]
+    return REGIMES[1] if temperature <= 0.5 else REGIMES[2] if temperature <= 1.0 else REGIMES[3]
+
+
 class LoadEstimates:
     """One service's load estimates (`GammaController.LOAD` Ewmas), shared by the sessions that measure it,
     and how many of those are live: when the last one leaves, the estimates turn provisional, so the next
@@ -23,7 +35,9 @@ class LoadEstimates:
     sessions': a burst's first rounds, chosen before any of them measured, must not be priced as a lone
     session's (measured: 8 users arriving after one drafted in their first round, and lost 4% of target-only's
     tokens/s), nor a lone session after a burst as the burst's (the draft's count is measured only in rounds
-    that draft: a lone user after 8 priced every draft pass as 8 sessions' and never drafted). On a service every session uses (`floored`: the target) they stay a floor on every sample:
+    that draft: after a request for 3 choices, seen in an orchestrator, every later session priced the draft's
+    passes as 3 sessions'). On a service every session uses (`floored`: the target) they stay a floor on every
+    sample:
     the first sessions of a burst to report find the others not yet opened there, and a report of 1–5 live
     sessions priced the burst's next rounds as a lone session's (measured on a Zen 4: all 8 users drafted
     γ = 1–4 in their first decode rounds, which took 0.1–1.2 s, and adaptive fell to 0.86–0.93× batched
@@ -60,9 +74,10 @@ class SharedPrior:
     """What sessions of one model pair learn, handed on to the next session, and the services' load,
     which they share while they run.
 
-    A new session starts from the scales, network times and α of earlier ones instead of from
-    scratch, and with the last one's wait between probes (`GammaController.probe_interval`); a finished session folds its estimates back in. The prior keeps its own averages, so
-    a session's controller keeps its own smoothing. The load estimates (live sessions, batch fills)
+    A new session starts from the scales, network times and α of earlier ones (α of those of its sampling
+    regime: `sampling_regime`) instead of from scratch, and with the last one's wait between probes and steps
+    toward it (`GammaController.probe_interval`, `steps_without_draft`); a finished session folds its estimates
+    back in. The prior keeps its own averages, so a session's controller keeps its own smoothing. The load estimates (live sessions, batch fills)
     are one set while sessions overlap, updated by every session's rounds: a session that stopped decoding
     target-only still sees how full target-only passes are from those that did not, instead of one stale
     sample of its own keeping it drafting (measured: 1 of 8 users drafted every round on a fill of 1/8 from
@@ -89,7 +104,8 @@ class SharedPrior:
         self._draft_load = LoadEstimates({name: estimate for name, estimate in fresh.items() if name not in target},
                                          floored=("draft_sessions",))
         self._load = self._target_load.ewmas | self._draft_load.ewmas
-        self._alpha = Ewma(weight)
+        self._weight = weight
+        self._alpha: dict[str, Ewma] = {}  # by `sampling_regime`
         self._prior_weight = prior_weight
         # The last finished session's wait between probes and its target steps since it last drafted
         # (`GammaController.probe_interval`, `steps_without_draft`): the next session goes on from there.
@@ -97,8 +113,11 @@ class SharedPrior:
         self._steps_without_draft = 0
         self._lock = threading.Lock()
 
-    def new_controller(self, target_cost: CostProfile, draft_cost: CostProfile | None = None) -> GammaController:
+    def new_controller(self, target_cost: CostProfile, draft_cost: CostProfile | None = None,
+                       regime: str = "") -> GammaController:
+        """A session's controller, seeded; its α from the prior of its `regime` (`sampling_regime`)."""
         controller = GammaController(self.gamma_max, target_cost, draft_cost)
+        controller.regime = regime
         for name, shared in self._load.items():
             setattr(controller, name, shared)
         self._target_load.join()
@@ -109,7 +128,7 @@ class SharedPrior:
             for name, shared in self._learned.items():
                 getattr(controller, name).seed(shared.value)
             controller.target_sizes.seed(self._target_sizes)
-            alpha = self._alpha.value
+            alpha = self._alpha_of(regime).value
             if self._probe_interval is not None:
                 controller.probe_interval = self._probe_interval
             controller.steps_without_draft = self._steps_without_draft
@@ -133,16 +152,22 @@ class SharedPrior:
                 # What the session's own rounds measured, not its estimate, which holds the prior it was handed:
                 # folded back in, a low prior's pseudo-tokens held the prior down after the workload changed.
                 # The first session's has nothing to move: it keeps its estimate's shrinkage to the default guess.
-                sample = estimate.alpha if self._alpha.value is None else estimate.measured
-                self._alpha.update(sample, share=min(estimate.observed / ALPHA_TOKENS, 1.0))
+                alpha = self._alpha_of(controller.regime)
+                sample = estimate.alpha if alpha.value is None else estimate.measured
+                alpha.update(sample, share=min(estimate.observed / ALPHA_TOKENS, 1.0))
             self._probe_interval = controller.probe_interval
             self._steps_without_draft = controller.steps_without_draft
+
+    def _alpha_of(self, regime: str) -> Ewma:
+        """The α prior of `regime` (made on first use). Call with the lock held."""
+        return self._alpha.setdefault(regime, Ewma(self._weight))
 
     def snapshot(self) -> dict:
         """The prior as plain data (JSON-ready), to share between orchestrators."""
         with self._lock:
             return {"learned": {name: e.value for name, e in (self._learned | self._load).items()},
-                    "target_sizes": self._target_sizes.snapshot(), "alpha": self._alpha.value}
+                    "target_sizes": self._target_sizes.snapshot(),
+                    "alpha": {regime: e.value for regime, e in self._alpha.items() if e.value is not None}}
 
     def load(self, snapshot: dict) -> None:
         """Adopt a snapshot (another orchestrator's latest view of the same model pair)."""
@@ -155,8 +180,11 @@ class SharedPrior:
                     if shared.provisional or shared.value is None:  # until this orchestrator's sessions measure it
                         shared.seed(float(value))
             self._target_sizes.load(snapshot.get("target_sizes") or {})
-            if snapshot.get("alpha") is not None:
-                self._alpha.value = float(snapshot["alpha"])
+            alpha = snapshot.get("alpha")
+            if isinstance(alpha, (int, float)):  # an orchestrator of before regimes: one α for every one
+                alpha = dict.fromkeys(REGIMES, alpha)
+            for regime, value in (alpha or {}).items():
+                self._alpha_of(regime).value = float(value)
 
 
 class LookupPrior:
