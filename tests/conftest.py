@@ -46,7 +46,8 @@ def tiny_options(draft: str = TINY_DRAFT, target: str = TINY_TARGET, service: di
     """A stack of tiny models (on CPU unless `service` names a device) with γ_max 6, drafting with the model (`MODEL_DRAFTING`); `service`
     and `orchestrator` set fields of those configs, `stack` of StackOptions."""
     return StackOptions(draft_model=draft, target_model=target,
-                        service=ModelServiceConfig(**{"device": "cpu", "log_level": "warning", **(service or {})}),
+                        service=ModelServiceConfig(**{"device": "cpu", "log_level": "warning", "grammar_warmup": "off",
+                                                      **(service or {})}),
                         orchestrator=OrchestratorConfig(**{"gamma_max": 6, **MODEL_DRAFTING, **(orchestrator or {})}),
                         **stack)
 

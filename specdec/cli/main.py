@@ -24,7 +24,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from specdec.launch.stack import EmbeddedStack
 
-    opts = stack_options(args, port=args.port, draft_replicas=args.draft_replicas)
+    opts = stack_options(args, port=args.port, draft_replicas=args.draft_replicas, grammar_warmup="startup")
     if args.ray:
         from specdec.launch.ray_stack import RayStack
 

@@ -66,16 +66,17 @@ def gamma_list(value: str) -> list[int]:
 
 
 def stack_options(args: argparse.Namespace, max_sessions: int | None = None, gamma_max: int | None = None,
-                  **overrides) -> StackOptions:
+                  grammar_warmup: str = "off", **overrides) -> StackOptions:
     """The stack the flags of `add_stack_args` describe. The services take as many sessions as the
-    orchestrator takes generations (or `max_sessions`); `gamma_max` overrides the flag; `overrides`
+    orchestrator takes generations (or `max_sessions`); `gamma_max` overrides the flag; `grammar_warmup`:
+    the services' (off: a one-shot generation or a benchmark does not wait for it); `overrides`
     replace single fields of StackOptions."""
     orchestrator = orchestrator_config(args)
     if gamma_max is not None:
         orchestrator = dataclasses.replace(orchestrator, gamma_max=gamma_max)
     sessions = max_sessions or orchestrator.max_concurrent
     service = from_options(ModelServiceConfig, args, only=STACK_SERVICE_OPTIONS, max_sessions=sessions,
-                           redis_url=args.redis_url)
+                           redis_url=args.redis_url, grammar_warmup=grammar_warmup)
     fields = dict(draft_model=args.draft_model, target_model=args.target_model, service=service,
                   orchestrator=dataclasses.replace(orchestrator, max_concurrent=sessions), target_tp=args.target_tp,
                   security_flags=tuple(security_flags(args)), draft_cpus=args.draft_cpus,

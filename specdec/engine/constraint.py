@@ -31,9 +31,8 @@ class Grammars:
         self._tokenizer, self._eos = None, None
         self._lock = threading.Lock()
 
-    def state(self, grammar: str) -> GrammarState:
-        import llguidance
-
+    def warm(self) -> None:
+        """Build the tokenizer now, so that the first constrained session does not wait for it."""
         with self._lock:
             if self._tokenizer is None:
                 from specdec.weights.sources import load_tokenizer
@@ -41,6 +40,11 @@ class Grammars:
                 tokenizer = load_tokenizer(self.spec)
                 self._tokenizer = guidance_tokenizer(tokenizer, self.vocab)
                 self._eos = tokenizer.eos_token_id
+
+    def state(self, grammar: str) -> GrammarState:
+        import llguidance
+
+        self.warm()
         matcher = llguidance.LLMatcher(self._tokenizer, grammar)
         if matcher.is_error():
             raise InvalidArgument(f"grammar refused: {matcher.get_error()}")

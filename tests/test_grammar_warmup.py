@@ -1,0 +1,63 @@
+"""A model service builds its grammars' tokenizer at start-up, in its turn on the machine, before it serves."""
+
+import fcntl
+from pathlib import Path
+
+import pytest
+
+from specdec.cli.main import build_parser
+from specdec.cli.options import stack_options
+from specdec.runtime.model_service import ModelServiceConfig, load_and_profile
+
+LOCK = "specdec-startup.lock"
+
+
+class Grammars:
+    def __init__(self, lock_path: Path):
+        self.lock_path, self.warmed, self.lock_was_held = lock_path, False, None
+
+    def warm(self) -> None:
+        """Record the call, and whether the machine's start-up lock was held then (by the service starting)."""
+        self.warmed = True
+        with open(self.lock_path, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                self.lock_was_held = False
+            except BlockingIOError:
+                self.lock_was_held = True
+
+
+class Engine:
+    def __init__(self, lock_path: Path):
+        self.grammars, self.profiled = Grammars(lock_path), False
+
+    def measure_costs(self, max_tokens: int, cache) -> None:
+        assert not self.grammars.warmed, "the cost profile first, on a quiet machine"
+        self.profiled = True
+
+
+@pytest.fixture
+def lock_path(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("SPECDEC_LOCK_DIR", str(tmp_path))
+    return tmp_path / LOCK
+
+
+def test_a_service_builds_its_grammars_after_its_profile_in_its_turn(lock_path):
+    engine = load_and_profile(ModelServiceConfig(profile_cache="off"), lambda: Engine(lock_path))
+    assert engine.profiled and engine.grammars.warmed and engine.grammars.lock_was_held
+
+
+def test_no_warm_up_when_off(lock_path):
+    engine = load_and_profile(ModelServiceConfig(profile_cache="off", grammar_warmup="off"), lambda: Engine(lock_path))
+    assert engine.profiled and not engine.grammars.warmed
+
+
+def test_serve_warms_and_one_shot_commands_do_not():
+    """A service started on its own and `specdec serve`'s build the tokenizer at start-up (a server's first
+    structured output waits for nothing); `specdec generate`'s and the benchmarks' do not (a one-shot's first
+    token waits for nothing it does not use)."""
+    args = build_parser().parse_args(["generate", "--prompt", "x"])
+    assert stack_options(args).service.grammar_warmup == "off"
+    assert stack_options(args, grammar_warmup="startup").service.grammar_warmup == "startup"
+    assert ModelServiceConfig().grammar_warmup == "startup"
