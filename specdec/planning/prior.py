@@ -37,8 +37,7 @@ class LoadEstimates:
     tokens/s), nor a lone session after a burst as the burst's (the draft's count is measured only in rounds
     that draft: after a request for 3 choices, seen in an orchestrator, every later session priced the draft's
     passes as 3 sessions'). On a service every session uses (`floored`: the target) they stay a floor on every
-    sample:
-    the first sessions of a burst to report find the others not yet opened there, and a report of 1–5 live
+    sample: the first sessions of a burst to report find the others not yet opened there, and a report of 1–5 live
     sessions priced the burst's next rounds as a lone session's (measured on a Zen 4: all 8 users drafted
     γ = 1–4 in their first decode rounds, which took 0.1–1.2 s, and adaptive fell to 0.86–0.93× batched
     target-only). Thread-safe."""
@@ -74,17 +73,17 @@ class SharedPrior:
     """What sessions of one model pair learn, handed on to the next session, and the services' load,
     which they share while they run.
 
-    A new session starts from the scales, network times and α of earlier ones (α of those of its sampling
-    regime: `sampling_regime`) instead of from scratch, and with the last one's wait between probes and steps
-    toward it (`GammaController.probe_interval`, `steps_without_draft`); a finished session folds its estimates
-    back in. The prior keeps its own averages, so a session's controller keeps its own smoothing. The load estimates (live sessions, batch fills)
-    are one set while sessions overlap, updated by every session's rounds: a session that stopped decoding
-    target-only still sees how full target-only passes are from those that did not, instead of one stale
-    sample of its own keeping it drafting (measured: 1 of 8 users drafted every round on a fill of 1/8 from
-    its first round, and cost the 8 users 12% of their tokens/s). When the last session on a service ends
-    (`LoadEstimates`) they turn provisional: a burst's load must not price a lone session's rounds. Every
-    `new_controller` is to be matched by one `absorb`. Thread-safe (a lost update of a load estimate, from
-    two sessions at once, is harmless).
+    A new session starts from the scales, network times and α of earlier ones (α of those of its sampling regime:
+    `sampling_regime`) instead of from scratch, and with the last one's wait between probes and steps toward it
+    (`GammaController.probe_interval`, `steps_without_draft`: one for every regime); a finished session folds its
+    estimates back in. The prior keeps its own averages, so a session's controller keeps its own smoothing. The load
+    estimates (live sessions, batch fills) are one set while sessions overlap, updated by every session's rounds: a
+    session that stopped decoding target-only still sees how full target-only passes are from those that did not,
+    instead of one stale sample of its own keeping it drafting (measured: 1 of 8 users drafted every round on a fill
+    of 1/8 from its first round, and cost the 8 users 12% of their tokens/s). When the last session on a service
+    ends (`LoadEstimates`) they turn provisional: a burst's load must not price a lone session's rounds. Every
+    `new_controller` is to be matched by one `absorb`. Thread-safe (a lost update of a load estimate, from two
+    sessions at once, is harmless).
     """
 
     def __init__(self, gamma_max: int, prior_weight: float = 8.0, weight: float = 0.3,
