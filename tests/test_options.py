@@ -132,7 +132,7 @@ def test_the_commands_flags_reach_the_right_config():
     opts = stack_options(args, port=args.port)
     assert opts.orchestrator == OrchestratorConfig(gamma_max=5, max_concurrent=7, proposer="ngram")
     assert opts.service == ModelServiceConfig(device="cpu", dtype="float32", max_sessions=7, trace_file="t.jsonl",
-                                              log_level="info", redis_url="redis://r")
+                                              log_level="info", redis_url="redis://r", grammar_warmup="off")
     assert opts.port == 1234 and opts.service.gamma_max == ModelServiceConfig.gamma_max
     defaults = stack_options(cli_parser().parse_args(["generate", "--prompt", "x"]))
     assert (defaults.service, defaults.orchestrator) == (StackOptions.service, StackOptions.orchestrator)

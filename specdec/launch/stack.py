@@ -32,8 +32,10 @@ class StackOptions:
 
     draft_model: str = "packaged:draft"
     target_model: str = "packaged:target"
-    service: ModelServiceConfig = ModelServiceConfig(log_level="warning")  # its host, log level and telemetry
-    orchestrator: OrchestratorConfig = OrchestratorConfig()  # are the orchestrator's too
+    # Its host, log level and telemetry are the orchestrator's too; the grammars' tokenizer is built by the first
+    # structured output unless asked for at start-up (`specdec serve` asks).
+    service: ModelServiceConfig = ModelServiceConfig(log_level="warning", grammar_warmup="off")
+    orchestrator: OrchestratorConfig = OrchestratorConfig()
     port: int = 0  # the orchestrator's (the services take free ports)
     target_tp: int = 1  # tensor-parallel worker processes of the target service
     orchestrator_process: bool = False  # run the orchestrator as a child process too (own telemetry)
