@@ -1,5 +1,6 @@
 """What a model pair's shared prior hands from session to session when the workload changes under it."""
 
+import dataclasses
 import random
 
 import pytest
@@ -8,15 +9,8 @@ from orchestrator.generation import Generation, GenerationRequest
 from specdec.core.rounds import PassLoad, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.planning.controller import GammaController
-from specdec.planning.cost import CostProfile
 from specdec.planning.prior import REGIMES, SharedPrior, sampling_regime
-
-STEP = 0.1  # seconds for a one-token target forward
-
-
-def flat(step: float) -> CostProfile:
-    """A pass of S ≤ 9 tokens costs about one step (a verify nearly free)."""
-    return CostProfile(tuple(step * (1 + 0.02 * (s - 1)) for s in range(1, 10)))
+from test_controller import STEP, flat, timing
 
 
 # A draft step at 0.3 of the target's: speculation loses at α 0.2 and pays at α 0.9.
@@ -37,9 +31,7 @@ def session(prior: SharedPrior, alpha: float, tokens: int, rng: random.Random, r
         while accepted < gamma and rng.random() < alpha:
             accepted += 1
         draft_s, target_s = gamma * DRAFT.forward_s(1), TARGET.forward_s(gamma + 1)
-        ctl.observe(RoundRecord(gamma=gamma, drafted=gamma, accepted=accepted, emitted=accepted + 1,
-                                wall_s=draft_s + target_s, draft_wall_s=draft_s, draft_compute_s=draft_s,
-                                target_wall_s=target_s, target_compute_s=target_s, draft_steady=True))
+        ctl.observe(timing(gamma, accepted, draft_s, draft_s, target_s, target_s))
         emitted += accepted + 1
         drafted_tokens += (accepted + 1) * (gamma > 0)
         rounds += 1
@@ -77,15 +69,13 @@ def test_short_sessions_win_speculation_back_after_a_burst_taught_a_low_alpha():
 
 
 def drafting_round(draft_wall_s: float, sessions: int = 1, opened: bool = False) -> RoundRecord:
-    """A round of 3 drafts, 2 accepted, its draft hop `draft_wall_s` long (0.01 s of it compute), on services that
-    serve `sessions` sessions in each pass."""
+    """A round of 3 drafts, 2 accepted, its draft hop `draft_wall_s` long (3 draft steps of it compute), on
+    services that serve `sessions` sessions in each pass."""
     draft_s, target_s = 3 * DRAFT.forward_s(1), TARGET.forward_s(4)
-    load = PassLoad(sessions, sessions, sessions)
-    return RoundRecord(gamma=3, drafted=3, accepted=2, emitted=3, wall_s=draft_wall_s + target_s,
-                       draft_wall_s=draft_wall_s, draft_compute_s=draft_s, target_wall_s=target_s + 0.001,
-                       target_compute_s=target_s, draft_load=load,
-                       target_load=PassLoad(sessions, sessions, 4 * sessions),
-                       draft_opened=opened)
+    record = timing(3, 2, draft_wall_s, draft_s, target_s + 0.001, target_s,
+                    target_load=PassLoad(sessions, sessions, 4 * sessions),
+                    draft_load=PassLoad(sessions, sessions, sessions))
+    return dataclasses.replace(record, draft_opened=opened)
 
 
 def test_a_stall_in_a_drafting_round_is_not_the_next_sessions_draft_hop():
