@@ -66,7 +66,7 @@ def gamma_list(value: str) -> list[int]:
 
 
 def stack_options(args: argparse.Namespace, max_sessions: int | None = None, gamma_max: int | None = None,
-                  grammar_warmup: str = "off", **overrides) -> StackOptions:
+                  grammar_warmup: str = StackOptions.service.grammar_warmup, **overrides) -> StackOptions:
     """The stack the flags of `add_stack_args` describe. The services take as many sessions as the
     orchestrator takes generations (or `max_sessions`); `gamma_max` overrides the flag; `grammar_warmup`:
     the services' (off: a one-shot generation or a benchmark does not wait for it); `overrides`
