@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
             http.stop()
         installed.shutdown()
 
-    announce_and_wait(running, "orchestrator", on_stop=stop)
+    announce_and_wait(running, "orchestrator", on_stop=stop, drain_s=server.drain_timeout_s)
 
 
 if __name__ == "__main__":

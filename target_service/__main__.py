@@ -107,7 +107,8 @@ def run_tensor_parallel(config: ModelServiceConfig, parallel: TensorParallel, ar
             running.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
 
     front.on_failure.append(not_serving)
-    announce_and_wait(running, f"target_service (tp={world})", on_stop=front.close)
+    announce_and_wait(running, f"target_service (tp={world})", on_stop=front.close,
+                      drain_s=config.drain_timeout_s)
     for proc in followers:
         try:
             proc.wait(10)
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if parallel.size == 1:
             engine = load_and_profile(config, lambda: load_rank(config, parallel))
-            announce_and_wait(serve_engine(engine, config, SERVICE, register), "target_service", on_stop=engine.close)
+            announce_and_wait(serve_engine(engine, config, SERVICE, register), "target_service", on_stop=engine.close,
+                              drain_s=config.drain_timeout_s)
         else:
             run_tensor_parallel(config, parallel, argv)
     finally:

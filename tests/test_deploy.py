@@ -184,6 +184,39 @@ def test_the_openai_api_is_exposed_and_probed_everywhere():
                                         "periodSeconds": 5}
 
 
+def drain_of(argv: list[str]) -> float:
+    """The drain a server's command line asks for (`--drain-timeout-s`, or its default)."""
+    from specdec.runtime.server import DRAIN_TIMEOUT_S
+
+    return float(argv[argv.index("--drain-timeout-s") + 1]) if "--drain-timeout-s" in argv else DRAIN_TIMEOUT_S
+
+
+def test_every_server_is_given_time_to_drain_before_it_is_killed():
+    """Compose's stop_grace_period and each k8s pod's terminationGracePeriodSeconds outlast the drain of the server
+    they run, and the end of its cut calls (`RunningServer.drain`), with 5 s to spare: else the kill comes first."""
+    from specdec.runtime.server import CUT_WAIT_S
+
+    def seconds(text: str) -> float:
+        return float(text.removesuffix("s"))
+
+    for path in COMPOSE:
+        for name, service in yaml.safe_load(path.read_text())["services"].items():
+            argv = list(service.get("command", []))
+            if argv[:2] == ["python", "-m"]:
+                assert seconds(service.get("stop_grace_period", "10s")) >= drain_of(argv) + CUT_WAIT_S + 5, (path, name)
+    pods = 0
+    for path, doc in k8s_documents():
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        for container in pod["containers"]:
+            argv = [*container.get("command", []), *container.get("args", [])]
+            if argv[:2] == ["python", "-m"]:
+                pods += 1
+                assert pod.get("terminationGracePeriodSeconds", 30) >= drain_of(argv) + CUT_WAIT_S + 5, path.name
+    assert pods == 3  # draft, target, orchestrator
+
+
 def commands() -> list[tuple[str, list[str]]]:
     """(where, argv) of every container that runs one of our modules."""
     found = []

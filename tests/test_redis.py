@@ -12,6 +12,7 @@ import pytest
 import redis
 from conftest import holds_for, redis_server, start_gateway, tiny_options, wait_until
 
+from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.rounds import RoundRecord
@@ -170,6 +171,30 @@ def test_a_chats_next_turn_through_another_orchestrator_finds_its_draft_replica(
     finally:
         other.stop(grace=1.0)
     assert two.stats["draft_replica"] == one.stats["draft_replica"]
+
+
+def test_a_draining_replica_leaves_the_registry_at_once_and_stops_once_its_stream_ends(two_replicas):
+    """SIGTERM to a draft replica holding a session stream: it deregisters as its drain begins, so no orchestrator
+    routes a new session to it, while the stream it holds goes on; once that stream ends, it exits."""
+    from orchestrator.clients import draft_client
+
+    cluster, url = two_replicas
+    registry = redis.Redis.from_url(url, decode_responses=True)
+    leaving = cluster.drafts[0]
+    client = draft_client(cluster.draft_addresses[0])
+    stream = client.open_stream()
+    try:
+        stream.call(pb.DraftRequest(session_id="draining", open=True, sampling=pb.SamplingParams(top_p=1.0),
+                                    commit=pb.Commit(start=0, tokens=[1, 2]), gamma=1), timeout=30)
+        leaving.terminate()
+        wait_until(lambda: [r["address"] for r in registered_drafts(registry)] == cluster.draft_addresses[1:], 5,
+                   "the draining replica to leave the registry")
+        holds_for(lambda: leaving.proc.poll() is None, 1.0, "the replica draining while its stream is open")
+    finally:
+        stream.close()
+        client.close()
+    leaving.wait_stopped(20)
+    assert leaving.proc.returncode == 0
 
 
 def test_another_orchestrator_resumes_a_cut_generation(stack, cluster):

@@ -13,15 +13,13 @@ from specdec.cli.options import add_stack_args, gamma_arg, gamma_list, stack_opt
 from specdec.http.flags import add_http_args, http_config
 from specdec.runtime import security, telemetry
 from specdec.runtime.security import security_from_args
-from specdec.runtime.server import configure_logging
+from specdec.runtime.options import add_options
+from specdec.runtime.server import ServerConfig, configure_logging, stop_signals
 
 log = logging.getLogger(__name__)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import signal
-    import threading
-
     from specdec.launch.stack import EmbeddedStack
 
     opts = stack_options(args, port=args.port, draft_replicas=args.draft_replicas, grammar_warmup="startup")
@@ -32,9 +30,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                             args.ray_gpus_per_process)
     else:
         stack_cm = EmbeddedStack(opts)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # drain and stop every child, leaving no orphan
-        signal.signal(sig, lambda *_: stop.set())
+    stop, hurry = stop_signals()  # drain, then stop every child, leaving no orphan
     with stack_cm as stack:
         print(f"specdec serving on {stack.endpoint}", flush=True)
         print(f"services: draft {','.join(stack.draft_addresses) or 'none'}, target {stack.target_address}",
@@ -47,7 +43,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             http = start_http(config, args.http_host or opts.host, args.http_port, args.log_level.lower())
             print(f"specdec OpenAI-compatible API on {http.url}/v1", flush=True)
         stop.wait()
-        log.info("stopping: draining the orchestrator and stopping every service")
+        log.info("draining: requests in flight get up to %.0f s (a second signal ends them now)", args.drain_timeout_s)
+        stack.drain(args.drain_timeout_s, hurry)
+        log.info("stopping every service")
         if http is not None:
             http.stop()
     return 0
@@ -136,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ray-cpus-per-process", type=float, default=1.0, help="CPUs reserved per service process")
     serve.add_argument("--ray-gpus-per-process", type=float, default=0.0,
                        help="GPUs reserved per service process (1 on GPU clusters: one per draft, one per rank)")
+    add_options(serve, ServerConfig, only=("drain_timeout_s",))
     add_http_args(serve)
     serve.set_defaults(func=cmd_serve)
 

@@ -8,7 +8,8 @@ import os
 from specdec.http.flags import add_http_args, http_config
 from specdec.http.server import start_http
 from specdec.runtime import security, telemetry
-from specdec.runtime.server import announce_and_wait, configure_logging
+from specdec.runtime.options import add_options
+from specdec.runtime.server import ServerConfig, announce_and_wait, configure_logging
 
 DEFAULT_PORT = 8000
 
@@ -22,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--redis-url", default=os.environ.get("SPECDEC_REDIS_URL", ""),
                         help="Redis for the Responses API's stored responses, shared with every HTTP server that "
                              "names it (default: $SPECDEC_REDIS_URL; empty = this process's memory)")
+    add_options(parser, ServerConfig, only=("drain_timeout_s",))
     add_http_args(parser)
     security.add_security_args(parser)
     return parser
@@ -35,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     port = DEFAULT_PORT if args.http_port < 0 else args.http_port
     config = http_config(args, args.endpoint, args.tokenizer, args.redis_url)
     running = start_http(config, args.http_host or "0.0.0.0", port, args.log_level.lower())
-    announce_and_wait(running, "http api", on_stop=installed.shutdown)
+    announce_and_wait(running, "http api", on_stop=installed.shutdown, drain_s=args.drain_timeout_s)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -29,7 +30,7 @@ from specdec.http.errors import error_body, rpc_error
 from specdec.http.flags import HttpConfig
 from specdec.http.batch import PromptBatch, parallel_for
 from specdec.http.best_of import BestOf
-from specdec.http.calls import ClientGone, run
+from specdec.http.calls import ClientGone, StoppableCall, run
 from specdec.http.guard import Guard
 from specdec.http.infill import InfillError, infill_prompt
 from specdec.http.response_store import (ResponseNotFound, ResponseNotReady, ResponseStore, StoreUnavailable,
@@ -57,6 +58,7 @@ class Gateway:
         self.model = config.model_name
         self.tokenizer = None
         self.tokens: TokenText | None = None
+        self.stopping = threading.Event()  # the server stopped waiting for its calls: each ends at its next message
         self.stored = response_store(config)
         self.background = BackgroundResponses(self.stored)
         meter = metrics.get_meter("specdec.http")
@@ -136,8 +138,8 @@ class Gateway:
             return self.stub.Generate(one, timeout=self.config.request_timeout_s, metadata=self.metadata)
 
         if len(requests) == 1:
-            return start(requests[0])
-        return PromptBatch(start, requests, n, parallel_for(self.info.max_sessions, n))
+            return StoppableCall(start(requests[0]), self.stopping)
+        return StoppableCall(PromptBatch(start, requests, n, parallel_for(self.info.max_sessions, n)), self.stopping)
 
     def chat_request(self, body: ChatCompletionRequest, prompt: list[int]) -> pb.GenerateRequest:
         """The generation a chat body asks for, its reply at most as long as the room left in the context."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import TYPE_CHECKING, AsyncIterator
 
 import grpc
@@ -16,9 +17,39 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from protos import specdec_pb2 as pb
 from specdec.http.errors import rpc_error
 from specdec.http.responses import Reply
+from specdec.runtime.guards import CUT
 
 if TYPE_CHECKING:
     from specdec.http.app import Gateway
+
+
+class ServerStopped(grpc.RpcError):
+    """What a call reads once the HTTP server has stopped waiting for it: UNAVAILABLE, as the orchestrator says
+    of a call that its own drain cut, so every reader ends it the same way (an error event, a 503)."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return CUT
+
+
+class StoppableCall:
+    """A Generate call (or `PromptBatch`) that ends at its next message once `stopping` is set: cancelled, and
+    read as `ServerStopped`."""
+
+    def __init__(self, call, stopping: threading.Event):
+        self.call, self.stopping = call, stopping
+
+    async def read(self):
+        message = await self.call.read()
+        if self.stopping.is_set() and message is not grpc.aio.EOF:
+            self.call.cancel()
+            raise ServerStopped()
+        return message
+
+    def cancel(self) -> bool:
+        return self.call.cancel()
 
 
 def sse(data: dict | str) -> bytes:

@@ -16,6 +16,7 @@ import uvicorn
 from specdec.http.app import create_app
 from specdec.http.flags import HttpConfig
 from specdec.runtime import security
+from specdec.runtime.server import CUT_WAIT_S, DRAIN_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0
@@ -37,10 +38,20 @@ class RunningHttp:
         return f"{scheme}://{self.host}:{self.port}"
 
     def stop(self, grace: float = 5.0) -> None:
-        """Finish the requests in flight for up to `grace` seconds, then close."""
-        self.server.config.timeout_graceful_shutdown = grace
+        """Finish the requests in flight for up to `grace` seconds, then close (`drain`)."""
+        self.drain(grace)
+
+    def drain(self, timeout_s: float = DRAIN_TIMEOUT_S, hurry: threading.Event | None = None) -> None:
+        """Stop taking connections and give the requests in flight `timeout_s` (or until `hurry` is set) to
+        finish; those still running then end at their next message as the orchestrator ends a call its drain
+        cut (`StoppableCall`): a stream with an error event and [DONE], a whole reply with a 503."""
+        self.server.config.timeout_graceful_shutdown = timeout_s + CUT_WAIT_S
         self.server.should_exit = True
-        self.thread.join(timeout=grace + 5)
+        deadline = time.monotonic() + timeout_s
+        while self.thread.is_alive() and time.monotonic() < deadline and not (hurry is not None and hurry.is_set()):
+            self.thread.join(0.05)
+        self.server.config.app.state.gateway.stopping.set()
+        self.thread.join(timeout=CUT_WAIT_S + 5)
 
 
 def uvicorn_config(config: HttpConfig, host: str, port: int, log_level: str) -> uvicorn.Config:

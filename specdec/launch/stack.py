@@ -136,6 +136,13 @@ class ManagedStack:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def drain(self, timeout_s: float, hurry: threading.Event | None = None) -> None:
+        """Drain the orchestrator (`RunningServer.drain`): new calls refused, those in flight given `timeout_s`;
+        `stop` then stops the rest, whose calls have ended with the orchestrator's."""
+        orchestrator: RunningServer | None = getattr(self, "orchestrator", None)
+        if orchestrator is not None:
+            orchestrator.drain(timeout_s, hurry)
+
     def __enter__(self):
         try:
             self.start()

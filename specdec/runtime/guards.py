@@ -4,8 +4,10 @@ One `grpc.ServerInterceptor`, shared by the three servers:
 - a message that does not parse (garbage bytes, invalid UTF-8 in a string field) gets
   INVALID_ARGUMENT, not the INTERNAL that gRPC answers by default;
 - with a token configured, a call without `authorization: Bearer <token>` gets UNAUTHENTICATED;
-- past `max_concurrent` calls in flight, a new call gets RESOURCE_EXHAUSTED at once.
-Health and reflection are exempt from the last two: a probe must answer under any load, and the
+- past `max_concurrent` calls in flight, a new call gets RESOURCE_EXHAUSTED at once;
+- once the server drains (`close`), a new call gets UNAVAILABLE, and after `cut` a streaming call in
+  flight ends with UNAVAILABLE at its next message (its handler closed first, freeing what it holds).
+Health and reflection are exempt from the last three: a probe must answer under any load, and the
 server keeps spare worker threads for them (`start_server`).
 """
 
@@ -21,6 +23,8 @@ from specdec.core.errors import InvalidArgument
 from specdec.runtime.security import Security
 
 EXEMPT_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+SHUTTING_DOWN = "the server is shutting down: retry on another replica"
+CUT = "the server shut down before this call ended: retry on another replica"
 
 
 class Malformed:
@@ -82,6 +86,22 @@ class Guard(grpc.ServerInterceptor):
     def __init__(self, max_concurrent: int, tokens: tuple[str, ...] = ()):
         self.slots = _Slots(max_concurrent)
         self.security = Security(tokens)
+        self.closed = False  # draining: new calls are refused
+        self.cutting = threading.Event()  # streaming calls in flight end at their next message
+
+    @property
+    def in_flight(self) -> int:
+        """Calls running now (health and reflection aside)."""
+        return self.slots.used
+
+    def close(self) -> None:
+        """Refuse every new call (UNAVAILABLE); those in flight go on."""
+        self.closed = True
+
+    def cut(self) -> None:
+        """End the streaming calls in flight at their next message (UNAVAILABLE); unary ones run out."""
+        self.closed = True
+        self.cutting.set()
 
     def _authorized(self, metadata) -> bool:
         return self.security.authorized(str(dict(metadata or ()).get("authorization", "")))
@@ -100,13 +120,15 @@ class Guard(grpc.ServerInterceptor):
         streaming_in, streaming_out = handler.request_streaming, handler.response_streaming
         behavior = (handler.stream_stream if streaming_in and streaming_out else handler.stream_unary if streaming_in
                     else handler.unary_stream if streaming_out else handler.unary_unary)
-        slots = self.slots
+        slots, cutting = self.slots, self.cutting
 
         def admit(context) -> bool:
             if refusal is not None:
                 context.abort(*refusal)
             if exempt:
                 return False
+            if self.closed:
+                context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
             if not slots.take():
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                               f"server at capacity ({slots.limit} calls in flight); retry later")
@@ -121,9 +143,15 @@ class Guard(grpc.ServerInterceptor):
                 if not streaming_in:
                     first_check(request, context)
                 held = admit(context)
+                replies = behavior(_checked_stream(request) if streaming_in else request, context)
                 try:
-                    yield from behavior(_checked_stream(request) if streaming_in else request, context)
+                    for reply in replies:
+                        yield reply
+                        if held and cutting.is_set():
+                            context.abort(grpc.StatusCode.UNAVAILABLE, CUT)
                 finally:
+                    if hasattr(replies, "close"):  # the handler's cleanup (sessions freed) before the status
+                        replies.close()
                     if held:
                         slots.give()
         else:

@@ -186,11 +186,12 @@ def run_model_service(config: ModelServiceConfig, *, what: str, build: Callable[
     log.info("loading %s on %s", config.model, config.device)
     engine = load_and_profile(config, lambda: build(config))
     running = serve_engine(engine, config, service_name, register)
-    stops = [engine.close, installed.shutdown]
+    leave = None
     if config.redis_url:
         from specdec.runtime.redis_state import DraftRegistration, connect
 
         registration = DraftRegistration(connect(config.redis_url), config.advertised_address(running.port),
                                          lambda: (engine.live_sessions, engine.max_sessions), config.heartbeat_ttl_s)
-        stops.insert(0, registration.start().stop)
-    announce_and_wait(running, what, on_stop=lambda: [stop() for stop in stops])
+        leave = registration.start().stop  # as the drain begins: no new session is routed here
+    announce_and_wait(running, what, on_stop=lambda: [stop() for stop in (engine.close, installed.shutdown)],
+                      drain_s=config.drain_timeout_s, on_drain=leave)

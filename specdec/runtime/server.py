@@ -9,6 +9,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
@@ -42,10 +43,15 @@ CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 log = logging.getLogger(__name__)
 
 
+DRAIN_TIMEOUT_S = 30.0  # how long calls in flight may run on once a server is told to stop (`--drain-timeout-s`)
+CUT_WAIT_S = 5.0  # then how long cut streams have to reach their next message
+
+
 class RunningServer:
     def __init__(self, server: grpc.Server, port: int, health_servicer: health.HealthServicer,
-                 health_server: grpc.Server | None = None):
+                 health_server: grpc.Server | None = None, guard: Guard | None = None):
         self.server, self.port, self.health, self.health_server = server, port, health_servicer, health_server
+        self.guard = guard
         self.stopped = threading.Event()
         self.servicer: object | None = None  # what answers its calls, for inspection in this process
 
@@ -55,6 +61,29 @@ class RunningServer:
         self.server.stop(grace).wait()
         if self.health_server is not None:
             self.health_server.stop(0)
+
+    def drain(self, timeout_s: float = DRAIN_TIMEOUT_S, hurry: threading.Event | None = None) -> None:
+        """Stop as a rolling update wants: health NOT_SERVING and new calls refused (UNAVAILABLE) at once, the
+        calls in flight left to finish for up to `timeout_s` (or until `hurry` is set); those still running
+        then end at their next message with UNAVAILABLE, their sessions freed, and the server stops."""
+        self.stopped.set()
+        self.health.enter_graceful_shutdown()
+        if self.guard is not None:
+            self.guard.close()
+            if not self._wait_idle(timeout_s, hurry):
+                log.warning("%d calls still running after draining: ending them", self.guard.in_flight)
+                self.guard.cut()
+                self._wait_idle(CUT_WAIT_S, None)
+        self.stop(grace=0.5)
+
+    def _wait_idle(self, timeout_s: float, hurry: threading.Event | None) -> bool:
+        """Whether every call ended within `timeout_s` (False at once once `hurry` is set)."""
+        deadline = time.monotonic() + timeout_s
+        while self.guard.in_flight > 0:
+            if (hurry is not None and hurry.is_set()) or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -98,27 +127,50 @@ def start_server(register: Callable[[grpc.Server], None], service_names: list[st
         if health_server.add_insecure_port(f"{host}:{health_port}") == 0:
             raise SystemExit(f"cannot bind the health port {host}:{health_port}")
         health_server.start()
-    return RunningServer(server, bound, health_servicer, health_server)
+    return RunningServer(server, bound, health_servicer, health_server, guard)
 
 
-def announce_and_wait(running: RunningServer, what: str, on_stop: Callable[[], None] | None = None) -> None:
-    """Print the ready line a parent process waits for, then serve until SIGTERM/SIGINT.
+def stop_signals() -> tuple[threading.Event, threading.Event]:
+    """SIGTERM/SIGINT set the first event (stop: drain); a second one sets the second (hurry: end the calls in
+    flight now)."""
+    stop, hurry = threading.Event(), threading.Event()
+
+    def on_signal(*_) -> None:
+        if stop.is_set():
+            hurry.set()
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    return stop, hurry
+
+
+def announce_and_wait(running, what: str, on_stop: Callable[[], None] | None = None,
+                      drain_s: float = DRAIN_TIMEOUT_S, on_drain: Callable[[], None] | None = None) -> None:
+    """Print the ready line a parent process waits for, then serve until SIGTERM/SIGINT, and drain
+    (`running.drain`: `RunningServer`'s, or the HTTP API's): the calls in flight get `drain_s` to
+    finish; a second signal ends them at once. `on_drain` runs as the drain begins (a replica leaves the
+    registry, so that no new session is routed to it), `on_stop` once it has ended.
 
     Under a launcher (`PARENT_PID_ENV`), the service also stops once the launcher is gone, even
     by SIGKILL, and then exits at once: nobody is left to drain for.
     """
-    stop = threading.Event()
+    stop, hurry = stop_signals()
     orphaned = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
     parent = os.environ.get(PARENT_PID_ENV)
     if parent:
         threading.Thread(target=_stop_when_orphaned, args=(int(parent), stop, orphaned), daemon=True).start()
     log.info("%s serving on port %d", what, running.port)
     print(f"{READY_PREFIX}{running.port}", flush=True)
     stop.wait()
-    log.info("%s shutting down", what)
-    running.stop(grace=0.0 if orphaned.is_set() else 2.0)
+    if on_drain is not None:
+        on_drain()
+    if orphaned.is_set():
+        running.stop(grace=0.0)
+    else:
+        log.info("%s draining: calls in flight get up to %.0f s (a second signal ends them now)", what, drain_s)
+        running.drain(drain_s, hurry)
+    log.info("%s stopped", what)
     if on_stop is not None:
         on_stop()
     if orphaned.is_set():
@@ -155,6 +207,9 @@ class ServerConfig:
                                 env="OTEL_EXPORTER_OTLP_ENDPOINT")
     trace_file: str = option("", "also append spans to this file as OTLP JSON lines (for `specdec profile --spans`)",
                              env="SPECDEC_TRACE_FILE")
+    drain_timeout_s: float = option(DRAIN_TIMEOUT_S, "on SIGTERM, how long calls in flight may finish while new ones "
+                                                     "are refused (UNAVAILABLE) and health says NOT_SERVING; then "
+                                                     "they end with UNAVAILABLE (a second signal: at once)")
 
 
 TELEMETRY_OPTIONS = ("otlp_endpoint", "trace_file")
