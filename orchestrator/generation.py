@@ -185,8 +185,9 @@ class Generation:
             self.drafts.release(self._draft.client)
             if self._draft_replica:  # where the draft's KV of this sequence is kept
                 self.drafts.remember(req.params.cache_salt, committed, self._draft_replica)
-            log.info("session %s finished (%s) after %d tokens", printable(self.session_id),
-                     finish.value or "aborted", generated)
+            if log.isEnabledFor(logging.INFO):
+                log.info("session %s finished (%s): %s", printable(self.session_id), finish.value or "aborted",
+                         summary(stats, generated, time.perf_counter() - began))
 
     def _push(self, text: TextStream, tokens: list[int]) -> tuple[list[int], str]:
         """A round's tokens into the text: (the tokens kept, the text delta). With stop strings the tokens go
@@ -437,3 +438,11 @@ class Generation:
         self._draft.reset()
         self._branch = None  # its stream is gone
         self.use_draft(None)  # the next round asks the pool again, which may pick another replica
+
+
+def summary(stats: GenerationStats, generated: int, seconds: float) -> str:
+    """A generation in one line for the operator's log: output, speed, prompt and speculation."""
+    drafted, accepted = sum(r.drafted for r in stats.rounds), sum(r.accepted for r in stats.rounds)
+    speculation = f", {accepted} of {drafted} drafted tokens accepted" if drafted else ", no drafts"
+    return (f"{generated} tokens in {seconds:.2f} s ({generated / max(seconds, 1e-9):.1f} tok/s), prompt "
+            f"{stats.prompt_tokens} ({stats.cached_prompt_tokens} cached), {len(stats.rounds)} rounds{speculation}")

@@ -4,6 +4,8 @@ services, a real OTLP collector (rotel), Prometheus metrics, and the loop-latenc
 from __future__ import annotations
 
 import json
+import logging
+import re
 import subprocess
 import sys
 import threading
@@ -269,3 +271,17 @@ def test_profile_command_writes_breakdown_and_plot(tmp_path):
                            capture_output=True, text=True, timeout=120)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert json.loads(again.read_text())["rounds"] == sum(s.name == "round" for s in spans) > summary["rounds"]
+
+
+def test_each_generation_ends_with_one_line_in_the_operators_log(stack, caplog):
+    """At info, the orchestrator says how each generation went: its end, tokens, time and speed, prompt (and what a
+    cache held of it), rounds, and the drafted tokens accepted, the same counts as the client's stats."""
+    caplog.set_level(logging.INFO, logger="orchestrator.generation")
+    result = generate(stack.endpoint, make_request(prompt="log me", max_new_tokens=24, gamma=2))
+    lines = [r.getMessage() for r in caplog.records if result.stats["session_id"] in r.getMessage()]
+    assert len(lines) == 1, lines
+    drafted, accepted = sum(r.drafted for r in result.rounds), sum(r.accepted for r in result.rounds)
+    assert drafted > 0
+    assert re.fullmatch(rf"session {result.stats['session_id']} finished \(length\): 24 tokens in [0-9.]+ s "
+                        rf"\([0-9.]+ tok/s\), prompt {result.stats['prompt_tokens']} \(\d+ cached\), "
+                        rf"{len(result.rounds)} rounds, {accepted} of {drafted} drafted tokens accepted", lines[0]), lines[0]
