@@ -375,7 +375,7 @@ def test_a_stored_responses_input_items_are_listed_a_page_at_a_time(serve):
     ({"input": "x", "tools": [{"type": "function", "name": "a b"}]}, "tools", "tools[0].name must be 1-64 letters"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input", "text parts"),
     ({"input": "x", "tool_choice": "required"}, "tool_choice", "needs tools"),
-    ({"input": "x", "max_output_tokens": 5000}, None, "max_new_tokens"),
+    ({"input": "x", "max_output_tokens": 5000}, "max_output_tokens", "max_output_tokens is too large: 5000"),
 ])
 def test_bad_requests_get_a_400_naming_the_field(serve, body, param, message):
     reply = httpx.post(serve.base_url + "/responses", json={"model": MODEL, **body}, timeout=30)

@@ -141,11 +141,22 @@ class Gateway:
             return StoppableCall(start(requests[0]), self.stopping)
         return StoppableCall(PromptBatch(start, requests, n, parallel_for(self.info.max_sessions, n)), self.stopping)
 
-    def chat_request(self, body: ChatCompletionRequest, prompt: list[int]) -> pb.GenerateRequest:
-        """The generation a chat body asks for, its reply at most as long as the room left in the context."""
+    def chat_request(self, body: ChatCompletionRequest, prompt: list[int],
+                     length_field: str = "") -> pb.GenerateRequest:
+        """The generation a chat body asks for, its reply at most as long as the room left in the context.
+        `length_field`: what the client called the reply's length (default: the chat API's field it set)."""
         room = max(self.info.max_context - len(prompt), 1)
+        self.check_length(body.max_new_tokens(), length_field or body.length_field())
         max_tokens = body.max_new_tokens() or min(self.info.max_new_tokens or room, room)
         return body.generate_request(max_tokens, body.top(), prompt_token_ids=prompt)
+
+    def check_length(self, requested: int | None, field: str) -> None:
+        """A reply's length past the orchestrator's limit is a 400 naming the client's field (as OpenAI answers
+        a `max_tokens` past a model's), not the orchestrator's message about its own field."""
+        limit = self.info.max_new_tokens
+        if requested and limit and requested > limit:
+            raise BadRequest(f"{field} is too large: {requested}; this server generates at most {limit} tokens a "
+                             "reply", field)
 
 
 class ModelNotFound(Exception):
@@ -197,6 +208,7 @@ async def completions(request: Request) -> Response:
     if body.echo:
         texts = tuple(p["prompt"] if "prompt" in p else gateway.tokenizer.decode(p["prompt_token_ids"]) for p in prompts)
         echo = Echo(texts, drop_output=body.scores_only())
+    gateway.check_length(body.max_tokens, "max_tokens")
     best = BestOf(body.n, body.best_of, body.logprobs is not None) if body.ranked() else None
     return await run(request, gateway, body, [body.completion_request(**prompt) for prompt in prompts],
                      Reply("completion", gateway.model, gateway.tokens, body.reported_logprobs(), echo=echo,

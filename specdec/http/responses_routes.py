@@ -39,7 +39,8 @@ async def create_response(request: Request) -> Response:
     if body.background and reply.store is None:
         raise BadRequest("background responses are stored, and this server stores none (--response-store-mb 0)",
                          "background")
-    return await run(request, gateway, body, [gateway.chat_request(chat, prompt)], reply, response_events)
+    generate = gateway.chat_request(chat, prompt, "max_output_tokens")
+    return await run(request, gateway, body, [generate], reply, response_events)
 
 
 async def stored_response(request: Request) -> Response:

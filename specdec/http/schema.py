@@ -351,6 +351,10 @@ class ChatCompletionRequest(_Common):
     def max_new_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
+    def length_field(self) -> str:
+        """The field the reply's length came from."""
+        return "max_completion_tokens" if self.max_completion_tokens is not None else "max_tokens"
+
     def top(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
 
