@@ -114,7 +114,8 @@ def test_a_generation_is_settled_at_the_highest_alpha_it_prices_a_proposer_at():
 def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
     """Through the services: a hybrid generation whose controller can never speculate prices γ once, then neither
     γ, the overlap nor a lookup again, drafts nothing and emits target-only's tokens; on a profile where
-    speculation pays it prices every round and never gathers the α a settled round is bounded by. The prompt
+    speculation pays it prices every round but the prompt's (target-only under adaptive γ, a fixed γ's drafts)
+    and never gathers the α a settled round is bounded by. The prompt
     repeats itself, so lookups find matches all along. `never` prices a verify of S tokens at S⁶ steps: on the
     tiny models a hop costs about half a step, and a verify priced at S steps loses to target-only only until the
     hop is measured."""
@@ -138,10 +139,14 @@ def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
     expected, _, _ = run(0, never)
     tokens, records, calls = run(None, never)
     assert tokens == expected and all(r.drafted == 0 for r in records)
-    assert calls == {"choose": 1, "overlap_pays": 1, "priced": 1, "highest_alphas": len(records) - 1}, calls
+    # The prompt's round is target-only unpriced; the next is priced once; every later one is settled.
+    assert calls == {"choose": 1, "overlap_pays": 1, "priced": 1, "highest_alphas": len(records) - 2}, calls
     _, records, calls = run(None, flat())
-    assert calls["choose"] == len(records) and calls["priced"] > 0, calls
+    assert calls["choose"] == len(records) - 1 and calls["priced"] > 0, calls
     assert calls["highest_alphas"] == 0, "a drafting round gathers no α for a bound it cannot meet"
+    assert records[0].drafted == 0 and any(r.drafted > 0 for r in records[1:]), "adaptive: drafts from round 2"
+    _, records, _ = run(2, flat())
+    assert records[0].drafted > 0, "a fixed γ drafts in the prompt's round too"
 
 
 def counted(owner, name: str, calls: dict) -> None:
