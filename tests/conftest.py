@@ -52,6 +52,18 @@ def tiny_options(draft: str = TINY_DRAFT, target: str = TINY_TARGET, service: di
                         **stack)
 
 
+LETTERS = {str(t): 100 for t in range(ord("a"), ord("z") + 1)}  # a logit bias with no EOS: a reply runs to its length
+
+
+@contextlib.contextmanager
+def slow_target_stack(rtt_ms: float = 40.0):
+    """A tiny stack whose target is `rtt_ms` away: a target-only round is a round trip, so a reply of N tokens
+    takes at least N × `rtt_ms`, long enough to act on while it runs."""
+    with EmbeddedStack(tiny_options(delay_proxies=True, orchestrator=dict(target_chunk_ms=0.0))) as stack:
+        stack.set_rtt_ms(0, rtt_ms)
+        yield stack
+
+
 def tiny_stack(path: str = "fp32") -> EmbeddedStack:
     draft, target = tiny_models(path)
     return EmbeddedStack(tiny_options(draft, target, service=PATH_SERVICE[path],

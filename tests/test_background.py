@@ -11,13 +11,11 @@ import time
 import httpx2 as httpx
 import openai
 import pytest
-from conftest import TINY_TARGET, redis_server, start_gateway, tiny_options, wait_until
+from conftest import LETTERS, TINY_TARGET, redis_server, slow_target_stack, start_gateway, wait_until
 
 from orchestrator.clients import target_client
-from specdec.launch.stack import EmbeddedStack
 
 MODEL = TINY_TARGET
-LETTERS = {str(t): 100 for t in range(ord("a"), ord("z") + 1)}  # no EOS: a reply runs to its length
 SHORT = dict(model=MODEL, input="fib in Python", max_output_tokens=12, temperature=0)
 MEDIUM = dict(model=MODEL, input="fib in Python", max_output_tokens=40, temperature=0,
               extra_body={"gamma": 0, "logit_bias": LETTERS})  # about 2 s
@@ -27,9 +25,7 @@ LONG = dict(model=MODEL, input="fib in Python", max_output_tokens=300, temperatu
 
 @pytest.fixture(scope="module")
 def slow_stack():
-    opts = tiny_options(delay_proxies=True, orchestrator=dict(target_chunk_ms=0.0))
-    with EmbeddedStack(opts) as stack:
-        stack.set_rtt_ms(0, 40)
+    with slow_target_stack() as stack:
         yield stack
 
 

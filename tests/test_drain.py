@@ -14,14 +14,13 @@ import time
 import grpc
 import httpx2 as httpx
 import pytest
-from conftest import TINY_TARGET, start_gateway, tiny_options, wait_until
+from conftest import LETTERS, TINY_TARGET, slow_target_stack, start_gateway, wait_until
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_errors import wait_for_no_sessions
 
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import make_request
-from specdec.launch.stack import EmbeddedStack
 from specdec.runtime.guards import CUT, SHUTTING_DOWN
 from specdec.runtime.server import start_server
 
@@ -103,17 +102,13 @@ def test_a_call_still_running_when_the_drain_ends_is_cut_at_its_next_message_aft
 
 
 # -- through the services ---------------------------------------------------------------------------------------
-LETTERS = {str(t): 100 for t in range(ord("a"), ord("z") + 1)}  # no EOS: a reply runs to its length
 CHAT = {"model": TINY_TARGET, "messages": [{"role": "user", "content": "fib"}], "temperature": 0, "gamma": 0,
         "logit_bias": LETTERS}
 
 
 @pytest.fixture(scope="module")
 def slow_stack():
-    """The target 40 ms away: a target-only round a round trip, a reply of N tokens at least N × 40 ms."""
-    opts = tiny_options(delay_proxies=True, orchestrator=dict(target_chunk_ms=0.0))
-    with EmbeddedStack(opts) as stack:
-        stack.set_rtt_ms(0, 40)
+    with slow_target_stack() as stack:
         yield stack
 
 
