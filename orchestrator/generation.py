@@ -142,11 +142,12 @@ class Generation:
                 if self._settled(cap):  # target-only whoever would propose: nothing to price
                     cap = gamma = 0
                     self.controller.overlapping = False
-                elif req.gamma is None and not stats.rounds and self._uses_model:
+                elif req.gamma is None and not stats.rounds and self._uses_model and not req.prediction:
                     # The prompt's round decodes target-only under adaptive γ: drafting in it put the draft model's
                     # opening and its feed of the prompt before the first token, and a burst's sessions chose it
                     # before they counted each other (each counts those live as it joins). Measured, 8 users at
-                    # AVX2 on a Zen 5: 0.94x batched target-only before, 0.99x after; one user as before.
+                    # AVX2 on a Zen 5: 0.94x batched target-only before, 0.99x after; one user as before. A
+                    # client's prediction, free to propose, is still followed from the first round.
                     cap = gamma = 0
                     self.controller.overlapping = False
                 else:

@@ -123,11 +123,12 @@ def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
     prompt = [7, 8, 9, 10, 11] * 6
     never = CostProfile(tuple(STEP * s ** 6 for s in range(1, 10)))
 
-    def run(gamma: int | None, target: CostProfile) -> tuple[list[int], list[RoundRecord], dict]:
+    def run(gamma: int | None, target: CostProfile,
+            prediction: tuple[int, ...] = ()) -> tuple[list[int], list[RoundRecord], dict]:
         ctl = pin_alpha(GammaController(8, target, flat(0.01), probe_every=1024), 0.9)
         calls = {"choose": 0, "overlap_pays": 0, "priced": 0, "highest_alphas": 0}
         request = GenerationRequest(prompt, 24, SamplingParams(), gamma=gamma, proposer="hybrid", overlap="auto",
-                                    ignore_eos=True)
+                                    ignore_eos=True, prediction=prediction)
         generation = Generation(request, servicer.drafts, servicer.target, servicer.tokenizer, frozenset(),
                                 servicer.max_context, ctl)
         for owner, name in ((ctl, "choose"), (ctl, "overlap_pays"), (generation.lookups, "priced"),
@@ -147,6 +148,8 @@ def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
     assert records[0].drafted == 0 and any(r.drafted > 0 for r in records[1:]), "adaptive: drafts from round 2"
     _, records, _ = run(2, flat())
     assert records[0].drafted > 0, "a fixed γ drafts in the prompt's round too"
+    predicted, records, _ = run(None, flat(), prediction=tuple(expected))
+    assert predicted == expected and records[0].drafted > 0, "a client's prediction is followed from the first round"
 
 
 def counted(owner, name: str, calls: dict) -> None:
