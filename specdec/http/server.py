@@ -16,7 +16,7 @@ import uvicorn
 from specdec.http.app import create_app
 from specdec.http.flags import HttpConfig
 from specdec.runtime import security
-from specdec.runtime.server import CUT_WAIT_S, DRAIN_TIMEOUT_S
+from specdec.runtime.server import CUT_WAIT_S, DRAIN_TIMEOUT_S, wait_for
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 120.0
@@ -47,9 +47,7 @@ class RunningHttp:
         cut (`StoppableCall`): a stream with an error event and [DONE], a whole reply with a 503."""
         self.server.config.timeout_graceful_shutdown = timeout_s + CUT_WAIT_S
         self.server.should_exit = True
-        deadline = time.monotonic() + timeout_s
-        while self.thread.is_alive() and time.monotonic() < deadline and not (hurry is not None and hurry.is_set()):
-            self.thread.join(0.05)
+        wait_for(lambda: not self.thread.is_alive(), timeout_s, hurry)
         self.server.config.app.state.gateway.stopping.set()
         self.thread.join(timeout=CUT_WAIT_S + 5)
 

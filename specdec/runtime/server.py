@@ -69,21 +69,24 @@ class RunningServer:
         self.stopped.set()
         self.health.enter_graceful_shutdown()
         if self.guard is not None:
-            self.guard.close()
-            if not self._wait_idle(timeout_s, hurry):
-                log.warning("%d calls still running after draining: ending them", self.guard.in_flight)
-                self.guard.cut()
-                self._wait_idle(CUT_WAIT_S, None)
+            guard = self.guard
+            guard.close()
+            if not wait_for(lambda: guard.in_flight == 0, timeout_s, hurry):
+                log.warning("%d calls still running after draining: ending them", guard.in_flight)
+                guard.cut()
+                wait_for(lambda: guard.in_flight == 0, CUT_WAIT_S)
         self.stop(grace=0.5)
 
-    def _wait_idle(self, timeout_s: float, hurry: threading.Event | None) -> bool:
-        """Whether every call ended within `timeout_s` (False at once once `hurry` is set)."""
-        deadline = time.monotonic() + timeout_s
-        while self.guard.in_flight > 0:
-            if (hurry is not None and hurry.is_set()) or time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-        return True
+
+def wait_for(done: Callable[[], bool], timeout_s: float, hurry: threading.Event | None = None,
+             every_s: float = 0.05) -> bool:
+    """Poll `done` until it holds (True), `timeout_s` has passed or `hurry` is set (False): a drain's wait."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if (hurry is not None and hurry.is_set()) or time.monotonic() >= deadline:
+            return False
+        time.sleep(every_s)
+    return True
 
 
 def free_port(host: str = "127.0.0.1") -> int:
