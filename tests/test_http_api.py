@@ -358,7 +358,8 @@ def test_max_tokens_0_with_echo_scores_the_prompt_with_a_generations_numbers(ser
 def test_several_prompts_in_one_request_number_their_choices_prompt_by_prompt(serve):
     """A list of prompts: choice prompt · n + c is that prompt's choice c, each the reply the prompt gets alone,
     whole and streamed; usage counts every prompt once; six prompts on a server that runs two generations at
-    once all come back (the batch runs at most what the orchestrator allows); echo and scoring per prompt."""
+    once all come back (the batch runs at most what the orchestrator allows); a string beside token ids; echo and
+    scoring per prompt."""
     client = serve.client()
     prompts = [PROMPT, "class Stack:", "import os", "x = [", "# sum a list", "while True:"]
     args = dict(model=MODEL, max_tokens=6, temperature=0, extra_body={"gamma": 2})
@@ -375,6 +376,8 @@ def test_several_prompts_in_one_request_number_their_choices_prompt_by_prompt(se
             texts[choice.index] = texts.get(choice.index, "") + choice.text
     assert texts == dict(enumerate(alone[:3]))
     ids = [build_byte_tokenizer().encode(p, add_special_tokens=False) for p in prompts[:3]]
+    mixed = client.completions.create(prompt=[prompts[0], ids[1]], **args)  # a string and ids: each its prompt
+    assert [c.text for c in mixed.choices] == alone[:2]
     scored = client.completions.create(model=MODEL, prompt=ids, max_tokens=0, echo=True, logprobs=1, temperature=0)
     for i, choice in enumerate(scored.choices):
         single = client.completions.create(model=MODEL, prompt=ids[i], max_tokens=0, echo=True, logprobs=1,
@@ -398,6 +401,7 @@ def test_tokenize_and_detokenize(serve):
                                         ("/tokenize", {"prompt": "x", "messages": MESSAGES}, 400, "exactly one"),
                                         ("/detokenize", {"tokens": [5, 10**6]}, 400, "outside the vocabulary"),
                                         ("/detokenize", {"tokens": "abc"}, 400, "tokens"),
+                                        ("/detokenize", {"tokens": [5, True]}, 400, "tokens.1"),
                                         ("/tokenize", {"prompt": "x", "model": "gpt-4o"}, 404, "does not exist")]:
         refused = post(path, body)
         assert refused.status_code == status and message in refused.json()["error"]["message"], refused.text
@@ -638,7 +642,15 @@ def test_tools_reach_the_prompt_and_earlier_calls_render_as_the_template_has_the
     ("/completions", {"prompt": "x", "echo": True, "suffix": "y"}, 400, "echo cannot be combined with suffix"),
     ("/completions", {"prompt": "x", "suffix": "y"}, 400, "no fill-in-the-middle tokens"),
     ("/completions", {"prompt": [5, 6], "suffix": "y"}, 400, "suffix needs the prompt as one string"),
-    ("/completions", {"prompt": []}, 400, "a string or a list of token ids"),
+    ("/completions", {"prompt": []}, 400, "prompt must be a string or a non-empty list of token ids, or a list of"),
+    ("/completions", {"prompt": 5}, 400, "prompt must be a string or a non-empty list of token ids, or a list of"),
+    ("/completions", {"prompt": [True, 2]}, 400, "prompt[0] must be a token id (an integer), got true"),
+    ("/completions", {"prompt": [5, "6"]}, 400, 'prompt[1] must be a token id (an integer), got "6"'),
+    ("/completions", {"prompt": [[5, 6], [7, 8.0]]}, 400, "prompt[1][1] must be a token id (an integer), got 8.0"),
+    ("/completions", {"prompt": ["a", 3]}, 400, "prompt[1] must be a string or a non-empty list of token ids"),
+    ("/completions", {"prompt": "x", "stop_token_ids": [False]}, 400, "stop_token_ids.0"),
+    ("/completions", {"prompt": "x", "stop": 5}, 400, "stop must be a string or an array of strings"),
+    ("/completions", {"prompt": "x", "guided_json": 5}, 400, "guided_json must be an object or a string"),
     ("/completions", {"prompt": ["a"] * 2049}, 400, "at most 2048 prompts"),
     ("/completions", {"prompt": ["a", "b"], "suffix": "y"}, 400, "suffix needs the prompt as one string"),
     ("/completions", {"prompt": [[5, 6], [7, 10**6]]}, 400, "outside the vocabulary"),

@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any, Literal
+import re
+import types
+from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt, ValidationError
 
 from protos import specdec_pb2 as pb
 from specdec.core.logprobs import MAX_TOP_LOGPROBS
@@ -41,6 +43,7 @@ from specdec.runtime.wire import constraint_to_pb, logprob_request_to_pb, specul
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_PROMPTS = 2048  # OpenAI's limit on a completions request's prompts
 INT32_MAX, UINT32_MAX = 2**31 - 1, 2**32 - 1  # the wire's integer widths: anything wider is refused here
+TokenIds = list[StrictInt]  # JSON integers only: `true` or "5" is not a token id
 
 
 class StreamOptions(BaseModel):
@@ -102,7 +105,7 @@ class _Common(BaseModel):
     cache_salt: str = Field("", max_length=MAX_CACHE_SALT)  # extension (vLLM's): share cached prompts only within it
     min_tokens: int = Field(0, ge=0, le=UINT32_MAX)  # extension (vLLM's): no EOS or stop before this many tokens
     ignore_eos: bool = False  # extension (vLLM's): run past the model's EOS
-    stop_token_ids: list[int] | None = None  # extension (vLLM's): ids that end the output as EOS does
+    stop_token_ids: TokenIds | None = None  # extension (vLLM's): ids that end the output as EOS does
     prediction: PredictedContent | None = None  # drafted from (Predicted Outputs): the speed changes, not the reply
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # extension (vLLM's): k, per prompt token
 
@@ -175,7 +178,7 @@ class _Common(BaseModel):
 
 
 class CompletionRequest(_Common):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: Any  # a string or token ids, or a list of those: read (and refused, by element) by `prompts()`
     max_tokens: int | None = Field(COMPLETIONS_DEFAULT_MAX_TOKENS, ge=0, le=UINT32_MAX)  # 0: with echo only
     logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     echo: bool = False
@@ -225,23 +228,30 @@ class CompletionRequest(_Common):
 
     def prompts(self) -> list[dict]:
         """Each prompt as {'prompt': text} or {'prompt_token_ids': ids}: one string or list of token ids, or a
-        list of either (a batch, at most MAX_PROMPTS)."""
+        list of either (a batch, at most MAX_PROMPTS); a list is a batch when its first element is a string or
+        a list. A malformed element is a BadRequest naming it."""
         prompt = self.prompt
-        batch = prompt if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt) \
-            else [prompt]
-        if len(batch) > MAX_PROMPTS:
-            raise BadRequest(f"at most {MAX_PROMPTS} prompts in one request, got {len(batch)}", "prompt")
-        return [_prompt_field(one) for one in batch]
+        batch = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], (str, list))
+        if not batch:
+            return [_prompt_field(prompt, "prompt")]
+        if len(prompt) > MAX_PROMPTS:
+            raise BadRequest(f"at most {MAX_PROMPTS} prompts in one request, got {len(prompt)}", "prompt")
+        return [_prompt_field(one, f"prompt[{i}]") for i, one in enumerate(prompt)]
 
 
-def _prompt_field(prompt) -> dict:
+def _prompt_field(prompt, where: str) -> dict:
+    """One prompt: a string, or a non-empty list of 32-bit JSON integers."""
     if isinstance(prompt, str):
         return {"prompt": prompt}
-    if prompt and all(isinstance(t, int) for t in prompt):
-        if any(not -INT32_MAX - 1 <= t <= INT32_MAX for t in prompt):
+    if not isinstance(prompt, list) or not prompt:
+        of_those = ", or a list of those" if where == "prompt" else ""
+        raise BadRequest(f"{where} must be a string or a non-empty list of token ids{of_those}", "prompt")
+    for i, token in enumerate(prompt):
+        if type(token) is not int:  # noqa: E721 (bool is an int subclass, and not a token id)
+            raise BadRequest(f"{where}[{i}] must be a token id (an integer), got {json.dumps(token)[:40]}", "prompt")
+        if not -INT32_MAX - 1 <= token <= INT32_MAX:
             raise BadRequest("prompt token ids must be 32-bit integers", "prompt")
-        return {"prompt_token_ids": prompt}
-    raise BadRequest("prompt must be a string or a list of token ids, or a list of those", "prompt")
+    return {"prompt_token_ids": prompt}
 
 
 class Message(BaseModel):
@@ -365,7 +375,7 @@ def parse(model: type[BaseModel], body: bytes):
     try:
         request = model.model_validate_json(body)
     except ValidationError as exc:
-        raise bad_request(exc) from None
+        raise bad_request(exc, model) from None
     request.refuse_unsupported()
     return request
 
@@ -376,7 +386,7 @@ def validated(model: type[BaseModel], data: dict, renames: dict[str, str] | None
     try:
         request = model.model_validate(data)
     except ValidationError as exc:
-        raise bad_request(exc, renames) from None
+        raise bad_request(exc, model, renames) from None
     try:
         request.refuse_unsupported()
     except BadRequest as exc:
@@ -384,10 +394,37 @@ def validated(model: type[BaseModel], data: dict, renames: dict[str, str] | None
     return request
 
 
-def bad_request(exc: ValidationError, renames: dict[str, str] | None = None) -> BadRequest:
-    first = exc.errors()[0]
-    loc = [str(part) for part in first["loc"]]
+def bad_request(exc: ValidationError, model: type[BaseModel], renames: dict[str, str] | None = None) -> BadRequest:
+    """The first problem pydantic found, naming the field as the client did; a field of several types that
+    matched none says which it takes (pydantic's own message names the first alternative alone)."""
+    errors = exc.errors()
+    loc = [str(part) for part in errors[0]["loc"]]
+    alternatives = [e["loc"][1] for e in errors if len(e["loc"]) > 1 and e["loc"][0] == errors[0]["loc"][0]]
     if loc and renames and loc[0] in renames:
         loc = [renames[loc[0]]]
+    if loc and _is_union(model, errors[0]["loc"][0]) and alternatives:
+        expected = " or ".join(dict.fromkeys(_json_type(str(a)) for a in alternatives))
+        return BadRequest(f"{loc[0]} must be {expected}", loc[0])
     where = ".".join(loc)
-    return BadRequest(f"{where}: {first['msg']}" if where else first["msg"], where or None)
+    return BadRequest(f"{where}: {errors[0]['msg']}" if where else errors[0]["msg"], where or None)
+
+
+def _is_union(model: type[BaseModel], name) -> bool:
+    """Does the field take values of several types (beyond null)?"""
+    field = model.model_fields.get(name) if isinstance(name, str) else None
+    if field is None or get_origin(field.annotation) not in (Union, types.UnionType):
+        return False
+    return len([a for a in get_args(field.annotation) if a is not type(None)]) > 1
+
+
+def _json_type(tag: str) -> str:
+    """A pydantic union member's tag in JSON's words: 'list[str]' -> 'an array of strings'."""
+    words = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
+    if tag in words:
+        return words[tag]
+    if tag.startswith("dict["):
+        return "an object"
+    array = re.fullmatch(r"list\[(\w+)\]", tag)
+    if array and array.group(1) in words:
+        return f"an array of {words[array.group(1)].split()[-1]}s"
+    return "an array" if tag.startswith("list[") else tag

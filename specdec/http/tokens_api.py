@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from specdec.http.schema import BadRequest, ChatCompletionRequest, parse, validated
+from specdec.http.schema import BadRequest, ChatCompletionRequest, TokenIds, parse, validated
 
 
 class TokenizeRequest(BaseModel):
@@ -30,7 +30,7 @@ class TokenizeRequest(BaseModel):
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     model: str
-    tokens: list[int]  # as many as the body's size limit lets in
+    tokens: TokenIds  # as many as the body's size limit lets in
 
     def refuse_unsupported(self) -> None:
         pass
