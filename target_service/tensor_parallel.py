@@ -101,12 +101,14 @@ class TensorParallelTarget:
         return self.engine.cost_profile
 
     def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None):
-        """Every rank times the same forwards: they are collective. Rank 0 alone keeps the result,
-        so a cached profile spares every rank the measurement."""
-        self.engine.cost_profile = load_or_measure(
+        """Every rank times the same forwards: they are collective. Rank 0's result (or a cached profile,
+        which spares every rank the measurement) then goes to every rank: the profile sizes a prompt's
+        chunks (`Engine.prompt_chunk`), and the ranks must cut the same chunks."""
+        profile = load_or_measure(
             cache, lambda: self.engine.profile_key(max_tokens, self.tensor_parallel_size),
             lambda: self._replicate(("measure", max_tokens), lambda: self.engine.measure_costs(max_tokens)))
-        return self.engine.cost_profile
+        self._replicate(("profile", profile), lambda: self.engine.use_profile(profile))
+        return profile
 
     def open(self, session_id: str, params) -> None:
         self._replicate(("open", session_id, params), lambda: self.engine.open(session_id, params))
@@ -201,7 +203,7 @@ class TensorParallelTarget:
 def follow(engine: TargetEngine, rank: int, group) -> None:
     """A follower rank's loop: run rank 0's commands until told to stop or rank 0 is gone."""
     calls = {"open": engine.open, "release": engine.release, "score": engine.score, "measure": engine.measure_costs,
-             "ping": lambda: None}
+             "profile": engine.use_profile, "ping": lambda: None}
     while True:
         box = [None]
         try:

@@ -16,6 +16,7 @@ from specdec.engine.batcher import StepBatcher
 from specdec.engine.model_engine import DraftEngine, TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
+from specdec.planning.cost import CostProfile, shared_prompt_chunk
 
 
 @pytest.fixture
@@ -282,10 +283,26 @@ def test_a_step_that_fails_fails_alone(closing):
     assert [s.cache.length for s in steps[:3]] == [len(p) for p in prompts], "each good cache advanced once"
 
 
+LINEAR = CostProfile(tuple(0.020 + 0.003 * n for n in (*range(1, 10), 18, 36, 72)), (*range(1, 10), 18, 36, 72))
+
+
+def test_a_prompt_chunk_is_the_most_that_keeps_the_others_within_the_slowdown():
+    """Priced by a profile of 20 ms + 3 ms a token: beside one session (23 ms alone) a 3× budget of 69 ms
+    takes 16 rows, its own and 15 of the prompt's; beside eight (44 ms) 132 ms, 37 rows: 29 of the prompt's.
+    Past the profile's sizes it extrapolates; at least one token; a flat curve (a GPU's) takes the longest."""
+    assert shared_prompt_chunk(LINEAR, 1, 256, 3.0) == 15
+    assert shared_prompt_chunk(LINEAR, 8, 256, 3.0) == 29
+    assert shared_prompt_chunk(LINEAR, 1, 256, 12.0) == 84, "(12 × 23 ms − 20 ms) / 3 ms = 85.3 rows, past 72"
+    assert shared_prompt_chunk(LINEAR, 1, 12, 12.0) == 12
+    assert shared_prompt_chunk(LINEAR, 1, 256, 1.0) == 1
+    assert shared_prompt_chunk(CostProfile((0.003,) * 9), 4, 256, 3.0) == 256
+
+
 def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks(closing):
-    """Alone, a 100-token prompt is one forward; beside another live session, it is fed in chunks of
-    SHARED_PREFILL_CHUNK that leave room for that session's decode steps. The verdict is the same."""
-    from specdec.engine.model_engine import SHARED_PREFILL_CHUNK
+    """Alone, a 100-token prompt is one forward; beside other live sessions, it is fed in chunks that leave
+    room for their decode steps: as the cost profile prices them (SHARED_SLOWDOWN), larger beside more
+    sessions, or SHARED_PREFILL_CHUNK with no profile. The verdict is the same every way."""
+    from specdec.engine.model_engine import SHARED_PREFILL_CHUNK, SHARED_SLOWDOWN
 
     target = closing(TargetEngine(load_model(TINY_TARGET, device="cpu"), prefix_cache_bytes=0))  # each prefill computed
     prompt = [(7 * i) % 250 + 3 for i in range(100)]
@@ -294,14 +311,23 @@ def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks(closing):
         target.open(session_id, SamplingParams())
         before = target.batcher.forwards
         verdict = target.verify(session_id, 0, prompt, [5, 6], None).verdict
+        target.release(session_id)
         return verdict.tokens, target.batcher.forwards - before
 
     alone, alone_passes = prefill("alone")
-    target.release("alone")
+    assert alone_passes == 1
     target.open("neighbour", SamplingParams())
-    beside, beside_passes = prefill("beside")
-    assert beside == alone
-    assert (alone_passes, beside_passes) == (1, -(-len(prompt) // SHARED_PREFILL_CHUNK))
+    assert prefill("beside") == (alone, -(-len(prompt) // SHARED_PREFILL_CHUNK))
+    target.use_profile(LINEAR)
+    one = shared_prompt_chunk(LINEAR, 1, 256, SHARED_SLOWDOWN)
+    assert prefill("beside") == (alone, -(-len(prompt) // one))
+    for i in range(7):
+        target.open(f"more {i}", SamplingParams())
+    eight = shared_prompt_chunk(LINEAR, 8, 256, SHARED_SLOWDOWN)
+    assert one < eight < len(prompt)
+    assert prefill("beside") == (alone, -(-len(prompt) // eight))
+    with pytest.raises(ValueError, match="prompt_slowdown must be at least 1"):
+        TargetEngine(target.loaded, prompt_slowdown=0.5)
 
 
 def test_a_closed_engine_stops_its_thread_and_refuses_steps():

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import grpc
 import pytest
@@ -17,10 +19,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
+from specdec.engine.model_engine import PREFILL_CHUNK, SHARED_PREFILL_CHUNK, SHARED_SLOWDOWN
 from specdec.engine.models import build_tiny_model
 from specdec.engine.runner import ModelRunner, Step
 from specdec.engine.tp import check_shardable, shard_model
 from specdec.launch.stack import EmbeddedStack
+from specdec.planning.cost import CostProfile, shared_prompt_chunk
 from specdec.runtime.server import free_port
 from target_service.tensor_parallel import StartupError, rendezvous
 
@@ -140,6 +144,35 @@ def test_tp2_scores_a_prompt_with_its_generations_numbers(tp_stack):
     assert scored.prompt_logprobs[len(prompt) - 1:] == made.logprobs
     again = generate(tp_stack.endpoint, make_request(prompt=PROMPTS[1], max_new_tokens=12, gamma=3), timeout=60)
     assert again.token_ids == made.token_ids, "the ranks' caches stayed in step"
+
+
+def test_tp2_ranks_cut_a_prompt_beside_a_live_session_into_the_same_chunks(stack, tp_stack):
+    """Beside a live session a prompt goes in chunks the cost profile sizes (`Engine.prompt_chunk`): every
+    rank must cut the same ones, or their collectives disagree. A second stack takes the first one's profile
+    from the cache, which rank 0 alone reads: the followers get it from rank 0. A long prompt while a reply
+    streams: both as target-only on one rank."""
+    profile = _cached_tp_profile()
+    chunk = shared_prompt_chunk(profile, 1, PREFILL_CHUNK, SHARED_SLOWDOWN)
+    assert chunk != SHARED_PREFILL_CHUNK, "a follower without the profile would cut the same chunks: no test"
+    long_prompt = "".join(f"x{i} = {i * i}\n" for i in range(40))  # 300+ tokens: chunked either way
+    short = make_request(prompt=PROMPTS[0], max_new_tokens=150, gamma=0)
+    short.ignore_eos = True  # streams to its length
+    reference = [generate(stack.endpoint, request).token_ids
+                 for request in (short, make_request(prompt=long_prompt, max_new_tokens=8, gamma=0))]
+    with _tp_stack() as again, grpc.insecure_channel(again.endpoint) as channel:
+        stream = pb_grpc.SpecDecStub(channel).Generate(short, timeout=120)
+        streamed = list(next(stream).token_ids)  # the short session is live from here
+        beside = generate(again.endpoint, make_request(prompt=long_prompt, max_new_tokens=8, gamma=0), timeout=120)
+        streamed += [t for message in stream for t in message.token_ids]
+    assert beside.token_ids == reference[1] and streamed == reference[0]
+
+
+def _cached_tp_profile() -> CostProfile:
+    """The target's profile as the tensor-parallel stack measured and cached it (world 2)."""
+    folder = Path(os.environ["SPECDEC_PROFILE_CACHE"])
+    entries = [json.loads(f.read_text()) for f in folder.glob("*.json")]
+    (entry,) = [e for e in entries if e["key"]["world"] == 2]
+    return CostProfile(tuple(entry["seconds"]), tuple(entry["tokens"]))
 
 
 def made_prompt_ids(stack: EmbeddedStack, prompt: str) -> list[int]:

@@ -18,7 +18,7 @@ from specdec.runtime.security import add_security_args, security_flags
 
 # Both models' (draft_vocab and draft_weights: the draft's only).
 STACK_SERVICE_OPTIONS = ("device", "dtype", "quantize", "runner", "context", "log_level", "otlp_endpoint",
-                         "trace_file", "draft_vocab", "draft_weights", "prefix_cache_mb")
+                         "trace_file", "draft_vocab", "draft_weights", "prefix_cache_mb", "prompt_slowdown")
 
 
 def add_stack_args(parser: argparse.ArgumentParser) -> None:

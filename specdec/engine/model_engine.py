@@ -38,11 +38,14 @@ from specdec.engine.prefix_cache import PrefixCache
 from specdec.engine.profile_cache import ProfileCache, load_or_measure, profile_key
 from specdec.engine.runner import Step
 from specdec.engine.session_table import MAX_SESSIONS, SessionTable
-from specdec.planning.cost import CostProfile, batch_sizes
+from specdec.planning.cost import CostProfile, batch_sizes, shared_prompt_chunk
 
 PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
 # With other sessions live, a prompt goes in smaller chunks, each sharing a pass with their decode
-# steps: a long prompt then delays everyone's next token by one small chunk's compute, not a stall.
+# steps: as many tokens as keep that pass within SHARED_SLOWDOWN × their pass alone, priced by the
+# cost profile (`shared_prompt_chunk`), so a long prompt slows everyone's next token by at most that
+# factor, never stalls it. Without a profile, SHARED_PREFILL_CHUNK.
+SHARED_SLOWDOWN = 3.0
 SHARED_PREFILL_CHUNK = 32
 BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify blocks
 REUSE_MIN_TOKENS = 16  # a shorter shared prefix is recomputed rather than copied
@@ -70,9 +73,12 @@ class Engine:
     tensor_parallel_size = 1
 
     def __init__(self, loaded: LoadedModel, max_sessions: int = MAX_SESSIONS, gamma_max: int = GAMMA_LIMIT,
-                 prefix_cache_bytes: int = PREFIX_CACHE_BYTES):
+                 prefix_cache_bytes: int = PREFIX_CACHE_BYTES, prompt_slowdown: float = SHARED_SLOWDOWN):
         self.loaded = loaded
         self.gamma_max = gamma_max
+        if not prompt_slowdown >= 1.0:
+            raise ValueError(f"prompt_slowdown must be at least 1, got {prompt_slowdown}")
+        self.prompt_slowdown = prompt_slowdown  # `prompt_chunk`: what a prompt may cost the sessions beside it
         self.runner = loaded.runner
         self.cost_profile: CostProfile | None = None
         self._sessions: SessionTable[Session] = SessionTable(max_sessions)  # rounds hold their session's lock
@@ -106,6 +112,10 @@ class Engine:
             cache, lambda: self.profile_key(max_tokens),
             lambda: measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size))
         return self.cost_profile
+
+    def use_profile(self, profile: CostProfile) -> None:
+        """Take a profile measured elsewhere (a tensor-parallel rank 0's): it sizes `prompt_chunk`."""
+        self.cost_profile = profile
 
     def profile_key(self, max_tokens: int, world: int = 1) -> dict:
         choice = self.loaded.choice
@@ -250,13 +260,13 @@ class Engine:
                  every_row: RowsSink | None = None) -> torch.Tensor:
         """Feed `tokens` after the cached prefix; returns the last `logits` positions' logits [logits, V].
 
-        Long inputs go in chunks (PREFILL_CHUNK alone, SHARED_PREFILL_CHUNK beside other sessions),
+        Long inputs go in chunks (PREFILL_CHUNK alone, `prompt_chunk` beside other sessions),
         the remainder first, so the last chunk holds every position that needs logits. Chunking
         does not change the result (`specdec.engine.attention`).
         `every_row`: also called with (i, logits [n, V]) for every chunk, the logits of tokens[i:i + n]'s
         positions, in order: every position's logits, a chunk at a time (a prompt's log-probabilities).
         """
-        chunk = PREFILL_CHUNK if self.live_sessions <= 1 else max(SHARED_PREFILL_CHUNK, logits)
+        chunk = max(self.prompt_chunk(), logits)
         first = len(tokens) % chunk or chunk
         bounds = [0, *range(first, len(tokens) + 1, chunk)]
         for begin, end in zip(bounds[:-1], bounds[1:]):
@@ -266,6 +276,17 @@ class Engine:
                 every_row(begin, out)
         session.passes.append(shape)
         return out[out.shape[0] - logits:]
+
+    def prompt_chunk(self) -> int:
+        """The most tokens of a prompt one pass takes now: PREFILL_CHUNK alone; beside other live
+        sessions, what keeps their passes within `prompt_slowdown` × their time alone (a function of
+        the profile and the live sessions alone, so equal on every tensor-parallel rank)."""
+        others = self.live_sessions - 1
+        if others <= 0:
+            return PREFILL_CHUNK
+        if self.cost_profile is None:
+            return SHARED_PREFILL_CHUNK
+        return shared_prompt_chunk(self.cost_profile, others, PREFILL_CHUNK, self.prompt_slowdown)
 
     def _step(self, session: Session, step: Step) -> tuple[torch.Tensor, PassShape]:
         """One step in a shared pass; its time counts to the session's round."""

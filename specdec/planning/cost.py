@@ -64,6 +64,19 @@ def batch_sizes(max_tokens: int, batch_tokens: int) -> list[int]:
     return sizes
 
 
+def shared_prompt_chunk(profile: CostProfile, others: int, longest: int, slowdown: float) -> int:
+    """Tokens of a prompt to feed per pass beside `others` sessions' decode steps (a row each): the most whose
+    shared pass the profile prices within `slowdown` × the others' pass alone, so that a prompt arriving
+    leaves each of them at least 1/slowdown of its speed, and the prompt goes in as fast as that allows.
+    At least 1, at most `longest`."""
+    budget = slowdown * profile.forward_s(others)
+    lo, hi = 1, max(longest, 1)
+    while lo < hi:  # forward_s does not fall as the pass grows: the largest chunk within the budget
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if profile.forward_s(others + mid) <= budget else (lo, mid - 1)
+    return lo
+
+
 def expected_tokens(alpha: float, gamma: int) -> float:
     """E(γ): expected tokens emitted by one round with acceptance rate α."""
     if alpha >= 1.0:

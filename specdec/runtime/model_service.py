@@ -20,7 +20,7 @@ import torch
 from specdec import weights
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS
 from specdec.engine.backend import GAMMA_LIMIT, Backend
-from specdec.engine.model_engine import PREFIX_CACHE_BYTES, Engine
+from specdec.engine.model_engine import PREFIX_CACHE_BYTES, SHARED_SLOWDOWN, Engine
 from specdec.engine.models import DRAFT_VOCAB_AUTO, load_model
 from specdec.engine.profile_cache import ProfileCache
 from specdec.engine.requantize import DRAFT_WEIGHTS
@@ -71,6 +71,10 @@ class ModelServiceConfig(ServerConfig):
                                   "which then compute only the rest; 0 = off. On row-invariant paths only, where "
                                   "it changes no output. With the static runner kept caches hold pool slots until "
                                   "a new session needs one")
+    prompt_slowdown: float = option(SHARED_SLOWDOWN, "beside sessions that are decoding, a prompt goes in chunks that "
+                                    "keep each shared pass within this many times their pass alone (priced by the cost "
+                                    "profile): they keep at least about 1/N of their speed while it goes in; larger "
+                                    "feeds a long prompt faster and them slower (at least 1)")
     threads: int = option(0, "torch intra-op threads (0 = torch default)")
     redis_url: str = option("", "register this replica in Redis with TTL heartbeats (default: $SPECDEC_REDIS_URL)",
                             env="SPECDEC_REDIS_URL")
@@ -146,7 +150,7 @@ def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: st
                         shard=shard, max_tokens=config.profile_tokens, runner=config.runner,
                         slots=config.max_sessions, context=config.context, draft_weights=draft_weights)
     return engine_cls(loaded, max_sessions=config.max_sessions, gamma_max=config.gamma_max,
-                      prefix_cache_bytes=config.prefix_cache_mb << 20)
+                      prefix_cache_bytes=config.prefix_cache_mb << 20, prompt_slowdown=config.prompt_slowdown)
 
 
 def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend]) -> Backend:
