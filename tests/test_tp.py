@@ -21,6 +21,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.engine.model_engine import PREFILL_CHUNK, SHARED_PREFILL_CHUNK, SHARED_SLOWDOWN
 from specdec.engine.models import build_tiny_model
+from specdec.engine.profile_cache import weights_fingerprint
 from specdec.engine.runner import ModelRunner, Step
 from specdec.engine.tp import check_shardable, shard_model
 from specdec.launch.stack import EmbeddedStack
@@ -151,9 +152,8 @@ def test_tp2_ranks_cut_a_prompt_beside_a_live_session_into_the_same_chunks(stack
     rank must cut the same ones, or their collectives disagree. A second stack takes the first one's profile
     from the cache, which rank 0 alone reads: the followers get it from rank 0. A long prompt while a reply
     streams: both as target-only on one rank."""
-    profile = _cached_tp_profile()
-    chunk = shared_prompt_chunk(profile, 1, PREFILL_CHUNK, SHARED_SLOWDOWN)
-    assert chunk != SHARED_PREFILL_CHUNK, "a follower without the profile would cut the same chunks: no test"
+    chunks = {shared_prompt_chunk(profile, 1, PREFILL_CHUNK, SHARED_SLOWDOWN) for profile in _cached_tp_profiles()}
+    assert chunks and SHARED_PREFILL_CHUNK not in chunks, "a follower without the profile would cut the same chunks"
     long_prompt = "".join(f"x{i} = {i * i}\n" for i in range(40))  # 300+ tokens: chunked either way
     short = make_request(prompt=PROMPTS[0], max_new_tokens=150, gamma=0)
     short.ignore_eos = True  # streams to its length
@@ -167,12 +167,12 @@ def test_tp2_ranks_cut_a_prompt_beside_a_live_session_into_the_same_chunks(stack
     assert beside.token_ids == reference[1] and streamed == reference[0]
 
 
-def _cached_tp_profile() -> CostProfile:
-    """The target's profile as the tensor-parallel stack measured and cached it (world 2)."""
+def _cached_tp_profiles() -> list[CostProfile]:
+    """The tiny target's profiles as tensor-parallel stacks of two measured and cached them."""
     folder = Path(os.environ["SPECDEC_PROFILE_CACHE"])
     entries = [json.loads(f.read_text()) for f in folder.glob("*.json")]
-    (entry,) = [e for e in entries if e["key"]["world"] == 2]
-    return CostProfile(tuple(entry["seconds"]), tuple(entry["tokens"]))
+    return [CostProfile(tuple(e["seconds"]), tuple(e["tokens"])) for e in entries
+            if e["key"]["world"] == 2 and e["key"]["weights"] == weights_fingerprint(TINY_TARGET)]
 
 
 def made_prompt_ids(stack: EmbeddedStack, prompt: str) -> list[int]:
