@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import TINY_DRAFT, TINY_TARGET, Worker
 
-from specdec.core.errors import Unavailable
+from specdec.core.errors import Cancelled, Unavailable
 from specdec.core.sampling import SamplingParams
 from specdec.engine.batcher import StepBatcher
 from specdec.engine.model_engine import DraftEngine, TargetEngine
@@ -328,6 +328,56 @@ def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks(closing):
     assert prefill("beside") == (alone, -(-len(prompt) // eight))
     with pytest.raises(ValueError, match="prompt_slowdown must be at least 1"):
         TargetEngine(target.loaded, prompt_slowdown=0.5)
+
+
+def _feeding(target: TargetEngine, monkeypatch, after_step) -> list[int]:
+    """The tokens of each step the engine's rounds feed, in order; after_step(count) runs after each."""
+    fed, step = [], target._step
+
+    def recorded(session, one):
+        fed.append(len(one.tokens))
+        out = step(session, one)
+        after_step(len(fed))
+        return out
+
+    monkeypatch.setattr(target, "_step", recorded)
+    return fed
+
+
+def test_a_session_arriving_mid_prompt_gets_its_share_from_the_next_chunk(closing, monkeypatch):
+    """A prompt that started alone goes in chunks of PREFILL_CHUNK until another session opens; from its next
+    chunk on, in the chunks that leave that session room. The verdict is the prompt's alone."""
+    from specdec.engine.model_engine import PREFILL_CHUNK, SHARED_SLOWDOWN
+
+    target = closing(TargetEngine(load_model(TINY_TARGET, device="cpu"), prefix_cache_bytes=0))
+    target.use_profile(LINEAR)
+    prompt = [(7 * i) % 250 + 3 for i in range(400)]
+    target.open("alone", SamplingParams())
+    alone = target.verify("alone", 0, prompt, [5, 6], None).verdict.tokens
+    target.release("alone")
+    target.open("long", SamplingParams())
+    fed = _feeding(target, monkeypatch, lambda count: count == 1 and target.open("newcomer", SamplingParams()))
+    assert target.verify("long", 0, prompt, [5, 6], None).verdict.tokens == alone
+    beside = shared_prompt_chunk(LINEAR, 1, PREFILL_CHUNK, SHARED_SLOWDOWN)
+    assert fed[0] == PREFILL_CHUNK and sum(fed) == len(prompt) + 2
+    assert fed[1:] == [beside] * (len(fed) - 2) + [fed[-1]] and 3 <= fed[-1] <= beside, fed
+
+
+def test_a_session_released_mid_prompt_stops_before_its_next_chunk(closing, monkeypatch):
+    """A stream cancelled while its prompt goes in releases the session: the round raises Cancelled before
+    its next chunk, and the passes it no longer needs are not run. The engine serves on."""
+    target = closing(TargetEngine(load_model(TINY_TARGET, device="cpu"), prefix_cache_bytes=0))
+    target.use_profile(LINEAR)
+    prompt = [(7 * i) % 250 + 3 for i in range(400)]
+    target.open("neighbour", SamplingParams())  # chunks of 15: 27 passes
+    target.open("long", SamplingParams())
+    fed = _feeding(target, monkeypatch, lambda count: count == 2 and target.release("long"))
+    with pytest.raises(Cancelled, match="ended with 372 of its 402 tokens not yet fed"):
+        target.verify("long", 0, prompt, [5, 6], None)
+    assert len(fed) == 2 and target.live_sessions == 1
+    monkeypatch.undo()
+    target.open("long", SamplingParams())
+    assert len(target.verify("long", 0, prompt, [5, 6], None).verdict.tokens) >= 1
 
 
 def test_a_closed_engine_stops_its_thread_and_refuses_steps():

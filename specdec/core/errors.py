@@ -29,5 +29,9 @@ class ResourceExhausted(SpecDecError):
     """The service is at its session cap."""
 
 
+class Cancelled(SpecDecError):
+    """The session ended (its stream cancelled) while one of its rounds still ran: the round stopped."""
+
+
 class Unavailable(SpecDecError):
     """A downstream service could not be reached."""

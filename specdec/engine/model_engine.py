@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import torch
 
 from specdec.core.coupling import coupled_tokens
-from specdec.core.errors import InvalidArgument, OutOfRange, ResourceExhausted
+from specdec.core.errors import Cancelled, InvalidArgument, OutOfRange, ResourceExhausted
 from specdec.core.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
 from specdec.core.processing import process_logits
 from specdec.core.rejection import verify_choices, verify_greedy, verify_sampled
@@ -65,6 +65,7 @@ class Session:
     wait_s: float = 0.0  # … and waiting for them to begin
     grammar: GrammarState | None = None  # a constrained session's matcher
     reused: int = 0  # this round's positions whose keys and values came from another session's cache
+    ended: bool = False  # released (its stream ended or was cancelled): a round still running stops at its next chunk
 
 
 class Engine:
@@ -144,6 +145,7 @@ class Engine:
         session = self._sessions.pop(session_id)
         if session is None:
             return False
+        session.ended = True
         self._keep_cache(session)
         return True
 
@@ -260,20 +262,27 @@ class Engine:
                  every_row: RowsSink | None = None) -> torch.Tensor:
         """Feed `tokens` after the cached prefix; returns the last `logits` positions' logits [logits, V].
 
-        Long inputs go in chunks (PREFILL_CHUNK alone, `prompt_chunk` beside other sessions),
-        the remainder first, so the last chunk holds every position that needs logits. Chunking
-        does not change the result (`specdec.engine.attention`).
+        Long inputs go in chunks, each sized as it starts (`prompt_chunk`: PREFILL_CHUNK alone, smaller
+        beside other sessions, so that a session arriving mid-prompt gets its share from the next chunk);
+        the last chunk holds every position that needs logits. Chunking does not change the result
+        (`specdec.engine.attention`). A session released mid-prompt (its stream cancelled) stops before
+        its next chunk: Cancelled, and the passes it no longer needs are not run.
         `every_row`: also called with (i, logits [n, V]) for every chunk, the logits of tokens[i:i + n]'s
         positions, in order: every position's logits, a chunk at a time (a prompt's log-probabilities).
         """
-        chunk = max(self.prompt_chunk(), logits)
-        first = len(tokens) % chunk or chunk
-        bounds = [0, *range(first, len(tokens) + 1, chunk)]
-        for begin, end in zip(bounds[:-1], bounds[1:]):
-            rows = end - begin if every_row is not None else 0 if end < len(tokens) else logits
+        begin, total = 0, len(tokens)
+        while True:
+            if begin and session.ended:
+                raise Cancelled(f"the session ended with {total - begin} of its {total} tokens not yet fed")
+            chunk = max(self.prompt_chunk(), logits)
+            end = total if total - begin <= chunk else begin + min(chunk, total - begin - logits)
+            rows = end - begin if every_row is not None else 0 if end < total else logits
             out, shape = self._step(session, Step(session.cache, tokens[begin:end], logits=rows))
             if every_row is not None:
                 every_row(begin, out)
+            begin = end
+            if begin >= total:
+                break
         session.passes.append(shape)
         return out[out.shape[0] - logits:]
 

@@ -19,6 +19,7 @@ STATUS_OF = {
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
+    errors.Cancelled: grpc.StatusCode.CANCELLED,
 }
 
 
