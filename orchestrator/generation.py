@@ -154,7 +154,13 @@ class Generation:
                     self.controller.overlapping = self._overlaps(useful)
                     gamma = self.controller.choose(useful, self._draft_unseen(committed)) if req.gamma is None else cap
                 with telemetry.span("round", context=self.trace_context) as span:
-                    record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)
+                    try:
+                        record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)
+                    except grpc.RpcError:
+                        if not self.is_cancelled():
+                            raise
+                        finish = FinishReason.CANCELLED  # `abort` ended the round: the client is gone
+                        break
                     estimates = Estimates(self.controller.acceptance.alpha, self.controller.cost_ratio())
                     self._annotate(span, record, estimates)
                 stats.cached_prompt_tokens = max(stats.cached_prompt_tokens, min(verdict.reused, len(req.prompt_ids)))
@@ -196,6 +202,13 @@ class Generation:
             if log.isEnabledFor(logging.INFO):
                 log.info("session %s finished (%s): %s", printable(self.session_id), finish.value or "aborted",
                          summary(stats, generated, time.perf_counter() - began))
+
+    def abort(self) -> None:
+        """The client is gone: end both services' streams now, from any thread. Each service frees the session
+        and stops a round in flight before its next chunk (a long prompt's); the call waiting on it fails
+        CANCELLED, and `run` ends."""
+        self._draft.close()
+        self._target.close()
 
     def _push(self, text: TextStream, tokens: list[int]) -> tuple[list[int], str]:
         """A round's tokens into the text: (the tokens kept, the text delta). With stop strings the tokens go
@@ -437,6 +450,8 @@ class Generation:
         A replica that is down, hung or broken is skipped by the pool for a while; one that refused
         this session's request (a client's bad input) stays in service for everyone else.
         """
+        if self.is_cancelled():  # our own `abort` ended the stream, not the replica: the call is over
+            raise exc
         code, client = exc.code(), self._draft.client
         log.warning("session %s: draft %s failed (%s: %s); decoding target-only until a replica is back",
                     self.session_id, client.address, code.name, printable(exc.details()))

@@ -14,6 +14,7 @@ from typing import Iterator
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from orchestrator.cancellation import Cancellation
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
 from orchestrator.generation import TARGET_CHUNK_S, Chunk, Generation, GenerationRequest
@@ -230,7 +231,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             return info
 
     def Generate(self, request, context):
-        cancelled = threading.Event()
+        cancelled = Cancellation()
         context.add_callback(cancelled.set)
         # A generator handler: the span is ended explicitly rather than held as "current" across yields.
         span = telemetry.tracer().start_span("generate", kind=SpanKind.SERVER)
@@ -264,7 +265,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             span.set_attributes({"specdec.generated_tokens": emitted, "specdec.finish_reason": finish})
             span.end()
 
-    def _choices(self, parsed: GenerationRequest, n: int, cancelled: threading.Event,
+    def _choices(self, parsed: GenerationRequest, n: int, cancelled: Cancellation,
                  span) -> Iterator[pb.GenerateResponse]:
         """n choices of one prompt, each its own generation with seed + i, their messages interleaved
         (`GenerateResponse.choice`). Choice 0 starts first; the others start once its first round has
@@ -313,16 +314,18 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                 if thread.is_alive():
                     thread.join(timeout=30)
 
-    def _generation(self, parsed: GenerationRequest, controller, cancelled: threading.Event, span,
+    def _generation(self, parsed: GenerationRequest, controller, cancelled: Cancellation, span,
                     **extra) -> Generation:
         """A generation of `parsed` on this orchestrator's services, tokenizer, priors and memory;
         `extra`: Generation's own fields (session_id, on_round)."""
-        return Generation(parsed, self.drafts, self.target, self.tokenizer, self._eos(parsed), self.max_context,
-                          controller, is_cancelled=cancelled.is_set, metrics=self.metrics,
-                          trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
-                          lookup_prior=self.lookup_prior,
-                          recent=shared_for(self.recent, parsed.params.cache_salt),
-                          target_chunk_s=self.config.target_chunk_ms / 1e3, **extra)
+        generation = Generation(parsed, self.drafts, self.target, self.tokenizer, self._eos(parsed), self.max_context,
+                                controller, is_cancelled=cancelled.is_set, metrics=self.metrics,
+                                trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
+                                lookup_prior=self.lookup_prior,
+                                recent=shared_for(self.recent, parsed.params.cache_salt),
+                                target_chunk_s=self.config.target_chunk_ms / 1e3, **extra)
+        cancelled.on_set(generation.abort)  # a round in flight (a long prompt going in) stops where it is
+        return generation
 
     def _eos(self, parsed: GenerationRequest) -> frozenset[int]:
         """The tokens that end a generation: the model's EOS (unless ignore_eos), and under a grammar also the

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
-from conftest import wait_until
+from conftest import tiny_options, wait_until
 
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2 as pb
+from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
+from specdec.launch.stack import EmbeddedStack
 
 INVALID, OUT_OF_RANGE, NOT_FOUND = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                                     grpc.StatusCode.NOT_FOUND)
@@ -88,6 +92,31 @@ def test_cancelled_stream_frees_caches_on_both_services(stack):
         call.cancel()
     wait_for_no_sessions(draft, target)
     assert len(generate(stack.endpoint, make_request(prompt="after cancel", max_new_tokens=4)).token_ids) == 4
+
+
+def test_a_call_cancelled_mid_round_frees_its_slot_at_once():
+    """The client cancels while a round is in flight (here the target is 3 s away; in life a long prompt going in):
+    the orchestrator ends that call's service streams then, not when the round would have come back, so its slot
+    (max_concurrent 1) takes the next call within a second, and the target frees the session."""
+    options = tiny_options(delay_proxies=True, orchestrator=dict(target_chunk_ms=0.0, max_concurrent=1))
+    with EmbeddedStack(options) as stack, grpc.insecure_channel(stack.endpoint) as channel:
+        stack.set_rtt_ms(0, 3000)
+        stub = pb_grpc.SpecDecStub(channel)
+        held = stub.Generate(make_request(prompt="long", max_new_tokens=50, gamma=0))
+        time.sleep(0.5)  # its first round is on its way to the target
+        held.cancel()
+        cancelled_at = time.monotonic()
+        while True:  # refused at once while the slot is held; admitted, the next call's round outlasts 1 s
+            tried_at = time.monotonic()
+            with pytest.raises(grpc.RpcError) as info:
+                list(stub.Generate(make_request(prompt="next", max_new_tokens=1, gamma=0), timeout=1.0))
+            if info.value.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                break
+            time.sleep(0.02)
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert tried_at - cancelled_at < 1.0, f"the slot was held {tried_at - cancelled_at:.1f} s past the cancel"
+        stack.set_rtt_ms(0, 0)
+        wait_for_no_sessions(target_client(stack.target_address))
 
 
 def test_retried_round_is_idempotent(stack):
