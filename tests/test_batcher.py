@@ -119,14 +119,37 @@ def test_a_step_reports_its_pass_time_and_its_wait_for_the_pass(closing):
 
 
 class ThreadRecorder:
-    """A runner that notes the name of the thread each pass runs on."""
+    """A runner that notes the name of the thread each pass runs on (each pass at least `pass_s`)."""
 
-    def __init__(self, runner):
-        self.runner, self.threads = runner, []
+    def __init__(self, runner, pass_s: float = 0.0):
+        self.runner, self.threads, self.pass_s = runner, [], pass_s
 
     def forward(self, steps):
         self.threads.append(threading.current_thread().name)
+        time.sleep(self.pass_s)
         return self.runner.forward(steps)
+
+
+def test_a_session_forgotten_inside_its_round_is_not_expected_back(closing):
+    """A stream cancelled mid-round: its session is forgotten while the round still runs. When the round ends
+    it is not expected back, so no pass waits for it: inline (CUDA's default), another session's lone step
+    runs on its own thread at once, as with no session away (passes of 0.1 s here, rounds 0.05 s apart: a
+    session expected back would be waited for)."""
+    runner = load_model(TINY_TARGET, device="cpu").runner
+    batcher = closing(StepBatcher(runner, inline=True))
+    batcher.runner = recorder = ThreadRecorder(runner, pass_s=0.1)
+    cache = runner.new_cache()
+    for _ in range(2):  # away 0.05 s between its rounds: expected back that soon after each
+        with batcher.taking_part("gone"):
+            batcher.forward(Step(cache, [5]))
+        time.sleep(0.05)
+    with batcher.taking_part("gone"):
+        batcher.forward(Step(cache, [7]))
+        batcher.forget("gone")
+    recorder.threads.clear()
+    with batcher.taking_part("other"):
+        batcher.forward(Step(runner.new_cache(), [9]))
+    assert recorder.threads == [threading.current_thread().name]
 
 
 @pytest.mark.parametrize("inline", [None, True], ids=["cpu-default", "inline"])
