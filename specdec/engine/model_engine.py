@@ -288,8 +288,9 @@ class Engine:
 
     def prompt_chunk(self) -> int:
         """The most tokens of a prompt one pass takes now: PREFILL_CHUNK alone; beside other live
-        sessions, what keeps their passes within `prompt_slowdown` × their time alone (a function of
-        the profile and the live sessions alone, so equal on every tensor-parallel rank)."""
+        sessions, what keeps their passes within `prompt_slowdown` × their time alone. A function of the
+        profile and the live sessions alone, so equal on every tensor-parallel rank: they share rank 0's
+        profile, and their sessions change only between the commands the front runs one at a time."""
         others = self.live_sessions - 1
         if others <= 0:
             return PREFILL_CHUNK
