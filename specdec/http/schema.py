@@ -25,8 +25,8 @@ Unknown fields are ignored, as OpenAI's own server does.
 from __future__ import annotations
 
 import json
-import secrets
 import re
+import secrets
 import types
 from typing import Any, Literal, Union, get_args, get_origin
 
