@@ -139,15 +139,7 @@ class Generation:
                 remaining = req.max_new_tokens - generated
                 useful = min(remaining - 1, self.max_context - len(committed))
                 cap = min(useful, self.controller.gamma_max) if req.gamma is None else max(0, min(req.gamma, useful))
-                if self._settled(cap):  # target-only whoever would propose: nothing to price
-                    cap = gamma = 0
-                    self.controller.overlapping = False
-                elif req.gamma is None and not stats.rounds and self._uses_model and not req.prediction:
-                    # The prompt's round decodes target-only under adaptive γ: drafting in it put the draft model's
-                    # opening and its feed of the prompt before the first token, and a burst's sessions chose it
-                    # before they counted each other (each counts those live as it joins). Measured, 8 users at
-                    # AVX2 on a Zen 5: 0.94x batched target-only before, 0.99x after; one user as before. A
-                    # client's prediction, free to propose, is still followed from the first round.
+                if self._settled(cap) or self._opens_target_only(first=not stats.rounds):  # nothing to price
                     cap = gamma = 0
                     self.controller.overlapping = False
                 else:
@@ -340,6 +332,15 @@ class Generation:
         if lookup is None and priced is not None:
             self.lookups.shadow = priced[1]
         return lookup, model_gamma, chunk if lookup is None and model_gamma == 0 else 1
+
+    def _opens_target_only(self, first: bool) -> bool:
+        """Is this the prompt's round under adaptive γ where the draft model drafts? It decodes target-only:
+        drafting in it put the draft model's opening and its feed of the prompt before the first token, and a
+        burst's sessions chose it before they counted each other (each counts those live as it joins).
+        Measured, 8 users at AVX2 on a Zen 5: 0.94x batched target-only before, 0.99x after; one user as
+        before. A client's prediction, free to propose, is still followed from the first round."""
+        req = self.request
+        return first and req.gamma is None and self._uses_model and not req.prediction
 
     def _settled(self, cap: int) -> bool:
         """Under adaptive γ with the draft model (alone or in hybrid): this round is target-only whatever is
