@@ -89,8 +89,8 @@ class StepBatcher:
         self._pending: list[_Pending] = []
         self._active = 0  # sessions inside a round (see `taking_part`)
         self._away: dict[Hashable, _Away] = {}  # sessions between rounds, by key
-        self._forgotten: set[Hashable] = set()  # sessions forgotten inside a round: not expected back after it
-        self._in_round: dict[Hashable, int] = {}  # rounds running per key (a retried round may overlap its first)
+        self._in_round: set[Hashable] = set()  # sessions inside a round, by key
+        self._forgotten: set[Hashable] = set()  # of those, the ones forgotten meanwhile: not expected back after it
         self._last_pass_s = 0.0
         self._running = False  # a pass is running, on the worker or on a lone session's thread
         self._entered_at = 0.0  # when a session last entered a round
@@ -273,7 +273,7 @@ class _Participation:
             batcher._active += 1
             batcher._entered_at = time.monotonic()
             if self.key is not None:
-                batcher._in_round[self.key] = batcher._in_round.get(self.key, 0) + 1
+                batcher._in_round.add(self.key)
             away = batcher._away.pop(self.key, None)
             if away is not None:
                 self.gap_s = batcher._entered_at - away.left_at
@@ -284,12 +284,9 @@ class _Participation:
         with batcher._cond:
             batcher._active -= 1
             if self.key is not None:
-                batcher._in_round[self.key] -= 1
-                if not batcher._in_round[self.key]:
-                    del batcher._in_round[self.key]
+                batcher._in_round.discard(self.key)
                 if self.key in batcher._forgotten:  # released during the round (a cancelled stream)
-                    if self.key not in batcher._in_round:
-                        batcher._forgotten.discard(self.key)
+                    batcher._forgotten.discard(self.key)
                 else:
                     batcher._away[self.key] = _Away(time.monotonic(), self.gap_s)
             batcher._wake_if_ready()
