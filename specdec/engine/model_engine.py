@@ -271,7 +271,7 @@ class Engine:
         positions, in order: every position's logits, a chunk at a time (a prompt's log-probabilities).
         """
         begin, total = 0, len(tokens)
-        while True:
+        while begin < total:
             if begin and session.ended:
                 raise Cancelled(f"the session ended with {total - begin} of its {total} tokens not yet fed")
             chunk = max(self.prompt_chunk(), logits)
@@ -281,8 +281,6 @@ class Engine:
             if every_row is not None:
                 every_row(begin, out)
             begin = end
-            if begin >= total:
-                break
         session.passes.append(shape)
         return out[out.shape[0] - logits:]
 
