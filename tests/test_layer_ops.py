@@ -182,6 +182,24 @@ def test_attention_computes_its_definition_bit_for_bit(variant, heads, kv_heads,
         assert torch.equal(attention.values[:, :end], torch.from_numpy(values))
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("heads,kv_heads,dim", [(14, 2, 64), (12, 2, 80), (5, 1, 16)])
+def test_attention_over_many_keys_computes_its_definition_bit_for_bit(variant, heads, kv_heads, dim):
+    """Past 16 keys the scores go in blocks of 16 keys and pairs of heads (an odd head alone), and the
+    values in groups of heads and of 4 chunks of 16 dimensions (a remainder chunk alone when the head size
+    is not a multiple of 64): a 70-token prefill then a verify of 3, against the definition."""
+    lib = q8dot.library(variant)
+    attention = Attention(lib, heads, kv_heads, dim)
+    keys, values = np.zeros((kv_heads, 0, dim), f32), np.zeros((kv_heads, 0, dim), f32)
+    for seed, (begin, end) in enumerate([(0, 70), (70, 73)]):
+        qkv = attention_inputs(end - begin, heads, kv_heads, dim, seed)
+        cos, sin = rotary_tables(range(begin, end), dim)
+        got = attention(qkv, cos, sin, dim ** -0.5)
+        want, keys, values = attention_definition(qkv.numpy(), heads, kv_heads, dim, keys, values, cos.numpy(),
+                                                  sin.numpy(), dim ** -0.5)
+        assert torch.equal(got, torch.from_numpy(want)), f"tokens {begin}..{end}"
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_each_query_is_the_same_whatever_it_is_computed_with(threads):
     """After a 40-token prefix, 1..9 new tokens at once give each token the bits it gets alone."""

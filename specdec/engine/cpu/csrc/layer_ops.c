@@ -64,9 +64,9 @@ static inline vf vexp(vf x) {
 static inline float dot(const float *a, const float *b, int64_t K) {
     vacc acc = acc_of(splat(0.0f));
     int64_t k = 0;
-    for (; k + LANES <= K; k += LANES) acc = acc_add(acc, load(a + k) * load(b + k));
+    for (; k + LANES <= K; k += LANES) acc = acc_mul_add(acc, a + k, b + k);
     if (k < K) acc = acc_add(acc, load_part(a + k, K - k) * load_part(b + k, K - k));
-    return lanes_sum(acc_value(acc));
+    return acc_lanes_sum(acc);
 }
 
 /* out[S, K] = the RMS norm of each row of x[S, K] with weight w[K]; out may be x. */
@@ -130,6 +130,143 @@ static float *scratch(int64_t count) {
     return buffer;
 }
 
+#if PIECE_BYTES == 64
+/* lanes_sum of each of the 16 vectors a[0..15], as one vector (lane j: a[j]'s sum). The same additions, the
+ * same pairs, as a tree of shuffles across the 16 vectors, each stage adding the lanes that lanes_sum adds at
+ * that stage (i and i + 8, then i and i + 4, then 0 and 2 and 1 and 3, then the two). */
+static inline vf lanes_sums(const vf a[16]) {
+    typedef int32_t vmask __attribute__((vector_size(64)));
+    const vmask halves_lo = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+    const vmask halves_hi = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+    const vmask quarters_lo = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+    const vmask quarters_hi = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+    const vmask pairs_lo = {0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29};
+    const vmask pairs_hi = {2, 3, 6, 7, 10, 11, 14, 15, 18, 19, 22, 23, 26, 27, 30, 31};
+    const vmask even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const vmask odd = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+    vf h[8], q[4], r[2];
+    for (int i = 0; i < 8; i++) /* vectors 2i, 2i+1: h = a[i] + a[i + 8], 8 lanes each */
+        h[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], halves_lo) +
+               __builtin_shuffle(a[2 * i], a[2 * i + 1], halves_hi);
+    for (int i = 0; i < 4; i++) /* vectors 4i..4i+3: q = h[i] + h[i + 4], 4 lanes each */
+        q[i] = __builtin_shuffle(h[2 * i], h[2 * i + 1], quarters_lo) +
+               __builtin_shuffle(h[2 * i], h[2 * i + 1], quarters_hi);
+    for (int i = 0; i < 2; i++) /* vectors 8i..8i+7: (q[0] + q[2]), (q[1] + q[3]) */
+        r[i] = __builtin_shuffle(q[2 * i], q[2 * i + 1], pairs_lo) + __builtin_shuffle(q[2 * i], q[2 * i + 1], pairs_hi);
+    return __builtin_shuffle(r[0], r[1], even) + __builtin_shuffle(r[0], r[1], odd);
+}
+#endif
+
+enum { KEY_BLOCK = 16 }; /* keys scored at once: one lanes_sums */
+
+/* scores[g·stride + k] = (q[g]·keys[k]) · scale for k < n, each dot product a 16-lane sum over D (`dot`).
+ * With 512-bit vectors, keys in blocks of 16: two heads against 8 keys at a time (each key chunk loaded once
+ * for both), the 16 accumulators summed by one lanes_sums; the keys past the last block one at a time. */
+static void score_keys(const float *q, int64_t G, const float *keys, int64_t n, int64_t D, float scale,
+                       float *scores, int64_t stride) {
+    int64_t k = 0;
+#if PIECE_BYTES == 64 /* narrower builds spill a block's accumulators: one key at a time there */
+    for (; k + KEY_BLOCK <= n; k += KEY_BLOCK) {
+        const float *block = keys + k * D;
+        int64_t g = 0;
+        for (; g + 2 <= G; g += 2) /* two heads, 8 keys each: each key chunk loaded once for both */
+            for (int half = 0; half < 2; half++) {
+                const float *keys8 = block + half * 8 * D;
+                vacc acc[16];
+                for (int j = 0; j < 16; j++) acc[j] = acc_of(splat(0.0f));
+                for (int64_t c = 0; c < D; c += LANES) {
+                    const vf q0 = load(q + g * D + c), q1 = load(q + (g + 1) * D + c);
+#pragma GCC unroll 8
+                    for (int j = 0; j < 8; j++) {
+                        const vf kc = load(keys8 + j * D + c);
+                        acc[j] = acc_add(acc[j], q0 * kc);
+                        acc[8 + j] = acc_add(acc[8 + j], q1 * kc);
+                    }
+                }
+                vf sums[16];
+                for (int j = 0; j < 16; j++) sums[j] = acc_value(acc[j]);
+                const vf s = lanes_sums(sums) * splat(scale);
+                memcpy(scores + g * stride + k + half * 8, &s, 8 * sizeof(float));
+                memcpy(scores + (g + 1) * stride + k + half * 8, (const float *)&s + 8, 8 * sizeof(float));
+            }
+        for (; g < G; g++) {
+            vacc acc[KEY_BLOCK];
+            for (int j = 0; j < KEY_BLOCK; j++) acc[j] = acc_of(splat(0.0f));
+            for (int64_t c = 0; c < D; c += LANES) {
+                const vf qc = load(q + g * D + c);
+#pragma GCC unroll 16
+                for (int j = 0; j < KEY_BLOCK; j++) acc[j] = acc_add(acc[j], qc * load(block + j * D + c));
+            }
+            vf sums[KEY_BLOCK];
+            for (int j = 0; j < KEY_BLOCK; j++) sums[j] = acc_value(acc[j]);
+            store(scores + g * stride + k, lanes_sums(sums) * splat(scale));
+        }
+    }
+#endif
+    for (; k < n; k++)
+        for (int64_t g = 0; g < G; g++) scores[g * stride + k] = dot(q + g * D, keys + k * D, D) * scale;
+}
+
+/* out[r] = Σ_k e[r·stride + k] · values[k] over k < n, in key order, for ROWS rows (heads) and CHUNKS 16-lane
+ * chunks of the head's dimensions from d on; then each divided by sum[r]. The row and chunk counts are
+ * constants, so the ROWS × CHUNKS accumulators stay in registers. */
+#define WEIGH_VALUES(ROWS, CHUNKS)                                                                                \
+    static void WEIGH_NAME(ROWS, CHUNKS)(const float *e, int64_t stride, const float *values, int64_t n, int64_t D, \
+                                        int64_t d, const float *sum, float *out) {                              \
+        vacc acc[ROWS][CHUNKS];                                                                                   \
+        for (int r = 0; r < ROWS; r++)                                                                            \
+            for (int i = 0; i < CHUNKS; i++) acc[r][i] = acc_of(splat(0.0f));                                    \
+        for (int64_t k = 0; k < n; k++) {                                                                         \
+            vf v[CHUNKS];                                                                                         \
+            for (int i = 0; i < CHUNKS; i++) v[i] = load(values + k * D + d + i * LANES);                         \
+            for (int r = 0; r < ROWS; r++) {                                                                      \
+                const vf p = splat(e[r * stride + k]);                                                            \
+                for (int i = 0; i < CHUNKS; i++) acc[r][i] = acc_add(acc[r][i], p * v[i]);                       \
+            }                                                                                                     \
+        }                                                                                                         \
+        for (int r = 0; r < ROWS; r++)                                                                            \
+            for (int i = 0; i < CHUNKS; i++) store(out + r * D + d + i * LANES, acc_value(acc[r][i]) / splat(sum[r])); \
+    }
+/* Chunks at once: with 512-bit vectors 6 rows × 4 chunks fill 24 of the 32 registers; with narrower ones a
+ * chunk is several registers, and one chunk at a time keeps 6 rows' accumulators in them (on AVX2: 12 of 16). */
+#if PIECE_BYTES == 64
+#define CHUNKS_AT_ONCE 4
+#else
+#define CHUNKS_AT_ONCE 1
+#endif
+#define WEIGH_ROWS 6
+#define WEIGH_NAME(ROWS, CHUNKS) weigh_##ROWS##_##CHUNKS
+#define WEIGH_FOR(ROWS, CHUNKS) WEIGH_NAME(ROWS, CHUNKS)
+WEIGH_VALUES(1, 1)
+#if CHUNKS_AT_ONCE > 1
+WEIGH_VALUES(1, 4)
+#endif
+WEIGH_VALUES(2, CHUNKS_AT_ONCE)
+WEIGH_VALUES(3, CHUNKS_AT_ONCE)
+WEIGH_VALUES(4, CHUNKS_AT_ONCE)
+WEIGH_VALUES(5, CHUNKS_AT_ONCE)
+WEIGH_VALUES(6, CHUNKS_AT_ONCE)
+
+typedef void (*weigh_fn)(const float *, int64_t, const float *, int64_t, int64_t, int64_t, const float *, float *);
+static const weigh_fn weigh_rows[WEIGH_ROWS + 1] = {
+    0, WEIGH_FOR(1, CHUNKS_AT_ONCE), WEIGH_FOR(2, CHUNKS_AT_ONCE), WEIGH_FOR(3, CHUNKS_AT_ONCE),
+    WEIGH_FOR(4, CHUNKS_AT_ONCE), WEIGH_FOR(5, CHUNKS_AT_ONCE), WEIGH_FOR(6, CHUNKS_AT_ONCE)};
+
+/* out[g] = Σ_k e[g·stride + k] · values[k] / sum[g] for g < G, the heads in groups of at most WEIGH_ROWS. */
+static void weigh_values(const float *e, int64_t G, int64_t stride, const float *values, int64_t n, int64_t D,
+                         const float *sum, float *out) {
+    const int64_t groups = (G + WEIGH_ROWS - 1) / WEIGH_ROWS, size = (G + groups - 1) / groups;
+    for (int64_t g = 0; g < G; g += size) {
+        const int64_t rows = G - g < size ? G - g : size;
+        int64_t d = 0;
+        for (; d + CHUNKS_AT_ONCE * LANES <= D; d += CHUNKS_AT_ONCE * LANES)
+            weigh_rows[rows](e + g * stride, stride, values, n, D, d, sum + g, out + g * D);
+        for (; d < D; d += LANES)
+            for (int64_t r = 0; r < rows; r++)
+                weigh_1_1(e + (g + r) * stride, stride, values, n, D, d, sum + g + r, out + (g + r) * D);
+    }
+}
+
 /* Units [begin, end) of (KV head, query): the query heads that share that KV head, at that query. Each key
  * and value is read once per unit, for all of its heads. */
 static void attend_units(void *ctx, int64_t begin, int64_t end) {
@@ -139,49 +276,34 @@ static void attend_units(void *ctx, int64_t begin, int64_t end) {
         const int64_t kv = unit / j->S, s = unit % j->S, n = j->start + s + 1; /* keys it sees */
         const int64_t stride = n + LANES;                                        /* a head's row of scores */
         const float *keys = j->keys + kv * j->capacity * D, *values = j->values + kv * j->capacity * D;
-        float *scores = scratch(G * stride), q[G][D], top[G], sum[G];
+        float *scores = scratch(G * stride), q[G * D], sum[G];
         if (!scores) {
             __atomic_store_n(&j->out_of_memory, 1, __ATOMIC_RELAXED);
             return;
         }
-        for (int64_t g = 0; g < G; g++) {
+        for (int64_t g = 0; g < G; g++)
             embed_position(j->qkv + s * width + (kv * G + g) * D, D, j->q_norm, j->eps, j->cos + s * D,
-                           j->sin + s * D, q[g]);
-            top[g] = -INFINITY;
-        }
-        for (int64_t k = 0; k < n; k++)
-            for (int64_t g = 0; g < G; g++) {
-                const float score = dot(q[g], keys + k * D, D) * j->scale;
-                scores[g * stride + k] = score;
-                top[g] = score > top[g] ? score : top[g];
-            }
+                           j->sin + s * D, q + g * D);
+        score_keys(q, G, keys, n, D, j->scale, scores, stride);
         for (int64_t g = 0; g < G; g++) {
-            float *row = scores + g * stride;
+            float *row = scores + g * stride, top = -INFINITY;
+            for (int64_t k = 0; k < n; k++) top = row[k] > top ? row[k] : top;
             vacc total = acc_of(splat(0.0f));
             int64_t k = 0;
             for (; k + LANES <= n; k += LANES) {
-                const vf e = vexp(load(row + k) - splat(top[g]));
+                const vf e = vexp(load(row + k) - splat(top));
                 store(row + k, e);
                 total = acc_add(total, e);
             }
             if (k < n) {
-                vf e = vexp(load_part(row + k, n - k) - splat(top[g]));
+                vf e = vexp(load_part(row + k, n - k) - splat(top));
                 for (int64_t i = n - k; i < LANES; i++) e[i] = 0.0f; /* past the last key */
                 for (int64_t i = 0; i < n - k; i++) row[k + i] = e[i];
                 total = acc_add(total, e);
             }
             sum[g] = lanes_sum(acc_value(total));
         }
-        float *out = j->out + s * j->H * D + kv * G * D;
-        for (int64_t d = 0; d < D; d += LANES) {
-            vacc acc[G];
-            for (int64_t g = 0; g < G; g++) acc[g] = acc_of(splat(0.0f));
-            for (int64_t k = 0; k < n; k++) {
-                const vf v = load(values + k * D + d);
-                for (int64_t g = 0; g < G; g++) acc[g] = acc_add(acc[g], splat(scores[g * stride + k]) * v);
-            }
-            for (int64_t g = 0; g < G; g++) store(out + g * D + d, acc_value(acc[g]) / splat(sum[g]));
-        }
+        weigh_values(scores, G, stride, values, n, D, sum, j->out + s * j->H * D + kv * G * D);
     }
 }
 
