@@ -101,7 +101,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 # `specdec bench`'s sweeps: (the flag that asks for it, its module in specdec.tools.bench, its entry point)
 BENCH_SWEEPS = (("gpu", "gpu", "run_gpu_bench"), ("constrained", "constrained", "run_constrained"),
-                ("cpu_curve", "cpu_curve", "run_cpu_curve"), ("kernel_ab", "kernel_ab", "run_kernel_ab"),
+                ("cpu_curve", "cpu_curve", "run_cpu_curve"), ("depths", "depth", "run_depths"),
+                ("kernel_ab", "kernel_ab", "run_kernel_ab"),
                 ("concurrency", "concurrency", "run_concurrency_sweep"), ("tp_sweep", "tp", "run_tp_sweep"),
                 ("workloads", "workloads", "run_workloads"), ("http", "http_overhead", "run_http_overhead"),
                 ("overlap_rtt", "overlap", "run_overlap_sweep"), ("rtt_ms", "network", "run_rtt_sweep"),
@@ -194,8 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "with and without a JSON schema, answers checked against it, and the mask's cost per row")
     bench.add_argument("--cpu-curve", default="", help="e.g. gguf-q8,gguf: the target's forward time for 1, 2, 5 "
                        "and 9 tokens on each CPU path against its bandwidth and compute floors")
+    bench.add_argument("--depths", default="", help="e.g. 0,1024,3072,6144: the target's one-token step and a "
+                       "256-token prompt chunk after that many tokens of context (an agent's regime)")
     bench.add_argument("--llama-bench", default="", help="with --cpu-curve: llama-bench's JSON (-p 1,2,5,9 -n 0 "
-                       "-o json) on the same GGUF, drawn beside")
+                       "-o json) on the same GGUF, drawn beside; with --depths: its -p 256 -n 16 -d <depths>")
     bench.add_argument("--kernel-ab", default="", help="A.so,B.so: two builds of the integer kernel on the "
                        "target's linears and whole passes, alternating in one process (a kernel change beside its "
                        "baseline)")

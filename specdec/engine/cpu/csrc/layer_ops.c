@@ -207,6 +207,17 @@ static void score_keys(const float *q, int64_t G, const float *keys, int64_t n, 
         for (int64_t g = 0; g < G; g++) scores[g * stride + k] = dot(q + g * D, keys + k * D, D) * scale;
 }
 
+/* Chunks at once: with 512-bit vectors 6 rows × 4 chunks fill 24 of the 32 registers; with narrower ones a
+ * chunk is several registers, and one chunk at a time keeps 6 rows' accumulators in them (on AVX2: 12 of 16). */
+#if PIECE_BYTES == 64
+#define CHUNKS_AT_ONCE 4
+#else
+#define CHUNKS_AT_ONCE 1
+#endif
+#define WEIGH_ROWS 6
+#define WEIGH_NAME(ROWS, CHUNKS) weigh_##ROWS##_##CHUNKS
+#define WEIGH_FOR(ROWS, CHUNKS) WEIGH_NAME(ROWS, CHUNKS)
+
 /* out[r] = Σ_k e[r·stride + k] · values[k] over k < n, in key order, for ROWS rows (heads) and CHUNKS 16-lane
  * chunks of the head's dimensions from d on; then each divided by sum[r]. The row and chunk counts are
  * constants, so the ROWS × CHUNKS accumulators stay in registers. */
@@ -227,16 +238,6 @@ static void score_keys(const float *q, int64_t G, const float *keys, int64_t n, 
         for (int r = 0; r < ROWS; r++)                                                                            \
             for (int i = 0; i < CHUNKS; i++) store(out + r * D + d + i * LANES, acc_value(acc[r][i]) / splat(sum[r])); \
     }
-/* Chunks at once: with 512-bit vectors 6 rows × 4 chunks fill 24 of the 32 registers; with narrower ones a
- * chunk is several registers, and one chunk at a time keeps 6 rows' accumulators in them (on AVX2: 12 of 16). */
-#if PIECE_BYTES == 64
-#define CHUNKS_AT_ONCE 4
-#else
-#define CHUNKS_AT_ONCE 1
-#endif
-#define WEIGH_ROWS 6
-#define WEIGH_NAME(ROWS, CHUNKS) weigh_##ROWS##_##CHUNKS
-#define WEIGH_FOR(ROWS, CHUNKS) WEIGH_NAME(ROWS, CHUNKS)
 WEIGH_VALUES(1, 1)
 #if CHUNKS_AT_ONCE > 1
 WEIGH_VALUES(1, 4)
