@@ -159,18 +159,26 @@ def test_exp_is_close_to_the_true_exp():
     assert exp_definition(np.array([-88.0, -1000.0], f32)).tolist() == [0.0, 0.0]
 
 
+SHORT, LONG = [(0, 21), (21, 25)], [(0, 70), (70, 73)]
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("heads,kv_heads,dim,head_norms",
-                         [(4, 2, 16, False), (6, 3, 32, True), (2, 2, 64, False), (3, 1, 32, False)])
-def test_attention_computes_its_definition_bit_for_bit(variant, heads, kv_heads, dim, head_norms):
-    """A prefill of 21 tokens then a verify of 4, grouped heads (all of them on one KV head in the last
-    case), with and without per-head norms; the cache holds the embedded keys and the values."""
+@pytest.mark.parametrize("heads,kv_heads,dim,head_norms,spans",
+                         [(4, 2, 16, False, SHORT), (6, 3, 32, True, SHORT), (2, 2, 64, False, SHORT),
+                          (3, 1, 32, False, SHORT), (14, 2, 64, False, LONG), (12, 2, 80, False, LONG),
+                          (5, 1, 16, False, LONG)])
+def test_attention_computes_its_definition_bit_for_bit(variant, heads, kv_heads, dim, head_norms, spans):
+    """A prefill then a verify (21 tokens then 4; or 70 then 3), grouped heads (all of them on one KV head in
+    some cases), with and without per-head norms; the cache holds the embedded keys and the values. Past 16
+    keys the scores go in blocks of 16 keys and pairs of heads (an odd head alone), and the values in groups
+    of heads and of 4 chunks of 16 dimensions (a remainder chunk alone when the head size is not a multiple
+    of 64)."""
     lib = q8dot.library(variant)
     gen = torch.Generator().manual_seed(dim)
     norms = (torch.rand(dim, generator=gen) + 0.5, torch.rand(dim, generator=gen) + 0.5) if head_norms else None
     attention = Attention(lib, heads, kv_heads, dim, norms=norms)
     keys, values = np.zeros((kv_heads, 0, dim), f32), np.zeros((kv_heads, 0, dim), f32)
-    for seed, (begin, end) in enumerate([(0, 21), (21, 25)]):
+    for seed, (begin, end) in enumerate(spans):
         qkv = attention_inputs(end - begin, heads, kv_heads, dim, seed)
         cos, sin = rotary_tables(range(begin, end), dim)
         got = attention(qkv, cos, sin, dim ** -0.5)
@@ -180,24 +188,6 @@ def test_attention_computes_its_definition_bit_for_bit(variant, heads, kv_heads,
         assert torch.equal(got, torch.from_numpy(want))
         assert torch.equal(attention.keys[:, :end], torch.from_numpy(keys))
         assert torch.equal(attention.values[:, :end], torch.from_numpy(values))
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("heads,kv_heads,dim", [(14, 2, 64), (12, 2, 80), (5, 1, 16)])
-def test_attention_over_many_keys_computes_its_definition_bit_for_bit(variant, heads, kv_heads, dim):
-    """Past 16 keys the scores go in blocks of 16 keys and pairs of heads (an odd head alone), and the
-    values in groups of heads and of 4 chunks of 16 dimensions (a remainder chunk alone when the head size
-    is not a multiple of 64): a 70-token prefill then a verify of 3, against the definition."""
-    lib = q8dot.library(variant)
-    attention = Attention(lib, heads, kv_heads, dim)
-    keys, values = np.zeros((kv_heads, 0, dim), f32), np.zeros((kv_heads, 0, dim), f32)
-    for seed, (begin, end) in enumerate([(0, 70), (70, 73)]):
-        qkv = attention_inputs(end - begin, heads, kv_heads, dim, seed)
-        cos, sin = rotary_tables(range(begin, end), dim)
-        got = attention(qkv, cos, sin, dim ** -0.5)
-        want, keys, values = attention_definition(qkv.numpy(), heads, kv_heads, dim, keys, values, cos.numpy(),
-                                                  sin.numpy(), dim ** -0.5)
-        assert torch.equal(got, torch.from_numpy(want)), f"tokens {begin}..{end}"
 
 
 @pytest.mark.parametrize("threads", [1, 2])

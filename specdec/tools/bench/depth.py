@@ -18,10 +18,10 @@ import torch
 
 from specdec import weights
 from specdec.engine.measure import off_the_initial_thread
+from specdec.engine.model_engine import PREFILL_CHUNK as CHUNK  # a prompt's chunk alone
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
-CHUNK = 256  # a prompt chunk alone (`specdec.engine.model_engine.PREFILL_CHUNK`)
 STEPS, CHUNKS = 8, 2
 
 

@@ -159,48 +159,45 @@ static inline vf lanes_sums(const vf a[16]) {
 
 enum { KEY_BLOCK = 16 }; /* keys scored at once: one lanes_sums */
 
+#if PIECE_BYTES == 64
+/* scores[h·stride + j] = (q[h]·block[j]) · scale for HEADS heads (1 or 2) and the block's 16 keys: 16 / HEADS
+ * keys at a time against every head (each key chunk loaded once for all of them), the 16 accumulators summed
+ * by one lanes_sums. */
+static inline __attribute__((always_inline)) void score_block(const float *q, const int heads, const float *block,
+                                                              int64_t D, float scale, float *scores, int64_t stride) {
+    const int per = KEY_BLOCK / heads; /* keys a pass */
+    for (int part = 0; part < heads; part++) {
+        const float *keys = block + part * per * D;
+        vacc acc[KEY_BLOCK];
+        for (int j = 0; j < KEY_BLOCK; j++) acc[j] = acc_of(splat(0.0f));
+        for (int64_t c = 0; c < D; c += LANES) {
+            vf qc[2];
+            for (int h = 0; h < heads; h++) qc[h] = load(q + h * D + c);
+#pragma GCC unroll 16
+            for (int j = 0; j < per; j++) {
+                const vf kc = load(keys + j * D + c);
+                for (int h = 0; h < heads; h++) acc[h * per + j] = acc_add(acc[h * per + j], qc[h] * kc);
+            }
+        }
+        vf sums[KEY_BLOCK];
+        for (int j = 0; j < KEY_BLOCK; j++) sums[j] = acc_value(acc[j]);
+        const vf s = lanes_sums(sums) * splat(scale);
+        for (int h = 0; h < heads; h++) memcpy(scores + h * stride + part * per, (const float *)&s + h * per, per * 4);
+    }
+}
+#endif
+
 /* scores[g·stride + k] = (q[g]·keys[k]) · scale for k < n, each dot product a 16-lane sum over D (`dot`).
- * With 512-bit vectors, keys in blocks of 16: two heads against 8 keys at a time (each key chunk loaded once
- * for both), the 16 accumulators summed by one lanes_sums; the keys past the last block one at a time. */
+ * With 512-bit vectors, keys in blocks of 16 (`score_block`), heads in pairs and an odd one alone; the keys past
+ * the last block one at a time. */
 static void score_keys(const float *q, int64_t G, const float *keys, int64_t n, int64_t D, float scale,
                        float *scores, int64_t stride) {
     int64_t k = 0;
 #if PIECE_BYTES == 64 /* narrower builds spill a block's accumulators: one key at a time there */
     for (; k + KEY_BLOCK <= n; k += KEY_BLOCK) {
-        const float *block = keys + k * D;
         int64_t g = 0;
-        for (; g + 2 <= G; g += 2) /* two heads, 8 keys each: each key chunk loaded once for both */
-            for (int half = 0; half < 2; half++) {
-                const float *keys8 = block + half * 8 * D;
-                vacc acc[16];
-                for (int j = 0; j < 16; j++) acc[j] = acc_of(splat(0.0f));
-                for (int64_t c = 0; c < D; c += LANES) {
-                    const vf q0 = load(q + g * D + c), q1 = load(q + (g + 1) * D + c);
-#pragma GCC unroll 8
-                    for (int j = 0; j < 8; j++) {
-                        const vf kc = load(keys8 + j * D + c);
-                        acc[j] = acc_add(acc[j], q0 * kc);
-                        acc[8 + j] = acc_add(acc[8 + j], q1 * kc);
-                    }
-                }
-                vf sums[16];
-                for (int j = 0; j < 16; j++) sums[j] = acc_value(acc[j]);
-                const vf s = lanes_sums(sums) * splat(scale);
-                memcpy(scores + g * stride + k + half * 8, &s, 8 * sizeof(float));
-                memcpy(scores + (g + 1) * stride + k + half * 8, (const float *)&s + 8, 8 * sizeof(float));
-            }
-        for (; g < G; g++) {
-            vacc acc[KEY_BLOCK];
-            for (int j = 0; j < KEY_BLOCK; j++) acc[j] = acc_of(splat(0.0f));
-            for (int64_t c = 0; c < D; c += LANES) {
-                const vf qc = load(q + g * D + c);
-#pragma GCC unroll 16
-                for (int j = 0; j < KEY_BLOCK; j++) acc[j] = acc_add(acc[j], qc * load(block + j * D + c));
-            }
-            vf sums[KEY_BLOCK];
-            for (int j = 0; j < KEY_BLOCK; j++) sums[j] = acc_value(acc[j]);
-            store(scores + g * stride + k, lanes_sums(sums) * splat(scale));
-        }
+        for (; g + 2 <= G; g += 2) score_block(q + g * D, 2, keys + k * D, D, scale, scores + g * stride + k, stride);
+        if (g < G) score_block(q + g * D, 1, keys + k * D, D, scale, scores + g * stride + k, stride);
     }
 #endif
     for (; k < n; k++)
@@ -302,7 +299,7 @@ static void attend_units(void *ctx, int64_t begin, int64_t end) {
                 for (int64_t i = 0; i < n - k; i++) row[k + i] = e[i];
                 total = acc_add(total, e);
             }
-            sum[g] = lanes_sum(acc_value(total));
+            sum[g] = acc_lanes_sum(total);
         }
         weigh_values(scores, G, stride, values, n, D, sum, j->out + s * j->H * D + kv * G * D);
     }

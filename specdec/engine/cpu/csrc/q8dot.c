@@ -660,7 +660,7 @@ static inline __attribute__((always_inline)) void last_unit(int type, const uint
 static inline __attribute__((always_inline)) void store_rows(const vacc *acc, int G, float *y, int64_t ldy,
                                                              const float *bias) {
     for (int g = 0; g < G; g++) {
-        const float sum = lanes_sum(acc_value(acc[g]));
+        const float sum = acc_lanes_sum(acc[g]);
         y[g * ldy] = bias ? sum + *bias : sum;
     }
 }
