@@ -1,5 +1,5 @@
 """The GPU path on CUDA (marker `cuda`; skipped without a GPU): the static runner's graphs, its batch
-invariance bit for bit (its piece eager and compiled), and greedy speculative output identical to
+invariance bit for bit (its piece eager and compiled, its attention either kernel), and greedy speculative output identical to
 target-only through the services, for every γ, adaptive γ and 8 or 16 concurrent users, on a synthetic pair."""
 
 from __future__ import annotations
@@ -27,13 +27,17 @@ DRAFT, TARGET = "synthetic:draft,shape=small,eps=0.1", "synthetic:target,shape=s
 PROMPTS = ["def fibonacci(n):", "The quick brown fox", "x = [1, 2, 3]\nfor"]
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["eager", "compiled"])
+@pytest.fixture(scope="module", params=[(False, "pool"), (True, "pool"), (True, "sdpa")],
+                ids=["eager", "compiled", "compiled-sdpa"])
 def runner(request):
-    """The static runner with its graphs, the piece eager or through torch.compile (SPECDEC_STATIC_COMPILE)."""
+    """The static runner with its graphs, the piece eager or through torch.compile (SPECDEC_STATIC_COMPILE), its
+    attention the Triton kernel over the pool (the default on CUDA) or scaled_dot_product_attention."""
+    compiled, attention = request.param
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("SPECDEC_STATIC_COMPILE", "1" if request.param else "0")
+        env.setenv("SPECDEC_STATIC_COMPILE", "1" if compiled else "0")
+        env.setenv("SPECDEC_STATIC_ATTENTION", attention)
         built = load_model(TARGET, "cuda", runner="static", slots=16).runner
-    assert built.compiled == request.param
+    assert (built.compiled, built.attention) == (compiled, attention)
     return built
 
 

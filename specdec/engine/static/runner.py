@@ -31,6 +31,12 @@ bits (tested beside a neighbour in a longer bucket). CPU attention's bits do dep
 17 of 33 positions below 256 changed beside a neighbour in the 512 window, with the flash and the math kernel
 alike), so on CPU every piece attends over the longest window: slower there, and the same bits. Padding rows
 write past their session's length, where the next real token overwrites them before anything reads them.
+
+On CUDA the attention is by default `specdec.engine.cuda.pool_attention` (Triton; SPECDEC_STATIC_ATTENTION=sdpa
+keeps the memory-efficient kernel): it reads each segment's slot in place, in blocks of absolute positions, up
+to the segment's furthest row, so neither the window nor the neighbours change a row's work or bits, and the
+gathered copies of the window's keys and values are gone. On an H200 it made the target's replayed step 12%
+shorter and the draft's 27% (docs/PERFORMANCE.md, "H200, 2026-11-30").
 """
 
 from __future__ import annotations
@@ -79,11 +85,14 @@ class _Segment:
 class StaticRunner(ModelRunner):
     """slots: sessions the pool holds; context: positions per session (capped at the model's);
     rows: tokens per segment (γ_max + 1, so a verify is one segment); graphs: capture CUDA graphs (default: on CUDA);
-    compile: run each layer through torch.compile (default: SPECDEC_STATIC_COMPILE, else on CUDA only)."""
+    compile: run each layer through torch.compile (default: SPECDEC_STATIC_COMPILE, else on CUDA only);
+    attention: "pool" (`specdec.engine.cuda.pool_attention`, Triton) or "sdpa" (default: SPECDEC_STATIC_ATTENTION,
+    else "pool" on CUDA where Triton runs it)."""
 
     def __init__(self, model: nn.Module, path: str = "bf16", collectives: Collectives | None = None,
                  slots: int = 64, context: int = DEFAULT_CONTEXT, rows: int = 9,
-                 fp32_kernel: str = "dense", graphs: bool | None = None, compile: bool | None = None):
+                 fp32_kernel: str = "dense", graphs: bool | None = None, compile: bool | None = None,
+                 attention: str | None = None):
         super().__init__(model, path, fp32_kernel=fp32_kernel, collectives=collectives)
         self.max_context = min(self.max_context, context)
         self.rows = rows
@@ -93,7 +102,8 @@ class StaticRunner(ModelRunner):
         self.pool = KVPool(len(self.layers), slots, self.windows[-1] + 1, self.kv_heads, self.head_dim,
                            self.act_dtype, self.device)
         self._key_positions = {w: torch.arange(w, device=self.device) for w in self.windows}
-        self.attention_backends = self._pinned_attention_backends()
+        self.attention = self._attention_kernel(attention)
+        self.attention_backends = self._pinned_attention_backends() if self.attention == "sdpa" else None
         use_graphs = self.device.type == "cuda" if graphs is None else graphs
         if compile is None:  # on CUDA by default: on an H200 it made the target's replayed step 1.8x faster
             compile = os.environ.get("SPECDEC_STATIC_COMPILE", "1" if self.device.type == "cuda" else "0") == "1"
@@ -114,6 +124,30 @@ class StaticRunner(ModelRunner):
         """Segments per piece. Compiled, a bucket of one would be specialised apart; eager, cuBLAS gave the same
         row bits for 1..72 rows at these shapes (tested on the GPU: tests/test_cuda.py)."""
         return SESSION_BUCKETS if self.compiled else (1, *SESSION_BUCKETS)
+
+    def _attention_kernel(self, asked: str | None) -> str:
+        """"pool" or "sdpa": as asked, else SPECDEC_STATIC_ATTENTION, else "pool" on CUDA where Triton compiles
+        and runs it on this model's shapes (tried once here), else "sdpa"."""
+        asked = asked or os.environ.get("SPECDEC_STATIC_ATTENTION")
+        if asked not in (None, "pool", "sdpa"):
+            raise ValueError(f"the static runner's attention is 'pool' or 'sdpa', not {asked!r}")
+        if asked == "sdpa" or (asked is None and self.device.type != "cuda"):
+            return "sdpa"
+        try:
+            from specdec.engine.cuda.pool_attention import pool_attention
+            G = self.heads // self.kv_heads
+            keys = torch.zeros(2, SMALLEST_WINDOW, self.kv_heads, self.head_dim, dtype=self.act_dtype,
+                               device=self.device)
+            pool_attention(torch.zeros(self.heads, self.rows, self.head_dim, dtype=self.act_dtype, device=self.device),
+                           keys, keys, torch.arange(self.rows, device=self.device)[None],
+                           torch.ones(1, dtype=torch.long, device=self.device), self.scale)
+        except Exception as error:  # no Triton, or its compiler refused: the kernel every build has
+            if asked == "pool":
+                raise
+            log.warning("the pool attention kernel is unavailable (%s): scaled_dot_product_attention", error)
+            return "sdpa"
+        log.info("attention over the KV pool: Triton, %d query rows a program", G * self.rows)
+        return "pool"
 
     def _pinned_attention_backends(self) -> list[SDPBackend] | None:
         """On CUDA, one attention kernel for every window (another backend's heuristics may choose kernels by
@@ -235,38 +269,46 @@ class StaticRunner(ModelRunner):
         B = ids.shape[0]
         h = self.embed(ids.reshape(-1))[None].to(self.act_dtype)  # [1, B·S, hidden]
         cos, sin = self.rotary(h, positions.reshape(1, -1))
-        groups = self.heads // self.kv_heads
-        visible = keys[None, None, :] <= positions[:, :, None]  # [B, S, L]
-        visible = visible[:, None].expand(B, groups, S, keys.shape[0]).reshape(B, 1, groups * S, -1)  # folded rows
+        visible = None  # the pool kernel masks each row by its position itself
+        if self.attention == "sdpa":
+            groups = self.heads // self.kv_heads
+            visible = keys[None, None, :] <= positions[:, :, None]  # [B, S, L]
+            visible = visible[:, None].expand(B, groups, S, keys.shape[0]).reshape(B, 1, groups * S, -1)  # folded
         if self.compiled:  # the segment count and the window are the dynamic sizes; the pool's and weights' stay
             for t in (h, cos, sin):
                 torch._dynamo.mark_dynamic(t, 1)
-            for t in (positions, slots, visible):
+            for t in (positions, slots):
                 torch._dynamo.mark_dynamic(t, 0)
-            torch._dynamo.mark_dynamic(visible, 3)
+            if visible is not None:
+                torch._dynamo.mark_dynamic(visible, 0)
+                torch._dynamo.mark_dynamic(visible, 3)
         for layer, pool_keys, pool_values in zip(self.layers, self.pool.keys, self.pool.values, strict=True):
             h = self.layer_step(layer, h, cos, sin, positions, slots, visible, pool_keys, pool_values)
         logits = self.collectives.gather_vocab(self.lm_head(self.norm(h[0])).float())  # [B·S, V]
         return logits.view(B, S, -1)
 
     def _layer_step(self, layer, h: torch.Tensor, cos, sin, positions: torch.Tensor, slots: torch.Tensor,
-                    visible: torch.Tensor, pool_keys: torch.Tensor, pool_values: torch.Tensor) -> torch.Tensor:
+                    visible: torch.Tensor | None, pool_keys: torch.Tensor, pool_values: torch.Tensor) -> torch.Tensor:
         """One decoder layer: h [1, B·S, hidden] -> [1, B·S, hidden]; writes the segments' keys and values
         into this layer's pool tensors [slots + 1, L, KV, D]."""
         h = h + self._attention(layer, h, cos, sin, positions, slots, visible, pool_keys, pool_values)
         return h + self._mlp(layer, h)
 
     def _attention(self, layer, h: torch.Tensor, cos, sin, positions: torch.Tensor, slots: torch.Tensor,
-                   visible: torch.Tensor, pool_keys: torch.Tensor, pool_values: torch.Tensor) -> torch.Tensor:
+                   visible: torch.Tensor | None, pool_keys: torch.Tensor, pool_values: torch.Tensor) -> torch.Tensor:
+        """visible: the sdpa kernel's mask [B, 1, G·S, L] (None: the pool kernel, which masks by position)."""
         D, H, KV = self.head_dim, self.heads, self.kv_heads
         B, S = positions.shape
-        G, L = H // KV, visible.shape[-1]
         q, k, v = self._project(layer, h, cos, sin)  # [1, H|KV, B·S, D], v [B·S, KV, D]
-        q = q[0].view(KV, G, B, S, D).permute(2, 0, 1, 3, 4).reshape(B, KV, G * S, D)  # a KV head's queries folded
         k = k[0].view(KV, B, S, D).permute(1, 2, 0, 3)  # [B, S, KV, D]
         where = (slots[:, None].expand(B, S), positions)
         pool_keys.index_put_(where, k.to(pool_keys.dtype))
         pool_values.index_put_(where, v.view(B, S, KV, D).to(pool_values.dtype))
+        if visible is None:
+            out = torch.ops.specdec.pool_attention(q[0], pool_keys, pool_values, positions, slots, self.scale)
+            return self.collectives.all_reduce(layer.out(out.to(h.dtype)))[None]  # out [B·S, H·D]
+        G, L = H // KV, visible.shape[-1]
+        q = q[0].view(KV, G, B, S, D).permute(2, 0, 1, 3, 4).reshape(B, KV, G * S, D)  # a KV head's queries folded
         keys = pool_keys.narrow(1, 0, L)[slots].transpose(1, 2)  # [B, KV, L, D]: the window's keys alone
         values = pool_values.narrow(1, 0, L)[slots].transpose(1, 2)
         if self.compiled:  # one copy, fused into the gather: Inductor's AVX2 code fed the strided window to
