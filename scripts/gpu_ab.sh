@@ -3,6 +3,8 @@
 # and 8 through the services, on the synthetic pair) alternating between this tree and OLD, RUNS pairs (2),
 # this tree first. OLD is a folder holding the other build's files, carried as an untracked folder of this tree:
 #   mkdir ab_old && git archive REV | tar -x -C ab_old      (REV must have --gpu-services: 4b80b31 or later)
+# or, for two settings of this tree, OLD is "." and OLD_ENV the old side's environment, e.g.
+#   OLD_ENV="SPECDEC_STATIC_ATTENTION=sdpa" bash scripts/gpu_ab.sh .
 # With TESTS set, this tree's CUDA tests matching it (pytest -k) run first. Carry .whl/ (scripts/gpu_wheels.sh).
 # Outputs in $OUT (the device tool's) or /tmp/gpu_ab: {new,old}_N.json and .txt, cuda_tests.txt.
 # About a minute a run on an H200 (the services' compiled start included): give 4 runs and the tests 6 minutes.
@@ -22,9 +24,9 @@ if [ -n "${TESTS:-}" ]; then
 fi
 for i in $(seq "${RUNS:-2}"); do
     for side in new old; do
-        tree=$new
-        [ "$side" = old ] && tree=$old
-        (cd "$tree" && PYTHONPATH=/tmp/site:$tree timeout "${RUN_SECONDS:-100}" python3 -m specdec.cli.main bench \
+        tree=$new settings=
+        [ "$side" = old ] && tree=$old settings=${OLD_ENV:-}
+        (cd "$tree" && env $settings PYTHONPATH=/tmp/site:$tree timeout "${RUN_SECONDS:-100}" python3 -m specdec.cli.main bench \
             --gpu --gpu-services --gammas "" --max-new-tokens 128 --output "$out/${side}_$i.json" \
             > "$out/${side}_$i.txt" 2>&1)
         grep -E "^target-only|^ *adaptive|^ *hybrid|^8 users" "$out/${side}_$i.txt" | sed "s/^/$side $i: /"
