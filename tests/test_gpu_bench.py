@@ -44,6 +44,15 @@ def test_the_services_part_alone_runs_one_user_and_eight(tmp_path):
     assert list(result["part_seconds"]) == ["one user", "8 users"]
 
 
+def test_the_services_part_with_the_compiled_reference_after_it(tmp_path):
+    out = tmp_path / "gpu.json"
+    assert main(["bench", "--gpu", "--gpu-services", "--gpu-hf", "--device", "cpu", "--dtype", "bfloat16", *PAIR,
+                 "--max-new-tokens", "8", "--limit-prompts", "1", "--gammas", "", "--output", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert "step_curves" not in result and set(result["hf"]) == {"hf-static-compiled"}
+    assert list(result["part_seconds"]) == ["one user", "8 users", "hf-static-compiled"]
+
+
 def test_first_difference_is_the_first_token_that_differs():
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1

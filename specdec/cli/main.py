@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "runner eager and compiled (SPECDEC_STATIC_COMPILE) beside each other")
     bench.add_argument("--gpu-services", action="store_true", help="with --gpu: only the services, one user and 8 "
                        "(no step curves, agreement or Hugging Face): two builds side by side in little device time")
+    bench.add_argument("--gpu-hf", action="store_true", help="with --gpu-services: then Hugging Face's compiled "
+                       "static cache too, the reference of the GPU goal, in the same run")
     bench.add_argument("--samplers", default="", help="e.g. 0.7,1.0: sampled decoding at these temperatures, the "
                        "coupled sampler against the rejection sampler (tok/s, drafts accepted), and whether each "
                        "coupled output equals target-only's")

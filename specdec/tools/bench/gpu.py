@@ -15,6 +15,7 @@ weights, the draft's greedy agreement set by eps), all in one run on one device,
    prompt warmed once so that compilation is not timed, with the token where each prompt's greedy output
    first leaves ours (its kernels differ: a late, rare departure is rounding, an early one a different model);
    last, since compiling it takes the longest.
+`--gpu-services` runs part 3 alone, `--gpu-hf` then the compiled part of 4.
 `--device cpu` runs the same parts on the CPU (a dry run of the command; tests/test_gpu_bench.py).
 """
 
@@ -257,8 +258,9 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     payload["eight_users"] = {k: round(v.tokens / v.seconds, 2) for k, v in levels.items()}
     payload["eight_user_rows"] = eight
     done("8 users")
-    hf_runs = [] if args.gpu_services else \
-        [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
+    hf_runs = [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
+    if args.gpu_services:  # the compiled reference alone, if asked
+        hf_runs = [("hf-static-compiled", True)] if args.gpu_hf else []
     for label, compile_hf in hf_runs:
         result = hf_generate(args, device, prompts, n, compiled=compile_hf)
         rate = result["tokens_per_s"]
