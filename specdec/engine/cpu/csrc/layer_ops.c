@@ -33,8 +33,6 @@ static inline vf load(const float *p) {
 
 static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
-static inline vf pick(vi mask, vf yes, vf no) { return (vf)(((vi)yes & mask) | ((vi)no & ~mask)); }
-
 /* The first n (< 16) values at p, zeros after. */
 static inline vf load_part(const float *p, int64_t n) {
     vf v = {0};
@@ -42,22 +40,38 @@ static inline vf load_part(const float *p, int64_t n) {
     return v;
 }
 
+/* exp lane by lane, on the CPU's own vectors (a 16-lane vf is split through memory below AVX-512: SiLU took
+ * 15.7 µs a row of 8,960 at AVX2 that way, against 3.2 at AVX-512). */
+static inline vpiece piece_exp(vpiece x) {
+    const vpiece_i tiny = x < piece_splat(-87.3f);
+    x = piece_pick(x > piece_splat(88.3f), piece_splat(88.3f), x);
+    x = piece_pick(tiny, piece_splat(0.0f), x);
+    const vpiece shift = piece_splat(12582912.0f); /* 1.5 · 2^23: adding it rounds to an integer, to nearest even */
+    const vpiece n = (x * piece_splat(1.44269504088896341f) + shift) - shift;
+    const vpiece r = (x - n * piece_splat(0.693359375f)) - n * piece_splat(-2.12194440e-4f);
+    vpiece y = piece_splat(1.9875691500e-4f);
+    y = y * r + piece_splat(1.3981999507e-3f);
+    y = y * r + piece_splat(8.3334519073e-3f);
+    y = y * r + piece_splat(4.1665795894e-2f);
+    y = y * r + piece_splat(1.6666665459e-1f);
+    y = y * r + piece_splat(5.0000001201e-1f);
+    y = (y * (r * r) + r) + piece_splat(1.0f);
+    const vpiece_i bits = (__builtin_convertvector(n, vpiece_i) + 127) << 23;
+    return piece_pick(tiny, piece_splat(0.0f), y * (vpiece)bits);
+}
+
+/* exp of 16 lanes, a piece at a time. */
 static inline vf vexp(vf x) {
-    const vi tiny = x < splat(-87.3f);
-    x = pick(x > splat(88.3f), splat(88.3f), x);
-    x = pick(tiny, splat(0.0f), x);
-    const vf shift = splat(12582912.0f); /* 1.5 · 2^23: adding it rounds to an integer, to nearest even */
-    const vf n = (x * splat(1.44269504088896341f) + shift) - shift;
-    const vf r = (x - n * splat(0.693359375f)) - n * splat(-2.12194440e-4f);
-    vf y = splat(1.9875691500e-4f);
-    y = y * r + splat(1.3981999507e-3f);
-    y = y * r + splat(8.3334519073e-3f);
-    y = y * r + splat(4.1665795894e-2f);
-    y = y * r + splat(1.6666665459e-1f);
-    y = y * r + splat(5.0000001201e-1f);
-    y = (y * (r * r) + r) + splat(1.0f);
-    const vi bits = (__builtin_convertvector(n, vi) + 127) << 23;
-    return pick(tiny, splat(0.0f), y * (vf)bits);
+    vpiece p[PIECES];
+    memcpy(p, &x, sizeof x);
+    for (int i = 0; i < PIECES; i++) p[i] = piece_exp(p[i]);
+    memcpy(&x, p, sizeof x);
+    return x;
+}
+
+/* SiLU gating of one piece: (g / (1 + exp(−g))) · u. */
+static inline vpiece piece_silu_mul(vpiece g, vpiece u) {
+    return (g / (piece_splat(1.0f) + piece_exp(-g))) * u;
 }
 
 /* Σ a[k]·b[k] over k < K as a 16-lane sum. */
@@ -84,14 +98,19 @@ void lo_silu_mul(const float *gate_up, int64_t S, int64_t I, float *out) {
         const float *g = gate_up + s * 2 * I, *u = g + I;
         float *o = out + s * I;
         int64_t i = 0;
-        for (; i + LANES <= I; i += LANES) {
-            const vf gv = load(g + i);
-            store(o + i, (gv / (splat(1.0f) + vexp(-gv))) * load(u + i));
+        for (; i + PIECE_LANES <= I; i += PIECE_LANES) {
+            vpiece gv, uv;
+            memcpy(&gv, g + i, sizeof gv);
+            memcpy(&uv, u + i, sizeof uv);
+            const vpiece y = piece_silu_mul(gv, uv);
+            memcpy(o + i, &y, sizeof y);
         }
         if (i < I) {
-            const vf gv = load_part(g + i, I - i), uv = load_part(u + i, I - i);
-            const vf y = (gv / (splat(1.0f) + vexp(-gv))) * uv;
-            for (int64_t k = 0; k < I - i; k++) o[i + k] = y[k];
+            vpiece gv = {0}, uv = {0};
+            memcpy(&gv, g + i, (I - i) * sizeof(float));
+            memcpy(&uv, u + i, (I - i) * sizeof(float));
+            const vpiece y = piece_silu_mul(gv, uv);
+            memcpy(o + i, &y, (I - i) * sizeof(float));
         }
     }
 }

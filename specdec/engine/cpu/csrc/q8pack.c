@@ -113,33 +113,29 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
     return 0;
 }
 
-/* The quantization's vectors at the CPU's own width (PIECE_BYTES: 16 lanes with AVX-512, 8 with AVX2, 4 below):
- * every step is lane by lane or an exact integer sum or maximum, so any width gives the same bits; GCC splits a
- * 16-lane vector wider than the CPU's through memory (measured on AVX2: 3.3 ns a value, against 1.0 this way). */
-enum { QL = PIECE_BYTES / 4 };
-typedef float qf __attribute__((vector_size(PIECE_BYTES)));
-typedef int32_t qi __attribute__((vector_size(PIECE_BYTES)));
-typedef int8_t qb __attribute__((vector_size(PIECE_BYTES / 4)));
+/* The quantization on the CPU's own vectors (vectors.h's vpiece): every step is lane by lane or an exact integer
+ * sum or maximum, so any width gives the same bits; GCC splits a 16-lane vector wider than the CPU's through
+ * memory (measured on AVX2: 3.3 ns a value, against 1.0 this way). */
+typedef int8_t qb __attribute__((vector_size(PIECE_LANES)));
 
-/* QL values' |x| lane by lane folded into m (|x| with the sign bit cleared, and taken only where larger, as the
+/* A piece's |x| lane by lane folded into m (|x| with the sign bit cleared, and taken only where larger, as the
  * scalar `v > amax` would: zeros of either sign and NaNs never). */
-static inline qf fold_amax(qf m, qf x) {
-    const qf magnitude = (qf)((qi)x & 0x7fffffff);
-    const qi larger = magnitude > m;
-    return (qf)(((qi)magnitude & larger) | ((qi)m & ~larger));
+static inline vpiece fold_amax(vpiece m, vpiece x) {
+    const vpiece magnitude = (vpiece)((vpiece_i)x & 0x7fffffff);
+    return piece_pick(magnitude > m, magnitude, m);
 }
 
 /* round-half-even(v) for |v| < 2^22, by adding and subtracting 1.5 · 2^23 (the float addition rounds to
  * nearest even; no contraction, -ffp-contract=off), then clamped to ±127: an int32 a lane. */
-static inline qi quant_lanes(qf v) {
-    const qf magic = (qf){0} + 12582912.0f;
-    qi q = __builtin_convertvector((v + magic) - magic, qi);
+static inline vpiece_i quant_lanes(vpiece v) {
+    const vpiece magic = piece_splat(12582912.0f);
+    vpiece_i q = __builtin_convertvector((v + magic) - magic, vpiece_i);
     q = (q & (q <= 127)) | (127 & (q > 127));
     return (q & (q >= -127)) | (-127 & (q < -127));
 }
 
-/* x [S, K] float32 -> S rows of `units(K)` activation units (the definition's quantization, QL lanes at a
- * time: every step lane by lane as the definition has it, so the same bits as value by value). */
+/* x [S, K] float32 -> S rows of `units(K)` activation units (the definition's quantization, a piece at a time:
+ * every step lane by lane as the definition has it, so the same bits as value by value). */
 void q8_quantize(const float *x, int64_t S, int64_t K, act_unit *out) {
     const int64_t nu = units(K);
     for (int64_t s = 0; s < S; s++) {
@@ -152,18 +148,18 @@ void q8_quantize(const float *x, int64_t S, int64_t K, act_unit *out) {
                 float dx = 0.0f;
                 int32_t sums[2] = {0, 0};
                 if (k0 < K) {
-                    qf block[32 / QL], m = {0};
+                    vpiece block[32 / PIECE_LANES], m = {0};
                     memcpy(block, row + k0, sizeof block);
-                    for (int p = 0; p < 32 / QL; p++) m = fold_amax(m, block[p]);
+                    for (int p = 0; p < 32 / PIECE_LANES; p++) m = fold_amax(m, block[p]);
                     float amax = 0.0f;
-                    for (int k = 0; k < QL; k++) amax = m[k] > amax ? m[k] : amax;
+                    for (int k = 0; k < PIECE_LANES; k++) amax = m[k] > amax ? m[k] : amax;
                     dx = amax / 127.0f;
                     const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-                    for (int p = 0; p < 32 / QL; p++) {
-                        const qi q = quant_lanes(block[p] * inv);
-                        for (int k = 0; k < QL; k++) sums[p * QL / 16] += q[k];
+                    for (int p = 0; p < 32 / PIECE_LANES; p++) {
+                        const vpiece_i q = quant_lanes(block[p] * inv);
+                        for (int k = 0; k < PIECE_LANES; k++) sums[p * PIECE_LANES / 16] += q[k];
                         const qb bytes = __builtin_convertvector(q, qb);
-                        memcpy(natural + 32 * l + QL * p, &bytes, QL);
+                        memcpy(natural + 32 * l + PIECE_LANES * p, &bytes, PIECE_LANES);
                     }
                 }
                 a->dx[l] = dx;

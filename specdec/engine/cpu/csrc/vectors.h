@@ -13,9 +13,11 @@ typedef int32_t vi __attribute__((vector_size(64)));
 
 static inline vf splat(float f) { return (vf){0} + f; }
 
-/* A vf carried from one loop iteration to the next, kept as the CPU's own vectors: GCC keeps a vf wider than
- * those in memory between iterations (on AVX2: a store and scalar reloads each time, a store-forwarding
- * stall per integer-kernel super-block). Lane for lane the same additions as on a vf. */
+/* The CPU's own vectors (vpiece: 16 float lanes with AVX-512, 8 with AVX, 4 below), for steps that are lane by
+ * lane and so give the same bits at any width: GCC splits a vf wider than the CPU's vectors through memory.
+ * A vf carried from one loop iteration to the next (vacc) is kept as such pieces: GCC keeps a wider vf in
+ * memory between iterations (on AVX2: a store and scalar reloads each time, a store-forwarding stall per
+ * integer-kernel super-block). Lane for lane the same additions as on a vf. */
 #if defined(__AVX512F__)
 #define PIECE_BYTES 64
 #elif defined(__AVX__)
@@ -23,14 +25,23 @@ static inline vf splat(float f) { return (vf){0} + f; }
 #else
 #define PIECE_BYTES 16
 #endif
+enum { PIECE_LANES = PIECE_BYTES / 4, PIECES = 64 / PIECE_BYTES };
+typedef float vpiece __attribute__((vector_size(PIECE_BYTES))); /* the CPU's own vectors */
+typedef int32_t vpiece_i __attribute__((vector_size(PIECE_BYTES)));
+
+static inline vpiece piece_splat(float f) { return (vpiece){0} + f; }
+
+/* yes where mask is all ones, no where it is 0, lane by lane. */
+static inline vpiece piece_pick(vpiece_i mask, vpiece yes, vpiece no) {
+    return (vpiece)(((vpiece_i)yes & mask) | ((vpiece_i)no & ~mask));
+}
+
 #if PIECE_BYTES == 64
 typedef vf vacc;
 static inline vacc acc_of(vf v) { return v; }
 static inline vf acc_value(vacc a) { return a; }
 static inline vacc acc_add(vacc a, vf t) { return a + t; }
 #else
-enum { PIECES = 64 / PIECE_BYTES };
-typedef float vpiece __attribute__((vector_size(PIECE_BYTES)));
 typedef struct {
     vpiece p[PIECES];
 } vacc;
@@ -70,7 +81,6 @@ static inline vacc acc_mul_add(vacc acc, const float *a, const float *b) {
     memcpy(&y, b, sizeof y);
     return acc + x * y;
 #else
-    enum { PIECE_LANES = PIECE_BYTES / 4 };
     for (int i = 0; i < PIECES; i++) {
         vpiece x, y;
         memcpy(&x, a + i * PIECE_LANES, sizeof x);
