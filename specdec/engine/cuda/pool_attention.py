@@ -2,9 +2,9 @@
 
 The program holds the segment's queries of every head that shares the KV head (G·S rows, folded as
 row g·S + s), and walks the segment's slot in blocks of `BLOCK_N` keys from position 0 up to the
-segment's furthest row, with an online softmax in float32: scores q·kᵀ and p·v on the tensor cores
-(bfloat16 in, float32 accumulated; float32 in, exact float32 products, not TF32), each row masked to keys at or before its own position. It writes
-the rows as the output projection reads them, [B·S, H·D].
+segment's furthest row, with an online softmax in float32, each row masked to keys at or before its own
+position. Scores q·kᵀ and p·v run on the tensor cores: bfloat16 in, float32 accumulated (float32 in:
+float32 products, not TF32). It writes the rows as the output projection reads them, [B·S, H·D].
 
 What makes a row's bits its own:
 - blocks start at absolute positions (0, 64, 128, ...), so the blocks a row sees do not depend on the
@@ -14,9 +14,10 @@ What makes a row's bits its own:
   therefore does not matter either;
 - a tile's row is its own dot products and its own reductions, whatever the other rows hold.
 
-Against the memory-efficient kernel it replaces on CUDA (measured on an H200: 12.9 µs a layer for a
-one-user step, plus the gathers of the window's keys and values into copies), it reads only the blocks
-a segment can see, and copies nothing. Triton is imported when this module is: import it only where
+Against the memory-efficient kernel it replaces on CUDA (on an H200: 12.9 µs a layer for a one-user
+step, plus 4.7 µs of gathering the window's keys and values into copies and folding the queries), it
+reads only the blocks a segment can see and copies nothing: 6.5 µs a layer (docs/PERFORMANCE.md,
+"H200, 2026-11-30"). Triton is imported when this module is: import it only where
 the kernel runs (CUDA), or under TRITON_INTERPRET=1 (tests on a CPU, where the interpreter has no
 bfloat16 matrix product: the dots then run in float32).
 """
