@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 30's GPU checks in one prepared run, for a lent GPU host that downloads nothing (../shared/GPU.md):
 #   1. the CUDA tests (tests/test_cuda.py): the static runner's graphs and its batch invariance bit for bit,
-#      its layers eager and compiled; greedy speculation identical to target-only through the services, whose
+#      its layers eager and compiled, its attention the Triton kernel or the memory-efficient one (and that
+#      kernel's own tests, tests/test_pool_attention.py, on the GPU); greedy speculation identical to target-only through the services, whose
 #      runners compile their layers (the default on CUDA);
 #   2. the kernels of one target step, eager and compiled, by device time (scripts/gpu_kernels.py);
 #   3. the GPU benchmark (`specdec bench --gpu`, README): step curves eager and compiled against the bandwidth
@@ -32,6 +33,9 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.versio
 timeout 125 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
     tests/test_cuda.py -q -rA --durations=5 > "$out/cuda_tests.txt" 2>&1
 tail -25 "$out/cuda_tests.txt"
+timeout 60 python3 -m pytest -o addopts="" -p no:cacheprovider tests/test_pool_attention.py -q -rA \
+    > "$out/pool_attention_tests.txt" 2>&1
+tail -3 "$out/pool_attention_tests.txt"
 timeout 50 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
 grep "kernels a step" "$out/kernels.txt"
 if [ "${STEPS_ONLY:-0}" = 1 ]; then
