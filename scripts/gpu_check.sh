@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 30's GPU checks in one prepared run, for a lent GPU host that downloads nothing (../shared/GPU.md):
 #   1. the CUDA tests (tests/test_cuda.py): the static runner's graphs and its batch invariance bit for bit,
-#      its layers eager and compiled, its attention the Triton kernel or the memory-efficient one (and that
-#      kernel's own tests, tests/test_pool_attention.py, on the GPU); greedy speculation identical to target-only through the services, whose
-#      runners compile their layers (the default on CUDA);
-#   2. the kernels of one target step, eager and compiled, by device time (scripts/gpu_kernels.py);
+#      its layers eager and compiled, its attention the Triton kernel or the memory-efficient one; greedy
+#      speculation identical to target-only through the services, whose runners compile their layers (the
+#      default on CUDA); then the Triton kernel's own tests (tests/test_pool_attention.py) on the GPU;
+#   2. the kernels of one target step, compiled, with each attention, by device time (scripts/gpu_kernels.py);
 #   3. the GPU benchmark (`specdec bench --gpu`, README): step curves eager and compiled against the bandwidth
 #      floor, then the services against Hugging Face eager and compiled, 1 and 8 users; with STEPS_ONLY=1 only
 #      the step curves (`--gpu-steps`);
