@@ -28,7 +28,8 @@ def main(rounds: int = 1, output: str | None = None) -> None:
         for attention in kernels:
             for role, spec in (("target", SYNTHETIC_TARGET), ("draft", SYNTHETIC_DRAFT)):
                 with mock.patch.dict(os.environ, {"SPECDEC_STATIC_ATTENTION": attention}):
-                    curve, start_s, _ = static_curve(spec, device, "bf16", SIZES, rows=9, compiled=device.type == "cuda")
+                    curve, start_s, _ = static_curve(spec, device, "bf16", SIZES, rows=9,
+                                                     compiled=device.type == "cuda")
                 ms = [round(1e3 * s, 3) for s in curve]
                 results.setdefault(f"{role}-{attention}", {}).setdefault("ms", []).append(ms)
                 print(f"{role:6} {attention:4} (start {start_s:.0f} s): "

@@ -1,6 +1,7 @@
 """The GPU path on CUDA (marker `cuda`; skipped without a GPU): the static runner's graphs, its batch
-invariance bit for bit (its piece eager and compiled, its attention either kernel), and greedy speculative output identical to
-target-only through the services, for every γ, adaptive γ and 8 or 16 concurrent users, on a synthetic pair."""
+invariance bit for bit (its piece eager and compiled, its attention either kernel), and greedy speculative
+output identical to target-only through the services, for every γ, adaptive γ and 8 or 16 concurrent users,
+on a synthetic pair."""
 
 from __future__ import annotations
 

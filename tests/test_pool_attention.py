@@ -75,7 +75,8 @@ def test_a_rows_bits_are_its_own():
     assert torch.equal(at(0, [[70, 100, 150, 299]], [1], later_keys, later_values), alone), \
         "keys past its position, or a longer walk for the segment's other rows, changed it"
     longer_keys, longer_values = (torch.cat([t, torch.zeros_like(t)], dim=1) for t in (keys, values))
-    assert torch.equal(at(0, [[70, 71, 72, 73]], [1], longer_keys, longer_values), alone), "the pool's length changed it"
+    assert torch.equal(at(0, [[70, 71, 72, 73]], [1], longer_keys, longer_values), alone), \
+        "the pool's length changed it"
 
 
 @pytest.fixture(scope="module")

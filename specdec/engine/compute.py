@@ -181,8 +181,8 @@ def _build_static(model: nn.Module, path: str, max_tokens: int, collectives: Col
     runner = StaticRunner(model, path, collectives, slots=slots, context=context or DEFAULT_CONTEXT,
                           rows=max_tokens, fp32_kernel=kernel)
     runner.capture()
-    name = (f"static-{kernel}" + ("-pool" if runner.attention == "pool" else "") + ("-compiled" if runner.compiled else "")
-            + ("-graphs" if runner.graphs is not None else ""))
+    name = "-".join(["static", kernel, *(["pool"] if runner.attention == "pool" else []),
+                     *(["compiled"] if runner.compiled else []), *(["graphs"] if runner.graphs is not None else [])])
     choice = PathChoice(path, name, describe_device(device), device.type == "cuda" or path == "fp32")
     log.info("compute path %s on the static runner (%s), %d slots of %d positions (%.0f MiB of KV), on %s",
              path, name, slots, runner.max_context, runner.pool.slot_bytes() * (slots + 1) / 2**20, choice.device)
