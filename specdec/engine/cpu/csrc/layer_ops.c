@@ -46,8 +46,7 @@ static inline vpiece piece_exp(vpiece x) {
     const vpiece_i tiny = x < piece_splat(-87.3f);
     x = piece_pick(x > piece_splat(88.3f), piece_splat(88.3f), x);
     x = piece_pick(tiny, piece_splat(0.0f), x);
-    const vpiece shift = piece_splat(12582912.0f); /* 1.5 · 2^23: adding it rounds to an integer, to nearest even */
-    const vpiece n = (x * piece_splat(1.44269504088896341f) + shift) - shift;
+    const vpiece n = piece_round(x * piece_splat(1.44269504088896341f));
     const vpiece r = (x - n * piece_splat(0.693359375f)) - n * piece_splat(-2.12194440e-4f);
     vpiece y = piece_splat(1.9875691500e-4f);
     y = y * r + piece_splat(1.3981999507e-3f);

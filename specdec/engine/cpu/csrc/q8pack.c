@@ -125,11 +125,9 @@ static inline vpiece fold_amax(vpiece m, vpiece x) {
     return piece_pick(magnitude > m, magnitude, m);
 }
 
-/* round-half-even(v) for |v| < 2^22, by adding and subtracting 1.5 · 2^23 (the float addition rounds to
- * nearest even; no contraction, -ffp-contract=off), then clamped to ±127: an int32 a lane. */
+/* round-half-even(v) (`piece_round`), then clamped to ±127: an int32 a lane. */
 static inline vpiece_i quant_lanes(vpiece v) {
-    const vpiece magic = piece_splat(12582912.0f);
-    vpiece_i q = __builtin_convertvector((v + magic) - magic, vpiece_i);
+    vpiece_i q = __builtin_convertvector(piece_round(v), vpiece_i);
     q = (q & (q <= 127)) | (127 & (q > 127));
     return (q & (q >= -127)) | (-127 & (q < -127));
 }

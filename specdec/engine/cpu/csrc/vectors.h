@@ -31,6 +31,13 @@ typedef int32_t vpiece_i __attribute__((vector_size(PIECE_BYTES)));
 
 static inline vpiece piece_splat(float f) { return (vpiece){0} + f; }
 
+/* v rounded to an integer, to nearest even, for |v| < 2^22: adding 1.5 · 2^23 rounds (the float addition rounds
+ * to nearest even; no contraction, -ffp-contract=off), subtracting it gives the integer back. */
+static inline vpiece piece_round(vpiece v) {
+    const vpiece magic = piece_splat(12582912.0f);
+    return (v + magic) - magic;
+}
+
 /* yes where mask is all ones, no where it is 0, lane by lane. */
 static inline vpiece piece_pick(vpiece_i mask, vpiece yes, vpiece no) {
     return (vpiece)(((vpiece_i)yes & mask) | ((vpiece_i)no & ~mask));
@@ -110,6 +117,5 @@ static inline float acc_lanes_sum(vacc a) {
     return (q[0] + q[2]) + (q[1] + q[3]);
 #endif
 }
-
 
 #endif
