@@ -135,7 +135,6 @@ class StaticRunner(ModelRunner):
             return "sdpa"
         try:
             from specdec.engine.cuda.pool_attention import pool_attention
-            G = self.heads // self.kv_heads
             keys = torch.zeros(2, SMALLEST_WINDOW, self.kv_heads, self.head_dim, dtype=self.act_dtype,
                                device=self.device)
             pool_attention(torch.zeros(self.heads, self.rows, self.head_dim, dtype=self.act_dtype, device=self.device),
@@ -146,7 +145,7 @@ class StaticRunner(ModelRunner):
                 raise
             log.warning("the pool attention kernel is unavailable (%s): scaled_dot_product_attention", error)
             return "sdpa"
-        log.info("attention over the KV pool: Triton, %d query rows a program", G * self.rows)
+        log.info("attention over the KV pool: Triton, %d query rows a program", self.heads // self.kv_heads * self.rows)
         return "pool"
 
     def _pinned_attention_backends(self) -> list[SDPBackend] | None:

@@ -258,9 +258,10 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
     payload["eight_users"] = {k: round(v.tokens / v.seconds, 2) for k, v in levels.items()}
     payload["eight_user_rows"] = eight
     done("8 users")
-    hf_runs = [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
     if args.gpu_services:  # the compiled reference alone, if asked
         hf_runs = [("hf-static-compiled", True)] if args.gpu_hf else []
+    else:
+        hf_runs = [("hf-eager", False)] + ([] if args.no_hf_compiled else [("hf-static-compiled", True)])
     for label, compile_hf in hf_runs:
         result = hf_generate(args, device, prompts, n, compiled=compile_hf)
         rate = result["tokens_per_s"]
