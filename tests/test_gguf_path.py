@@ -184,7 +184,10 @@ def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
 
 @pytest.mark.parametrize("path", ["gguf", "gguf-q8"])
 def test_hf_baseline_gets_the_same_kernels(path):
-    """The benchmark's Hugging Face baseline runs on the same block kernels (a slow baseline is no win)."""
+    """The benchmark's Hugging Face baseline runs on the same block kernels (a slow baseline is no win). Its
+    attention is Hugging Face's, over a float32 cache; gguf-q8's keeps keys and values in halves (within 2^-12
+    of themselves), which moves some activations across an 8-bit rounding edge: the same greedy choices, logits
+    at a cosine ≥ 0.999 (0.9995 and above measured)."""
     from specdec.engine.cpu.q8dot import Q8Kernel
     from specdec.engine.models import load_hf_model
     from specdec.tools.bench.baseline import swap_linears
@@ -196,7 +199,10 @@ def test_hf_baseline_gets_the_same_kernels(path):
     with torch.inference_mode():
         theirs = hf(input_ids=torch.tensor([tokens])).logits[0]
     mine = ours.forward([Step(ours.new_cache(), tokens, logits=len(tokens))])[0]
-    torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)
+    if path == "gguf":
+        torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)
+    assert torch.nn.functional.cosine_similarity(theirs, mine, dim=-1).min() >= 0.999
+    assert torch.equal(theirs.argmax(-1), mine.argmax(-1))
 
 
 def test_without_a_compiler_the_kernel_is_refused_clearly(tmp_path, monkeypatch):

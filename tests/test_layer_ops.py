@@ -19,7 +19,7 @@ from specdec.engine.cpu.layer_ops import FusedLayers
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
-f32 = np.float32
+f32, f16 = np.float32, np.float16
 
 
 # -- the definition, transcribed ------------------------------------------------------------------------
@@ -64,12 +64,13 @@ def rotary_definition(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.nda
 
 
 def attention_definition(qkv, heads, kv_heads, dim, past_keys, past_values, cos, sin, scale, norms=None, eps=0.0):
-    """qkv [S, (H + 2·KV)·D] of positions [P, P + S) after past keys / values [KV, P, D] (already embedded)
-    → out [S, H·D], and the keys and values [KV, P + S, D] after them."""
+    """qkv [S, (H + 2·KV)·D] of positions [P, P + S) after past keys / values [KV, P, D] (already embedded,
+    float16) → out [S, H·D], and the keys and values [KV, P + S, D] after them (float16: numpy rounds to the
+    nearest half, ties to even, as the cache's definition does)."""
     S, P, G = qkv.shape[0], past_keys.shape[1], heads // kv_heads
     norm = (lambda v, w: rms_norm_definition(v[None], w, eps)[0]) if norms else (lambda v, w: v)
-    keys, values = np.concatenate([past_keys, np.zeros((kv_heads, S, dim), f32)], 1), np.concatenate(
-        [past_values, np.zeros((kv_heads, S, dim), f32)], 1)
+    keys, values = np.concatenate([past_keys, np.zeros((kv_heads, S, dim), f16)], 1), np.concatenate(
+        [past_values, np.zeros((kv_heads, S, dim), f16)], 1)
     for s in range(S):
         for kv in range(kv_heads):
             k = qkv[s, (heads + kv) * dim:(heads + kv + 1) * dim]
@@ -80,11 +81,11 @@ def attention_definition(qkv, heads, kv_heads, dim, past_keys, past_values, cos,
         for head in range(heads):
             q = rotary_definition(norm(qkv[s, head * dim:(head + 1) * dim], norms and norms[0]), cos[s], sin[s])
             n, kv = P + s + 1, head // G
-            scores = np.array([lane_sum(q * keys[kv, j]) * f32(scale) for j in range(n)], f32)
+            scores = np.array([lane_sum(q * keys[kv, j].astype(f32)) * f32(scale) for j in range(n)], f32)
             e = exp_definition(scores - scores.max())
             acc = np.zeros(dim, f32)
             for j in range(n):
-                acc = acc + e[j] * values[kv, j]
+                acc = acc + e[j] * values[kv, j].astype(f32)
             out[s, head * dim:(head + 1) * dim] = acc / lane_sum(e)
     return out, keys, values
 
@@ -107,11 +108,12 @@ def silu_mul(lib, gate_up: torch.Tensor) -> torch.Tensor:
 
 
 class Attention:
-    """One layer's cache [KV, capacity, D] and the library's attention over it."""
+    """One layer's cache [KV, capacity, D] (float16) and the library's attention over it."""
 
     def __init__(self, lib, heads, kv_heads, dim, capacity=96, norms=None, eps=1e-6, threads=2):
         self.lib, self.heads, self.kv_heads, self.dim, self.norms, self.eps = lib, heads, kv_heads, dim, norms, eps
-        self.keys, self.values = torch.zeros(kv_heads, capacity, dim), torch.zeros(kv_heads, capacity, dim)
+        self.keys = torch.zeros(kv_heads, capacity, dim, dtype=torch.float16)
+        self.values = torch.zeros(kv_heads, capacity, dim, dtype=torch.float16)
         self.length, self.threads = 0, threads
 
     def __call__(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, scale: float) -> torch.Tensor:
@@ -177,7 +179,7 @@ def test_attention_computes_its_definition_bit_for_bit(variant, heads, kv_heads,
     gen = torch.Generator().manual_seed(dim)
     norms = (torch.rand(dim, generator=gen) + 0.5, torch.rand(dim, generator=gen) + 0.5) if head_norms else None
     attention = Attention(lib, heads, kv_heads, dim, norms=norms)
-    keys, values = np.zeros((kv_heads, 0, dim), f32), np.zeros((kv_heads, 0, dim), f32)
+    keys, values = np.zeros((kv_heads, 0, dim), f16), np.zeros((kv_heads, 0, dim), f16)
     for seed, (begin, end) in enumerate(spans):
         qkv = attention_inputs(end - begin, heads, kv_heads, dim, seed)
         cos, sin = rotary_tables(range(begin, end), dim)
@@ -188,6 +190,36 @@ def test_attention_computes_its_definition_bit_for_bit(variant, heads, kv_heads,
         assert torch.equal(got, torch.from_numpy(want))
         assert torch.equal(attention.keys[:, :end], torch.from_numpy(keys))
         assert torch.equal(attention.values[:, :end], torch.from_numpy(values))
+
+
+# Halves around each rounding edge: the largest, ties past it and to inf, subnormals and the ties between
+# them, the last value below the smallest normal, ties at 1, a signed zero, a float32 subnormal.
+FINITE_EDGES = [65504.0, 65519.99, -65504.0, 1e-8, 2**-25, 1.5 * 2**-25, 3 * 2**-25, 2**-14 * (1 - 2**-12),
+                1 + 2**-11, 1 + 3 * 2**-11, -0.0, 1e-40, 0.1, -2.5, 7e-6, 3.0]
+EDGES = FINITE_EDGES[:12] + [65520.0, -7e4, float("inf"), float("nan")]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_cache_holds_halves_rounded_as_ieee_rounds_and_reads_them_back_exactly(variant):
+    """Values written into the cache are the nearest halves (ties to even, past 65504 infinite, NaN a NaN),
+    bit for bit what torch's own conversion gives, on every build; and attention over a cache of such
+    halves (subnormals, the largest, a signed zero) computes its definition on every build."""
+    lib = q8dot.library(variant)
+    cos, sin = rotary_tables(range(2), 16)
+    attention = Attention(lib, 1, 1, 16, threads=1)
+    qkv = torch.zeros(1, 3 * 16)
+    qkv[0, 32:] = torch.tensor(EDGES)
+    attention(qkv, cos[:1], sin[:1], 0.25)
+    assert torch.equal(attention.values[0, 0].view(torch.int16), torch.tensor(EDGES).half().view(torch.int16))
+
+    attention = Attention(lib, 2, 1, 16, threads=1)
+    qkv = attention_inputs(2, 2, 1, 16)
+    qkv[:, 32:48] = torch.tensor(FINITE_EDGES)  # both tokens' keys (before the rotary embedding)
+    qkv[:, 48:] = torch.tensor(FINITE_EDGES[::-1])  # and values
+    got = attention(qkv, cos, sin, 0.25)
+    want, _, _ = attention_definition(qkv.numpy(), 2, 1, 16, np.zeros((1, 0, 16), f16), np.zeros((1, 0, 16), f16),
+                                      cos.numpy(), sin.numpy(), 0.25)
+    assert torch.equal(got, torch.from_numpy(want))
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -216,7 +248,7 @@ def test_each_query_is_the_same_whatever_it_is_computed_with(threads):
 def test_attention_refuses_shapes_it_does_not_take(heads, kv_heads, dim, start):
     """A head size off the 16-lane grid, query heads not a multiple of KV heads, a cache too short."""
     qkv, (cos, sin) = attention_inputs(2, heads, kv_heads, dim), rotary_tables(range(2), dim)
-    cache, out = torch.zeros(kv_heads, 96, dim), torch.empty(2, heads * dim)
+    cache, out = torch.zeros(kv_heads, 96, dim, dtype=torch.float16), torch.empty(2, heads * dim)
     status = q8dot.library().lo_attention(ptr(qkv), 2, heads, kv_heads, dim, None, None, 0.0, ptr(cos), ptr(sin),
                                           ptr(cache), ptr(cache), 96, start, 1.0, ptr(out), 1)
     assert status == -1
@@ -225,7 +257,9 @@ def test_attention_refuses_shapes_it_does_not_take(heads, kv_heads, dim, start):
 # -- the model on them ----------------------------------------------------------------------------------
 def test_the_integer_path_runs_its_layers_on_the_c_steps_and_they_track_torch_ops():
     """The tiny GGUF model on gguf-q8 uses the C steps; on the exact kernels, the C steps and the torch
-    ops give nearly the same logits (they round differently), and greedy choices agree."""
+    ops give nearly the same logits (they round differently, and the C steps keep the cache in halves: keys
+    and values within 2^-12 of themselves, logits within about 0.01 of a spread of 3), and greedy choices
+    agree."""
     q8 = load_model(GGUF_TARGET, "cpu")
     assert q8.runner.fused is not None
     exact = load_model(GGUF_TARGET, "cpu", dtype="gguf").runner
@@ -237,7 +271,8 @@ def test_the_integer_path_runs_its_layers_on_the_c_steps_and_they_track_torch_op
     cache = exact.new_cache()
     on_c = torch.cat([exact.forward([Step(cache, tokens[:8], logits=8)])[0],
                       exact.forward([Step(cache, tokens[8:], logits=4)])[0]])
-    torch.testing.assert_close(on_c, on_torch, rtol=1e-4, atol=1e-4)
+    assert cache.keys.dtype == torch.float16
+    torch.testing.assert_close(on_c, on_torch, rtol=0, atol=0.03)
     assert torch.equal(on_c.argmax(-1), on_torch.argmax(-1))
 
 

@@ -29,7 +29,7 @@ from torch import nn
 
 from specdec.engine.attention import BLOCK, attend, visibility
 from specdec.engine.cpu.blockquant import BlockEmbedding
-from specdec.engine.cpu.layer_ops import FusedLayers, unsupported_reason
+from specdec.engine.cpu.layer_ops import CACHE_DTYPE, FusedLayers, unsupported_reason
 from specdec.engine.cpu.q8dot import PACKED_PATHS, block_kernel
 from specdec.engine.cpu.q8dot import library as q8_library
 from specdec.engine.kernels import Kernel, make_kernel
@@ -182,8 +182,9 @@ class ModelRunner:
 
     # -- caches --------------------------------------------------------------------------
     def new_cache(self) -> KVCache:
-        return KVCache(len(self.layers), self.kv_heads, self.head_dim, self.act_dtype, self.device,
-                       self.max_context)
+        """An empty cache: in the activations' dtype, or the C attention's (`CACHE_DTYPE`) on its layers."""
+        dtype = CACHE_DTYPE if self.fused is not None else self.act_dtype
+        return KVCache(len(self.layers), self.kv_heads, self.head_dim, dtype, self.device, self.max_context)
 
     def copy_prefix(self, source: KVCache, target: KVCache, length: int) -> None:
         """Give `target` (empty) the first `length` positions of `source`'s cache."""

@@ -35,7 +35,7 @@ class _Layer(ctypes.Structure):
 
 
 class _Step(ctypes.Structure):
-    _fields_ = [("tokens", c_int64), ("start", c_int64), ("capacity", c_int64), ("layer_floats", c_int64),
+    _fields_ = [("tokens", c_int64), ("start", c_int64), ("capacity", c_int64), ("layer_stride", c_int64),
                 ("keys", c_void_p), ("values", c_void_p)]
 
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from specdec.engine.kernels import Kernel
     from specdec.engine.runner import ModelRunner, Step
 
+# The C attention's KV cache: IEEE half precision, as llama.cpp's default F16 cache (the definition in
+# csrc/layer_ops.c): half the bytes a decode step reads at depth, and half a session's memory.
+CACHE_DTYPE = torch.float16
 RMS_NORMS = {"LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm"}  # w · x / rms(x), nothing else
 SILU = {"SiLU", "SiLUActivation"}
 
@@ -124,9 +127,9 @@ class FusedLayers:
 
     def attention(self, index: int, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                   steps: list[Step]) -> torch.Tensor:
-        """Each step's attention in layer `index` over its cache, which gains the step's keys and values.
-        qkv [T, (H + 2·KV)·D]; cos, sin [T, D]. Returns [T, H·D], in this thread's scratch: valid until the
-        next call."""
+        """Each step's attention in layer `index` over its cache (`CACHE_DTYPE`), which gains the step's keys
+        and values. qkv [T, (H + 2·KV)·D]; cos, sin [T, D]. Returns [T, H·D], in this thread's scratch: valid
+        until the next call."""
         r = self.runner
         H, KV, D = r.heads, r.kv_heads, r.head_dim
         out = self.scratch.get("attended", qkv.shape[0], H * D)
@@ -134,7 +137,7 @@ class FusedLayers:
         threads, begin = torch.get_num_threads(), 0
         for step in steps:
             cache, n = step.cache, len(step.tokens)
-            layer_bytes = 4 * index * cache.keys.stride(0)
+            layer_bytes = cache.keys.element_size() * index * cache.keys.stride(0)
             status = self.lib.lo_attention(
                 qkv.data_ptr() + 4 * begin * qkv.shape[1], n, H, KV, D,
                 head_norms.q_ptr, head_norms.k_ptr, head_norms.eps,

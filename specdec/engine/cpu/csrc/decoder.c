@@ -25,8 +25,8 @@ typedef struct {
 } dec_layer;
 
 typedef struct { /* one session's tokens in the pass, in row order */
-    int64_t tokens, start, capacity, layer_floats; /* layer_floats: the cache's stride between layers */
-    float *keys, *values;                          /* layer 0's [KV, capacity, D] */
+    int64_t tokens, start, capacity, layer_stride; /* layer_stride: the cache's halves between layers */
+    uint16_t *keys, *values;                       /* layer 0's [KV, capacity, D], halves */
 } dec_step;
 
 typedef struct { /* [rows, width] each: hidden, (H + 2·KV)·D, H·D, hidden, 2·I, I; act: rows' activation blocks */
@@ -69,8 +69,8 @@ int dec_layers(const dec_layer *layers, int64_t count, float *h, int64_t rows, i
         for (int64_t i = 0, begin = 0; i < nsteps; begin += steps[i].tokens, i++) {
             const dec_step *s = steps + i;
             status = lo_attention(b->qkv + begin * width, s->tokens, H, KV, D, L->q_norm, L->k_norm, L->head_eps,
-                                  cos + begin * D, sin + begin * D, s->keys + index * s->layer_floats,
-                                  s->values + index * s->layer_floats, s->capacity, s->start, scale,
+                                  cos + begin * D, sin + begin * D, s->keys + index * s->layer_stride,
+                                  s->values + index * s->layer_stride, s->capacity, s->start, scale,
                                   b->attended + begin * H * D, threads);
             if (status) return status;
         }

@@ -14,7 +14,7 @@ int q8_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const act_unit *
 void lo_rms_norm(const float *x, int64_t S, int64_t K, const float *w, float eps, float *out);
 void lo_silu_mul(const float *gate_up, int64_t S, int64_t I, float *out);
 int lo_attention(const float *qkv, int64_t S, int64_t H, int64_t KV, int64_t D, const float *q_norm,
-                 const float *k_norm, float eps, const float *cos, const float *sin, float *keys, float *values,
+                 const float *k_norm, float eps, const float *cos, const float *sin, uint16_t *keys, uint16_t *values,
                  int64_t capacity, int64_t start, float scale, float *out, int threads);
 
 #endif

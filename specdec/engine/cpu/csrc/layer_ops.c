@@ -15,6 +15,8 @@
  *   16-lane sums over the head's dimensions), e_j = exp(s_j − max s), o = (Σ_j e_j·v_j, in key order) /
  *   Σ e_j (a 16-lane sum over j). Queries and keys get the rotary embedding as Hugging Face writes it:
  *   x·cos + rotate_half(x)·sin, after an optional per-head RMS norm (Qwen3's q_norm / k_norm).
+ * - The KV cache holds keys (embedded) and values in IEEE half precision, as llama.cpp's default F16 cache
+ *   does: each rounded to nearest even when written (overflow to ±inf), read back exactly.
  */
 #include <math.h>
 #include <stdint.h>
@@ -24,6 +26,9 @@
 #include "kernels.h"
 #include "vectors.h"
 #include "workers.h"
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 static inline vf load(const float *p) {
     vf v;
@@ -38,6 +43,58 @@ static inline vf load_part(const float *p, int64_t n) {
     vf v = {0};
     for (int64_t i = 0; i < n; i++) v[i] = p[i];
     return v;
+}
+
+/* ---- the cache's half precision ---- */
+
+/* f rounded to the nearest half (ties to even; ±inf past 65504 and a half; NaN stays NaN, quiet): IEEE's
+ * conversion, in integers, so every build gives the bits F16C's vcvtps2ph gives. */
+static inline uint16_t half_of(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000, a = x & 0x7fffffff;
+    if (a > 0x7f800000) return (uint16_t)(sign | 0x7e00 | ((a >> 13) & 0x3ff)); /* NaN, quieted */
+    if (a >= 0x477ff000) return (uint16_t)(sign | 0x7c00); /* rounds past 65504: inf */
+    uint32_t q, rest, halfway;
+    if (a >= 0x38800000) { /* a normal half: rebias the exponent, keep 10 of the 23 fraction bits */
+        q = (a - 0x38000000) >> 13, rest = a & 0x1fff, halfway = 0x1000;
+    } else if (a > 0x33000000) { /* a subnormal half: units of 2^-24 (a fraction carried into 1024 is 2^-14) */
+        const uint32_t shift = 126 - (a >> 23), m = (a & 0x7fffff) | 0x800000;
+        q = m >> shift, rest = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    } else { /* at most 2^-25, half the smallest subnormal: ties to 0 */
+        return (uint16_t)sign;
+    }
+    q += rest > halfway || (rest == halfway && (q & 1));
+    return (uint16_t)(sign | q);
+}
+
+/* A piece of halves at p as floats, exactly: F16C's vcvtph2ps, or below it the half's bits in a float's place
+ * times 2^112 (exact, subnormal halves included), inf and NaN (quieted) kept. */
+static inline vpiece piece_kv(const uint16_t *p) {
+    vpiece v;
+#if defined(__F16C__) && PIECE_BYTES == 64
+    const __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    memcpy(&v, &f, sizeof v);
+#elif defined(__F16C__) && PIECE_BYTES == 32
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&v, &f, sizeof v);
+#else
+    vpiece_i h;
+    for (int l = 0; l < PIECE_LANES; l++) h[l] = p[l];
+    const vpiece_i magnitude = (h & 0x7fff) << 13; /* a float 2^-112 times the half (a subnormal one included) */
+    const vpiece_i special = 0x7f800000 | magnitude | ((magnitude > 0x0f800000) & 0x400000); /* inf, NaN quieted */
+    v = piece_pick(magnitude >= 0x0f800000, (vpiece)special, (vpiece)magnitude * piece_splat(0x1p112f));
+    v = (vpiece)((vpiece_i)v | ((h & 0x8000) << 16));
+#endif
+    return v;
+}
+
+/* n halves at p (n a multiple of 16) as floats, into out. */
+static inline void floats_of_halves(const uint16_t *p, int64_t n, float *out) {
+    for (int64_t i = 0; i < n; i += PIECE_LANES) {
+        const vpiece v = piece_kv(p + i);
+        memcpy(out + i, &v, sizeof v);
+    }
 }
 
 /* exp lane by lane, on the CPU's own vectors (a 16-lane vf is split through memory below AVX-512: SiLU took
@@ -129,7 +186,7 @@ static void embed_position(const float *x, int64_t D, const float *norm, float e
 
 typedef struct {
     const float *qkv, *q_norm, *cos, *sin;
-    const float *keys, *values; /* the layer's [KV, capacity, D] */
+    const uint16_t *keys, *values; /* the layer's [KV, capacity, D], halves */
     float *out;
     int64_t S, H, KV, D, capacity, start;
     float eps, scale;
@@ -176,16 +233,17 @@ static inline vf lanes_sums(const vf a[16]) {
 #endif
 
 enum { KEY_BLOCK = 16 }; /* keys scored at once: one lanes_sums */
+enum { PREFETCH_KEYS = 64 }; /* the cache's keys and values are prefetched this many keys ahead */
 
 #if PIECE_BYTES == 64
 /* scores[h·stride + j] = (q[h]·block[j]) · scale for HEADS heads (1 or 2) and the block's 16 keys: 16 / HEADS
  * keys at a time against every head (each key chunk loaded once for all of them), the 16 accumulators summed
  * by one lanes_sums. */
-static inline __attribute__((always_inline)) void score_block(const float *q, const int heads, const float *block,
+static inline __attribute__((always_inline)) void score_block(const float *q, const int heads, const uint16_t *block,
                                                               int64_t D, float scale, float *scores, int64_t stride) {
     const int per = KEY_BLOCK / heads; /* keys a pass */
     for (int part = 0; part < heads; part++) {
-        const float *keys = block + part * per * D;
+        const uint16_t *keys = block + part * per * D;
         vacc acc[KEY_BLOCK];
         for (int j = 0; j < KEY_BLOCK; j++) acc[j] = acc_of(splat(0.0f));
         for (int64_t c = 0; c < D; c += LANES) {
@@ -193,7 +251,7 @@ static inline __attribute__((always_inline)) void score_block(const float *q, co
             for (int h = 0; h < heads; h++) qc[h] = load(q + h * D + c);
 #pragma GCC unroll 16
             for (int j = 0; j < per; j++) {
-                const vf kc = load(keys + j * D + c);
+                const vf kc = piece_kv(keys + j * D + c); /* a piece is 16 lanes here */
                 for (int h = 0; h < heads; h++) acc[h * per + j] = acc_add(acc[h * per + j], qc[h] * kc);
             }
         }
@@ -205,21 +263,27 @@ static inline __attribute__((always_inline)) void score_block(const float *q, co
 }
 #endif
 
-/* scores[g·stride + k] = (q[g]·keys[k]) · scale for k < n, each dot product a 16-lane sum over D (`dot`).
- * With 512-bit vectors, keys in blocks of 16 (`score_block`), heads in pairs and an odd one alone; the keys past
- * the last block one at a time. */
-static void score_keys(const float *q, int64_t G, const float *keys, int64_t n, int64_t D, float scale,
+/* scores[g·stride + k] = (q[g]·keys[k]) · scale for k < n, each dot product a 16-lane sum over D (`dot`), the
+ * keys read PREFETCH_KEYS ahead. With 512-bit vectors, keys in blocks of 16 (`score_block`, each half made a float
+ * as it is loaded), heads in pairs and an odd one alone; the keys past the last block one at a time, each made
+ * floats once for every head (converting it for each head cost AVX2 10% more time at 5 queries). */
+static void score_keys(const float *q, int64_t G, const uint16_t *keys, int64_t n, int64_t D, float scale,
                        float *scores, int64_t stride) {
+    float key[D];
     int64_t k = 0;
 #if PIECE_BYTES == 64 /* narrower builds spill a block's accumulators: one key at a time there */
     for (; k + KEY_BLOCK <= n; k += KEY_BLOCK) {
+        prefetch_bytes(keys + (k + PREFETCH_KEYS) * D, KEY_BLOCK * D * sizeof *keys);
         int64_t g = 0;
         for (; g + 2 <= G; g += 2) score_block(q + g * D, 2, keys + k * D, D, scale, scores + g * stride + k, stride);
         if (g < G) score_block(q + g * D, 1, keys + k * D, D, scale, scores + g * stride + k, stride);
     }
 #endif
-    for (; k < n; k++)
-        for (int64_t g = 0; g < G; g++) scores[g * stride + k] = dot(q + g * D, keys + k * D, D) * scale;
+    for (; k < n; k++) {
+        prefetch_bytes(keys + (k + PREFETCH_KEYS) * D, D * sizeof *keys);
+        floats_of_halves(keys + k * D, D, key);
+        for (int64_t g = 0; g < G; g++) scores[g * stride + k] = dot(q + g * D, key, D) * scale;
+    }
 }
 
 /* Chunks at once: with 512-bit vectors 6 rows × 4 chunks fill 24 of the 32 registers; with narrower ones a
@@ -235,23 +299,29 @@ static void score_keys(const float *q, int64_t G, const float *keys, int64_t n, 
 
 /* out[r] = Σ_k e[r·stride + k] · values[k] over k < n, in key order, for ROWS rows (heads) and CHUNKS 16-lane
  * chunks of the head's dimensions from d on; then each divided by sum[r]. The row and chunk counts are
- * constants, so the ROWS × CHUNKS accumulators stay in registers. */
+ * constants, and the accumulators are the CPU's own vectors, so they stay in registers (11 of AVX2's 12; as
+ * 16-lane `vacc`s GCC kept them in memory, a load and a store each at every key). */
 #define WEIGH_VALUES(ROWS, CHUNKS)                                                                                \
-    static void WEIGH_NAME(ROWS, CHUNKS)(const float *e, int64_t stride, const float *values, int64_t n, int64_t D, \
+    static void WEIGH_NAME(ROWS, CHUNKS)(const float *e, int64_t stride, const uint16_t *values, int64_t n, int64_t D, \
                                         int64_t d, const float *sum, float *out) {                              \
-        vacc acc[ROWS][CHUNKS];                                                                                   \
+        enum { P = CHUNKS * PIECES }; /* the CPU's own vectors a row */                                           \
+        vpiece acc[ROWS][P];                                                                                      \
         for (int r = 0; r < ROWS; r++)                                                                            \
-            for (int i = 0; i < CHUNKS; i++) acc[r][i] = acc_of(splat(0.0f));                                    \
+            for (int i = 0; i < P; i++) acc[r][i] = piece_splat(0.0f);                                            \
         for (int64_t k = 0; k < n; k++) {                                                                         \
-            vf v[CHUNKS];                                                                                         \
-            for (int i = 0; i < CHUNKS; i++) v[i] = load(values + k * D + d + i * LANES);                         \
+            prefetch_bytes(values + (k + PREFETCH_KEYS) * D + d, CHUNKS * LANES * sizeof *values);               \
+            vpiece v[P];                                                                                          \
+            for (int i = 0; i < P; i++) v[i] = piece_kv(values + k * D + d + i * PIECE_LANES);                    \
             for (int r = 0; r < ROWS; r++) {                                                                      \
-                const vf p = splat(e[r * stride + k]);                                                            \
-                for (int i = 0; i < CHUNKS; i++) acc[r][i] = acc_add(acc[r][i], p * v[i]);                       \
+                const vpiece p = piece_splat(e[r * stride + k]);                                                  \
+                for (int i = 0; i < P; i++) acc[r][i] += p * v[i];                                                \
             }                                                                                                     \
         }                                                                                                         \
         for (int r = 0; r < ROWS; r++)                                                                            \
-            for (int i = 0; i < CHUNKS; i++) store(out + r * D + d + i * LANES, acc_value(acc[r][i]) / splat(sum[r])); \
+            for (int i = 0; i < P; i++) {                                                                         \
+                const vpiece o = acc[r][i] / piece_splat(sum[r]);                                                 \
+                memcpy(out + r * D + d + i * PIECE_LANES, &o, sizeof o);                                          \
+            }                                                                                                     \
     }
 WEIGH_VALUES(1, 1)
 #if CHUNKS_AT_ONCE > 1
@@ -263,13 +333,13 @@ WEIGH_VALUES(4, CHUNKS_AT_ONCE)
 WEIGH_VALUES(5, CHUNKS_AT_ONCE)
 WEIGH_VALUES(6, CHUNKS_AT_ONCE)
 
-typedef void (*weigh_fn)(const float *, int64_t, const float *, int64_t, int64_t, int64_t, const float *, float *);
+typedef void (*weigh_fn)(const float *, int64_t, const uint16_t *, int64_t, int64_t, int64_t, const float *, float *);
 static const weigh_fn weigh_rows[WEIGH_ROWS + 1] = {
     0, WEIGH_FOR(1, CHUNKS_AT_ONCE), WEIGH_FOR(2, CHUNKS_AT_ONCE), WEIGH_FOR(3, CHUNKS_AT_ONCE),
     WEIGH_FOR(4, CHUNKS_AT_ONCE), WEIGH_FOR(5, CHUNKS_AT_ONCE), WEIGH_FOR(6, CHUNKS_AT_ONCE)};
 
 /* out[g] = Σ_k e[g·stride + k] · values[k] / sum[g] for g < G, the heads in groups of at most WEIGH_ROWS. */
-static void weigh_values(const float *e, int64_t G, int64_t stride, const float *values, int64_t n, int64_t D,
+static void weigh_values(const float *e, int64_t G, int64_t stride, const uint16_t *values, int64_t n, int64_t D,
                          const float *sum, float *out) {
     const int64_t groups = (G + WEIGH_ROWS - 1) / WEIGH_ROWS, size = (G + groups - 1) / groups;
     for (int64_t g = 0; g < G; g += size) {
@@ -291,7 +361,7 @@ static void attend_units(void *ctx, int64_t begin, int64_t end) {
     for (int64_t unit = begin; unit < end; unit++) {
         const int64_t kv = unit / j->S, s = unit % j->S, n = j->start + s + 1; /* keys it sees */
         const int64_t stride = n + LANES;                                        /* a head's row of scores */
-        const float *keys = j->keys + kv * j->capacity * D, *values = j->values + kv * j->capacity * D;
+        const uint16_t *keys = j->keys + kv * j->capacity * D, *values = j->values + kv * j->capacity * D;
         float *scores = scratch(G * stride), q[G * D], sum[G];
         if (!scores) {
             __atomic_store_n(&j->out_of_memory, 1, __ATOMIC_RELAXED);
@@ -325,13 +395,13 @@ static void attend_units(void *ctx, int64_t begin, int64_t end) {
 
 /* Attention of one session's S new tokens at positions [start, start + S), in one layer.
  * qkv [S, (H + 2·KV)·D]: the tokens' queries, keys and values side by side (heads in order);
- * keys, values: the layer's cache [KV, capacity, D], whose positions [0, start) hold the past; the new
- * keys (normed, rotated) and values are written at [start, start + S). cos, sin [S, D] at the tokens'
+ * keys, values: the layer's cache [KV, capacity, D] in halves, whose positions [0, start) hold the past; the new
+ * keys (normed, rotated) and values are written at [start, start + S), rounded to halves. cos, sin [S, D] at the tokens'
  * positions; q_norm, k_norm [D] or NULL. out [S, H·D]. D a multiple of 16 and at most 512, at most 32
  * query heads per KV head, start + S ≤ capacity. Returns 0, -1 if the shapes are not these, or -2 if a
  * thread found no memory for its scores (out is then incomplete). */
 int lo_attention(const float *qkv, int64_t S, int64_t H, int64_t KV, int64_t D, const float *q_norm,
-                 const float *k_norm, float eps, const float *cos, const float *sin, float *keys, float *values,
+                 const float *k_norm, float eps, const float *cos, const float *sin, uint16_t *keys, uint16_t *values,
                  int64_t capacity, int64_t start, float scale, float *out, int threads) {
     if (D % LANES || D > 512 || KV < 1 || H % KV || H / KV > 32 || start + S > capacity) return -1;
     const int64_t width = (H + 2 * KV) * D;
@@ -339,8 +409,9 @@ int lo_attention(const float *qkv, int64_t S, int64_t H, int64_t KV, int64_t D, 
         for (int64_t kv = 0; kv < KV; kv++) {
             const float *k = qkv + s * width + (H + kv) * D, *v = k + KV * D;
             const int64_t at = (kv * capacity + start + s) * D;
-            embed_position(k, D, k_norm, eps, cos + s * D, sin + s * D, keys + at);
-            memcpy(values + at, v, D * sizeof(float));
+            float embedded[D];
+            embed_position(k, D, k_norm, eps, cos + s * D, sin + s * D, embedded);
+            for (int64_t i = 0; i < D; i++) keys[at + i] = half_of(embedded[i]), values[at + i] = half_of(v[i]);
         }
     attention_job j = {qkv, q_norm, cos, sin, keys, values, out, S, H, KV, D, capacity, start, eps, scale, 0};
     parallel_for(threads, KV * S, attend_units, &j);

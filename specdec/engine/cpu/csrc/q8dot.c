@@ -599,11 +599,6 @@ enum { L1_BYTES = 65536, CHUNK_BYTES = 24576 };
  * included. */
 enum { PREFETCH_SUPERBLOCKS = 16 };
 
-/* The n bytes at p (each 64-byte line) prefetched into every cache level: every weight prefetch of the kernel. */
-static inline __attribute__((always_inline)) void prefetch_bytes(const uint8_t *p, int64_t n) {
-    for (int64_t b = 0; b < n; b += 64) __builtin_prefetch(p + b, 0, 3);
-}
-
 /* Accumulators between chunks: this thread's buffer, grown when needed and kept (no allocation a call). */
 static vacc *keep_buffer(int64_t count) {
     static __thread vacc *buffer;
