@@ -47,25 +47,13 @@ static inline vf load_part(const float *p, int64_t n) {
 
 /* ---- the cache's half precision ---- */
 
-/* f rounded to the nearest half (ties to even; ±inf past 65504 and a half; NaN stays NaN, quiet): IEEE's
- * conversion, in integers, so every build gives the bits F16C's vcvtps2ph gives. */
+/* f rounded to the nearest half (ties to even; ±inf past 65504 and a half; NaN stays NaN, quiet): the compiler's
+ * IEEE conversion (F16C's vcvtps2ph, or libgcc's below it), under the default rounding mode as every step here. */
 static inline uint16_t half_of(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    const uint32_t sign = (x >> 16) & 0x8000, a = x & 0x7fffffff;
-    if (a > 0x7f800000) return (uint16_t)(sign | 0x7e00 | ((a >> 13) & 0x3ff)); /* NaN, quieted */
-    if (a >= 0x477ff000) return (uint16_t)(sign | 0x7c00); /* rounds past 65504: inf */
-    uint32_t q, rest, halfway;
-    if (a >= 0x38800000) { /* a normal half: rebias the exponent, keep 10 of the 23 fraction bits */
-        q = (a - 0x38000000) >> 13, rest = a & 0x1fff, halfway = 0x1000;
-    } else if (a > 0x33000000) { /* a subnormal half: units of 2^-24 (a fraction carried into 1024 is 2^-14) */
-        const uint32_t shift = 126 - (a >> 23), m = (a & 0x7fffff) | 0x800000;
-        q = m >> shift, rest = m & ((1u << shift) - 1), halfway = 1u << (shift - 1);
-    } else { /* at most 2^-25, half the smallest subnormal: ties to 0 */
-        return (uint16_t)sign;
-    }
-    q += rest > halfway || (rest == halfway && (q & 1));
-    return (uint16_t)(sign | q);
+    const _Float16 h = (_Float16)f;
+    uint16_t bits;
+    memcpy(&bits, &h, sizeof bits);
+    return bits;
 }
 
 /* A piece of halves at p as floats, exactly: F16C's vcvtph2ps, or below it the half's bits in a float's place
