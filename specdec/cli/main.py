@@ -206,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "baseline)")
     bench.add_argument("--kernel-ab-repeats", type=int, default=20, help="with --kernel-ab: measurements per build")
     bench.add_argument("--kernel-ab-sizes", default="1,2,3,5", help="with --kernel-ab: the rows a pass (tokens)")
+    bench.add_argument("--kernel-ab-depths", default="", help="with --kernel-ab: e.g. 2048,6144: whole passes after "
+                       "that many tokens of context as well (attention at depth)")
     bench.add_argument("--turns", type=int, default=0, help="a chat of N turns, each resending the conversation, "
                        "with ended sessions' caches kept (--prefix-cache-mb, else the services' default) and without: "
                        "time to first token per turn, and the replies compared")

@@ -36,14 +36,24 @@ def llama_at_depth(path: str) -> dict[int, dict[str, float]]:
     return rows
 
 
+def context_tokens(vocab: int, count: int) -> list[int]:
+    """`count` random token ids below `vocab`, the same every run: a context to fill caches with."""
+    return torch.randint(0, vocab, (count,), generator=torch.Generator().manual_seed(0)).tolist()
+
+
+def fill_to(runner, cache, tokens: list[int], depth: int) -> None:
+    """Feed `cache` tokens[cache.length:depth] in prompt chunks of CHUNK, as a long prompt goes in."""
+    while cache.length < depth:
+        n = min(CHUNK, depth - cache.length)
+        runner.forward([Step(cache, tokens[cache.length:cache.length + n], logits=1)])
+
+
 def measure_depths(runner, depths: list[int], vocab: int) -> list[dict]:
     """Per depth (ascending): the decode step's and the chunk's tokens/s, after that many random tokens."""
-    tokens = torch.randint(0, vocab, (max(depths) + CHUNK,), generator=torch.Generator().manual_seed(0)).tolist()
+    tokens = context_tokens(vocab, max(depths) + CHUNK)
     cache, rows = runner.new_cache(), []
     for depth in sorted(depths):
-        while cache.length < depth:
-            n = min(CHUNK, depth - cache.length)
-            runner.forward([Step(cache, tokens[cache.length:cache.length + n], logits=1)])
+        fill_to(runner, cache, tokens, depth)
         steps, chunks = [], []
         for size, times, count in ((1, steps, STEPS), (CHUNK, chunks, CHUNKS)):
             for _ in range(count):

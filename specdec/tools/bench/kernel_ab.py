@@ -10,9 +10,10 @@ from its checkout).
   in a pass and both builds time the same matrices (the layers' formats differ: Q4_K_M gives some down
   projections Q6_K); each build's median time a matrix and their ratio, B over A.
 - Whole passes of S tokens after a short prefix (`PassTimer`), both builds swapped into every kernel of the one
-  loaded model (its linears and its layers' one-call loop).
-The two must compute the same bits (one definition): every linear's output is compared, and a difference fails.
-It writes JSON.
+  loaded model (its linears and its layers' one-call loop, attention included); with `--kernel-ab-depths`, passes
+  after that many tokens of context too (an attention change shows there), the context fed once and kept.
+The two must compute the same bits (one definition): every linear's output and every pass's logits at depth are
+compared, and a difference fails. It writes JSON.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from specdec.engine.cpu import native
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
+from specdec.engine.runner import Step
+from specdec.planning.cost import PROFILE_CONTEXT
+from specdec.tools.bench.depth import context_tokens, fill_to
 
 LINEARS = ("qkv", "out", "gate_up", "down")
 
@@ -64,9 +68,11 @@ def _alternating(measure, builds: Builds, repeats: int) -> tuple[list[float], li
     return times
 
 
-def _row(name: str, size: int, times: tuple[list[float], list[float]]) -> dict:
+def _row(name: str, size: int, times: tuple[list[float], list[float]], context: int | None = None) -> dict:
     a, b = (statistics.median(t) * 1e3 for t in times)
-    return {"name": name, "rows": size, "a_ms": round(a, 4), "b_ms": round(b, 4), "b_over_a": round(b / a, 3)}
+    where = {} if context is None else {"context": context}
+    return {"name": name, "rows": size, **where, "a_ms": round(a, 4), "b_ms": round(b, 4),
+            "b_over_a": round(b / a, 3)}
 
 
 def linear_rows(runner, builds: Builds, sizes, repeats: int) -> list[dict]:
@@ -98,15 +104,47 @@ def linear_rows(runner, builds: Builds, sizes, repeats: int) -> list[dict]:
 
 def pass_rows(loaded, builds: Builds, sizes, repeats: int) -> list[dict]:
     timer = PassTimer(loaded.runner, max(sizes), max(sizes), loaded.vocab_size)
-    return [_row("pass", size, _alternating(lambda: timer.seconds(size), builds, repeats)) for size in sizes]
+    return [_row("pass", size, _alternating(lambda: timer.seconds(size), builds, repeats), PROFILE_CONTEXT)
+            for size in sizes]
 
 
-def _sizes(text: str) -> tuple[int, ...]:
+def depth_rows(loaded, builds: Builds, sizes, depths, repeats: int) -> list[dict]:
+    """Per depth (ascending) and size: one session's pass of that many tokens after that many of context, the
+    cache cropped back after each; the two builds' logits compared at every depth and size."""
+    runner, rows = loaded.runner, []
+    tokens = context_tokens(loaded.vocab_size, max(depths) + max(sizes))
+    cache = runner.new_cache()
+    for depth in sorted(depths):
+        fill_to(runner, cache, tokens, depth)
+        for size in sizes:
+            def forward() -> torch.Tensor:
+                logits = runner.forward([Step(cache, tokens[depth:depth + size], logits=size)])[0]
+                cache.crop(depth)
+                return logits
+
+            def measure() -> float:
+                began = time.perf_counter()
+                forward()
+                return time.perf_counter() - began
+
+            times = _alternating(measure, builds, repeats)
+            outputs = []
+            for which in (0, 1):
+                builds.use(which)
+                outputs.append(forward())
+            builds.use(0)
+            if not torch.equal(*outputs):
+                raise AssertionError(f"--kernel-ab: the two builds' logits differ at {size} rows after {depth}")
+            rows.append(_row("pass", size, times, depth))
+    return rows
+
+
+def _sizes(text: str, option: str = "--kernel-ab-sizes", what: str = "row counts") -> tuple[int, ...]:
     from specdec.cli.options import positive_ints
 
     sizes = positive_ints(text)
     if not sizes:
-        raise SystemExit(f"--kernel-ab-sizes: positive row counts, comma-separated (got {text!r})")
+        raise SystemExit(f"{option}: positive {what}, comma-separated (got {text!r})")
     return tuple(sizes)
 
 
@@ -115,16 +153,20 @@ def run_kernel_ab(args: argparse.Namespace) -> int:
     if len(paths) != 2:
         raise SystemExit("--kernel-ab takes two builds: A.so,B.so")
     repeats, sizes = args.kernel_ab_repeats, _sizes(args.kernel_ab_sizes)
+    depths = _sizes(args.kernel_ab_depths, "--kernel-ab-depths", "context lengths") if args.kernel_ab_depths else ()
     loaded = load_model(weights.resolve(args.target_model), "cpu", dtype="gguf-q8")
     builds = Builds(loaded.runner, paths)
     rows = linear_rows(loaded.runner, builds, sizes, repeats) + pass_rows(loaded, builds, sizes, repeats)
+    if depths:
+        rows += depth_rows(loaded, builds, sizes, depths, repeats)
     result = {"hardware": cpu_features().describe(), "threads": torch.get_num_threads(), "a": paths[0],
               "b": paths[1], "repeats": repeats, "rows": rows}
     print(f"machine: {result['hardware']}, {result['threads']} threads; A {paths[0]}, B {paths[1]}; "
           f"medians of {repeats}, alternating")
-    print(f"{'':8} {'S':>2} | {'A ms':>9} | {'B ms':>9} | B/A")
+    print(f"{'':8} {'S':>2} | {'context':>7} | {'A ms':>9} | {'B ms':>9} | B/A")
     for row in rows:
-        print(f"{row['name']:8} {row['rows']:2d} | {row['a_ms']:9.3f} | {row['b_ms']:9.3f} | {row['b_over_a']:.3f}")
+        print(f"{row['name']:8} {row['rows']:2d} | {row.get('context', ''):>7} | {row['a_ms']:9.3f} | "
+              f"{row['b_ms']:9.3f} | {row['b_over_a']:.3f}")
     Path(args.output).write_text(json.dumps(result, indent=2))
     print(f"wrote {args.output}")
     return 0
