@@ -16,7 +16,7 @@ from specdec.engine.batcher import StepBatcher
 from specdec.engine.model_engine import DraftEngine, TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
-from specdec.planning.cost import CostProfile, shared_prompt_chunk
+from specdec.planning.cost import PROFILE_CONTEXT, CostProfile, positions_past, shared_prompt_chunk
 
 
 @pytest.fixture
@@ -319,6 +319,43 @@ def test_a_prompt_chunk_is_the_most_that_keeps_the_others_within_the_slowdown():
     assert shared_prompt_chunk(LINEAR, 1, 12, 12.0) == 12
     assert shared_prompt_chunk(LINEAR, 1, 256, 1.0) == 1
     assert shared_prompt_chunk(CostProfile((0.003,) * 9), 4, 256, 3.0) == 256
+
+
+def test_at_depth_a_prompt_chunk_prices_the_attention_of_both():
+    """At 1 µs per token and position past PROFILE_CONTEXT (LINEAR otherwise): beside one session 2,000 positions
+    deep (23 + 2 ms alone, so 75 ms at 3×), a prompt from an empty cache takes 16 tokens (25 + 3 ms each), one
+    1,000 positions in 12 (4 ms each); without the depth term both are 15. No measured term: as before."""
+    deep = CostProfile(LINEAR.seconds, LINEAR.tokens, per_position_s=1e-6)
+    assert positions_past(5, 100) == 0 and positions_past(5, PROFILE_CONTEXT + 100) == 500
+    assert shared_prompt_chunk(deep, 1, 256, 3.0, others_past=2000) == 16
+    assert shared_prompt_chunk(deep, 1, 256, 3.0, others_past=2000, prompt_cached=PROFILE_CONTEXT + 1000) == 12
+    assert shared_prompt_chunk(deep, 1, 256, 3.0) == shared_prompt_chunk(LINEAR, 1, 256, 3.0) == 15
+    assert shared_prompt_chunk(LINEAR, 1, 256, 3.0, 2000, PROFILE_CONTEXT + 1000) == 15, "unmeasured: no term"
+
+
+def test_deeper_into_its_prompt_a_chunk_beside_a_session_grows_smaller(closing, monkeypatch):
+    """Through the engine: a 400-token prompt beside a neighbour 300 tokens deep, priced at 50 µs per token and
+    position, goes in chunks that shrink as its own cache passes PROFILE_CONTEXT, each the rule's for the caches
+    as they stand; the verdict is the prompt's alone."""
+    from specdec.engine.model_engine import SHARED_SLOWDOWN
+
+    target = closing(TargetEngine(load_model(TINY_TARGET, device="cpu"), prefix_cache_bytes=0))
+    prompt = [(7 * i) % 250 + 3 for i in range(400)]
+    target.open("alone", SamplingParams())
+    alone = target.verify("alone", 0, prompt, [5, 6], None).verdict.tokens
+    target.release("alone")
+    target.use_profile(CostProfile(LINEAR.seconds, LINEAR.tokens, per_position_s=5e-5))
+    target.open("neighbour", SamplingParams())
+    target.verify("neighbour", 0, [(11 * i + 5) % 250 + 3 for i in range(300)], [], None)  # no prefix to share
+    target.open("long", SamplingParams())
+    fed = _feeding(target, monkeypatch, lambda count: None)
+    assert target.verify("long", 0, prompt, [5, 6], None).verdict.tokens == alone
+    expected, cached, total, logits = [], 0, len(prompt) + 2, 3  # the last chunk holds the 3 positions scored
+    while cached < total:
+        chunk = shared_prompt_chunk(target.cost_profile, 1, 256, SHARED_SLOWDOWN, 300 - PROFILE_CONTEXT, cached)
+        expected.append(total - cached if total - cached <= chunk else min(chunk, total - cached - logits))
+        cached += expected[-1]
+    assert fed == expected and fed[0] > fed[-2], fed
 
 
 def test_a_long_prompt_beside_other_sessions_goes_in_small_chunks(closing):

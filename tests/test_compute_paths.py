@@ -19,7 +19,7 @@ from specdec.engine.kvcache import KVCache
 from specdec.engine.measure import measure
 from specdec.engine.models import build_tiny_model
 from specdec.engine.runner import ModelRunner, Step, UnsupportedModel
-from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
+from specdec.planning.cost import PROFILE_CONTEXT, CostProfile, positions_past
 
 TOKENS = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31, 77, 64, 2, 99]
 PATHS = [("fp32", "onednn"), ("bf16", "dense"), ("int8", "dense")]
@@ -229,6 +229,37 @@ def test_cost_profile_measures_every_size(monkeypatch):
     unpatched = measure(runner(), max_tokens=4, repeats=1)
     assert unpatched.tokens == (1, 2, 3, 4) and all(s > 0 for s in unpatched.seconds)
     assert CostProfile((1.0, 2.0)).forward_s(4) == 4.0, "past the measured sizes: linear extrapolation"
+
+
+def test_the_profile_prices_attention_at_depth_from_passes_past_the_prefix(monkeypatch):
+    """A clock whose passes cost 1 ms a token plus 20 ns per token and cached position past PROFILE_CONTEXT:
+    the profile's per_position_s is those 20 ns, timed on sizes 1 and max_tokens at DEPTH_PROBE positions
+    deeper, after which the caches are back at the prefix. A context too short to probe prices nothing."""
+    real = runner(spec="tiny:seed=0,ctx=4096")
+    real_forward, clock, depths = real.forward, [0.0], set()
+
+    def forward(steps):
+        before = steps[0].cache.length
+        out = real_forward(steps)
+        if before:  # a timed pass (the prefix is fed from an empty cache, uncounted)
+            depths.add((sum(len(s.tokens) for s in steps), before))
+            clock[0] += sum(len(s.tokens) * (1e-3 + 2e-8 * (before - PROFILE_CONTEXT)) for s in steps)
+        return out
+
+    monkeypatch.setattr(real, "forward", forward)
+    monkeypatch.setattr(measure_module, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    profile = measure(real, max_tokens=4, batch_tokens=8, repeats=1)
+    deep = PROFILE_CONTEXT + measure_module.DEPTH_PROBE
+    assert {d for d in depths if d[1] != PROFILE_CONTEXT} == {(1, deep), (4, deep)}
+    assert profile.per_position_s == pytest.approx(2e-8)
+    assert profile.seconds == pytest.approx((1e-3, 2e-3, 3e-3, 4e-3, 8e-3)), "the sizes' own times at the prefix"
+    assert profile.forward_s(4) + profile.depth_s(positions_past(4, 1128)) == pytest.approx(4e-3 + 4 * 1000 * 2e-8)
+    monkeypatch.undo()
+    assert measure(runner(), max_tokens=4, repeats=1).per_position_s == 0.0, "a 512-position context: not probed"
+    timer = measure_module.PassTimer(runner(spec="tiny:seed=0,ctx=4096"), 4, 4)
+    assert timer.deepen(10_000) == 4096 - PROFILE_CONTEXT - 4 and timer.caches[0].length == 4096 - 4
+    assert timer.seconds(4) > 0 and timer.caches[0].length == 4096 - 4, "a pass at depth, cropped back to it"
+    assert timer.deepen(0) == 0 and timer.caches[0].length == PROFILE_CONTEXT
 
 
 def test_a_pass_preempted_in_every_repeat_does_not_make_fewer_tokens_cost_more(monkeypatch):

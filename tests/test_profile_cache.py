@@ -27,7 +27,7 @@ def _key(**changes) -> dict:
 
 def test_a_stored_profile_comes_back_only_for_its_own_key(tmp_path):
     cache = ProfileCache(tmp_path)
-    profile = CostProfile((0.01, 0.012, 0.02), (1, 2, 4))
+    profile = CostProfile((0.01, 0.012, 0.02), (1, 2, 4), per_position_s=3e-8)  # attention at depth kept too
     assert cache.load(_key()) is None
     cache.store(_key(), profile)
     assert cache.load(_key()) == profile

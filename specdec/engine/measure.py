@@ -10,11 +10,13 @@ from typing import Callable, TypeVar
 
 import torch
 
+from specdec.engine.kvcache import KVCache
 from specdec.engine.runner import ModelRunner, Step
 from specdec.planning.cost import PROFILE_CONTEXT, CostProfile, batch_sizes
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+DEPTH_PROBE = 2048  # cached positions past PROFILE_CONTEXT at which the profile times attention's growth
 
 
 def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats: int = 3,
@@ -57,11 +59,33 @@ def _measure(runner: ModelRunner, max_tokens: int, batch_tokens: int, repeats: i
     for _ in range(repeats + 1):  # the first pass warms up every size
         for i, size in enumerate(sizes):
             best[i] = min(best[i], bench.seconds(size))
-    profile = CostProfile(monotone(best), tuple(sizes))
-    log.info("cost profile (%.1f s): forward of %s tokens = %s ms; S=%d costs %.2fx S=1",
-             time.perf_counter() - began, ",".join(map(str, sizes)),
-             " ".join(f"{s * 1e3:.0f}" for s in profile.seconds), max_tokens, profile.ratio(max_tokens))
+    per_position = per_position_s(bench, (1, max_tokens), {1: best[0], max_tokens: best[max_tokens - 1]}, repeats)
+    profile = CostProfile(monotone(best), tuple(sizes), per_position)
+    log.info("cost profile (%.1f s): forward of %s tokens = %s ms; S=%d costs %.2fx S=1; attention at depth "
+             "%.0f ns a token and position", time.perf_counter() - began, ",".join(map(str, sizes)),
+             " ".join(f"{s * 1e3:.0f}" for s in profile.seconds), max_tokens, profile.ratio(max_tokens),
+             per_position * 1e9)
     return profile
+
+
+def per_position_s(bench: "PassTimer", sizes: tuple[int, ...], shallow: dict[int, float], repeats: int) -> float:
+    """What attention adds to a pass per new token and cached position past PROFILE_CONTEXT: the same passes
+    (`sizes` tokens, best `shallow` seconds each) timed again DEPTH_PROBE positions deeper, their added time
+    pooled over their token-positions (attention's work grows as both). The deeper positions are the cache's
+    own storage, not computed (attention's cost does not depend on what it reads), so it costs a few passes.
+    0 where the runner's caches are not `KVCache`s (the static runner's slots: not measured) or the context is
+    too short to probe."""
+    positions = bench.deepen(DEPTH_PROBE)
+    if positions < DEPTH_PROBE // 4:
+        bench.deepen(0)
+        return 0.0
+    deep = dict.fromkeys(sizes, float("inf"))
+    for _ in range(repeats + 1):
+        for size in sizes:
+            deep[size] = min(deep[size], bench.seconds(size))
+    bench.deepen(0)
+    added = sum(max(deep[size] - shallow[size], 0.0) for size in sizes)
+    return added / (sum(sizes) * positions)
 
 
 def monotone(seconds: list[float]) -> tuple[float, ...]:
@@ -73,8 +97,8 @@ def monotone(seconds: list[float]) -> tuple[float, ...]:
 
 
 class PassTimer:
-    """Times one forward pass of `size` new tokens after a PROFILE_CONTEXT-token prefix: a verify of
-    `size` tokens up to `rows`, past it sessions of `rows` tokens each sharing the pass."""
+    """Times one forward pass of `size` new tokens after a PROFILE_CONTEXT-token prefix (or deeper: `deepen`):
+    a verify of `size` tokens up to `rows`, past it sessions of `rows` tokens each sharing the pass."""
 
     def __init__(self, runner: ModelRunner, rows: int, largest: int, vocab: int | None = None):
         self.runner, self.rows = runner, rows
@@ -84,10 +108,26 @@ class PassTimer:
         self.caches = [runner.new_cache() for _ in range(-(-largest // rows))]
         for cache in self.caches:
             runner.forward([Step(cache, self.tokens[:PROFILE_CONTEXT])])
+        self.context = PROFILE_CONTEXT  # the positions a pass comes after
+
+    def deepen(self, positions: int) -> int:
+        """From now on passes come after PROFILE_CONTEXT + `positions` cached positions (at most what the
+        caches hold; 0: back to the prefix): the positions past the prefix are the caches' storage as it
+        stands, finite (zeroed as allocated, or earlier passes' entries), never computed. Returns the
+        positions added; 0 where the caches are not `KVCache`s."""
+        if not all(isinstance(cache, KVCache) for cache in self.caches):
+            return 0
+        positions = max(min(positions, self.caches[0].max_length - PROFILE_CONTEXT - self.rows), 0)
+        for cache in self.caches:
+            cache.crop(PROFILE_CONTEXT)
+            cache.reserve(PROFILE_CONTEXT + positions + self.rows)
+            cache.length = PROFILE_CONTEXT + positions
+        self.context = PROFILE_CONTEXT + positions
+        return positions
 
     def seconds(self, size: int) -> float:
         """One pass of `size` tokens, the device's queue drained before each clock reading; the caches
-        are cropped back to the prefix after it."""
+        are cropped back to their context after it."""
         rows = self.rows
         shares = [rows] * (size // rows) + ([size % rows] if size % rows else [])
         steps = [Step(cache, self.tokens[PROFILE_CONTEXT:PROFILE_CONTEXT + n], logits=n)
@@ -98,7 +138,7 @@ class PassTimer:
         synchronize(self.runner.device)
         elapsed = time.perf_counter() - began
         for cache in self.caches:
-            cache.crop(PROFILE_CONTEXT)
+            cache.crop(self.context)
         return elapsed
 
 

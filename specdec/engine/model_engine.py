@@ -38,7 +38,7 @@ from specdec.engine.prefix_cache import PrefixCache
 from specdec.engine.profile_cache import ProfileCache, load_or_measure, profile_key
 from specdec.engine.runner import Step
 from specdec.engine.session_table import MAX_SESSIONS, SessionTable
-from specdec.planning.cost import CostProfile, batch_sizes, shared_prompt_chunk
+from specdec.planning.cost import CostProfile, batch_sizes, positions_past, shared_prompt_chunk
 
 PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds attention memory)
 # With other sessions live, a prompt goes in smaller chunks, each sharing a pass with their decode
@@ -274,7 +274,7 @@ class Engine:
         while begin < total:
             if begin and session.ended:
                 raise Cancelled(f"the session ended with {total - begin} of its {total} tokens not yet fed")
-            chunk = max(self.prompt_chunk(), logits)
+            chunk = max(self.prompt_chunk(session), logits)
             end = total if total - begin <= chunk else begin + min(chunk, total - begin - logits)
             rows = end - begin if every_row is not None else 0 if end < total else logits
             out, shape = self._step(session, Step(session.cache, tokens[begin:end], logits=rows))
@@ -284,17 +284,20 @@ class Engine:
         session.passes.append(shape)
         return out[out.shape[0] - logits:]
 
-    def prompt_chunk(self) -> int:
-        """The most tokens of a prompt one pass takes now: PREFILL_CHUNK alone; beside other live
-        sessions, what keeps their passes within `prompt_slowdown` × their time alone. A function of the
-        profile and the live sessions alone, so equal on every tensor-parallel rank: they share rank 0's
-        profile, and their sessions change only between the commands the front runs one at a time."""
-        others = self.live_sessions - 1
-        if others <= 0:
+    def prompt_chunk(self, session: Session) -> int:
+        """The most tokens of `session`'s prompt one pass takes now: PREFILL_CHUNK alone; beside other live
+        sessions, what keeps their passes within `prompt_slowdown` × their time alone, each priced at its
+        depth (the others' caches and the prompt's own). A function of the profile and the live sessions'
+        caches alone, so equal on every tensor-parallel rank: they share rank 0's profile, and their sessions
+        change only between the commands the front runs one at a time."""
+        others = [s for s in self._sessions.values() if s is not session]
+        if not others:
             return PREFILL_CHUNK
         if self.cost_profile is None:
             return SHARED_PREFILL_CHUNK
-        return shared_prompt_chunk(self.cost_profile, others, PREFILL_CHUNK, self.prompt_slowdown)
+        others_past = sum(positions_past(1, s.cache.length) for s in others)
+        return shared_prompt_chunk(self.cost_profile, len(others), PREFILL_CHUNK, self.prompt_slowdown,
+                                   others_past, session.cache.length)
 
     def _step(self, session: Session, step: Step) -> tuple[torch.Tensor, PassShape]:
         """One step in a shared pass; its time counts to the session's round."""

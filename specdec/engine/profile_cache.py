@@ -27,8 +27,9 @@ from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
 log = logging.getLogger(__name__)
 
 # 2: each size capped by the larger ones' (`measure.monotone`); 3: timed off the initial thread, as served; 4: the
-# shared-pass sizes best of every repeat too. Older entries are measured again.
-FORMAT = 4
+# shared-pass sizes best of every repeat too; 5: attention at depth (`per_position_s`). Older entries are measured
+# again.
+FORMAT = 5
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".json")
 
 
@@ -72,14 +73,14 @@ class ProfileCache:
             entry = json.loads(file.read_text())
             if entry["key"] != key or time.time() - entry["measured_at"] > self.max_age_s:
                 return None
-            return CostProfile(tuple(entry["seconds"]), tuple(entry["tokens"]))
+            return CostProfile(tuple(entry["seconds"]), tuple(entry["tokens"]), float(entry["per_position_s"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def store(self, key: dict, profile: CostProfile) -> None:
         """Write atomically (a temp file renamed), so concurrent services never read half an entry."""
         entry = {"key": key, "measured_at": time.time(), "seconds": list(profile.seconds),
-                 "tokens": list(profile.tokens)}
+                 "tokens": list(profile.tokens), "per_position_s": profile.per_position_s}
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
@@ -101,6 +102,7 @@ def load_or_measure(cache: ProfileCache | None, key: Callable[[], dict],
         profile = measure()
         cache.store(entry, profile)
     else:
-        log.info("cost profile from %s: forward of %s tokens = %s ms", cache.folder,
-                 ",".join(map(str, profile.tokens)), " ".join(f"{s * 1e3:.0f}" for s in profile.seconds))
+        log.info("cost profile from %s: forward of %s tokens = %s ms; attention at depth %.0f ns a token and "
+                 "position", cache.folder, ",".join(map(str, profile.tokens)),
+                 " ".join(f"{s * 1e3:.0f}" for s in profile.seconds), profile.per_position_s * 1e9)
     return profile

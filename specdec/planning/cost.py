@@ -19,11 +19,14 @@ class CostProfile:
     """seconds[i]: one forward of tokens[i] new tokens (tokens ascending; empty means 1, 2, …, len(seconds)).
 
     The dense head (1..γ_max+1) prices one session's verify; the sparse tail prices a pass shared by
-    many sessions, whose linear layers see the tokens of all of them.
+    many sessions, whose linear layers see the tokens of all of them. per_position_s: what attention adds
+    to a pass per new token and cached position past PROFILE_CONTEXT (0: not measured), so that a pass at
+    depth d costs forward_s(S) + depth_s(S · (d − PROFILE_CONTEXT)).
     """
 
     seconds: tuple[float, ...]
     tokens: tuple[int, ...] = ()
+    per_position_s: float = 0.0
 
     def __post_init__(self):
         if not self.tokens:
@@ -51,6 +54,11 @@ class CostProfile:
         largest = self.tokens[-1]
         return self.forward_s(tokens) if tokens <= largest else self.seconds[-1] * -(-tokens // largest)
 
+    def depth_s(self, token_positions: float) -> float:
+        """Seconds attention at depth adds to a pass: token_positions is Σ over its new tokens of the cached
+        positions each sees past PROFILE_CONTEXT (`positions_past`)."""
+        return self.per_position_s * max(token_positions, 0.0)
+
     def ratio(self, tokens: int) -> float:
         """forward(S) / forward(1): 1 means scoring S tokens costs no more than scoring one."""
         return self.forward_s(tokens) / self.seconds[0]
@@ -64,16 +72,26 @@ def batch_sizes(max_tokens: int, batch_tokens: int) -> list[int]:
     return sizes
 
 
-def shared_prompt_chunk(profile: CostProfile, others: int, longest: int, slowdown: float) -> int:
+def positions_past(tokens: int, cached: int) -> int:
+    """Σ over `tokens` new tokens fed after `cached` positions of the positions each sees past PROFILE_CONTEXT
+    (the profile's own passes see PROFILE_CONTEXT and their own tokens: that much is in forward_s)."""
+    return tokens * max(cached - PROFILE_CONTEXT, 0)
+
+
+def shared_prompt_chunk(profile: CostProfile, others: int, longest: int, slowdown: float,
+                        others_past: int = 0, prompt_cached: int = 0) -> int:
     """Tokens of a prompt to feed per pass beside `others` sessions' decode steps (a row each): the most whose
     shared pass the profile prices within `slowdown` × the others' pass alone, so that a prompt arriving
     leaves each of them at least 1/slowdown of its speed, and the prompt goes in as fast as that allows.
-    At least 1, at most `longest`."""
-    budget = slowdown * profile.forward_s(others)
+    At depth both are priced with attention: others_past, Σ over the others of their positions past
+    PROFILE_CONTEXT; prompt_cached, the prompt's positions already cached. At least 1, at most `longest`."""
+    others_s = profile.forward_s(others) + profile.depth_s(others_past)
+    budget = slowdown * others_s
     lo, hi = 1, max(longest, 1)
-    while lo < hi:  # forward_s does not fall as the pass grows: the largest chunk within the budget
+    while lo < hi:  # the cost does not fall as the chunk grows: the largest chunk within the budget
         mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if profile.forward_s(others + mid) <= budget else (lo, mid - 1)
+        cost = profile.forward_s(others + mid) + profile.depth_s(others_past + positions_past(mid, prompt_cached))
+        lo, hi = (mid, hi) if cost <= budget else (lo, mid - 1)
     return lo
 
 
