@@ -164,7 +164,7 @@ class ModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("model", "vocab_size", "max_context", "eos_token_ids", "max_gamma", "live_sessions", "max_sessions", "device", "tensor_parallel_size", "ranks", "forward_ns", "compute_path", "kernel", "hardware", "row_invariant", "forward_tokens", "forward_passes", "forward_steps", "max_new_tokens", "scored_tokens")
+    __slots__ = ("model", "vocab_size", "max_context", "eos_token_ids", "max_gamma", "live_sessions", "max_sessions", "device", "tensor_parallel_size", "ranks", "forward_ns", "compute_path", "kernel", "hardware", "row_invariant", "forward_tokens", "forward_passes", "forward_steps", "max_new_tokens", "scored_tokens", "forward_ps_per_position")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_FIELD_NUMBER: _ClassVar[int]
@@ -185,6 +185,7 @@ class ModelInfo(_message.Message):
     FORWARD_STEPS_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     SCORED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_PS_PER_POSITION_FIELD_NUMBER: _ClassVar[int]
     model: str
     vocab_size: int
     max_context: int
@@ -205,7 +206,8 @@ class ModelInfo(_message.Message):
     forward_steps: int
     max_new_tokens: int
     scored_tokens: int
-    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankReport, _Mapping]]] = ..., forward_ns: _Optional[_Iterable[int]] = ..., compute_path: _Optional[str] = ..., kernel: _Optional[str] = ..., hardware: _Optional[str] = ..., row_invariant: _Optional[bool] = ..., forward_tokens: _Optional[_Iterable[int]] = ..., forward_passes: _Optional[int] = ..., forward_steps: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., scored_tokens: _Optional[int] = ...) -> None: ...
+    forward_ps_per_position: int
+    def __init__(self, model: _Optional[str] = ..., vocab_size: _Optional[int] = ..., max_context: _Optional[int] = ..., eos_token_ids: _Optional[_Iterable[int]] = ..., max_gamma: _Optional[int] = ..., live_sessions: _Optional[int] = ..., max_sessions: _Optional[int] = ..., device: _Optional[str] = ..., tensor_parallel_size: _Optional[int] = ..., ranks: _Optional[_Iterable[_Union[RankReport, _Mapping]]] = ..., forward_ns: _Optional[_Iterable[int]] = ..., compute_path: _Optional[str] = ..., kernel: _Optional[str] = ..., hardware: _Optional[str] = ..., row_invariant: _Optional[bool] = ..., forward_tokens: _Optional[_Iterable[int]] = ..., forward_passes: _Optional[int] = ..., forward_steps: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., scored_tokens: _Optional[int] = ..., forward_ps_per_position: _Optional[int] = ...) -> None: ...
 
 class RankReport(_message.Message):
     __slots__ = ("rank", "pid", "resident_bytes", "parameter_bytes", "live_sessions", "cached_tokens", "kept_tokens")

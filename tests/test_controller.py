@@ -690,3 +690,43 @@ def test_a_slow_first_verify_is_forgotten_at_the_next():
     ctl.observe(drifted_round(2))  # the probe
     assert ctl.verify_time(2) == pytest.approx(IN_SERVICE[3], rel=1e-3)
     assert ctl.choose(max_useful=2) > 0
+
+
+# The packaged target and its 4-bit draft on the Zen 5 (start-up profiles, 2026-12-01): a verify of 5 costs 1.4
+# one-token steps after the profile's 128 tokens, and attention adds 0.75 µs (target) and 0.35 µs (draft) a token
+# and cached position past them: 2.0 steps after 6,000.
+DEEP_TARGET = CostProfile((0.022, 0.022, 0.024, 0.028, 0.031, 0.037, 0.042, 0.049, 0.052), per_position_s=7.5e-7)
+DEEP_DRAFT = CostProfile((0.0065, 0.0067, 0.008, 0.0095, 0.0109, 0.0134, 0.0161, 0.0192, 0.02), per_position_s=3.5e-7)
+
+
+def test_at_depth_a_verify_is_priced_with_its_attention_and_speculation_can_stop_paying():
+    """Priced at the session's context: one session's verify of γ drafts costs P(γ+1) + (γ+1)·a·(d − 128), a draft
+    step P_d(1) + a_d·(d − 128). With AVX2's costs (each row of a verify 8 ms, attention 1.5 µs a token and
+    position), at α 0.9 γ = 2 pays after 128 positions (21.0 ms a token against 22.6) and loses after 6,000
+    (35.1 against 31.4): the controller decodes target-only there. Unmeasured (a = 0), it would draft at any depth."""
+    target = CostProfile(tuple(0.0226 + 0.008 * (s - 1) for s in range(1, 10)), per_position_s=1.5e-6)
+    draft = CostProfile(tuple(0.008 + 0.003 * (s - 1) for s in range(1, 10)), per_position_s=7e-7)
+    ctl = pin_alpha(GammaController(8, target, draft), 0.9)
+    assert ctl.choose() == 2
+    ctl.context, ctl._last_gamma = 6000, None
+    assert ctl.verify_time(2) == pytest.approx(0.0386 + 3 * 1.5e-6 * 5872)
+    assert ctl.draft_step() == pytest.approx(0.008 + 7e-7 * 5872)
+    assert ctl.choose() == 0
+    unmeasured = pin_alpha(GammaController(8, dataclasses.replace(target, per_position_s=0.0),
+                                           dataclasses.replace(draft, per_position_s=0.0)), 0.9)
+    unmeasured.context = 6000
+    assert unmeasured.choose() == 2
+
+
+def test_a_round_at_depth_that_costs_what_its_profile_says_teaches_no_drift():
+    """A round after 6,000 positions whose verify and drafts took their profiles' times at that depth leaves both
+    scales at 1; read against the 128-token curve alone it would have taught the target a scale of 1.55 for every
+    pass, a one-token step's included."""
+    ctl = pin_alpha(GammaController(8, DEEP_TARGET, DEEP_DRAFT), 0.85)
+    ctl.context = 6000
+    verify, step = 0.024 + 3 * 7.5e-7 * 5872, 0.0065 + 3.5e-7 * 5872
+    load = PassLoad(sessions=1, rows=1, tokens=3)
+    ctl.observe(timing(2, 2, 2 * step, 2 * step, verify, verify, target_load=load,
+                       draft_load=PassLoad(sessions=1, rows=1, tokens=1)))
+    assert ctl.target_scale.value == pytest.approx(1.0) and ctl.draft_scale.value == pytest.approx(1.0)
+    assert verify / DEEP_TARGET.forward_s(3) == pytest.approx(1.55, abs=0.01)

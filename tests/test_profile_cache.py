@@ -97,3 +97,17 @@ def test_the_cache_can_be_turned_off_or_moved(tmp_path, monkeypatch):
     assert ModelServiceConfig("tiny:seed=0", profile_cache="off").cost_profile_cache() is None
     assert ModelServiceConfig("tiny:seed=0").cost_profile_cache().folder == tmp_path / "profiles"
     assert ModelServiceConfig("tiny:seed=0", profile_cache="/x").cost_profile_cache().folder == Path("/x")
+
+
+def test_the_profile_reaches_the_orchestrator_with_its_attention_at_depth():
+    """A service's Info carries its profile, attention at depth included (picoseconds a token and position), and
+    the orchestrator reads back the profile the service plans with."""
+    from specdec.engine.model_engine import TargetEngine
+    from specdec.engine.models import load_model
+    from specdec.runtime.wire import cost_profile_from_pb, model_info_to_pb
+
+    with TargetEngine(load_model(TINY_TARGET, device="cpu")) as engine:
+        engine.use_profile(CostProfile((0.022, 0.023, 0.024), (1, 2, 3), per_position_s=7.5e-7))
+        info = model_info_to_pb(engine)
+    assert info.forward_ps_per_position == 750_000
+    assert cost_profile_from_pb(info) == engine.cost_profile

@@ -1,14 +1,18 @@
 """The γ controller and its cost model: Leviathan et al.'s walltime model, with measured costs, the network and load.
 
 Round time  T(γ) = rtt_target + s_t·C_t(γ+1) + [γ > 0]·(rtt_draft + s_d·(C_d(1 + α^γ) + (γ−1)·C_d(1)))
-Pass cost   C(k) = P(f·n·k)/f: n live sessions, a share f of them per pass, k tokens each (n = 1: P(k))
+Pass cost   C(k) = P(f·n·k)/f + n·k·a·(d − 128): n live sessions, a share f of them per pass, k tokens each
+            (n = 1: P(k)), each token attending over the session's d cached positions (a: `per_position_s`)
 Tokens      E(γ) = (1 − α^(γ+1)) / (1 − α)
 (A round's first draft pass feeds the last round's last draft and bonus token where it accepted every draft.)
 The controller picks γ* = argmax over γ ∈ {0..γ_max} of E(γ)/T(γ), every round.
 
 P_t(S) and P_d(S) are the services' start-up cost profiles (`specdec.planning.cost`): one forward
-of S tokens, measured on their own machine and compute path. So the shape of the verify cost,
-the thing that decides whether speculation pays, is known from the first round. What is learned
+of S tokens, measured on their own machine and compute path, with what attention adds per token and
+cached position past their 128-token context (a_t, a_d; d: the session's context, `context`, which every
+session prices its own and the passes it shares at). So the shape of the verify cost, the thing that
+decides whether speculation pays, is known from the first round and at any depth (a CPU's verify of 5
+costs 1.4 one-token steps after 128 tokens and 2.4 after 6,000). What is learned
 online: α, a scale per service (s ≈ 1; it follows drift), the target's also per pass size once that size
 was measured (`SizeScales`: a CPU's one-token pass slows with the host's bandwidth, a verify's arithmetic
 does not, so drift changes the curve's shape), the network time of each hop (wall
@@ -59,7 +63,7 @@ priced at, is target-only without pricing γ, the overlap or the lookups (`settl
 from __future__ import annotations
 
 from specdec.core.rounds import ALPHA_MAX, MAX_EXTRA_STEPS, AcceptanceEstimate, PassLoad, RoundRecord
-from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost, pass_rows
+from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost, pass_rows, positions_past
 from specdec.planning.estimates import Ewma, SizeScales
 
 GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
@@ -123,6 +127,7 @@ class GammaController:
                  hysteresis: float = 0.03, target_chunk_s: float = 0.0):
         self.gamma_max = gamma_max
         self.target_chunk_s = target_chunk_s  # target-only rounds take the steps that fit in this (0: one)
+        self.context = 0  # the session's cached positions: its passes' attention is priced at this depth
         # The services' start-up cost profiles (no draft profile: no draft model to price).
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
@@ -168,8 +173,9 @@ class GammaController:
         target, draft = record.target_load, record.draft_load
         update_hop(self.rtt_target, record.rtt_target_s)
         pass_tokens = target.tokens or record.drafted + 1
-        steps_s = (record.target_passes - 1) * self.target_cost.forward_s(1)  # one token each
-        target_s = busy_time(target, record.target_compute_s) / (self.target_cost.forward_s(pass_tokens) + steps_s)
+        steps_s = (record.target_passes - 1) * self.profiled_s(self.target_cost, 1)  # one token each
+        target_s = busy_time(target, record.target_compute_s) / (self.profiled_s(self.target_cost, pass_tokens)
+                                                                 + steps_s)
         if record.overlapped:  # a verify beside the draft's next branch: its slowdown, not drift
             self.contention_target.update(max(target_s / self.target_scale_at(pass_tokens), 1.0))
         else:
@@ -183,7 +189,7 @@ class GammaController:
             self.acceptance.observe(record.drafted, record.accepted)
             self.draft_sessions.update(max(draft.sessions, 1))
             update_fill(self.draft_fill, batch_fill(draft.rows, draft.sessions))
-            step = self.draft_cost.forward_s(draft.tokens or 1) if self.draft_cost is not None else 0.0
+            step = self.profiled_s(self.draft_cost, draft.tokens or 1) if self.draft_cost is not None else 0.0
             # A prefetched proposal's compute is its branch's, learned in `observe_branch`; a free
             # proposer (a lookup) has no scale to learn.
             if record.draft_steady and not record.prefetched and step > 0:
@@ -211,6 +217,14 @@ class GammaController:
             self.guesses.observe(1, int(guessed))
 
     # -- the cost model ------------------------------------------------------------------------
+    def depth_s(self, profile: CostProfile, tokens: float) -> float:
+        """What attention over the session's context adds to `tokens` new tokens' passes, by `profile`."""
+        return profile.depth_s(positions_past(1, self.context) * tokens)
+
+    def profiled_s(self, profile: CostProfile, tokens: float) -> float:
+        """One pass of `tokens` new tokens at the session's depth, by `profile` (no scale)."""
+        return profile.forward_s(tokens) + self.depth_s(profile, tokens)
+
     def target_scale_at(self, tokens: float) -> float:
         """s_t for a target pass of `tokens` new tokens: its size's, once any size was measured."""
         return self.target_sizes.at(tokens, self.target_scale.value)
@@ -220,24 +234,29 @@ class GammaController:
         fill = self.target_fill_drafting if gamma > 0 else self.target_fill_plain
         sessions = self.target_sessions.value
         scale = self.target_scale_at(pass_rows(sessions, fill.value) * (gamma + 1))
-        return scale * pass_cost(self.target_cost, sessions, fill.value, gamma + 1)
+        return scale * (pass_cost(self.target_cost, sessions, fill.value, gamma + 1)
+                        + self.depth_s(self.target_cost, sessions * (gamma + 1)))
 
     def draft_step(self) -> float:
         """One draft step: a pass of one token per drafting session (0 without a draft profile)."""
         if self.draft_cost is None:
             return 0.0
-        return self.draft_scale.value * pass_cost(self.draft_cost, self.draft_sessions.value, self.draft_fill.value, 1)
+        sessions = self.draft_sessions.value
+        return self.draft_scale.value * (pass_cost(self.draft_cost, sessions, self.draft_fill.value, 1)
+                                         + self.depth_s(self.draft_cost, sessions))
 
     def target_time(self, tokens: int) -> float:
         """Expected target compute for `tokens` new tokens (a prefill included) in a loaded pass."""
         tokens = round(self.target_sessions.value * tokens)
-        return self.target_scale_at(tokens) * self.target_cost.upper_bound_s(tokens)
+        return self.target_scale_at(tokens) * (self.target_cost.upper_bound_s(tokens)
+                                               + self.depth_s(self.target_cost, tokens))
 
     def draft_time(self, fed: int, gamma: int) -> float:
         """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes."""
         if self.draft_cost is None:
             return 0.0
-        first = self.draft_cost.upper_bound_s(round(self.draft_sessions.value * fed))
+        tokens = round(self.draft_sessions.value * fed)
+        first = self.draft_cost.upper_bound_s(tokens) + self.depth_s(self.draft_cost, tokens)
         return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
 
     def steady_draft_time(self, gamma: int, step: float | None = None) -> float:
@@ -248,8 +267,9 @@ class GammaController:
         at α 0.8 at 0.64 of its cost. `step`: `draft_step()`, where the caller has it."""
         if self.draft_cost is None or gamma == 0:
             return 0.0
-        fed = 1.0 + self.acceptance.alpha ** gamma
-        first = pass_cost(self.draft_cost, self.draft_sessions.value, self.draft_fill.value, fed)
+        fed, sessions = 1.0 + self.acceptance.alpha ** gamma, self.draft_sessions.value
+        first = pass_cost(self.draft_cost, sessions, self.draft_fill.value, fed) + \
+            self.depth_s(self.draft_cost, sessions * fed)
         return self.draft_scale.value * first + (gamma - 1) * (self.draft_step() if step is None else step)
 
     def catch_up_time(self, gamma: int, unseen: int) -> float:

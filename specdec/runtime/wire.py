@@ -149,6 +149,7 @@ def model_info_to_pb(engine) -> pb.ModelInfo:
                         ranks=[pb.RankReport(**report) for report in engine.reports()],
                         forward_ns=[round(s * 1e9) for s in profile.seconds] if profile else [],
                         forward_tokens=list(profile.tokens) if profile else [],
+                        forward_ps_per_position=round(profile.per_position_s * 1e12) if profile else 0,
                         compute_path=choice.path, kernel=choice.kernel, hardware=choice.device,
                         row_invariant=choice.row_invariant, forward_passes=engine.batcher.forwards,
                         forward_steps=engine.batcher.steps,
@@ -160,7 +161,8 @@ def cost_profile_from_pb(info: pb.ModelInfo) -> CostProfile | None:
     if not info.forward_ns:
         return None
     try:
-        return CostProfile(tuple(ns / 1e9 for ns in info.forward_ns), tuple(info.forward_tokens))
+        return CostProfile(tuple(ns / 1e9 for ns in info.forward_ns), tuple(info.forward_tokens),
+                           info.forward_ps_per_position / 1e12)
     except ValueError:
         return None
 
