@@ -712,6 +712,9 @@ def test_at_depth_a_verify_is_priced_with_its_attention_and_speculation_can_stop
     assert ctl.verify_time(2) == pytest.approx(0.0386 + 3 * 1.5e-6 * 5872)
     assert ctl.draft_step() == pytest.approx(0.008 + 7e-7 * 5872)
     assert ctl.choose() == 0
+    # A feed that ends at the context (the prompt, a draft's catch-up): each token at the feed's mean position.
+    assert ctl.target_time(6000) == pytest.approx(target.upper_bound_s(6000) + 6000 * 1.5e-6 * (3000 - 128))
+    assert ctl.draft_time(1000, 1) == pytest.approx(draft.upper_bound_s(1000) + 1000 * 7e-7 * (5500 - 128))
     unmeasured = pin_alpha(GammaController(8, dataclasses.replace(target, per_position_s=0.0),
                                            dataclasses.replace(draft, per_position_s=0.0)), 0.9)
     unmeasured.context = 6000

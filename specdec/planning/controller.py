@@ -12,7 +12,7 @@ of S tokens, measured on their own machine and compute path, with what attention
 cached position past their 128-token context (a_t, a_d; d: the session's context, `context`, which every
 session prices its own and the passes it shares at). So the shape of the verify cost, the thing that
 decides whether speculation pays, is known from the first round and at any depth (a CPU's verify of 5
-costs 1.4 one-token steps after 128 tokens and 2.4 after 6,000). What is learned
+costs 1.4 one-token steps after 128 tokens and 2.5 after 6,144, measured). What is learned
 online: α, a scale per service (s ≈ 1; it follows drift), the target's also per pass size once that size
 was measured (`SizeScales`: a CPU's one-token pass slows with the host's bandwidth, a verify's arithmetic
 does not, so drift changes the curve's shape), the network time of each hop (wall
@@ -63,7 +63,8 @@ priced at, is target-only without pricing γ, the overlap or the lookups (`settl
 from __future__ import annotations
 
 from specdec.core.rounds import ALPHA_MAX, MAX_EXTRA_STEPS, AcceptanceEstimate, PassLoad, RoundRecord
-from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost, pass_rows, positions_past
+from specdec.planning.cost import (PROFILE_CONTEXT, CostProfile, batch_fill, expected_tokens, pass_cost, pass_rows,
+                                   positions_past)
 from specdec.planning.estimates import Ewma, SizeScales
 
 GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
@@ -218,8 +219,13 @@ class GammaController:
 
     # -- the cost model ------------------------------------------------------------------------
     def depth_s(self, profile: CostProfile, tokens: float) -> float:
-        """What attention over the session's context adds to `tokens` new tokens' passes, by `profile`."""
+        """What attention over the session's context adds to `tokens` new tokens' passes after it, by `profile`."""
         return profile.depth_s(positions_past(1, self.context) * tokens)
+
+    def feed_depth_s(self, profile: CostProfile, tokens: float) -> float:
+        """The same for a feed of `tokens` that ends at the session's context (a prompt, a draft's catch-up):
+        each token priced at the feed's mean position, its chunks' growth included."""
+        return profile.depth_s(tokens * max(self.context - tokens / 2 - PROFILE_CONTEXT, 0.0))
 
     def profiled_s(self, profile: CostProfile, tokens: float) -> float:
         """One pass of `tokens` new tokens at the session's depth, by `profile` (no scale)."""
@@ -247,16 +253,18 @@ class GammaController:
 
     def target_time(self, tokens: int) -> float:
         """Expected target compute for `tokens` new tokens (a prefill included) in a loaded pass."""
-        tokens = round(self.target_sessions.value * tokens)
-        return self.target_scale_at(tokens) * (self.target_cost.upper_bound_s(tokens)
-                                               + self.depth_s(self.target_cost, tokens))
+        sessions = self.target_sessions.value
+        total = round(sessions * tokens)
+        return self.target_scale_at(total) * (self.target_cost.upper_bound_s(total)
+                                              + sessions * self.feed_depth_s(self.target_cost, tokens))
 
     def draft_time(self, fed: int, gamma: int) -> float:
         """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes."""
         if self.draft_cost is None:
             return 0.0
-        tokens = round(self.draft_sessions.value * fed)
-        first = self.draft_cost.upper_bound_s(tokens) + self.depth_s(self.draft_cost, tokens)
+        sessions = self.draft_sessions.value
+        first = self.draft_cost.upper_bound_s(round(sessions * fed)) + \
+            sessions * self.feed_depth_s(self.draft_cost, fed)
         return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
 
     def steady_draft_time(self, gamma: int, step: float | None = None) -> float:
