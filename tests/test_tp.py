@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -9,6 +10,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Callable, Iterator
 
 import grpc
 import pytest
@@ -151,28 +153,42 @@ def test_tp2_ranks_cut_a_prompt_beside_a_live_session_into_the_same_chunks(stack
     """Beside a live session a prompt goes in chunks the cost profile sizes (`Engine.prompt_chunk`): every
     rank must cut the same ones, or their collectives disagree. A second stack takes the first one's profile
     from the cache, which rank 0 alone reads: the followers get it from rank 0. A long prompt while a reply
-    streams: both as target-only on one rank."""
-    chunks = {shared_prompt_chunk(profile, 1, PREFILL_CHUNK, SHARED_SLOWDOWN) for profile in _cached_tp_profiles()}
-    assert chunks and SHARED_PREFILL_CHUNK not in chunks, "a follower without the profile would cut the same chunks"
-    long_prompt = "".join(f"x{i} = {i * i}\n" for i in range(40))  # 300+ tokens: chunked either way
-    short = make_request(prompt=PROMPTS[0], max_new_tokens=150, gamma=0)
-    short.ignore_eos = True  # streams to its length
-    reference = [generate(stack.endpoint, request).token_ids
-                 for request in (short, make_request(prompt=long_prompt, max_new_tokens=8, gamma=0))]
-    with _tp_stack() as again, grpc.insecure_channel(again.endpoint) as channel:
-        stream = pb_grpc.SpecDecStub(channel).Generate(short, timeout=120)
-        streamed = list(next(stream).token_ids)  # the short session is live from here
-        beside = generate(again.endpoint, make_request(prompt=long_prompt, max_new_tokens=8, gamma=0), timeout=120)
-        streamed += [t for message in stream for t in message.token_ids]
+    streams: both as target-only on one rank. The cached profile is set to 20 ms + 3 ms a token, whose chunk
+    beside one session (15) is not SHARED_PREFILL_CHUNK, what a follower without it would cut: as measured, the
+    two could meet on a busy machine (they did once, with both cores busy)."""
+    with _cached_tp_profiles(lambda tokens: 0.020 + 0.003 * tokens) as profiles:
+        chunks = {shared_prompt_chunk(profile, 1, PREFILL_CHUNK, SHARED_SLOWDOWN) for profile in profiles}
+        assert chunks == {15} and SHARED_PREFILL_CHUNK != 15
+        long_prompt = "".join(f"x{i} = {i * i}\n" for i in range(40))  # 300+ tokens: chunked either way
+        short = make_request(prompt=PROMPTS[0], max_new_tokens=150, gamma=0)
+        short.ignore_eos = True  # streams to its length
+        reference = [generate(stack.endpoint, request).token_ids
+                     for request in (short, make_request(prompt=long_prompt, max_new_tokens=8, gamma=0))]
+        with _tp_stack() as again, grpc.insecure_channel(again.endpoint) as channel:
+            stream = pb_grpc.SpecDecStub(channel).Generate(short, timeout=120)
+            streamed = list(next(stream).token_ids)  # the short session is live from here
+            beside = generate(again.endpoint, make_request(prompt=long_prompt, max_new_tokens=8, gamma=0),
+                              timeout=120)
+            streamed += [t for message in stream for t in message.token_ids]
     assert beside.token_ids == reference[1] and streamed == reference[0]
 
 
-def _cached_tp_profiles() -> list[CostProfile]:
-    """The tiny target's profiles as tensor-parallel stacks of two measured and cached them."""
+@contextlib.contextmanager
+def _cached_tp_profiles(seconds: Callable[[int], float]) -> Iterator[list[CostProfile]]:
+    """The tiny target's profiles as tensor-parallel stacks of two measured and cached them, each size's time set
+    to seconds(size) while the block runs (stacks that start in it take those), restored after."""
     folder = Path(os.environ["SPECDEC_PROFILE_CACHE"])
-    entries = [json.loads(f.read_text()) for f in folder.glob("*.json")]
-    return [CostProfile(tuple(e["seconds"]), tuple(e["tokens"])) for e in entries
-            if e["key"]["world"] == 2 and e["key"]["weights"] == weights_fingerprint(TINY_TARGET)]
+    files = {f: f.read_text() for f in folder.glob("*.json")}
+    ours = {f: json.loads(text) for f, text in files.items()}
+    ours = {f: e for f, e in ours.items()
+            if e["key"]["world"] == 2 and e["key"]["weights"] == weights_fingerprint(TINY_TARGET)}
+    try:
+        for file, entry in ours.items():
+            file.write_text(json.dumps({**entry, "seconds": [seconds(n) for n in entry["tokens"]]}))
+        yield [CostProfile(tuple(seconds(n) for n in e["tokens"]), tuple(e["tokens"])) for e in ours.values()]
+    finally:
+        for file in ours:
+            file.write_text(files[file])
 
 
 def made_prompt_ids(stack: EmbeddedStack, prompt: str) -> list[int]:
