@@ -84,8 +84,8 @@ def per_position_s(bench: "PassTimer", sizes: tuple[int, ...], shallow: dict[int
         for size in sizes:
             deep[size] = min(deep[size], bench.seconds(size))
     bench.deepen(0)
-    added = sum(max(deep[size] - shallow[size], 0.0) for size in sizes)
-    return added / (sum(sizes) * positions)
+    added = sum(max(deep[size] - shallow[size], 0.0) for size in deep)  # each size once (1 may be the largest)
+    return added / (sum(deep) * positions)
 
 
 def monotone(seconds: list[float]) -> tuple[float, ...]:

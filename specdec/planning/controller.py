@@ -63,8 +63,7 @@ priced at, is target-only without pricing γ, the overlap or the lookups (`settl
 from __future__ import annotations
 
 from specdec.core.rounds import ALPHA_MAX, MAX_EXTRA_STEPS, AcceptanceEstimate, PassLoad, RoundRecord
-from specdec.planning.cost import (PROFILE_CONTEXT, CostProfile, batch_fill, expected_tokens, pass_cost, pass_rows,
-                                   positions_past)
+from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass_cost, pass_rows, positions_past
 from specdec.planning.estimates import Ewma, SizeScales
 
 GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
@@ -220,12 +219,12 @@ class GammaController:
     # -- the cost model ------------------------------------------------------------------------
     def depth_s(self, profile: CostProfile, tokens: float) -> float:
         """What attention over the session's context adds to `tokens` new tokens' passes after it, by `profile`."""
-        return profile.depth_s(positions_past(1, self.context) * tokens)
+        return profile.depth_s(positions_past(tokens, self.context))
 
     def feed_depth_s(self, profile: CostProfile, tokens: float) -> float:
         """The same for a feed of `tokens` that ends at the session's context (a prompt, a draft's catch-up):
         each token priced at the feed's mean position, its chunks' growth included."""
-        return profile.depth_s(tokens * max(self.context - tokens / 2 - PROFILE_CONTEXT, 0.0))
+        return profile.depth_s(positions_past(tokens, self.context - tokens / 2))
 
     def profiled_s(self, profile: CostProfile, tokens: float) -> float:
         """One pass of `tokens` new tokens at the session's depth, by `profile` (no scale)."""

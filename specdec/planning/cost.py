@@ -72,7 +72,7 @@ def batch_sizes(max_tokens: int, batch_tokens: int) -> list[int]:
     return sizes
 
 
-def positions_past(tokens: int, cached: int) -> int:
+def positions_past(tokens: float, cached: float) -> float:
     """Σ over `tokens` new tokens fed after `cached` positions of the positions each sees past PROFILE_CONTEXT
     (the profile's own passes see PROFILE_CONTEXT and their own tokens: that much is in forward_s)."""
     return tokens * max(cached - PROFILE_CONTEXT, 0)
