@@ -68,6 +68,16 @@ def _alternating(measure, builds: Builds, repeats: int) -> tuple[list[float], li
     return times
 
 
+def _both(compute, builds: Builds) -> list:
+    """compute() under each build, A then B; the baseline left in place."""
+    outputs = []
+    for which in (0, 1):
+        builds.use(which)
+        outputs.append(compute())
+    builds.use(0)
+    return outputs
+
+
 def _row(name: str, size: int, times: tuple[list[float], list[float]], context: int | None = None) -> dict:
     a, b = (statistics.median(t) * 1e3 for t in times)
     where = {} if context is None else {"context": context}
@@ -91,12 +101,7 @@ def linear_rows(runner, builds: Builds, sizes, repeats: int) -> list[dict]:
                 return (time.perf_counter() - began) / len(kernels)
 
             times = _alternating(measure, builds, repeats)
-            outputs = []
-            for which in (0, 1):
-                builds.use(which)
-                outputs.append([kernel.matmul(x) for kernel in kernels])
-            builds.use(0)
-            if not all(map(torch.equal, *outputs)):
+            if not all(map(torch.equal, *_both(lambda: [kernel.matmul(x) for kernel in kernels], builds))):
                 raise AssertionError(f"--kernel-ab: the two builds' {name} outputs differ at {size} rows")
             rows.append(_row(name, size, times))
     return rows
@@ -128,12 +133,7 @@ def depth_rows(loaded, builds: Builds, sizes, depths, repeats: int) -> list[dict
                 return time.perf_counter() - began
 
             times = _alternating(measure, builds, repeats)
-            outputs = []
-            for which in (0, 1):
-                builds.use(which)
-                outputs.append(forward())
-            builds.use(0)
-            if not torch.equal(*outputs):
+            if not torch.equal(*_both(forward, builds)):
                 raise AssertionError(f"--kernel-ab: the two builds' logits differ at {size} rows after {depth}")
             rows.append(_row("pass", size, times, depth))
     return rows
