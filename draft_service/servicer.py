@@ -21,7 +21,7 @@ class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):
                                 compute_ns=int(proposal.compute_s * 1e9),
                                 rollback_ns=int(proposal.rollback.seconds * 1e9),
                                 rolled_back_tokens=proposal.rollback.tokens,
-                                load=pass_load_to_pb(proposal.load))
+                                load=pass_load_to_pb(proposal.load), reused_tokens=proposal.reused)
 
 
 def register(server, engine: DraftBackend) -> None:

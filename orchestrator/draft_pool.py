@@ -52,14 +52,13 @@ class Routes:
             while len(self._routes) > self.capacity:
                 self._routes.popitem(last=False)
 
-    def replica_for(self, salt: str, tokens: Sequence[int]) -> str | None:
+    def replica_for(self, salt: str, tokens: Sequence[int]) -> tuple[str, int] | None:
         """The replica of the remembered sequence of `salt` that shares the longest start with `tokens`
-        (at least ROUTE_MIN_TOKENS; the latest wins a tie), or None."""
+        (at least ROUTE_MIN_TOKENS; the latest wins a tie), and how many tokens it shares; or None."""
         with self._lock:
             remembered = [(address, sequence) for route_salt, sequence, address in reversed(self._routes.values())
                           if route_salt == salt]
-        found = longest_shared(tokens, remembered, ROUTE_MIN_TOKENS)
-        return None if found is None else found[0]
+        return longest_shared(tokens, remembered, ROUTE_MIN_TOKENS)
 
 
 class DraftPool:
@@ -89,12 +88,15 @@ class DraftPool:
             log.warning("cannot read the draft registry: %s", exc)
             return []
 
-    def acquire(self, tokens: Sequence[int] = (), salt: str = "") -> ServiceClient | None:
+    def acquire(self, tokens: Sequence[int] = (), salt: str = "") -> tuple[ServiceClient | None, int]:
         """A healthy replica for a new session whose tokens are `tokens` (None: decode target-only): the
         one that served a recent sequence starting like them, if it carries at most one session more than
-        the least loaded, else the least loaded."""
+        the least loaded, else the least loaded. With it, how many of `tokens` it likely keeps the draft's KV
+        of (the route's shared start where the session goes back to it, else 0): a guess, since the replica
+        may have dropped them for later sessions' caches."""
         candidates = self._candidates()
-        routed = self._routes.replica_for(salt, tokens) if len(tokens) >= ROUTE_MIN_TOKENS else None
+        route = self._routes.replica_for(salt, tokens) if len(tokens) >= ROUTE_MIN_TOKENS else None
+        routed, kept = route or (None, 0)
         tried: set[str] = set()
         while True:
             now = time.monotonic()
@@ -102,7 +104,7 @@ class DraftPool:
                 usable = [c for c in candidates if c["address"] not in self._refused | tried
                           and now - self._failed_at.get(c["address"], -1e9) >= self.cooldown_s]
                 if not usable:
-                    return None
+                    return None, 0
 
                 def load(c: dict) -> float:
                     return (c["live_sessions"] + self._opened.get(c["address"], 0)) / max(c["max_sessions"], 1)
@@ -113,7 +115,7 @@ class DraftPool:
                 self._opened[best] = self._opened.get(best, 0) + 1
             client = self._client(best)
             if client is not None:
-                return client
+                return client, kept if best == routed else 0
             tried.add(best)
             with self._lock:
                 self._opened[best] -= 1
@@ -166,7 +168,8 @@ class DraftPool:
             return dict(self._opened)
 
     def remember(self, salt: str, tokens: Sequence[int], address: str) -> None:
-        """`address` served a session that ended holding `tokens`: a session starting like them goes there."""
+        """`address` served a session whose draft ended holding the KV of `tokens`: a session starting like
+        them goes there."""
         self._routes.remember(salt, tokens, address)
 
     def failed(self, client: ServiceClient) -> None:

@@ -107,6 +107,8 @@ class Generation:
         self._branch: Branch | None = None  # the next round, drafting while this one verifies
         self._draft_failed_at: float | None = None
         self._draft_replica = ""
+        self._draft_kept = 0  # committed tokens whose draft KV the replica likely keeps from an earlier session
+        self._draft_reused = 0  # committed tokens whose draft KV the replica took from a cache (as it said)
         proposer = self.request.proposer
         self._uses_model = proposer in ("model", "hybrid")
         if self.lookup_prior is None:
@@ -121,7 +123,7 @@ class Generation:
         req = self.request
         committed = [*req.prompt_ids, *req.resumed]
         if self._uses_model:
-            self.use_draft(self.drafts.acquire(committed, req.params.cache_salt))
+            self.use_draft(*self.drafts.acquire(committed, req.params.cache_salt))
         text = TextStream(self.tokenizer, req.stop, req.params.min_tokens)
         text.push(list(req.resumed[:req.resume_from]))  # shown to the client before the resume
         stats = GenerationStats(prompt_tokens=len(req.prompt_ids), session_id=self.session_id)
@@ -176,7 +178,7 @@ class Generation:
                     self.on_round(committed[len(req.prompt_ids):], finish.value)
                 if finish:
                     stats.finish_reason, stats.total_s = finish, time.perf_counter() - began
-                    stats.draft_replica = self._draft_replica
+                    stats.draft_replica, stats.draft_cached_tokens = self._draft_replica, self._draft_reused
                     yield Chunk(new_tokens, delta + text.finish(), record, estimates, stats, logprobs, **prompt)
                 else:
                     yield Chunk(new_tokens, delta, record, estimates, logprobs=logprobs, **prompt)
@@ -190,8 +192,8 @@ class Generation:
             self._draft.close()
             self._target.close()
             self.drafts.release(self._draft.client)
-            if self._draft_replica:  # where the draft's KV of this sequence is kept
-                self.drafts.remember(req.params.cache_salt, committed, self._draft_replica)
+            if self._draft_replica:  # where the draft's KV of this sequence is kept, as far as it was sent
+                self.drafts.remember(req.params.cache_salt, committed[:self._draft.synced], self._draft_replica)
             if log.isEnabledFor(logging.INFO):
                 log.info("session %s finished (%s): %s", printable(self.session_id), finish.value or "aborted",
                          summary(stats, generated, time.perf_counter() - began))
@@ -360,8 +362,11 @@ class Generation:
 
     def _draft_unseen(self, committed: list[int]) -> int:
         """Tokens the draft model feeds before it drafts: 1 after a round it drafted (the controller prices the
-        steady first pass), else what was committed since it last drafted, and its own last draft."""
-        return 1 if self._last_drafted > 0 else self._draft.unsynced(committed) + 1
+        steady first pass), else what was committed since it last drafted, and its own last draft; before it
+        first drafts, what its replica likely keeps of them (a chat's earlier turn) is not fed."""
+        if self._last_drafted > 0:
+            return 1
+        return len(committed) - max(self._draft.synced, self._draft_kept) + 1
 
     def _overlaps(self, useful: int) -> bool:
         """Whether this round drafts the next one during its verify: the request's (or the server's)
@@ -411,7 +416,7 @@ class Generation:
         except grpc.RpcError as exc:
             self.draft_failed(exc)
             return NO_DRAFTS
-        self._draft_replica = self._draft.client.address
+        self._draft_replica, self._draft_reused = self._draft.client.address, max(self._draft_reused, proposal.reused)
         return proposal
 
     def _annotate(self, span: Span, record: RoundRecord, estimates: Estimates) -> None:
@@ -436,14 +441,15 @@ class Generation:
         now = time.monotonic()
         if self._draft_failed_at is not None and now - self._draft_failed_at < self.draft_retry_s:
             return False
-        self.use_draft(self.drafts.acquire())
+        self.use_draft(*self.drafts.acquire())
         if self._draft.client is None:
             self._draft_failed_at = now
         return self._draft.client is not None
 
-    def use_draft(self, client: ServiceClient | None) -> None:
-        """Route the draft session to `client` (None: no replica) and plan with that replica's costs."""
-        self._draft.client = client
+    def use_draft(self, client: ServiceClient | None, kept: int = 0) -> None:
+        """Route the draft session to `client` (None: no replica), which likely keeps the draft's KV of the
+        first `kept` committed tokens, and plan with that replica's costs."""
+        self._draft.client, self._draft_kept = client, kept
         self.controller.draft_cost = self.drafts.profile(client) if client is not None else None
 
     def draft_failed(self, exc: grpc.RpcError) -> None:

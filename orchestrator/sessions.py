@@ -41,6 +41,7 @@ class DraftReply:
     tokens: list[int]
     probs: pb.DraftProbs
     hop: Hop
+    reused: int = 0  # positions the replica took from another session's cache (DraftProposal.reused_tokens)
 
 
 NO_DRAFTS = DraftReply([], pb.DraftProbs(none=True), Hop())
@@ -147,7 +148,7 @@ class DraftSession(ServiceSession):
                 timeout: float) -> DraftReply:
         reply, hop = self._call("draft.propose", pb.DraftRequest(gamma=gamma, min_confidence=min_confidence),
                                 committed, span, timeout)
-        return DraftReply(list(reply.tokens), reply.probs, hop)
+        return DraftReply(list(reply.tokens), reply.probs, hop, reply.reused_tokens)
 
     def prefetch(self, committed: list[int], proposal: list[int], gamma: int, min_confidence: float,
                  span: Span, timeout: float) -> Branch:
@@ -174,7 +175,8 @@ class DraftSession(ServiceSession):
         finally:
             branch.span.end()
         drafted = len(reply.tokens)
-        proposal = DraftReply(list(reply.tokens[1:]), probs_rows(reply.probs, drafted, 1, drafted), _hop(reply, wall))
+        proposal = DraftReply(list(reply.tokens[1:]), probs_rows(reply.probs, drafted, 1, drafted), _hop(reply, wall),
+                              reply.reused_tokens)
         return proposal, reply.tokens[0] if drafted else None
 
 

@@ -74,10 +74,11 @@ def test_shared_routes_find_the_longest_remembered_start_within_a_salt(client):
     routes.remember("", long[:20], "a")  # one whole block
     routes.remember("", long, "b")  # three: the first block's route is now "b" too (the latest wins)
     routes.remember("tenant", long, "c")
-    assert routes.replica_for("", long + [1]) == "b" and routes.replica_for("", long[:40]) == "b"
+    assert routes.replica_for("", long + [1]) == ("b", 48) and routes.replica_for("", long[:40]) == ("b", 32)
     routes.remember("", long[:16] + [0] * 16, "a")
-    assert routes.replica_for("", long[:16] + [0] * 20) == "a" and routes.replica_for("", long[:33]) == "b"
-    assert routes.replica_for("tenant", long) == "c" and routes.replica_for("other", long) is None
+    assert routes.replica_for("", long[:16] + [0] * 20) == ("a", 32) and routes.replica_for("", long[:33]) == ("b", 32)
+    assert routes.replica_for("", long[:16] + [5] * 20) == ("a", 16), "whole blocks shared: the first"
+    assert routes.replica_for("tenant", long) == ("c", 48) and routes.replica_for("other", long) is None
     assert routes.replica_for("", long[:15]) is None, "too short a start to route by"
     assert prefix_digests("", long, 16)[:1] == prefix_digests("", long[:16] + [9], 16)
     assert prefix_digests("", long, 16)[1] != prefix_digests("", long[:16] + [9] * 16, 16)[1]

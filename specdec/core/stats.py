@@ -41,6 +41,7 @@ class GenerationSummary:
     overlap_branches: int = 0  # branches drafted during a verify and resolved by the next round …
     overlap_hits: int = 0  # … of which the verdict matched: their round paid no draft time
     cached_prompt_tokens: int = 0  # prompt tokens the target took from a cache instead of computing them
+    draft_cached_tokens: int = 0  # committed tokens the draft replica took from a cache instead of computing them
     prediction_accepted: int = 0  # tokens proposed from the client's prediction that the target accepted …
     prediction_rejected: int = 0  # … and that it did not
 
@@ -54,6 +55,7 @@ class GenerationStats:
     total_s: float = 0.0
     draft_replica: str = ""  # the replica that served the last speculative round
     cached_prompt_tokens: int = 0
+    draft_cached_tokens: int = 0
 
     def summary(self) -> GenerationSummary:
         spec = [r for r in self.rounds if r.drafted > 0]
@@ -76,5 +78,6 @@ class GenerationStats:
             overhead_per_round_s=overhead / n if n else 0.0, draft_replica=self.draft_replica,
             session_id=self.session_id, overlap_branches=sum(r.overlapped for r in self.rounds[:-1]),
             overlap_hits=sum(r.prefetched for r in self.rounds), cached_prompt_tokens=self.cached_prompt_tokens,
+            draft_cached_tokens=self.draft_cached_tokens,
             prediction_accepted=sum(r.accepted for r in spec if r.predicted),
             prediction_rejected=sum(r.drafted - r.accepted for r in spec if r.predicted))

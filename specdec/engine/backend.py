@@ -42,6 +42,7 @@ class Proposal:
     compute_s: float  # the whole round on this service, rollback included
     rollback: Rollback = Rollback()
     load: PassLoad = PassLoad()  # the draft steps' shared passes
+    reused: int = 0  # positions taken from another session's KV cache, not computed (a shared prefix)
 
 
 @dataclass(frozen=True)

@@ -388,7 +388,8 @@ class DraftEngine(Engine):
             # The last draft token is not fed yet; the next round feeds it if it is accepted.
             state.extend(drafted, cached=len(state.tokens) + len(drafted) - 1)
             q_all = torch.stack(probs).cpu() if probs else None  # [γ', V]
-            return Proposal(drafted, q_all, time.perf_counter() - began, rollback, self._load(session))
+            return Proposal(drafted, q_all, time.perf_counter() - began, rollback, self._load(session),
+                            session.reused)
 
 
 class TargetEngine(Engine):

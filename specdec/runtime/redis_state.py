@@ -136,8 +136,9 @@ class SharedRoutes:
         except redis.RedisError as exc:
             log.warning("cannot write a draft route to Redis: %s", exc)
 
-    def replica_for(self, salt: str, tokens) -> str | None:
-        """The replica of the remembered sequence sharing the most whole blocks with `tokens`, or None."""
+    def replica_for(self, salt: str, tokens) -> tuple[str, int] | None:
+        """The replica of the remembered sequence sharing the most whole blocks with `tokens`, and the tokens
+        of those blocks; or None."""
         digests = prefix_digests(salt, tokens, self.block)
         if not digests:
             return None
@@ -146,4 +147,5 @@ class SharedRoutes:
         except redis.RedisError as exc:
             log.warning("cannot read the draft routes from Redis: %s", exc)
             return None
-        return next((address for address in reversed(found) if address), None)
+        blocks = next((k for k in range(len(found), 0, -1) if found[k - 1]), 0)
+        return (found[blocks - 1], blocks * self.block) if blocks else None

@@ -202,4 +202,5 @@ def summary_to_pb(s: GenerationSummary) -> pb.GenerationStats:
         draft_compute_s=s.draft_compute_s, target_compute_s=s.target_compute_s,
         overhead_per_round_s=s.overhead_per_round_s, draft_replica=s.draft_replica, session_id=s.session_id,
         overlap_branches=s.overlap_branches, overlap_hits=s.overlap_hits, cached_prompt_tokens=s.cached_prompt_tokens,
-        prediction_accepted_tokens=s.prediction_accepted, prediction_rejected_tokens=s.prediction_rejected)
+        prediction_accepted_tokens=s.prediction_accepted, prediction_rejected_tokens=s.prediction_rejected,
+        draft_cached_tokens=s.draft_cached_tokens)
