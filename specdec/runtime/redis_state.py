@@ -70,8 +70,11 @@ class DraftRegistration:
 
     def stop(self, deregister: bool = True) -> None:
         """Stop beating and deregister at once (a clean shutdown). Without `deregister` the record
-        expires after its TTL, as it does when the replica crashes."""
+        expires after its TTL, as it does when the replica crashes. A beat under way is waited for, so that it
+        cannot write the record again after the deregistration."""
         self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.ttl_s)
         if not deregister:
             return
         try:
