@@ -5,6 +5,7 @@
 #      speculation identical to target-only through the services, whose runners compile their layers (the
 #      default on CUDA); then the Triton kernel's own tests (tests/test_pool_attention.py) on the GPU;
 #   2. the kernels of one target step, compiled, with each attention, by device time (scripts/gpu_kernels.py);
+#      the pool kernel alone at depths to 8,192, its walk split in parts and whole (scripts/gpu_pool_depth.py);
 #   3. the GPU benchmark (`specdec bench --gpu`, README): step curves eager and compiled against the bandwidth
 #      floor, then the services against Hugging Face eager and compiled, 1 and 8 users; with STEPS_ONLY=1 only
 #      the step curves (`--gpu-steps`);
@@ -38,6 +39,8 @@ timeout 60 python3 -m pytest -o addopts="" -p no:cacheprovider tests/test_pool_a
 tail -3 "$out/pool_attention_tests.txt"
 timeout 50 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
 grep "kernels a step" "$out/kernels.txt"
+timeout 40 python3 scripts/gpu_pool_depth.py "$out/pool_depth.json" > "$out/pool_depth.txt" 2>&1
+tail -20 "$out/pool_depth.txt"
 if [ "${STEPS_ONLY:-0}" = 1 ]; then
     timeout 120 python3 -m specdec.cli.main bench --gpu --gpu-steps --output "$out/gpu_steps.json" \
         > "$out/gpu_bench.txt" 2>&1

@@ -15,6 +15,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton's first import: its kernels then run in numpy
 pytest.importorskip("triton")
 
+from specdec.engine.cuda import pool_attention as kernel  # noqa: E402
 from specdec.engine.cuda.pool_attention import pool_attention  # noqa: E402
 from specdec.engine.models import load_hf_model  # noqa: E402
 from specdec.engine.static.runner import StaticRunner  # noqa: E402
@@ -35,12 +36,20 @@ def _queries(segments: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(H, segments * S, D, generator=gen).to(DEVICE, torch.bfloat16)
 
 
-def _run(q, keys, values, positions: list[list[int]], slots: list[int]) -> torch.Tensor:
+def _run(q, keys, values, positions: list[list[int]], slots: list[int], window: int | None = None) -> torch.Tensor:
+    """The kernel over a window of `window` keys (default: the whole pool)."""
     return pool_attention(q, keys, values, torch.tensor(positions, device=DEVICE),
-                          torch.tensor(slots, device=DEVICE), SCALE)  # [B·S, H·D]
+                          torch.tensor(slots, device=DEVICE), SCALE, window or keys.shape[1])  # [B·S, H·D]
 
 
-def test_each_row_attends_over_its_slots_keys_up_to_its_own_position():
+@pytest.fixture(params=[64, 128, 1024], ids=lambda n: f"parts_of_{n}")
+def split_n(request, monkeypatch):
+    """Walks split into parts of 64 or 128 keys (5 or 3 parts over the pool of 300), or not at all."""
+    monkeypatch.setattr(kernel, "SPLIT_N", request.param)
+    return request.param
+
+
+def test_each_row_attends_over_its_slots_keys_up_to_its_own_position(split_n):
     keys, values = _pool()
     positions, slots = [[0, 1, 2, 3], [60, 61, 62, 63], [62, 63, 64, 65], [201, 202, 203, 204]], [2, 0, 3, 0]
     q = _queries(len(slots))
@@ -54,29 +63,34 @@ def test_each_row_attends_over_its_slots_keys_up_to_its_own_position():
                 torch.testing.assert_close(out[b * S + s, head * D:(head + 1) * D], weights @ v, rtol=2e-2, atol=2e-2)
 
 
-def test_a_rows_bits_are_its_own():
-    """The row at position 70 of slot 1: first or last in its segment (a step or a verify's later row),
-    alone or beside other segments, with other keys past its position, and in a longer pool."""
+@pytest.mark.parametrize("position", [70, 200])
+def test_a_rows_bits_are_its_own(split_n, position):
+    """The row at `position` of slot 1: first or last in its segment (a step or a verify's later row),
+    alone or beside other segments, with other keys past its position, in a longer pool, and over any window
+    that holds it (split in parts or not: the shortest here is walked whole, the longest in parts)."""
     keys, values = _pool()
     q = _queries(3)
     row = q[:, 2 * S:2 * S + 1]  # [H, 1, D]: the third segment's first row
 
-    def at(index: int, positions, slots, k=keys, v=values, segments=1) -> torch.Tensor:
+    def at(index: int, positions, slots, k=keys, v=values, segments=1, window=None) -> torch.Tensor:
         queries = _queries(segments, seed=5)
         queries[:, index] = row[:, 0]
-        return _run(queries, k, v, positions, slots)[index]
+        return _run(queries, k, v, positions, slots, window)[index]
 
-    alone = at(0, [[70, 71, 72, 73]], [1])
-    assert torch.equal(at(S - 1, [[67, 68, 69, 70]], [1]), alone), "its place in the segment changed it"
-    assert torch.equal(at(2 * S, [[5, 6, 7, 8], [300 - S + i for i in range(S)], [70, 71, 72, 73]], [0, 3, 1],
-                          segments=3), alone), "its neighbours changed it"
+    steps = [position + i for i in range(S)]
+    alone = at(0, [steps], [1], window=position + S)
+    for window in (256, 300):
+        assert torch.equal(at(0, [steps], [1], window=window), alone), f"a window of {window} changed it"
+    p = position
+    assert torch.equal(at(S - 1, [[p - 3, p - 2, p - 1, p]], [1]), alone), "its place in the segment changed it"
+    assert torch.equal(at(2 * S, [[5, 6, 7, 8], [300 - S + i for i in range(S)], steps], [0, 3, 1], segments=3),
+                       alone), "its neighbours changed it"
     later_keys, later_values = keys.clone(), values.clone()
-    later_keys[1, 71:], later_values[1, 71:] = 7.0, -7.0
-    assert torch.equal(at(0, [[70, 100, 150, 299]], [1], later_keys, later_values), alone), \
+    later_keys[1, p + 1:], later_values[1, p + 1:] = 7.0, -7.0
+    assert torch.equal(at(0, [[p, 250, 280, 299]], [1], later_keys, later_values), alone), \
         "keys past its position, or a longer walk for the segment's other rows, changed it"
     longer_keys, longer_values = (torch.cat([t, torch.zeros_like(t)], dim=1) for t in (keys, values))
-    assert torch.equal(at(0, [[70, 71, 72, 73]], [1], longer_keys, longer_values), alone), \
-        "the pool's length changed it"
+    assert torch.equal(at(0, [steps], [1], longer_keys, longer_values), alone), "the pool's length changed it"
 
 
 @pytest.fixture(scope="module")

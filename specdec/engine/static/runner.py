@@ -34,8 +34,8 @@ write past their session's length, where the next real token overwrites them bef
 
 On CUDA the attention is by default `specdec.engine.cuda.pool_attention` (Triton; SPECDEC_STATIC_ATTENTION=sdpa
 keeps the memory-efficient kernel): it reads each segment's slot in place, in blocks of absolute positions, up
-to the segment's furthest row, so neither the window nor the neighbours change a row's work or bits, and the
-gathered copies of the window's keys and values are gone. On an H200 it made the target's replayed step 12%
+to the segment's furthest row (a window past 256 keys in parts of 256, merged in order), so neither the window
+nor the neighbours change a row's bits, and the gathered copies of the window's keys and values are gone. On an H200 it made the target's replayed step 12%
 shorter and the draft's 27% (docs/PERFORMANCE.md, "H200, 2026-11-30").
 """
 
@@ -139,7 +139,7 @@ class StaticRunner(ModelRunner):
                                device=self.device)
             pool_attention(torch.zeros(self.heads, self.rows, self.head_dim, dtype=self.act_dtype, device=self.device),
                            keys, keys, torch.arange(self.rows, device=self.device)[None],
-                           torch.ones(1, dtype=torch.long, device=self.device), self.scale)
+                           torch.ones(1, dtype=torch.long, device=self.device), self.scale, SMALLEST_WINDOW)
         except Exception as error:  # no Triton, or its compiler refused: the kernel every build has
             if asked == "pool":
                 raise
@@ -265,7 +265,7 @@ class StaticRunner(ModelRunner):
         S = self.rows
         ids, positions, slots = (packed[:, :S].contiguous(), packed[:, S:2 * S].contiguous(),
                                  packed[:, 2 * S].contiguous())
-        B = ids.shape[0]
+        B, window = ids.shape[0], keys.shape[0]
         h = self.embed(ids.reshape(-1))[None].to(self.act_dtype)  # [1, B·S, hidden]
         cos, sin = self.rotary(h, positions.reshape(1, -1))
         visible = None  # the pool kernel masks each row by its position itself
@@ -282,19 +282,21 @@ class StaticRunner(ModelRunner):
                 torch._dynamo.mark_dynamic(visible, 0)
                 torch._dynamo.mark_dynamic(visible, 3)
         for layer, pool_keys, pool_values in zip(self.layers, self.pool.keys, self.pool.values, strict=True):
-            h = self.layer_step(layer, h, cos, sin, positions, slots, visible, pool_keys, pool_values)
+            h = self.layer_step(layer, h, cos, sin, positions, slots, visible, pool_keys, pool_values, window)
         logits = self.collectives.gather_vocab(self.lm_head(self.norm(h[0])).float())  # [B·S, V]
         return logits.view(B, S, -1)
 
     def _layer_step(self, layer, h: torch.Tensor, cos, sin, positions: torch.Tensor, slots: torch.Tensor,
-                    visible: torch.Tensor | None, pool_keys: torch.Tensor, pool_values: torch.Tensor) -> torch.Tensor:
+                    visible: torch.Tensor | None, pool_keys: torch.Tensor, pool_values: torch.Tensor,
+                    window: int) -> torch.Tensor:
         """One decoder layer: h [1, B·S, hidden] -> [1, B·S, hidden]; writes the segments' keys and values
-        into this layer's pool tensors [slots + 1, L, KV, D]."""
-        h = h + self._attention(layer, h, cos, sin, positions, slots, visible, pool_keys, pool_values)
+        into this layer's pool tensors [slots + 1, L, KV, D]; every position is below `window`."""
+        h = h + self._attention(layer, h, cos, sin, positions, slots, visible, pool_keys, pool_values, window)
         return h + self._mlp(layer, h)
 
     def _attention(self, layer, h: torch.Tensor, cos, sin, positions: torch.Tensor, slots: torch.Tensor,
-                   visible: torch.Tensor | None, pool_keys: torch.Tensor, pool_values: torch.Tensor) -> torch.Tensor:
+                   visible: torch.Tensor | None, pool_keys: torch.Tensor, pool_values: torch.Tensor,
+                   window: int) -> torch.Tensor:
         """visible: the sdpa kernel's mask [B, 1, G·S, L] (None: the pool kernel, which masks by position)."""
         D, H, KV = self.head_dim, self.heads, self.kv_heads
         B, S = positions.shape
@@ -304,7 +306,7 @@ class StaticRunner(ModelRunner):
         pool_keys.index_put_(where, k.to(pool_keys.dtype))
         pool_values.index_put_(where, v.view(B, S, KV, D).to(pool_values.dtype))
         if visible is None:
-            out = torch.ops.specdec.pool_attention(q[0], pool_keys, pool_values, positions, slots, self.scale)
+            out = torch.ops.specdec.pool_attention(q[0], pool_keys, pool_values, positions, slots, self.scale, window)
             return self.collectives.all_reduce(layer.out(out.to(h.dtype)))[None]  # out [B·S, H·D]
         G, L = H // KV, visible.shape[-1]
         q = q[0].view(KV, G, B, S, D).permute(2, 0, 1, 3, 4).reshape(B, KV, G * S, D)  # a KV head's queries folded
