@@ -104,7 +104,7 @@ def _attend(q_ptr, k_ptr, v_ptr, pos_ptr, slot_ptr, out_ptr, top_ptr, total_ptr,
     keys = k_ptr + slot * stride_ks + kv * stride_kh
     values = v_ptr + slot * stride_vs + kv * stride_vh
     if SPLIT:
-        begin = tl.program_id(2) * SPLIT_N
+        begin = tl.program_id(2).to(tl.int64) * SPLIT_N  # as wide as the positions, which end the walk
         top, total, acc = _walk(q, keys, values, position, begin, tl.minimum(begin + SPLIT_N, last + 1), stride_kl,
                                 stride_vl, scale, D, BLOCK_M, BLOCK_N, FLOAT_DOTS, PRECISION)
         row = tl.program_id(2) * T * H + token * H + head  # [BLOCK_M]: the part's (token, head)
