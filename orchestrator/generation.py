@@ -3,7 +3,8 @@
 The orchestrator owns the committed token list. Each round the draft proposes up to γ tokens and
 the target verifies them in one forward pass; each service is sent the committed tokens it has not
 seen yet, so both crop their KV caches to the accepted prefix and extend from there
-(`orchestrator.sessions`).
+(`orchestrator.sessions`). The draft model's side, its replica and what that keeps, its failures and the branch
+it drafts during a verify, is `orchestrator.drafting`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ from opentelemetry.trace import Span
 
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
+from orchestrator.drafting import Drafting
 from orchestrator.lookups import LOOKUP_KINDS, Lookups
 from orchestrator.metrics import SpecDecodeMetrics
-from orchestrator.sessions import NO_DRAFTS, Branch, DraftReply, DraftSession, TargetSession, VerifyReply
+from orchestrator.sessions import NO_DRAFTS, DraftReply, DraftSession, TargetSession, VerifyReply
 from specdec.core.ngram import Lookup, RecentSequences
 from specdec.core.rounds import Estimates, RoundRecord
 from specdec.core.sampling import SamplingParams
@@ -40,9 +42,6 @@ log = logging.getLogger(__name__)
 # tokens still come at least this often, and where one step takes longer (a 1.5B model on a CPU) a round
 # is one step, as before.
 TARGET_CHUNK_S = 0.02
-# Statuses that blame the request, not the replica that returned them.
-CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
-                           grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
 
 
 @dataclass(frozen=True)
@@ -101,14 +100,10 @@ class Generation:
         # Service-side session ids are fresh per run, so a resumed generation never meets its old sessions.
         service_session = f"{self.session_id}-{uuid.uuid4().hex[:8]}"
         sampling = sampling_to_pb(self.request.params)
-        self._draft = DraftSession(None, service_session, sampling)
+        self.drafting = Drafting(DraftSession(None, service_session, sampling), self.drafts, self.controller,
+                                 self.round_timeout, self.request.gamma is None, self.is_cancelled, self.session_id,
+                                 self.draft_retry_s)
         self._target = TargetSession(self.target, service_session, sampling)
-        self._last_drafted = 0
-        self._branch: Branch | None = None  # the next round, drafting while this one verifies
-        self._draft_failed_at: float | None = None
-        self._draft_replica = ""
-        self._draft_kept = 0  # committed tokens whose draft KV the replica likely keeps from an earlier session
-        self._draft_reused = 0  # committed tokens whose draft KV the replica took from a cache (as it said)
         proposer = self.request.proposer
         self._uses_model = proposer in ("model", "hybrid")
         if self.lookup_prior is None:
@@ -123,7 +118,7 @@ class Generation:
         req = self.request
         committed = [*req.prompt_ids, *req.resumed]
         if self._uses_model:
-            self.use_draft(*self.drafts.acquire(committed, req.params.cache_salt))
+            self.drafting.start(committed, req.params.cache_salt)
         text = TextStream(self.tokenizer, req.stop, req.params.min_tokens)
         text.push(list(req.resumed[:req.resume_from]))  # shown to the client before the resume
         stats = GenerationStats(prompt_tokens=len(req.prompt_ids), session_id=self.session_id)
@@ -147,7 +142,7 @@ class Generation:
                     self.controller.overlapping = False
                 else:
                     self.controller.overlapping = self._overlaps(useful)
-                    gamma = self.controller.choose(useful, self._draft_unseen(committed)) if req.gamma is None else cap
+                    gamma = self.controller.choose(useful, self.drafting.unseen(committed)) if req.gamma is None else cap
                 with telemetry.span("round", context=self.trace_context) as span:
                     try:
                         record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)
@@ -178,7 +173,7 @@ class Generation:
                     self.on_round(committed[len(req.prompt_ids):], finish.value)
                 if finish:
                     stats.finish_reason, stats.total_s = finish, time.perf_counter() - began
-                    stats.draft_replica, stats.draft_cached_tokens = self._draft_replica, self._draft_reused
+                    stats.draft_replica, stats.draft_cached_tokens = self.drafting.replica, self.drafting.reused
                     yield Chunk(new_tokens, delta + text.finish(), record, estimates, stats, logprobs, **prompt)
                 else:
                     yield Chunk(new_tokens, delta, record, estimates, logprobs=logprobs, **prompt)
@@ -187,13 +182,8 @@ class Generation:
                 self.lookups.finish()
             if self.recent is not None and finish:  # a finished sequence, for later sessions' lookups
                 self.recent.add(committed)
-            if self._branch is not None:  # drafted for a round that never came
-                self._branch.span.end()
-            self._draft.close()
+            self.drafting.finish(committed, req.params.cache_salt)
             self._target.close()
-            self.drafts.release(self._draft.client)
-            if self._draft_replica:  # where the draft's KV of this sequence is kept, as far as it was sent
-                self.drafts.remember(req.params.cache_salt, committed[:self._draft.synced], self._draft_replica)
             if log.isEnabledFor(logging.INFO):
                 log.info("session %s finished (%s): %s", printable(self.session_id), finish.value or "aborted",
                          summary(stats, generated, time.perf_counter() - began))
@@ -202,7 +192,7 @@ class Generation:
         """The client is gone: end both services' streams now, from any thread. Each service frees the session
         and stops a round in flight before its next chunk (a long prompt's); the call waiting on it fails
         CANCELLED, and `run` ends."""
-        self._draft.close()
+        self.drafting.session.close()
         self._target.close()
 
     def _push(self, text: TextStream, tokens: list[int]) -> tuple[list[int], str]:
@@ -237,9 +227,9 @@ class Generation:
         emitted. Returns the round's record, the verdict, and the tokens it emits (the verdict's, up to
         `remaining` and before any EOS); the controller has learned from the round."""
         began = time.perf_counter()
-        draft_steady = self._last_drafted > 0  # then the draft feeds at most two pending tokens
-        draft_opened = not self._draft.opened  # if it drafts now, its session opens in this round's hop
-        hit, model_gamma, steps = self._prefetched(committed), 0, 1
+        draft_steady = self.drafting.last_drafted > 0  # then the draft feeds at most two pending tokens
+        draft_opened = not self.drafting.session.opened  # if it drafts now, its session opens in this round's hop
+        hit, model_gamma, steps = self.drafting.prefetched(committed), 0, 1
         if hit is not None:
             lookup = self.lookups.over(len(hit.tokens), cap, committed) if self.request.proposer == "hybrid" else None
         else:
@@ -250,14 +240,14 @@ class Generation:
             self.lookups.proposed(lookup)
         elif hit is not None:
             proposal, gamma = hit, len(hit.tokens)
-        elif model_gamma > 0 and self._draft_usable():
+        elif model_gamma > 0 and self.drafting.usable():
             limit = model_gamma if self.request.gamma is not None else self.controller.draft_limit(model_gamma, cap)
-            proposal = self._propose(limit, committed, span)
+            proposal = self.drafting.propose(limit, committed, span)
         else:
             proposal = NO_DRAFTS
-        self._last_drafted = 0 if lookup is not None else len(proposal.tokens)
+        self.drafting.last_drafted = 0 if lookup is not None else len(proposal.tokens)
         if self.controller.overlapping and proposal.tokens and lookup is None:  # after a lookup, likely another
-            self._prefetch(committed, proposal.tokens, min(gamma, useful - len(proposal.tokens) - 1), span)
+            self.drafting.prefetch(committed, proposal.tokens, min(gamma, useful - len(proposal.tokens) - 1), span)
         prefill = not self._target.opened  # the prompt's round: one step, for the time to the first token
         extra = steps - 1 if not proposal.tokens and not prefill else 0
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens)) + \
@@ -274,7 +264,7 @@ class Generation:
             target_wall_s=target.wall_s, target_compute_s=target.compute_s, draft_steady=draft_steady,
             draft_load=draft.load, target_load=target.load,
             proposer="" if not proposal.tokens else "ngram" if lookup is not None else "model",
-            overlapped=self._branch is not None, prefetched=hit is not None, target_passes=verdict.passes,
+            overlapped=self.drafting.branch is not None, prefetched=hit is not None, target_passes=verdict.passes,
             predicted=lookup is not None and lookup.source == "prediction",
             draft_opened=draft_opened and hit is None and lookup is None)
         if self.lookups is not None:
@@ -318,7 +308,7 @@ class Generation:
             if found.tokens:
                 return found, 0, 1
             return None, 0, plain if self.request.gamma is not None else self.lookups.quiet_steps(chunk)
-        drafting = gamma > 0 and self._draft_usable()
+        drafting = gamma > 0 and self.drafting.usable()
         # Measure the model's α (an untried lookup kind: ditto), before looking anything up.
         if drafting and (self.controller.untried() or self.controller.probing):
             return None, gamma, 1
@@ -326,7 +316,7 @@ class Generation:
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
         options = [(self.controller.plain_rate(chunk if priced is None else 1), None, 0)] if adaptive else []
         if drafting:
-            options.append((self.controller.catch_up_rate(gamma, self._draft_unseen(committed), useful), None, gamma))
+            options.append((self.controller.catch_up_rate(gamma, self.drafting.unseen(committed), useful), None, gamma))
         if priced is not None:
             options.append((*priced, 0))
         if not options:  # a fixed γ with neither (the draft down, no lookup)
@@ -350,7 +340,7 @@ class Generation:
         found or drafted (`GammaController.settled`, at the highest α the model or a lookup kind is priced at),
         so it prices nothing and looks nothing up. Not with a branch drafted for it, nor while a client's
         prediction is untried (proposed whole, whatever it costs)."""
-        if self.request.gamma is not None or not self._uses_model or self._branch is not None:
+        if self.request.gamma is not None or not self._uses_model or self.drafting.branch is not None:
             return False
         if not self.controller.at_rest():  # before the lookups' α are gathered: a drafting round pays nothing here
             return False
@@ -360,14 +350,6 @@ class Generation:
         alphas[cap] = max(alphas.get(cap, 0.0), self.controller.acceptance.alpha)
         return self.controller.settled(cap, alphas)
 
-    def _draft_unseen(self, committed: list[int]) -> int:
-        """Tokens the draft model feeds before it drafts: 1 after a round it drafted (the controller prices the
-        steady first pass), else what was committed since it last drafted, and its own last draft; before it
-        first drafts, what its replica likely keeps of them (a chat's earlier turn) is not fed."""
-        if self._last_drafted > 0:
-            return 1
-        return len(committed) - max(self._draft.synced, self._draft_kept) + 1
-
     def _overlaps(self, useful: int) -> bool:
         """Whether this round drafts the next one during its verify: the request's (or the server's)
         choice, "auto" asking the controller's cost model. Only a draft model drafts ahead."""
@@ -375,49 +357,6 @@ class Generation:
         if mode == "off" or not self._uses_model or useful < 2:
             return False
         return mode == "on" or self.controller.overlap_pays(useful, self.request.gamma)
-
-    def _prefetch(self, committed: list[int], proposal: list[int], gamma: int, span: Span) -> None:
-        """Send the next round's branch after the draft's own `proposal`: the draft's guess of the bonus
-        token, then γ drafts after it (this round's γ, within what the next round can still use)."""
-        if gamma < 1 or not self._draft_usable():
-            return
-        gamma = min(gamma, self.drafts.gamma_max(self._draft.client) - 1)
-        if gamma < 1:
-            return
-        min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
-        timeout = self.round_timeout.of(self.controller.draft_time(len(proposal) + 1, gamma + 1))
-        self._branch = self._draft.prefetch(committed, proposal, gamma, min_confidence, span, timeout)
-
-    def _prefetched(self, committed: list[int]) -> DraftReply | None:
-        """The proposal the last round's branch drafted, if the committed tokens are what it assumed;
-        None otherwise (no branch, a miss, or a failed draft: the round drafts as usual). A branch is
-        always collected, hit or miss: its reply comes before any later call's on the stream."""
-        branch, self._branch = self._branch, None
-        if branch is None:
-            return None
-        try:
-            proposal, guess = self._draft.collect(branch)
-        except grpc.RpcError as exc:
-            self.draft_failed(exc)
-            return None
-        guessed = branch.guessed(committed, guess)
-        self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s, guessed, proposal.hop.load)
-        if not proposal.tokens or not guessed:
-            return None
-        self._draft_replica = self._draft.client.address
-        return proposal
-
-    def _propose(self, gamma: int, committed: list[int], span: Span) -> DraftReply:
-        """The draft's proposal; after a draft failure, none: the round is a target-only step."""
-        min_confidence = self.controller.confidence_threshold() if self.request.gamma is None else 0.0
-        draft_s = self.controller.draft_time(self._draft.unsynced(committed) + 1, gamma)
-        try:
-            proposal = self._draft.propose(committed, gamma, min_confidence, span, self.round_timeout.of(draft_s))
-        except grpc.RpcError as exc:
-            self.draft_failed(exc)
-            return NO_DRAFTS
-        self._draft_replica, self._draft_reused = self._draft.client.address, max(self._draft_reused, proposal.reused)
-        return proposal
 
     def _annotate(self, span: Span, record: RoundRecord, estimates: Estimates) -> None:
         if span.is_recording():
@@ -432,43 +371,6 @@ class Generation:
         log.debug("session %s round γ=%d accepted=%d α̂=%.3f ĉ=%.3f rtt draft %.1f ms target %.1f ms",
                   self.session_id, record.gamma, record.accepted, estimates.alpha, estimates.cost_ratio,
                   1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)
-
-    def _draft_usable(self) -> bool:
-        """A draft replica is at hand, or the pool has one (after a failure: another one at once,
-        else the same one again once `draft_retry_s` has passed)."""
-        if self._draft.client is not None:
-            return True
-        now = time.monotonic()
-        if self._draft_failed_at is not None and now - self._draft_failed_at < self.draft_retry_s:
-            return False
-        self.use_draft(*self.drafts.acquire())
-        if self._draft.client is None:
-            self._draft_failed_at = now
-        return self._draft.client is not None
-
-    def use_draft(self, client: ServiceClient | None, kept: int = 0) -> None:
-        """Route the draft session to `client` (None: no replica), which likely keeps the draft's KV of the
-        first `kept` committed tokens, and plan with that replica's costs."""
-        self._draft.client, self._draft_kept = client, kept
-        self.controller.draft_cost = self.drafts.profile(client) if client is not None else None
-
-    def draft_failed(self, exc: grpc.RpcError) -> None:
-        """Go on target-only; the output cannot change, since the target alone decides every token.
-
-        A replica that is down, hung or broken is skipped by the pool for a while; one that refused
-        this session's request (a client's bad input) stays in service for everyone else.
-        """
-        if self.is_cancelled():  # our own `abort` ended the stream, not the replica: the call is over
-            raise exc
-        code, client = exc.code(), self._draft.client
-        log.warning("session %s: draft %s failed (%s: %s); decoding target-only until a replica is back",
-                    self.session_id, client.address, code.name, printable(exc.details()))
-        if code not in CLIENT_FAULTS:
-            self.drafts.failed(client)
-        self.drafts.release(client)
-        self._draft.reset()
-        self._branch = None  # its stream is gone
-        self.use_draft(None)  # the next round asks the pool again, which may pick another replica
 
 
 def summary(stats: GenerationStats, generated: int, seconds: float) -> str:

@@ -245,6 +245,6 @@ def test_a_clients_bad_input_never_cools_down_a_draft(stack):
     for code, usable_after in ((grpc.StatusCode.INVALID_ARGUMENT, True), (grpc.StatusCode.DEADLINE_EXCEEDED, False)):
         pool = DraftPool([stack.draft_address], cooldown_s=60)
         generation = Generation(request, pool, None, None, frozenset(), 64, GammaController(4, CostProfile((0.1, 0.1))))
-        generation.use_draft(pool.acquire())
-        generation.draft_failed(StreamError(code, "refused"))
-        assert (pool.acquire() is not None) == usable_after, code
+        generation.drafting.use(*pool.acquire())
+        generation.drafting.failed(StreamError(code, "refused"))
+        assert (pool.acquire()[0] is not None) == usable_after, code
