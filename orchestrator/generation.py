@@ -142,7 +142,8 @@ class Generation:
                     self.controller.overlapping = False
                 else:
                     self.controller.overlapping = self._overlaps(useful)
-                    gamma = self.controller.choose(useful, self.drafting.unseen(committed)) if req.gamma is None else cap
+                    gamma = cap if req.gamma is not None else \
+                        self.controller.choose(useful, self.drafting.unseen(committed))
                 with telemetry.span("round", context=self.trace_context) as span:
                     try:
                         record, verdict, new_tokens = self._round(gamma, cap, useful, remaining, committed, span)

@@ -1,4 +1,4 @@
-"""Attention read straight from the static runner's KV pool: one Triton program per (segment, KV head, part of a long window).
+"""Attention read straight from the static runner's KV pool: a Triton program per (segment, KV head, part).
 
 The program holds the segment's queries of every head that shares the KV head (G·S rows, folded as
 row g·S + s), and walks the segment's slot in blocks of `BLOCK_N` keys from position 0 up to the
@@ -171,9 +171,9 @@ def pool_attention(q: torch.Tensor, pool_keys: torch.Tensor, pool_values: torch.
     _attend[(B, KV, parts)](q, pool_keys, pool_values, positions, slots, out, top, total, acc,
                             q.stride(0), q.stride(1), pool_keys.stride(0), pool_keys.stride(1), pool_keys.stride(2),
                             pool_values.stride(0), pool_values.stride(1), pool_values.stride(2), out.stride(0),
-                            scale, T, H, S=S, G=H // KV, D=D, BLOCK_M=rows, BLOCK_N=BLOCK_N, SPLIT_N=SPLIT_N, SPLIT=parts > 1,
-                            FLOAT_DOTS=INTERPRETED, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-                            num_warps=4, num_stages=2)
+                            scale, T, H, S=S, G=H // KV, D=D, BLOCK_M=rows, BLOCK_N=BLOCK_N, SPLIT_N=SPLIT_N,
+                            SPLIT=parts > 1, FLOAT_DOTS=INTERPRETED,
+                            PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4, num_stages=2)
     if parts > 1:
         _merge[(B, KV)](positions, out, top, total, acc, out.stride(0), T, H, S=S, G=H // KV, D=D, BLOCK_M=rows,
                         SPLIT_N=SPLIT_N, num_warps=4)

@@ -35,8 +35,8 @@ write past their session's length, where the next real token overwrites them bef
 On CUDA the attention is by default `specdec.engine.cuda.pool_attention` (Triton; SPECDEC_STATIC_ATTENTION=sdpa
 keeps the memory-efficient kernel): it reads each segment's slot in place, in blocks of absolute positions, up
 to the segment's furthest row (a window past 256 keys in parts of 256, merged in order), so neither the window
-nor the neighbours change a row's bits, and the gathered copies of the window's keys and values are gone. On an H200 it made the target's replayed step 12%
-shorter and the draft's 27% (docs/PERFORMANCE.md, "H200, 2026-11-30").
+nor the neighbours change a row's bits, and the gathered copies of the window's keys and values are gone. On an
+H200 it made the target's replayed step 12% shorter and the draft's 27% (docs/PERFORMANCE.md, "H200, 2026-11-30").
 """
 
 from __future__ import annotations
