@@ -289,8 +289,9 @@ class Generation:
         model: the controller's γ. ngram: up to γ looked-up tokens. hybrid: the best of three expected
         rates. A lookup's is `Lookups.priced`'s. The draft model's is its rate at the controller's γ with
         the time its draft needs to catch up on tokens it has not seen (`GammaController.catch_up_rate`,
-        over the `useful` tokens left). While its α is still a guess (`GammaController.untried`), and on the
-        controller's probes, the draft model drafts regardless: at the guess (0.7) the model and target-only
+        over the `useful` tokens left). While its α is still a guess (`GammaController.untried`) and its catch-up
+        affordable (`GammaController.trial_affordable`), and on the controller's probes, the draft model drafts
+        regardless: at the guess (0.7) the model and target-only
         tie on a CPU pair, the catch-up tips it, and target-only or lookup rounds never measure α (measured:
         whole benchmark runs at α 0.65 and γ ≤ 1, against 0.84 and γ up to 6; a lone session after a burst
         whose every probe became a lookup). Target-only's is its round's, an option only under adaptive γ (a
@@ -311,7 +312,8 @@ class Generation:
             return None, 0, plain if self.request.gamma is not None else self.lookups.quiet_steps(chunk)
         drafting = gamma > 0 and self.drafting.usable()
         # Measure the model's α (an untried lookup kind: ditto), before looking anything up.
-        if drafting and (self.controller.untried() or self.controller.probing):
+        if drafting and (self.controller.probing or
+                         self.controller.trial_affordable(gamma, self.drafting.unseen(committed), useful)):
             return None, gamma, 1
         priced = self.lookups.priced(cap)
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from specdec.core.rounds import ALPHA_MAX, PassLoad, RoundRecord
-from specdec.planning.controller import PROBE_SHARE, Ewma, GammaController, update_fill
+from specdec.planning.controller import PROBE_SHARE, TRIAL_SHARE, Ewma, GammaController, update_fill
 from specdec.planning.cost import CostProfile, expected_tokens
 from specdec.planning.prior import SharedPrior
 from specdec.tools.bench.theory import profile_speedup, theorem_speedup
@@ -617,7 +617,7 @@ def test_a_probe_waits_until_the_drafts_catch_up_is_affordable():
     until its expected loss against target-only decoding is at most `PROBE_SHARE` of the target-only time
     since the last probe (a draft at 0.2 of a step, 90 tokens behind: 18 steps of catch-up, so some 600
     steps); one in step with the committed tokens probes when due, as before. An α never measured is probed
-    when due whatever the catch-up costs."""
+    when due whatever the catch-up costs where no count of tokens left bounds it (with one: the next test)."""
 
     def first_probe(unseen: int, measured: bool = True) -> int:
         ctl = pin_alpha(GammaController(8, linear(), linear(0.02)), 0.9)
@@ -635,6 +635,33 @@ def test_a_probe_waits_until_the_drafts_catch_up_is_affordable():
     assert loss > 1.8 and ctl.probe_loss(1, 1, ctl.rate(0)) < PROBE_SHARE * 16 * STEP
     assert first_probe(90) == math.ceil(loss / (PROBE_SHARE * STEP))
     assert first_probe(90, measured=False) == 16
+
+
+def test_an_untried_draft_is_measured_first_only_where_its_catch_up_is_affordable():
+    """While the draft model's α is the guess, a due probe measures it whatever it is priced at, where the draft's
+    extra feed is at most `TRIAL_SHARE` of the target-only time of the tokens left (a draft at 0.2 of a step, 100
+    tokens left: about 126 tokens to feed). Past that (a long prompt's first request) the probe waits as a measured
+    α's does, for a session with less to feed. With no count of tokens left, any feed; a measured α, never."""
+    ctl = GammaController(8, linear(), linear(0.02))
+    budget = TRIAL_SHARE * 100 * ctl.verify_time(0)
+    near = max(unseen for unseen in range(1, 1000) if ctl.catch_up_time(1, unseen) <= budget)
+    assert ctl.untried() and 100 < near < 150
+    assert ctl.trial_affordable(1, near, 100) and not ctl.trial_affordable(1, near + 1, 100)
+    assert ctl.trial_affordable(1, 10_000), "no count of tokens left: any feed"
+
+    def first_probe(unseen: int) -> int:
+        fresh = GammaController(8, linear(), linear(0.02))
+        for step in range(400):
+            if fresh.choose(100, unseen=unseen) > 0:
+                return step
+            fresh.observe(timing(0, 0, 0.0, 0.0, STEP, STEP))
+        return -1
+
+    assert first_probe(near) == 16, "affordable: the first due probe measures it"
+    assert first_probe(10 * near) == -1, "a long prompt's feed: not within 400 steps"
+    measured = pin_alpha(GammaController(8, linear(), linear(0.02)), 0.7)
+    measured.alpha_from_prior = True
+    assert not measured.trial_affordable(1, 1, 100)
 
 
 # A Zen 4's start-up profiles (ms; the gguf-q8 target and its Q4_0 draft) and the target's passes in the service an

@@ -73,6 +73,9 @@ GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configure
 CATCH_UP_ROUNDS = 32
 # The most of the target-only time since the last probe that the next one may lose (`GammaController.choose`).
 PROBE_SHARE = 1 / 32
+# The most of the target-only time of what a generation can still use that a first measurement of the draft
+# model's α may spend on the draft's catch-up (`GammaController.trial_affordable`).
+TRIAL_SHARE = 1 / 4
 # A hop's sample counts as at most HOP_JUMP times its estimate plus HOP_SLACK_S (`update_hop`).
 HOP_JUMP, HOP_SLACK_S = 2.0, 0.002
 
@@ -355,6 +358,17 @@ class GammaController:
         """Whether the draft model's α is still a guess: no earlier session measured it, nor has this one."""
         return not self.alpha_from_prior and self.acceptance.observed == 0
 
+    def trial_affordable(self, gamma: int, unseen: int, useful: int | None = None) -> bool:
+        """Whether to measure the draft model's α now, as a round of γ whose draft first feeds `unseen` tokens,
+        whatever the round is priced at: while α is a guess, where that feed's extra time is at most `TRIAL_SHARE`
+        of the target-only time of the `useful` tokens left (None: any feed). Past it the model is priced at the
+        guess like any option, and a later session with less to feed measures it: a fresh server's first request
+        after a 3,000-token prompt had paid the draft's whole feed, 6 s at VNNI, for a 128-token reply (0.23–0.43×
+        target-only)."""
+        if not self.untried():
+            return False
+        return useful is None or self.catch_up_time(gamma, unseen) <= TRIAL_SHARE * max(useful, 1) * self.verify_time(0)
+
     def catch_up_rate(self, gamma: int, unseen: int, useful: int) -> float:
         """`rate(γ)` of a draft-model round whose draft must first feed `unseen` tokens (its prompt, or what
         lookups or target-only rounds committed) where a steady round feeds one or two: the feed's extra time,
@@ -444,7 +458,7 @@ class GammaController:
             # wait before the next one.
             probe = max(range(1, cap + 1), key=rate.get)
             allowed = PROBE_SHARE * self.steps_without_draft * self.verify_time(0)
-            if self.untried() or self.probe_loss(probe, unseen, rate[0]) <= allowed:
+            if self.trial_affordable(probe, unseen, max_useful) or self.probe_loss(probe, unseen, rate[0]) <= allowed:
                 self.probe_interval = min(2 * self.probe_interval, self.max_probe_every)
                 self.steps_without_draft = 0
                 self.probing = True
