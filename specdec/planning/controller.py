@@ -454,8 +454,8 @@ class GammaController:
         self.probing = False
         if best == 0 and self._probe_due():
             # Probe: refresh α with the γ that would be used if speculation paid, once it is affordable (an
-            # α never measured is worth its first measurement). A probe that leaves γ = 0 best doubles the
-            # wait before the next one.
+            # α never measured is worth its first measurement, where the draft's feed allows: `trial_affordable`).
+            # A probe that leaves γ = 0 best doubles the wait before the next one.
             probe = max(range(1, cap + 1), key=rate.get)
             allowed = PROBE_SHARE * self.steps_without_draft * self.verify_time(0)
             if self.trial_affordable(probe, unseen, max_useful) or self.probe_loss(probe, unseen, rate[0]) <= allowed:
