@@ -311,15 +311,15 @@ class Generation:
                 return found, 0, 1
             return None, 0, plain if self.request.gamma is not None else self.lookups.quiet_steps(chunk)
         drafting = gamma > 0 and self.drafting.usable()
+        unseen = self.drafting.unseen(committed)
         # Measure the model's α (an untried lookup kind: ditto), before looking anything up.
-        if drafting and (self.controller.probing or
-                         self.controller.trial_affordable(gamma, self.drafting.unseen(committed), useful)):
+        if drafting and (self.controller.probing or self.controller.trial_affordable(gamma, unseen, useful)):
             return None, gamma, 1
         priced = self.lookups.priced(cap)
         adaptive = self.request.gamma is None  # a fixed γ asks for speculation: target-only is no option
         options = [(self.controller.plain_rate(chunk if priced is None else 1), None, 0)] if adaptive else []
         if drafting:
-            options.append((self.controller.catch_up_rate(gamma, self.drafting.unseen(committed), useful), None, gamma))
+            options.append((self.controller.catch_up_rate(gamma, unseen, useful), None, gamma))
         if priced is not None:
             options.append((*priced, 0))
         if not options:  # a fixed γ with neither (the draft down, no lookup)

@@ -164,9 +164,12 @@ def pool_attention(q: torch.Tensor, pool_keys: torch.Tensor, pool_values: torch.
     positions, slots = positions.contiguous(), slots.contiguous()
     out = torch.empty(T, H * D, dtype=q.dtype, device=q.device)
     parts = -(-window // SPLIT_N)
-    top = torch.empty(parts, T, H, dtype=torch.float32, device=q.device) if parts > 1 else out
-    total = torch.empty_like(top) if parts > 1 else out
-    acc = torch.empty(parts, T, H, D, dtype=torch.float32, device=q.device) if parts > 1 else out
+    if parts > 1:  # each part's (top, total, acc) per (token, head), for `_merge`
+        top = torch.empty(parts, T, H, dtype=torch.float32, device=q.device)
+        total = torch.empty_like(top)
+        acc = torch.empty(parts, T, H, D, dtype=torch.float32, device=q.device)
+    else:  # the whole walk writes `out` itself: no parts to keep
+        top = total = acc = out
     rows = max(16, triton.next_power_of_2(H // KV * S))
     _attend[(B, KV, parts)](q, pool_keys, pool_values, positions, slots, out, top, total, acc,
                             q.stride(0), q.stride(1), pool_keys.stride(0), pool_keys.stride(1), pool_keys.stride(2),
