@@ -136,6 +136,7 @@ class Generation:
                 remaining = req.max_new_tokens - generated
                 useful = min(remaining - 1, self.max_context - len(committed))
                 self.controller.context = len(committed)  # its passes' attention is priced at this depth
+                self.controller.generated = generated  # how long it has run: the draft's feed is spread so far
                 cap = min(useful, self.controller.gamma_max) if req.gamma is None else max(0, min(req.gamma, useful))
                 if self._settled(cap) or self._opens_target_only(first=not stats.rounds):  # nothing to price
                     cap = gamma = 0

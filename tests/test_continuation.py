@@ -146,12 +146,14 @@ def test_the_controller_is_told_what_the_draft_must_feed_before_it_drafts(monkey
     which a probe pays for): after a round it drafted 1 (its first pass then feeds its last draft and the
     bonus token, which the controller prices itself), else one more than the tokens committed since it was
     last sent any, the prompt's included. A draft that never agrees and costs more than the target, so that
-    target-only rounds follow its first measurement."""
+    target-only rounds follow its first measurement. The controller is also told the tokens emitted so far."""
     told = []  # per round: what `choose` was told, None where the round was settled without it
+    generated = []  # per chosen round: the tokens emitted before it, as the controller was told
     choose, settled = GammaController.choose, GammaController.settled
 
     def spy(self, max_useful=None, unseen=1):
         told.append(unseen)
+        generated.append(self.generated)
         return choose(self, max_useful, unseen)
 
     def settled_spy(self, max_useful=None, alphas=None):
@@ -173,3 +175,5 @@ def test_the_controller_is_told_what_the_draft_must_feed_before_it_drafts(monkey
     for record, now in zip(rounds[1:], told[1:]):
         behind = record.emitted + (0 if record.drafted else behind)
         assert now in (None, 1 if record.drafted else behind + 1), told
+    emitted = [sum(r.emitted for r in rounds[:i]) for i, now in enumerate(told, 1) if now is not None]
+    assert generated == emitted, "how long the generation has run: the draft's feed is spread over as much"

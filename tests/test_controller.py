@@ -664,6 +664,36 @@ def test_an_untried_draft_is_measured_first_only_where_its_catch_up_is_affordabl
     assert not measured.trial_affordable(1, 1, 100)
 
 
+def test_a_long_conversations_first_drafting_round_is_chosen_only_where_its_feed_pays():
+    """Every γ > 0 is priced with the draft's feed of what it has not seen (`catch_up_rate`), not only a probe: a
+    measured draft at 0.2 of a step and α 0.9, 3,000 tokens behind (60 s of feed against 0.054 s saved a token),
+    stays target-only for a 127-token reply and for a reply of unknown length that has just begun, and drafts
+    once the tokens generated so far would have saved the feed (ski rental: the first such count is within a round's
+    yield of the feed ÷ the saving per token). Behind by a short prompt's 50 tokens, it drafts from the start."""
+
+    def measured() -> GammaController:
+        ctl = pin_alpha(GammaController(8, flat(), linear(0.02)), 0.9)
+        ctl.alpha_from_prior = True  # no trial: a measured α
+        return ctl
+
+    assert measured().choose(127, unseen=1) > 0, "in step: speculation pays"
+    assert measured().choose(127, unseen=3000) == 0 and measured().choose(unseen=3000) == 0
+    assert measured().choose(127, unseen=50) > 0
+    steady = measured()
+    gamma = max(range(1, 9), key=steady.rates(8).get)
+    saving = 1 / steady.rate(0) - 1 / steady.rate(gamma)  # seconds a token, drafting against target-only
+    break_even = steady.catch_up_time(gamma, 3000) / saving
+
+    def drafts_after(generated: int) -> bool:
+        ctl = measured()
+        ctl.generated = generated
+        return ctl.choose(unseen=3000) > 0
+
+    first = next(n for n in range(0, 5000, 10) if drafts_after(n))
+    assert abs(first - break_even) <= expected_tokens(0.9, 8), (first, break_even)
+    assert all(drafts_after(n) for n in range(first, 5000, 250)), "past it, it drafts"
+
+
 # A Zen 4's start-up profiles (ms; the gguf-q8 target and its Q4_0 draft) and the target's passes in the service an
 # hour later, as a traced benchmark run measured them: the host's bandwidth had fallen, so the one-token pass
 # slowed by a quarter and the verify of 3 tokens, bound by arithmetic, hardly at all.

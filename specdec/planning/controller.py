@@ -67,9 +67,10 @@ from specdec.planning.cost import CostProfile, batch_fill, expected_tokens, pass
 from specdec.planning.estimates import Ewma, SizeScales
 
 GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
-# The most rounds a draft's catch-up is spread over (`catch_up_rate`). Over 8, a ~50-token prompt's prefill
-# priced the draft model out of 64-token generations for good: each target-only round left it a token further
-# behind (measured: adaptive at γ <= 1 with α 0.64, against γ up to 6 with α 0.85 once it drafted from the start).
+# The rounds a draft's catch-up is spread over (`catch_up_rate`), unless fewer tokens are left or more were generated
+# already. Over 8, a ~50-token prompt's prefill priced the draft model out of 64-token generations for good: each
+# target-only round left it a token further behind (measured: adaptive at γ <= 1 with α 0.64, against γ up to 6 with
+# α 0.85 once it drafted from the start).
 CATCH_UP_ROUNDS = 32
 # The most of the target-only time since the last probe that the next one may lose (`GammaController.choose`).
 PROBE_SHARE = 1 / 32
@@ -131,6 +132,7 @@ class GammaController:
         self.gamma_max = gamma_max
         self.target_chunk_s = target_chunk_s  # target-only rounds take the steps that fit in this (0: one)
         self.context = 0  # the session's cached positions: its passes' attention is priced at this depth
+        self.generated = 0  # tokens the generation has emitted: a guess at how many more it emits (`catch_up_rate`)
         # The services' start-up cost profiles (no draft profile: no draft model to price).
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
@@ -260,14 +262,15 @@ class GammaController:
         return self.target_scale_at(total) * (self.target_cost.upper_bound_s(total)
                                               + sessions * self.feed_depth_s(self.target_cost, tokens))
 
-    def draft_time(self, fed: int, gamma: int) -> float:
-        """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes."""
+    def draft_time(self, fed: int, gamma: int, step: float | None = None) -> float:
+        """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes (`step`: as in
+        `round_time`)."""
         if self.draft_cost is None:
             return 0.0
         sessions = self.draft_sessions.value
         first = self.draft_cost.upper_bound_s(round(sessions * fed)) + \
             sessions * self.feed_depth_s(self.draft_cost, fed)
-        return self.draft_scale.value * first + (gamma - 1) * self.draft_step()
+        return self.draft_scale.value * first + (gamma - 1) * (self.draft_step() if step is None else step)
 
     def steady_draft_time(self, gamma: int, step: float | None = None) -> float:
         """The draft compute of a steady round of γ drafts: γ passes, the first of which feeds what the draft
@@ -282,10 +285,11 @@ class GammaController:
             self.depth_s(self.draft_cost, sessions * fed)
         return self.draft_scale.value * first + (gamma - 1) * (self.draft_step() if step is None else step)
 
-    def catch_up_time(self, gamma: int, unseen: int) -> float:
+    def catch_up_time(self, gamma: int, unseen: int, step: float | None = None) -> float:
         """The extra draft compute of a round whose draft first feeds `unseen` tokens (its prompt, or what
         lookups or target-only rounds committed) where a steady round feeds one or two."""
-        return max(self.draft_time(unseen, gamma) - self.steady_draft_time(gamma), 0.0)
+        step = self.draft_step() if step is None else step
+        return max(self.draft_time(unseen, gamma, step) - self.steady_draft_time(gamma, step), 0.0)
 
     def round_time(self, gamma: int, overlapped: bool | None = None, step: float | None = None) -> float:
         """T(γ), or T_o(γ) when `overlapped` (default: while `overlapping`); `step`: `draft_step()`, where the
@@ -348,11 +352,12 @@ class GammaController:
         self._rounds_without_overlap = 0
         return True
 
-    def rate(self, gamma: int, extra_s: float = 0.0, overlapped: bool | None = None) -> float:
+    def rate(self, gamma: int, extra_s: float = 0.0, overlapped: bool | None = None,
+             step: float | None = None) -> float:
         """Expected tokens per second of a round that drafts γ tokens with the draft model, costing
         `extra_s` more than a steady round (a draft catching up on tokens it has not seen);
-        `overlapped`: as in `round_time`."""
-        return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped) + extra_s)
+        `overlapped` and `step`: as in `round_time`."""
+        return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped, step) + extra_s)
 
     def untried(self) -> bool:
         """Whether the draft model's α is still a guess: no earlier session measured it, nor has this one."""
@@ -369,13 +374,22 @@ class GammaController:
             return False
         return useful is None or self.catch_up_time(gamma, unseen) <= TRIAL_SHARE * max(useful, 1) * self.verify_time(0)
 
-    def catch_up_rate(self, gamma: int, unseen: int, useful: int) -> float:
+    def catch_up_rate(self, gamma: int, unseen: int, useful: int | None, steady: float | None = None,
+                      step: float | None = None) -> float:
         """`rate(γ)` of a draft-model round whose draft must first feed `unseen` tokens (its prompt, or what
         lookups or target-only rounds committed) where a steady round feeds one or two: the feed's extra time,
-        an investment, is spread over the rounds the draft can then serve, the `useful` tokens left at a
-        round's expected yield, at most `CATCH_UP_ROUNDS`. Near a generation's end it is paid nearly whole."""
-        served = min(max(useful / expected_tokens(self.acceptance.alpha, gamma), 1.0), CATCH_UP_ROUNDS)
-        return self.rate(gamma, self.catch_up_time(gamma, unseen) / served)
+        an investment, is spread over the rounds the draft can then serve. That is the `useful` tokens left
+        (None: no bound) at a round's expected yield, but at most `CATCH_UP_ROUNDS` or the rounds that the tokens
+        generated so far make, whichever is more: a generation that has run n tokens is expected to run about n
+        more, so a long one buys the feed once what drafting would have saved pays for it (ski rental: it loses at
+        most twice what a choice that knew the length would). Near a generation's end it is paid nearly whole. `steady`: `rate(γ)`,
+        `step`: as in `round_time`, where the caller has them."""
+        yield_ = expected_tokens(self.acceptance.alpha, gamma)
+        served = max(CATCH_UP_ROUNDS, self.generated / yield_)
+        if useful is not None:
+            served = min(max(useful / yield_, 1.0), served)
+        round_s = yield_ / (self.rate(gamma, step=step) if steady is None else steady)
+        return yield_ / (round_s + self.catch_up_time(gamma, unseen, step) / served)
 
     def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
         """The best γ ≤ cap for a proposer that costs no draft time and no hop (a lookup) whose tokens
@@ -442,11 +456,16 @@ class GammaController:
 
     def choose(self, max_useful: int | None = None, unseen: int = 1) -> int:
         """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one); `unseen`: the
-        tokens the draft model must feed before it drafts (1 in a steady round), which a probe pays for."""
+        tokens the draft model must feed before it drafts (1 in a steady round), which prices every γ > 0
+        (`catch_up_rate`) and which a probe pays for."""
         cap = self.gamma_max if max_useful is None else max(0, min(self.gamma_max, max_useful))
         if self.draft_cost is None or cap == 0:
             return 0
-        rate = self.rates(cap, steps=self.plain_steps(None if max_useful is None else max_useful + 1))
+        steady = self.rates(cap, steps=self.plain_steps(None if max_useful is None else max_useful + 1))
+        rate = dict(steady)
+        if unseen > 1:  # the draft first catches up: a long conversation's first drafting round feeds all of it
+            step = self.draft_step()
+            rate.update({g: self.catch_up_rate(g, unseen, max_useful, steady[g], step) for g in range(1, cap + 1)})
         best = max(rate, key=rate.get)
         last = self._last_gamma
         if last is not None and last <= cap and rate[last] >= (1.0 - self.hysteresis) * rate[best]:
@@ -456,7 +475,7 @@ class GammaController:
             # Probe: refresh α with the γ that would be used if speculation paid, once it is affordable (an
             # α never measured is worth its first measurement, where the draft's feed allows: `trial_affordable`).
             # A probe that leaves γ = 0 best doubles the wait before the next one.
-            probe = max(range(1, cap + 1), key=rate.get)
+            probe = max(range(1, cap + 1), key=steady.get)  # the rounds after it are steady
             allowed = PROBE_SHARE * self.steps_without_draft * self.verify_time(0)
             if self.trial_affordable(probe, unseen, max_useful) or self.probe_loss(probe, unseen, rate[0]) <= allowed:
                 self.probe_interval = min(2 * self.probe_interval, self.max_probe_every)
