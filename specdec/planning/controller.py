@@ -96,7 +96,6 @@ class GammaController(RoundPricing):
         self._overlap_probe_interval = probe_every
 
     # -- learning ----------------------------------------------------------------------------
-
     def observe(self, record: RoundRecord, by_model: bool = True) -> None:
         """Learn from one round (`specdec.core.rounds`): α, each service's scale, network time and load.
         `by_model` False: the drafts came from elsewhere (a lookup), which teaches nothing of the draft
@@ -148,7 +147,6 @@ class GammaController(RoundPricing):
             self.guesses.observe(1, int(guessed))
 
     # -- the decision ----------------------------------------------------------------------------
-
     def overlap_pays(self, max_useful: int | None = None, gamma: int | None = None) -> bool:
         """Overlap the next round: its best rate under T_o beats the best under T (at `gamma` when the
         request fixed one), or it is time to probe (doubling the wait after every probe that changes

@@ -226,8 +226,8 @@ class RoundPricing:
         (None: no bound) at a round's expected yield, but at most `CATCH_UP_ROUNDS` or the rounds that the tokens
         generated so far make, whichever is more: a generation that has run n tokens is expected to run about n
         more, so a long one buys the feed once what drafting would have saved pays for it (ski rental: it loses at
-        most twice what a choice that knew the length would). Near a generation's end it is paid nearly whole. `steady`: `rate(γ)`,
-        `step`: as in `round_time`, where the caller has them."""
+        most twice what a choice that knew the length would). Near a generation's end it is paid nearly whole.
+        `steady`: `rate(γ)`, `step`: as in `round_time`, where the caller has them."""
         yield_ = expected_tokens(self.acceptance.alpha, gamma)
         served = max(CATCH_UP_ROUNDS, self.generated / yield_)
         if useful is not None:
