@@ -211,12 +211,11 @@ class RoundPricing:
         """Expected tokens per second of target-only rounds of `steps` steps in one hop: k / (rtt + k·t_v(0))."""
         return steps / ((self.rtt_target.value or 0.0) + steps * self.verify_time(0))
 
-    def rate(self, gamma: int, extra_s: float = 0.0, overlapped: bool | None = None,
-             step: float | None = None) -> float:
+    def rate(self, gamma: int, extra_s: float = 0.0, overlapped: bool | None = None) -> float:
         """Expected tokens per second of a round that drafts γ tokens with the draft model, costing
         `extra_s` more than a steady round (a draft catching up on tokens it has not seen);
-        `overlapped` and `step`: as in `round_time`."""
-        return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped, step) + extra_s)
+        `overlapped`: as in `round_time`."""
+        return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped) + extra_s)
 
     def catch_up_rate(self, gamma: int, unseen: int, useful: int | None, steady: float | None = None,
                       step: float | None = None) -> float:
@@ -232,7 +231,7 @@ class RoundPricing:
         served = max(CATCH_UP_ROUNDS, self.generated / yield_)
         if useful is not None:
             served = min(max(useful / yield_, 1.0), served)
-        round_s = yield_ / (self.rate(gamma, step=step) if steady is None else steady)
+        round_s = yield_ / (self.rate(gamma) if steady is None else steady)
         return yield_ / (round_s + self.catch_up_time(gamma, unseen, step) / served)
 
     def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
