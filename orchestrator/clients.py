@@ -88,6 +88,11 @@ class PendingCall:
         `timeout` counts from now."""
         return self.stream._receive(self.sent_at, timeout)
 
+    def ready(self) -> bool:
+        """Whether a reply (or the stream's error) is in, so that `result` would not wait: this call's, where no
+        call sent before it is still waiting."""
+        return not self.stream._replies.empty()
+
 
 class ServiceClient:
     """A channel to a draft or a target service."""

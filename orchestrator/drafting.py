@@ -8,6 +8,7 @@ target-only, and the pool gives it a replica again, another one at once or the s
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ class Drafting:
     last_drafted: int = 0  # tokens the draft model proposed last round (0 after a lookup's or none)
     branch: Branch | None = None  # the next round, drafting while this one verifies
     _failed_at: float | None = None
+    _finishing: bool = False  # the generation ended with a feed under way, left to finish in the background
 
     def start(self, committed: list[int], salt: str) -> None:
         """Take a replica for a sequence of `committed` tokens: the one that keeps the most of them, if any."""
@@ -58,6 +60,8 @@ class Drafting:
     def usable(self) -> bool:
         """A replica is at hand, or the pool has one (after a failure: another one at once, else the same one
         again once `retry_s` has passed)."""
+        if self.feeding():
+            return False
         if self.session.client is not None:
             return True
         now = time.monotonic()
@@ -98,20 +102,63 @@ class Drafting:
         timeout = self.round_timeout.of(self.controller.draft_time(len(proposal) + 1, gamma + 1))
         self.branch = self.session.prefetch(committed, proposal, gamma, self._confidence(), span, timeout)
 
+    def feed_ahead(self, committed: list[int], gamma: int, span: Span) -> None:
+        """Beside the prompt's round (target-only): send the branch the next round would draft, which first feeds
+        the draft the prompt, so that the rounds after it draft without a catch-up. It is never waited for: until
+        its reply is in (`feeding`), the draft model proposes nothing and the rounds go on without it."""
+        if gamma < 1 or not self.usable():
+            return
+        gamma = min(gamma, self.pool.gamma_max(self.session.client) - 1)
+        if gamma < 1:
+            return
+        expected_s = self.controller.draft_time(self.session.unsynced(committed), gamma + 1)
+        due_s = (self.controller.rtt_draft.value or 0.0) + (self.controller.contention_draft.value or 1.0) * expected_s
+        self.branch = self.session.prefetch(committed, [], gamma, self._confidence(), span,
+                                            self.round_timeout.of(expected_s), due_s=due_s)
+
+    def feeding(self) -> bool:
+        """A branch fed ahead (`feed_ahead`) is still under way: its reply is not in, and not yet overdue."""
+        branch = self.branch
+        return branch is not None and branch.ahead and not branch.pending.ready() and \
+            time.monotonic() < branch.deadline
+
+    def feed_left_s(self) -> float:
+        """Until a feed under way is expected in (0 where none is, or it is late)."""
+        return max(self.branch.due - time.monotonic(), 0.0) if self.feeding() else 0.0
+
+    def await_feed(self, patience_s: float, every_s: float = 0.0005) -> bool:
+        """Wait up to `patience_s` for a feed under way that is expected in by then (or is late): whether it is
+        in (or none is under way). A feed expected later is not waited for."""
+        if not self.feeding():
+            return True
+        if self.feed_left_s() > patience_s:
+            return False
+        until = time.monotonic() + patience_s
+        while self.feeding():
+            if time.monotonic() >= until:
+                return False
+            time.sleep(every_s)
+        return True
+
     def prefetched(self, committed: list[int]) -> DraftReply | None:
         """The proposal the last round's branch drafted, if the committed tokens are what it assumed;
-        None otherwise (no branch, a miss, or a failed draft: the round drafts as usual). A branch is
-        always collected, hit or miss: its reply comes before any later call's on the stream."""
-        branch, self.branch = self.branch, None
-        if branch is None:
+        None otherwise (no branch, a miss, or a failed draft: the round drafts as usual; a branch fed ahead
+        and still `feeding`: the round goes on without the draft model). A branch is always collected, hit or
+        miss: its reply comes before any later call's on the stream."""
+        if self.branch is None or self.feeding():
             return None
+        branch, self.branch = self.branch, None
         try:
             proposal, guess = self.session.collect(branch)
         except grpc.RpcError as exc:
             self.failed(exc)
             return None
         guessed = branch.guessed(committed, guess)
-        self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s, guessed, proposal.hop.load)
+        if branch.ahead:  # its compute is mostly the prompt's feed: no slowdown to learn
+            self.replica, self.reused = self.session.client.address, max(self.reused, proposal.reused)
+        else:
+            self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s, guessed,
+                                           proposal.hop.load)
         if not proposal.tokens or not guessed:
             return None
         self.replica = self.session.client.address
@@ -135,15 +182,36 @@ class Drafting:
         self.branch = None  # its stream is gone
         self.use(None)  # the next round asks the pool again, which may pick another replica
 
+    def abort(self) -> None:
+        """End the draft's session now, from any thread (the client is gone), unless its generation has ended
+        and left a feed to finish (`finish`)."""
+        if not self._finishing:
+            self.session.close()
+
     def finish(self, committed: list[int], salt: str) -> None:
         """The generation is over: end the session, hand the replica back, and remember it as the one that keeps
-        this sequence's draft KV (as far as the draft was sent it)."""
+        this sequence's draft KV (as far as the draft was sent it). A feed ahead still under way ends first, in
+        the background, so that the replica keeps the prompt for the conversation's next turn."""
+        if self.feeding():
+            self._finishing = True
+            threading.Thread(target=self._finish_feed, args=(self.branch, committed, salt), daemon=True,
+                             name="draft-feed").start()
+            return
         if self.branch is not None:  # drafted for a round that never came
             self.branch.span.end()
         self.session.close()
         self.pool.release(self.session.client)
         if self.replica:
             self.pool.remember(salt, committed[:self.session.synced], self.replica)
+
+    def _finish_feed(self, branch: Branch, committed: list[int], salt: str) -> None:
+        try:
+            proposal, _ = self.session.collect(branch)
+            self.replica, self.reused = self.session.client.address, max(self.reused, proposal.reused)
+        except grpc.RpcError as exc:
+            log.info("session %s: the draft's feed ahead ended unfinished (%s)", self.label, exc.code().name)
+        self.branch = None
+        self.finish(committed, salt)
 
     def _confidence(self) -> float:
         """The early stop of a draft under adaptive γ (`GammaController.confidence_threshold`); 0 under a fixed γ."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -141,6 +142,10 @@ class Generation:
                 if self._settled(cap) or self._opens_target_only(first=not stats.rounds):  # nothing to price
                     cap = gamma = 0
                     self.controller.overlapping = False
+                elif not self.drafting.await_feed(self.controller.target_time(1)):
+                    # The draft is still feeding, for a target step or more: lookups or target-only meanwhile.
+                    gamma = 0
+                    self.controller.overlapping = False
                 else:
                     self.controller.overlapping = self._overlaps(useful)
                     gamma = cap if req.gamma is not None else \
@@ -193,8 +198,9 @@ class Generation:
     def abort(self) -> None:
         """The client is gone: end both services' streams now, from any thread. Each service frees the session
         and stops a round in flight before its next chunk (a long prompt's); the call waiting on it fails
-        CANCELLED, and `run` ends."""
-        self.drafting.session.close()
+        CANCELLED, and `run` ends. (gRPC runs it as any call ends: after a generation that ended, a feed the draft
+        finishes in the background goes on.)"""
+        self.drafting.abort()
         self._target.close()
 
     def _push(self, text: TextStream, tokens: list[int]) -> tuple[list[int], str]:
@@ -236,6 +242,9 @@ class Generation:
             lookup = self.lookups.over(len(hit.tokens), cap, committed) if self.request.proposer == "hybrid" else None
         else:
             chunk = self.controller.plain_steps(min(remaining, self.max_context - len(committed)))
+            if self.drafting.feeding():  # check again about when the draft's feed is expected in
+                step_s = max(self.controller.target_time(1), 1e-6)
+                chunk = min(chunk, max(1, math.ceil(self.drafting.feed_left_s() / step_s)))
             lookup, model_gamma, steps = self._sources(gamma, cap, useful, committed, chunk)
         if lookup is not None:
             hit, proposal = None, DraftReply(lookup.tokens, NO_DRAFTS.probs, NO_DRAFTS.hop)
@@ -251,6 +260,8 @@ class Generation:
         if self.controller.overlapping and proposal.tokens and lookup is None:  # after a lookup, likely another
             self.drafting.prefetch(committed, proposal.tokens, min(gamma, useful - len(proposal.tokens) - 1), span)
         prefill = not self._target.opened  # the prompt's round: one step, for the time to the first token
+        if prefill and not proposal.tokens:
+            self._feed_ahead(useful, committed, span)
         extra = steps - 1 if not proposal.tokens and not prefill else 0
         verify_s = self.controller.target_time(self._target.unsynced(committed) + len(proposal.tokens)) + \
             extra * self.controller.target_time(1)
@@ -338,6 +349,22 @@ class Generation:
         before. A client's prediction, free to propose, is still followed from the first round."""
         req = self.request
         return first and req.gamma is None and self._uses_model and not req.prediction
+
+    def _feed_ahead(self, useful: int, committed: list[int], span: Span) -> None:
+        """In the prompt's round, which decodes target-only under adaptive γ (`_opens_target_only`), let the draft
+        feed the prompt beside it, and draft the next round after a guess of its token (`Drafting.feed_ahead`):
+        with `overlap` on, or on auto where that costs the target's rounds little (`GammaController.runs_apart`:
+        the draft computes apart, on machines or cores of its own) and steady rounds of the draft model pay. A
+        long conversation's draft then drafts from its second round, and keeps the conversation for the next
+        turn, where its feed had priced the draft model out of a short reply."""
+        mode = self.request.overlap
+        if mode == "off" or useful < 2 or not self._opens_target_only(first=True):
+            return
+        if mode != "on" and not self.controller.runs_apart():
+            return
+        gamma = self.controller.steady_best(useful - 1)
+        if gamma > 0 or mode == "on":
+            self.drafting.feed_ahead(committed, self.controller.draft_limit(max(gamma, 1), useful - 1), span)
 
     def _settled(self, cap: int) -> bool:
         """Under adaptive γ with the draft model (alone or in hybrid): this round is target-only whatever is

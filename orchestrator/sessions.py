@@ -133,6 +133,12 @@ class Branch:
     pending: PendingCall
     deadline: float  # time.monotonic() by which its reply is due
     span: Span = trace.INVALID_SPAN  # "draft.prefetch", from the send to the reply (when tracing)
+    due: float | None = None  # fed ahead (`Drafting.feed_ahead`): when its reply is expected (time.monotonic())
+
+    @property
+    def ahead(self) -> bool:
+        """Sent beside the prompt's round: it feeds the draft the prompt first, and is not waited for."""
+        return self.due is not None
 
     def guessed(self, committed: list[int], guess: int | None) -> bool | None:
         """None if the verdict rejected a proposed token; else whether the committed tokens are exactly
@@ -151,11 +157,11 @@ class DraftSession(ServiceSession):
         return DraftReply(list(reply.tokens), reply.probs, hop, reply.reused_tokens)
 
     def prefetch(self, committed: list[int], proposal: list[int], gamma: int, min_confidence: float,
-                 span: Span, timeout: float) -> Branch:
+                 span: Span, timeout: float, due_s: float | None = None) -> Branch:
         """Ask, without waiting, for γ+1 tokens after `committed + proposal`: a guess of the bonus
         token (the draft's most likely one), then the next round's γ drafts. The service holds
         `proposal` as committed until the next call's commit replaces what the verdict did not keep
-        (`specdec.core.sequence`)."""
+        (`specdec.core.sequence`). `due_s`: for a branch fed ahead, when its reply is expected, from now."""
         request = pb.DraftRequest(gamma=gamma + 1, min_confidence=min_confidence, guess_first=True)
         self._prepare(request, [*committed, *proposal])
         hop_span = trace.INVALID_SPAN
@@ -163,8 +169,9 @@ class DraftSession(ServiceSession):
             hop_span = telemetry.tracer().start_span("draft.prefetch", kind=SpanKind.CLIENT)
             telemetry.inject(request.trace_context, hop_span)
         self.synced = len(committed)
-        return Branch(len(committed), tuple(proposal), self.stream.send(request), time.monotonic() + timeout,
-                      hop_span)
+        now = time.monotonic()
+        return Branch(len(committed), tuple(proposal), self.stream.send(request), now + timeout, hop_span,
+                      None if due_s is None else now + due_s)
 
     def collect(self, branch: Branch) -> tuple[DraftReply, int | None]:
         """The branch's reply, waited for up to its deadline: (the next round's proposal, the guessed

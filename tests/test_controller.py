@@ -555,7 +555,7 @@ def test_branches_teach_the_bonus_guess_rate():
         ctl.observe_branch(drafted=0, compute_s=0.0, guessed=hit)
     ctl.observe_branch(drafted=0, compute_s=0.0, guessed=None)  # a rejection: says nothing of the guess
     assert ctl.guesses.observed == 10 and 0.8 < ctl.guesses.alpha < 0.9
-    assert ctl.contention_draft.provisional  # no drafted tokens: no slowdown measured
+    assert ctl.contention_draft.value is None  # no drafted tokens: no slowdown measured
 
 
 def test_target_only_rounds_of_several_steps_are_priced_so():

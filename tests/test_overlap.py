@@ -11,15 +11,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
 
 import pytest
-from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack
+from conftest import TINY_DRAFT, TINY_TARGET, tiny_stack, wait_until
 
+from orchestrator.clients import PendingCall
 from orchestrator.sessions import DraftSession
 from protos import specdec_pb2 as pb
 from specdec.cli.client import generate, make_request
 from specdec.cli.main import main
 from specdec.launch.stack import EmbeddedStack
+from specdec.planning.prior import SharedPrior
 
 PROMPT = "The overlap test: while the target verifies, the draft"
 
@@ -95,6 +98,107 @@ def test_overlap_is_a_per_request_choice_and_refused_when_unknown(twin_stack):
     with pytest.raises(grpc.RpcError) as info:
         generate(twin_stack.endpoint, request)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "overlap" in info.value.details()
+
+
+@pytest.fixture(scope="module")
+def confident_twins():
+    """As `twin_stack`, the draft as sure of each token as the target (their logits scaled alike): under adaptive
+    γ it drafts on past the guess where an unsure one stops after it."""
+    confident = "tiny:seed=0,logit_scale=50"
+    options = dataclasses.replace(tiny_stack().opts, draft_model=confident, target_model=confident, **PINNED)
+    with EmbeddedStack(options) as running:
+        yield running
+
+
+def adaptive_request(overlap: int, prompt_ids: list[int], max_new_tokens: int = 48) -> pb.GenerateRequest:
+    request = make_request(prompt_token_ids=prompt_ids, max_new_tokens=max_new_tokens)
+    request.proposer, request.overlap = pb.PROPOSER_MODEL, overlap
+    return request
+
+
+PROMPT_IDS = list(range(40, 120))
+
+
+def feed_lands(monkeypatch, after_looks: int | None) -> None:
+    """When the reply to a draft call looks in (the orchestrator runs in this process): after `after_looks` looks
+    at it, as a long prompt's feed on a draft of its own; None: at the first look, waited for, as a short one."""
+    looks, ready = iter(range(10**9)), PendingCall.ready
+
+    def landed(self) -> bool:
+        if after_looks is None:
+            wait_until(lambda: ready(self), 30, "the draft's reply")
+            return True
+        return next(looks) >= after_looks and ready(self)
+
+    monkeypatch.setattr(PendingCall, "ready", landed)
+
+
+def drafting_pays(stack: EmbeddedStack, monkeypatch, **learned: float) -> None:
+    """The orchestrator's sessions start from a prior (the orchestrator runs in this process) by which the draft
+    is cheap (a twentieth of its profile) and accepted (α 0.99), so that steady drafting pays, and from the
+    `learned` estimates given (`GammaController.LEARNED`)."""
+    servicer = stack.orchestrator.servicer
+    prior = SharedPrior(servicer.gamma_max)
+    prior.load({"learned": {"draft_scale": 0.05, **learned}, "alpha": {"greedy": 0.99}})
+    monkeypatch.setattr(servicer, "prior", prior)
+
+
+def test_a_feed_ahead_beside_the_prompts_round_lets_the_next_round_draft_at_once(confident_twins, monkeypatch):
+    """Under adaptive γ the prompt's round decodes target-only; with overlap on, the draft feeds the prompt beside
+    it and drafts the next round after a guess of its token, which a perfect draft gets right: where the feed is
+    in by the next round, that round's proposal is ready, no catch-up paid."""
+    baseline = generate(confident_twins.endpoint, make_request(prompt_token_ids=PROMPT_IDS, max_new_tokens=48,
+                                                               gamma=0))
+    off = generate(confident_twins.endpoint, adaptive_request(pb.OVERLAP_OFF, PROMPT_IDS))
+    feed_lands(monkeypatch, None)
+    on = generate(confident_twins.endpoint, adaptive_request(pb.OVERLAP_ON, PROMPT_IDS))
+    assert on.token_ids == off.token_ids == baseline.token_ids
+    assert on.rounds[0].drafted == 0 and on.rounds[0].overlapped, "the prompt's round: target-only, the draft beside"
+    assert on.rounds[1].prefetched and on.rounds[1].drafted > 0 and on.rounds[1].accepted == on.rounds[1].drafted
+    assert not off.rounds[0].overlapped and not off.rounds[1].prefetched
+
+
+def test_rounds_go_on_without_the_draft_while_its_feed_is_under_way(confident_twins, monkeypatch):
+    """A feed ahead is never waited for: until its reply is in, rounds decode target-only, and the draft model
+    drafts once it is, the committed tokens past the prompt its only catch-up."""
+    baseline = generate(confident_twins.endpoint, make_request(prompt_token_ids=PROMPT_IDS, max_new_tokens=96,
+                                                               gamma=0))
+    drafting_pays(confident_twins, monkeypatch)
+    feed_lands(monkeypatch, 20)
+    on = generate(confident_twins.endpoint, adaptive_request(pb.OVERLAP_ON, PROMPT_IDS, max_new_tokens=96))
+    assert on.token_ids == baseline.token_ids
+    drafting = [i for i, r in enumerate(on.rounds) if r.proposer == "model"]
+    assert drafting, "the draft model drafts once its feed is in"
+    beside = on.rounds[1:drafting[0]]
+    assert beside and all(r.overlapped and r.drafted == 0 for r in beside), "rounds beside the feed propose nothing"
+
+
+def test_a_feed_under_way_when_the_reply_ends_is_kept_for_the_next_turn(confident_twins, monkeypatch):
+    """A reply that ends while the draft still feeds its prompt leaves the feed to finish: the draft replica then
+    keeps the prompt, and the conversation's next turn takes it from its cache instead of feeding it again."""
+    feed_lands(monkeypatch, 10**8)
+    prompt = [7, *PROMPT_IDS]
+    first = generate(confident_twins.endpoint, adaptive_request(pb.OVERLAP_ON, prompt, max_new_tokens=6))
+    assert not any(r.drafted for r in first.rounds)
+    wait_until(lambda: not any(t.name == "draft-feed" for t in threading.enumerate()), 30, "the feed to end")
+    monkeypatch.undo()
+    turn = make_request(prompt_token_ids=[*prompt, *first.token_ids, 11, 12], max_new_tokens=8, gamma=2)
+    turn.proposer = pb.PROPOSER_MODEL
+    second = generate(confident_twins.endpoint, turn)
+    assert second.stats["draft_cached_tokens"] >= len(prompt)
+
+
+def test_auto_feeds_ahead_only_where_the_draft_was_measured_to_run_apart(confident_twins, monkeypatch):
+    """On auto the prompt's round feeds the draft beside it once both services' slowdowns beside each other were
+    measured small (`GammaController.runs_apart`): not before any was measured, nor where they share cores."""
+    def feeds_ahead(**kappas) -> bool:
+        drafting_pays(confident_twins, monkeypatch, **kappas)
+        result = generate(confident_twins.endpoint, adaptive_request(pb.OVERLAP_AUTO, PROMPT_IDS, max_new_tokens=12))
+        return result.rounds[0].overlapped
+
+    assert not feeds_ahead()
+    assert not feeds_ahead(contention_target=1.8, contention_draft=2.0)
+    assert feeds_ahead(contention_target=1.05, contention_draft=1.2)
 
 
 def test_overlap_bench_writes_rows_per_rtt_and_a_plot(tmp_path):

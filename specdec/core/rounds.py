@@ -54,7 +54,7 @@ class RoundRecord:
     draft_load: PassLoad = PassLoad()
     target_load: PassLoad = PassLoad()
     proposer: str = ""  # who drafted: "model" or "ngram" ("" when nothing was proposed)
-    overlapped: bool = False  # the draft drafted the next round's branch while the target verified this one
+    overlapped: bool = False  # the draft drafted a branch while the target verified this one (or fed ahead: `Drafting`)
     prefetched: bool = False  # this round's proposal is the branch drafted during the last verify (a hit)
     target_passes: int = 1  # the verify and the target-only steps the target took after it in the same call
     predicted: bool = False  # the proposal came from the client's prediction of the output

@@ -38,7 +38,7 @@ class GenerationSummary:
     overhead_per_round_s: float  # wall time of a round outside both services' compute
     draft_replica: str
     session_id: str
-    overlap_branches: int = 0  # branches drafted during a verify and resolved by the next round …
+    overlap_branches: int = 0  # rounds verified beside a branch of the draft's (or its feed ahead), but the last …
     overlap_hits: int = 0  # … of which the verdict matched: their round paid no draft time
     cached_prompt_tokens: int = 0  # prompt tokens the target took from a cache instead of computing them
     draft_cached_tokens: int = 0  # committed tokens the draft replica took from a cache instead of computing them

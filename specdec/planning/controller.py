@@ -34,6 +34,8 @@ PROBE_SHARE = 1 / 32
 # The most of the target-only time of what a generation can still use that a first measurement of the draft
 # model's α may spend on the draft's catch-up (`GammaController.trial_affordable`).
 TRIAL_SHARE = 1 / 4
+# The most of the feed it spares that a draft's feed beside the target's rounds may cost them (`runs_apart`).
+APART_SHARE = 1 / 4
 # A hop's sample counts as at most HOP_JUMP times its estimate plus HOP_SLACK_S (`update_hop`).
 HOP_JUMP, HOP_SLACK_S = 2.0, 0.002
 
@@ -165,6 +167,24 @@ class GammaController(RoundPricing):
         self._overlap_probe_interval = min(2 * self._overlap_probe_interval, self.max_probe_every)
         self._rounds_without_overlap = 0
         return True
+
+    def runs_apart(self) -> bool:
+        """Whether the draft may feed beside the target's rounds: that costs them their slowdown beside it (κ_t − 1)
+        for as long as the feed runs there (κ_d times its own time), at most `APART_SHARE` of the feed it spares.
+        Both κ must have been measured (overlapped rounds, this session's or handed on by earlier ones). Measured on
+        a Zen 5 of 2 cores: the services pinned to a core each, κ_t 1.01-1.07 and κ_d 1.13-1.25 (0.09 of the
+        feed); on both cores, κ_d 5.3, and κ_t unmeasured: overlap does not pay there, so no verify overlaps."""
+        kappa_t, kappa_d = self.contention_target.value, self.contention_draft.value
+        return kappa_t is not None and kappa_d is not None and (kappa_t - 1.0) * kappa_d <= APART_SHARE
+
+    def steady_best(self, max_useful: int) -> int:
+        """The γ that steady rounds would draft at (0: target-only beats every γ > 0), with no catch-up to pay,
+        as `choose` picks a probe's."""
+        cap = max(0, min(self.gamma_max, max_useful))
+        if self.draft_cost is None or cap == 0:
+            return 0
+        steady = self.rates(cap, steps=self.plain_steps(max_useful + 1))
+        return max(steady, key=steady.get)
 
     def untried(self) -> bool:
         """Whether the draft model's α is still a guess: no earlier session measured it, nor has this one."""

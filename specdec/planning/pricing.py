@@ -36,7 +36,7 @@ every draft was accepted and the guess was right, probability h(γ) = α^γ·β 
 drafts as usual. A round then costs
     T_o(γ) = max(rtt_draft + κ_d·(γ+1)·t_d, rtt_target + κ_t·t_v(γ)) + (1 − h(γ))·(rtt_draft + γ·t_d)
 instead of T(γ), where κ_d, κ_t ≥ 1 are the slowdowns each service shows while the other runs
-(1 on separate machines; more where they share cores), measured in overlapped rounds only.
+(1 on separate machines; more where they share cores), measured in overlapped rounds only (1 until then).
 
 γ = 0 is a candidate like any other. A target-only round may take k steps on the target in one hop
 (`specdec.engine.continuation`): as many as fit in `target_chunk_s` of expected compute, so that
@@ -86,10 +86,10 @@ class RoundPricing:
         self.rtt_target = Ewma(0.5)
         for name, estimate in self.fresh_load().items():
             setattr(self, name, estimate)
-        # Overlap: κ, each service's slowdown while the other computes, and β, how often the draft's
-        # guess of the bonus token is right once every draft was accepted.
-        self.contention_target = Ewma(0.3, 1.0, provisional=True)
-        self.contention_draft = Ewma(0.3, 1.0, provisional=True)
+        # Overlap: κ, each service's slowdown while the other computes (None until measured: priced as 1), and β,
+        # how often the draft's guess of the bonus token is right once every draft was accepted.
+        self.contention_target = Ewma(0.3)
+        self.contention_draft = Ewma(0.3)
         self.guesses = AcceptanceEstimate(prior_alpha=prior_alpha)
         self.overlapping = False  # price rounds as overlapped (`overlap_round_time`)
 
@@ -186,8 +186,8 @@ class RoundPricing:
     def overlap_round_time(self, gamma: int, step: float | None = None) -> float:
         """T_o(γ): a round of γ drafts whose verify runs beside the drafting of the next round's branch."""
         rtt_draft, step = self.rtt_draft.value or 0.0, self.draft_step() if step is None else step
-        branch = rtt_draft + self.contention_draft.value * (gamma + 1) * step
-        verify = (self.rtt_target.value or 0.0) + self.contention_target.value * self.verify_time(gamma)
+        branch = rtt_draft + (self.contention_draft.value or 1.0) * (gamma + 1) * step
+        verify = (self.rtt_target.value or 0.0) + (self.contention_target.value or 1.0) * self.verify_time(gamma)
         return max(branch, verify) + (1.0 - self.hit_probability(gamma)) * (rtt_draft + gamma * step)
 
     def rates(self, cap: int, overlapped: bool | None = None, steps: int = 1) -> dict[int, float]:
