@@ -6,7 +6,9 @@ question and a 128-token greedy reply (`ignore_eos`); each turn's prompt is the 
 the next question, so the services' kept caches hold all but the question. Each turn runs target-only and adaptive
 on the same prompt (their order alternating); their replies must be the same tokens. Prints one JSON line a turn:
 each mode's tokens/s after its first token, the adaptive reply's draft tokens and the positions its draft replica
-took from its cache (`draft_cached_tokens`). Start a server first, with a context that holds the chat:
+took from its cache (`draft_cached_tokens`). `--think-s`: a pause before each request, in which the services are
+idle but for what they finish in the background (a draft's feed ahead). Start a server first, with a context that
+holds the chat:
 
     .venv/bin/specdec serve --port 50070 --http-port 8088 --context 8192 &
     .venv/bin/python scripts/chat_at_depth.py --tokens 3000 --turns 4
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 import urllib.request
 
 from decode_at_depth import NEW_TOKENS, prose_prompt
@@ -57,6 +60,8 @@ def main() -> None:
     parser.add_argument("--prose", action="store_true", help="docs/PERFORMANCE.md instead of this repository's code")
     parser.add_argument("--proposer", default="", help="adaptive's proposer (default: the server's)")
     parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--think-s", type=float, default=0.0,
+                        help="seconds between one reply and the next request: a user reading, an agent's tool running")
     args = parser.parse_args()
     model = OpenAI(base_url=args.url, api_key="unused").models.list().data[0].id
     prompt = (prose_prompt if args.prose else long_prompt)(args.url, model, args.tokens)
@@ -65,6 +70,7 @@ def main() -> None:
         prompt = prompt + tokenize(args.url, model, QUESTIONS[turn % len(QUESTIONS)])
         rates, replies, stats = {}, {}, {}
         for name in (modes if turn % 2 == 0 else reversed(modes)):
+            time.sleep(args.think_s)
             replies[name], rates[name], stats[name] = reply(args.endpoint, prompt, **modes[name])
         adaptive = stats["adaptive"]
         print(json.dumps({"turn": turn + 1, "prompt_tokens": len(prompt),
