@@ -9,6 +9,7 @@ separate machines.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import threading
@@ -167,10 +168,10 @@ def test_rounds_go_on_without_the_draft_while_its_feed_is_under_way(confident_tw
     feed_lands(monkeypatch, 20)
     on = generate(confident_twins.endpoint, adaptive_request(pb.OVERLAP_ON, PROMPT_IDS, max_new_tokens=96))
     assert on.token_ids == baseline.token_ids
-    drafting = [i for i, r in enumerate(on.rounds) if r.proposer == "model"]
-    assert drafting, "the draft model drafts once its feed is in"
-    beside = on.rounds[1:drafting[0]]
-    assert beside and all(r.overlapped and r.drafted == 0 for r in beside), "rounds beside the feed propose nothing"
+    assert on.rounds[1].overlapped and on.rounds[1].drafted == 0, "the round after the prompt's: beside the feed"
+    beside = list(itertools.takewhile(lambda r: r.overlapped and not r.drafted, on.rounds[1:]))
+    assert 1 + len(beside) < len(on.rounds), "rounds went on beside the feed until it landed"
+    assert any(r.proposer == "model" for r in on.rounds[1 + len(beside):]), "the draft model drafts once it is in"
 
 
 def test_a_feed_under_way_when_the_reply_ends_is_kept_for_the_next_turn(confident_twins, monkeypatch):
