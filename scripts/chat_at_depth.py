@@ -42,13 +42,15 @@ def tokenize(url: str, model: str, text: str) -> list[int]:
         return json.load(reply)["tokens"]
 
 
-def reply(endpoint: str, prompt: list[int], **speculation) -> tuple[list[int], float, dict]:
+def reply(endpoint: str, prompt: list[int], salt: str = "", **speculation) -> tuple[list[int], float, dict]:
     """One greedy NEW_TOKENS reply: its tokens, tokens/s after the first token, and its stats with the tokens the
-    draft model proposed (`model_drafted`; the others came from lookups)."""
+    draft model proposed (`model_drafted`; the others came from lookups) and the wall time (`total_s`). `salt`: the
+    request's `cache_salt` (caches are shared only within one)."""
     request = make_request(prompt_token_ids=prompt, max_new_tokens=NEW_TOKENS, **speculation)
-    request.ignore_eos = True
+    request.ignore_eos, request.cache_salt = True, salt
     out = generate(endpoint, request, timeout=900)
-    stats = {**out.stats, "model_drafted": sum(r.drafted for r in out.rounds if r.proposer == "model")}
+    stats = {**out.stats, "model_drafted": sum(r.drafted for r in out.rounds if r.proposer == "model"),
+             "total_s": out.seconds}
     return out.token_ids, (len(out.token_ids) - 1) / (out.seconds - out.first_token_s), stats
 
 
@@ -60,6 +62,9 @@ def main() -> None:
     parser.add_argument("--prose", action="store_true", help="docs/PERFORMANCE.md instead of this repository's code")
     parser.add_argument("--proposer", default="", help="adaptive's proposer (default: the server's)")
     parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--own-caches", action="store_true",
+                        help="each mode on a cache salt of its own: neither finds the other's turns in a cache, so "
+                             "turn 1 takes the whole context in both (a fresh server runs each context once)")
     parser.add_argument("--think-s", type=float, default=0.0,
                         help="seconds between one reply and the next request: a user reading, an agent's tool running")
     args = parser.parse_args()
@@ -71,11 +76,13 @@ def main() -> None:
         rates, replies, stats = {}, {}, {}
         for name in (modes if turn % 2 == 0 else reversed(modes)):
             time.sleep(args.think_s)
-            replies[name], rates[name], stats[name] = reply(args.endpoint, prompt, **modes[name])
+            salt = name if args.own_caches else ""
+            replies[name], rates[name], stats[name] = reply(args.endpoint, prompt, salt, **modes[name])
         adaptive = stats["adaptive"]
         print(json.dumps({"turn": turn + 1, "prompt_tokens": len(prompt),
                           **{name: round(rate, 2) for name, rate in rates.items()},
                           "ratio": round(rates["adaptive"] / rates["target-only"], 3),
+                          "wall_ratio": round(stats["target-only"]["total_s"] / adaptive["total_s"], 3),
                           "draft_tokens": adaptive.get("draft_tokens", 0), "model_drafted": adaptive["model_drafted"],
                           "alpha": round(adaptive.get("alpha", 0), 3),
                           "draft_cached_tokens": adaptive.get("draft_cached_tokens", 0),
