@@ -353,18 +353,18 @@ class Generation:
     def _feed_ahead(self, useful: int, committed: list[int], span: Span) -> None:
         """In the prompt's round, which decodes target-only under adaptive γ (`_opens_target_only`), let the draft
         feed the prompt beside it, and draft the next round after a guess of its token (`Drafting.feed_ahead`):
-        with `overlap` on, or on auto where that costs the target's rounds little (`GammaController.runs_apart`:
-        the draft computes apart, on machines or cores of its own) and steady rounds of the draft model pay. A
-        long conversation's draft then drafts from its second round, and keeps the conversation for the next
-        turn, where its feed had priced the draft model out of a short reply."""
+        with `overlap` on, or on auto where the draft computes apart (machines or cores of its own) and the reply
+        repays what the feed costs the target's rounds (`GammaController.feed_ahead`). The draft then drafts from
+        the second round, and keeps the conversation for its next turn."""
         mode = self.request.overlap
         if mode == "off" or useful < 2 or not self._opens_target_only(first=True):
             return
-        if mode != "on" and not self.controller.runs_apart():
-            return
-        gamma = self.controller.steady_best(useful - 1)
-        if gamma > 0 or mode == "on":
-            self.drafting.feed_ahead(committed, self.controller.draft_limit(max(gamma, 1), useful - 1), span)
+        if mode == "on":
+            gamma = max(self.controller.steady_best(useful - 1), 1)
+        else:
+            gamma = self.controller.feed_ahead(useful - 1, self.drafting.unseen(committed))
+        if gamma > 0:
+            self.drafting.feed_ahead(committed, self.controller.draft_limit(gamma, useful - 1), span)
 
     def _settled(self, cap: int) -> bool:
         """Under adaptive γ with the draft model (alone or in hybrid): this round is target-only whatever is

@@ -147,9 +147,9 @@ def test_a_reply_that_ends_while_the_draft_feeds_leaves_the_feed_to_finish(draft
 
 
 def test_the_draft_runs_apart_only_where_both_slowdowns_were_measured_small():
-    """`runs_apart`: the target's slowdown beside the draft, for as long as the draft's feed runs, at most a quarter
-    of the feed. Measured on 2 cores of a Zen 5: services pinned a core each 1.01-1.07 and 1.13-1.25; sharing them,
-    the draft 5.3 and the target never measured (no verify overlaps there)."""
+    """`runs_apart`: the target's slowdown beside the draft, for as long as the draft's feed runs, at most half the
+    feed. Measured on 2 cores of a Zen 5: services pinned a core each 1.01-1.21 and 1.13-1.36; sharing them, the
+    draft 5.3 and the target never measured (no verify overlaps there)."""
     def apart(**kappas) -> bool:
         ctl = GammaController(8, CostProfile((0.03,) * 9), CostProfile((0.01,) * 9))
         for name, value in kappas.items():
@@ -158,9 +158,9 @@ def test_the_draft_runs_apart_only_where_both_slowdowns_were_measured_small():
 
     assert not apart(), "unmeasured: not apart"
     assert not apart(contention_draft=5.3), "the target's slowdown unmeasured"
-    assert apart(contention_target=1.07, contention_draft=1.25)
+    assert apart(contention_target=1.07, contention_draft=1.25) and apart(contention_target=1.21, contention_draft=1.36)
     assert not apart(contention_target=1.8, contention_draft=2.0)
-    assert apart(contention_target=1.2, contention_draft=1.25) and not apart(contention_target=1.25,
+    assert apart(contention_target=1.4, contention_draft=1.25) and not apart(contention_target=1.45,
                                                                               contention_draft=1.25)
 
 
@@ -182,3 +182,21 @@ def test_steady_best_is_the_gamma_steady_rounds_pay_at():
     assert ctl.steady_best(8) > 1 and ctl.steady_best(1) == 1 and ctl.steady_best(0) == 0
     ctl.acceptance.prior_alpha = 0.05
     assert ctl.steady_best(8) == 0, "a draft that is never accepted: target-only"
+
+
+def test_a_feed_ahead_is_made_where_this_reply_repays_what_it_costs_the_target():
+    """`feed_ahead` prices the feed at what it costs the target's rounds (`feed_share` of its time), spread as a
+    catch-up: made for a short prompt, not for a 3,000-token context and a 128-token reply, which only a later
+    turn could repay (measured: that feed slowed the target's prefill by about a seventh, the reply's wall time
+    1.11x). The start-up profiles of the packaged pair with the services pinned a core each (Zen 5), in ms."""
+    draft = CostProfile(tuple(ms / 1e3 for ms in (9.8, 10.5, 13.0, 15.5, 17.4, 21.8, 26.0, 30.6, 32.9)))
+    target = CostProfile(tuple(ms / 1e3 for ms in (31.6, 34.7, 42.9, 50.5, 57.1, 69.3, 78.6, 91.7, 97.8)))
+    ctl = GammaController(8, target, draft)
+    ctl.acceptance.prior_alpha, ctl.acceptance.prior_weight = 0.83, 1e6
+    assert ctl.feed_ahead(127, 60) == 0, "unmeasured slowdowns: never"
+    ctl.contention_target.update(1.15)
+    ctl.contention_draft.update(1.3)
+    assert ctl.feed_ahead(127, 60) == ctl.feed_ahead(127, 300) == ctl.steady_best(127) > 0
+    assert ctl.feed_ahead(127, 3000) == ctl.feed_ahead(4000, 3000) == 0, "a reply starts out priced as 32 rounds"
+    ctl.contention_target.update(3.0)
+    assert ctl.feed_ahead(4000, 60) == 0, "services that share cores: never"

@@ -218,7 +218,7 @@ class RoundPricing:
         return expected_tokens(self.acceptance.alpha, gamma) / (self.round_time(gamma, overlapped) + extra_s)
 
     def catch_up_rate(self, gamma: int, unseen: int, useful: int | None, steady: float | None = None,
-                      step: float | None = None) -> float:
+                      step: float | None = None, share: float = 1.0) -> float:
         """`rate(γ)` of a draft-model round whose draft must first feed `unseen` tokens (its prompt, or what
         lookups or target-only rounds committed) where a steady round feeds one or two: the feed's extra time,
         an investment, is spread over the rounds the draft can then serve. That is the `useful` tokens left
@@ -226,13 +226,14 @@ class RoundPricing:
         generated so far make, whichever is more: a generation that has run n tokens is expected to run about n
         more, so a long one buys the feed once what drafting would have saved pays for it (ski rental: it loses at
         most twice what a choice that knew the length would). Near a generation's end it is paid nearly whole.
-        `steady`: `rate(γ)`, `step`: as in `round_time`, where the caller has them."""
+        `steady`: `rate(γ)`, `step`: as in `round_time`, where the caller has them; `share`: of the feed's time that
+        the generation pays (1: all of it, as a round's first pass)."""
         yield_ = expected_tokens(self.acceptance.alpha, gamma)
         served = max(CATCH_UP_ROUNDS, self.generated / yield_)
         if useful is not None:
             served = min(max(useful / yield_, 1.0), served)
         round_s = yield_ / (self.rate(gamma) if steady is None else steady)
-        return yield_ / (round_s + self.catch_up_time(gamma, unseen, step) / served)
+        return yield_ / (round_s + share * self.catch_up_time(gamma, unseen, step) / served)
 
     def best_free(self, alpha: float, cap: int) -> tuple[int, float]:
         """The best γ ≤ cap for a proposer that costs no draft time and no hop (a lookup) whose tokens
