@@ -34,7 +34,8 @@ PROBE_SHARE = 1 / 32
 # The most of the target-only time of what a generation can still use that a first measurement of the draft
 # model's α may spend on the draft's catch-up (`GammaController.trial_affordable`).
 TRIAL_SHARE = 1 / 4
-# The most of the feed it spares that a draft's feed beside the target's rounds may cost them (`runs_apart`).
+# The most of its own time that a draft's feed beside the target's rounds may cost them, for the draft to count as
+# computing apart from the target (`runs_apart`).
 APART_SHARE = 1 / 2
 # A hop's sample counts as at most HOP_JUMP times its estimate plus HOP_SLACK_S (`update_hop`).
 HOP_JUMP, HOP_SLACK_S = 2.0, 0.002
