@@ -88,15 +88,13 @@ class Drafting:
         except grpc.RpcError as exc:
             self.failed(exc)
             return NO_DRAFTS
-        self.replica, self.reused = self.session.client.address, max(self.reused, proposal.reused)
+        self._drafted_by_replica(proposal)
         return proposal
 
     def prefetch(self, committed: list[int], proposal: list[int], gamma: int, span: Span) -> None:
         """Send the next round's branch after the draft's own `proposal`: the draft's guess of the bonus
         token, then γ drafts after it (this round's γ, within what the next round can still use)."""
-        if gamma < 1 or not self.usable():
-            return
-        gamma = min(gamma, self.pool.gamma_max(self.session.client) - 1)
+        gamma = self._branch_gamma(gamma)
         if gamma < 1:
             return
         timeout = self.round_timeout.of(self.controller.draft_time(len(proposal) + 1, gamma + 1))
@@ -106,9 +104,7 @@ class Drafting:
         """Beside the prompt's round (target-only): send the branch the next round would draft, which first feeds
         the draft the prompt, so that the rounds after it draft without a catch-up. It is never waited for: until
         its reply is in (`feeding`), the draft model proposes nothing and the rounds go on without it."""
-        if gamma < 1 or not self.usable():
-            return
-        gamma = min(gamma, self.pool.gamma_max(self.session.client) - 1)
+        gamma = self._branch_gamma(gamma)
         if gamma < 1:
             return
         expected_s = self.controller.draft_time(self.session.unsynced(committed), gamma + 1)
@@ -155,7 +151,7 @@ class Drafting:
             return None
         guessed = branch.guessed(committed, guess)
         if branch.ahead:  # its compute is mostly the prompt's feed: no slowdown to learn
-            self.replica, self.reused = self.session.client.address, max(self.reused, proposal.reused)
+            self._drafted_by_replica(proposal)
         else:
             self.controller.observe_branch(len(proposal.tokens) + 1, proposal.hop.compute_s, guessed,
                                            proposal.hop.load)
@@ -207,11 +203,23 @@ class Drafting:
     def _finish_feed(self, branch: Branch, committed: list[int], salt: str) -> None:
         try:
             proposal, _ = self.session.collect(branch)
-            self.replica, self.reused = self.session.client.address, max(self.reused, proposal.reused)
+            self._drafted_by_replica(proposal)
         except grpc.RpcError as exc:
             log.info("session %s: the draft's feed ahead ended unfinished (%s)", self.label, exc.code().name)
         self.branch = None
         self.finish(committed, salt)
+
+    def _branch_gamma(self, gamma: int) -> int:
+        """γ for a branch (its guess comes first), within what the replica drafts in one call; 0 where no branch is
+        to be sent (γ < 1, or no replica at hand)."""
+        if gamma < 1 or not self.usable():
+            return 0
+        return max(min(gamma, self.pool.gamma_max(self.session.client) - 1), 0)
+
+    def _drafted_by_replica(self, proposal: DraftReply) -> None:
+        """The session's replica answered a call: it keeps the sequence's draft KV, and `proposal.reused` of its
+        positions came from its cache."""
+        self.replica, self.reused = self.session.client.address, max(self.reused, proposal.reused)
 
     def _confidence(self) -> float:
         """The early stop of a draft under adaptive γ (`GammaController.confidence_threshold`); 0 under a fixed γ."""
