@@ -127,9 +127,10 @@ class LookupEngine:
     def propose(self, session_id: str, start: int, tokens: list[int], gamma: int,
                 min_confidence: float = 0.0, guess_first: bool = False) -> Proposal:
         """Sync to the committed prefix, then propose up to `gamma` looked-up tokens (maybe none).
-        A lookup has one answer, so its first token is already its guess of what comes next."""
-        if not 1 <= gamma <= self.gamma_max:
-            raise InvalidArgument(f"gamma must be in [1, {self.gamma_max}] for a draft round, got {gamma}")
+        A lookup has one answer, so its first token is already its guess of what comes next. γ = 0 takes the
+        commit and proposes nothing."""
+        if not 0 <= gamma <= self.gamma_max:
+            raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] for a draft round, got {gamma}")
         if any(t < 0 for t in tokens):
             raise InvalidArgument(f"tokens holds negative token ids: {[t for t in tokens if t < 0][:5]}")
         session = self._sessions.get(session_id)
@@ -138,7 +139,7 @@ class LookupEngine:
             replaced = session.state.tokens[start:]
             session.state.commit(start, tokens)
             session.proposer.sync(session.state.tokens)  # committed tokens only: proposals are not recorded
-            found = session.proposer.propose(gamma)
+            found = session.proposer.propose(gamma).tokens if gamma else []
             dropped = len(replaced) - common_prefix(replaced, tokens)
-            return Proposal(found.tokens, None, time.perf_counter() - began, Rollback(dropped, 0.0),
+            return Proposal(found, None, time.perf_counter() - began, Rollback(dropped, 0.0),
                             PassLoad(self.live_sessions, 1.0, 0.0))

@@ -350,15 +350,23 @@ class DraftEngine(Engine):
         `guess_first`: the first token is the draft's most likely one (a guess of the target's bonus
         token, never verified as a draft; with the coupled sampler its coupled draw, the target's own
         where q = p); the rest are drawn as usual, at their own positions.
+        γ = 0 feeds the committed tokens but the last (whose logits start the next round) and proposes
+        nothing: a conversation's tokens fed between its turns.
         """
-        if not 1 <= gamma <= self.gamma_max:
-            raise InvalidArgument(f"gamma must be in [1, {self.gamma_max}] for a draft round, got {gamma}")
+        if not 0 <= gamma <= self.gamma_max:
+            raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] for a draft round, got {gamma}")
         if not 0.0 <= min_confidence < 1.0:
             raise InvalidArgument(f"min_confidence must be in [0, 1), got {min_confidence}")
         with self._held(session_id) as session:
             began = time.perf_counter()
             rollback = self._sync(session, start, tokens, gamma)
             state, params = session.state, session.params
+            if gamma == 0:
+                fed = state.pending()[:-1]
+                if fed:
+                    self._forward(session, fed, logits=0)
+                    state.cached += len(fed)
+                return Proposal([], None, time.perf_counter() - began, rollback, self._load(session), session.reused)
             logits = self._forward(session, state.pending())  # [1, V]
             drafted: list[int] = []
             probs: list[torch.Tensor] = []
