@@ -44,10 +44,20 @@ class Routes:
         self._lock = threading.Lock()
 
     def remember(self, salt: str, tokens: Sequence[int], address: str) -> None:
+        """`address` keeps `tokens`' draft KV. The latest route, where `tokens` only extend it (a feed that goes on,
+        piece by piece: `Drafting.finish`), is replaced: a replica hands a kept cache to the session that extends
+        it, so it no longer keeps the shorter one apart."""
         if len(tokens) < ROUTE_MIN_TOKENS:
             return
+        tokens = np.asarray(tokens, dtype=np.int64)
         with self._lock:
-            self._routes[self._next_key] = (salt, np.asarray(tokens, dtype=np.int64), address)
+            if self._routes:
+                latest = next(reversed(self._routes))
+                route_salt, sequence, _ = self._routes[latest]
+                if route_salt == salt and len(sequence) <= len(tokens) and \
+                        np.array_equal(sequence, tokens[:len(sequence)]):
+                    del self._routes[latest]
+            self._routes[self._next_key] = (salt, tokens, address)
             self._next_key += 1
             while len(self._routes) > self.capacity:
                 self._routes.popitem(last=False)

@@ -24,6 +24,12 @@ from specdec.planning.controller import GammaController
 from specdec.planning.deadline import RoundTimeout
 
 log = logging.getLogger(__name__)
+# After a reply, its draft is fed what it has not seen of the sequence (`Drafting.finish`), so that the
+# conversation's next turn finds it in the replica's cache, if at least this many tokens:
+TURN_FEED_MIN = 32  # fewer cost the next turn's first drafting round little
+TURN_FEED_GRACE_S = 0.2  # it starts after this long: a client's next call without a pause (a benchmark's) comes sooner
+TURN_FEED_PIECE_S = 0.1  # in calls of about this much draft compute: a generation that starts meanwhile waits
+# for the cores at most this long before the feed stops
 # Statuses that blame the request, not the replica that returned them.
 CLIENT_FAULTS = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE,
                            grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.CANCELLED})
@@ -184,30 +190,81 @@ class Drafting:
         if not self._finishing:
             self.session.close()
 
-    def finish(self, committed: list[int], salt: str) -> None:
+    def finish(self, committed: list[int], salt: str, quiet: Callable[[], bool] | None = None) -> None:
         """The generation is over: end the session, hand the replica back, and remember it as the one that keeps
         this sequence's draft KV (as far as the draft was sent it). A feed ahead still under way ends first, in
-        the background, so that the replica keeps the prompt for the conversation's next turn."""
+        the background, so that the replica keeps the prompt for the conversation's next turn.
+
+        `quiet` (a reply that ended as asked; None: none): then, in the background, the draft is fed what it has
+        not seen of the sequence, at least TURN_FEED_MIN tokens, in calls of about TURN_FEED_PIECE_S while
+        `quiet()` says the draft's compute slows no one (nothing else runs, or it runs apart), so that the next
+        turn finds the conversation in the replica's cache and drafts from its first round."""
         if self.feeding():
             self._finishing = True
-            threading.Thread(target=self._finish_feed, args=(self.branch, committed, salt), daemon=True,
+            threading.Thread(target=self._finish_feed, args=(self.branch, committed, salt, quiet), daemon=True,
                              name="draft-feed").start()
+            return
+        if quiet is not None and self._worth_feeding(committed):
+            self._finishing = True
+            threading.Thread(target=self._feed_between_turns, args=(committed, salt, quiet), daemon=True,
+                             name="draft-turn-feed").start()
             return
         if self.branch is not None:  # drafted for a round that never came
             self.branch.span.end()
+        self._close(committed, salt)
+
+    def _close(self, committed: list[int], salt: str) -> None:
         self.session.close()
         self.pool.release(self.session.client)
         if self.replica:
             self.pool.remember(salt, committed[:self.session.synced], self.replica)
 
-    def _finish_feed(self, branch: Branch, committed: list[int], salt: str) -> None:
+    def _finish_feed(self, branch: Branch, committed: list[int], salt: str,
+                     quiet: Callable[[], bool] | None) -> None:
         try:
             proposal, _ = self.session.collect(branch)
             self._drafted_by_replica(proposal)
         except grpc.RpcError as exc:
             log.info("session %s: the draft's feed ahead ended unfinished (%s)", self.label, exc.code().name)
         self.branch = None
-        self.finish(committed, salt)
+        self.finish(committed, salt, quiet)
+
+    def _worth_feeding(self, committed: list[int]) -> bool:
+        """A model replica serves the session, and it has not seen TURN_FEED_MIN or more of the tokens."""
+        return self.session.client is not None and self.controller.draft_cost is not None and \
+            len(committed) - max(self.session.synced, self.kept) >= TURN_FEED_MIN
+
+    def _feed_between_turns(self, committed: list[int], salt: str, quiet: Callable[[], bool]) -> None:
+        """`finish`'s feed: what the draft has not seen of `committed`, piece by piece while `quiet()`; then close."""
+        began, fed = time.monotonic(), 0
+        try:
+            if self.branch is not None:  # drafted for a round that never came: its reply comes first on the stream
+                branch, self.branch = self.branch, None
+                self.session.collect(branch)
+            time.sleep(TURN_FEED_GRACE_S)
+            piece = self._turn_piece()
+            while self.session.unsynced(committed) > 0 and quiet():
+                # The first call opens the session with what the replica keeps (an earlier turn's), which it takes.
+                base = max(self.session.synced, self.kept)
+                sent = committed[:base + piece]
+                expected_s = self.controller.draft_time(len(sent) - base, 1)
+                self.session.feed(sent, self.round_timeout.of(expected_s))
+                self.replica, fed = self.session.client.address, fed + len(sent) - base
+                # Routed now, not once the feed ends: a turn that comes meanwhile finds it (its start stops the feed).
+                self.pool.remember(salt, sent, self.replica)
+            log.info("session %s: fed its draft %d tokens after the reply in %.2f s%s", self.label, fed,
+                     time.monotonic() - began, "" if self.session.unsynced(committed) == 0 else
+                     f", stopped {self.session.unsynced(committed)} short: another generation started")
+        except grpc.RpcError as exc:
+            log.info("session %s: the draft's feed after the reply ended unfinished (%s)", self.label,
+                     exc.code().name)
+        finally:
+            self._close(committed, salt)
+
+    def _turn_piece(self) -> int:
+        """Tokens a call of `_feed_between_turns` sends: about TURN_FEED_PIECE_S of draft compute, 16 to 256."""
+        per_token_s = self.controller.draft_time(64, 1) / 64
+        return int(min(max(TURN_FEED_PIECE_S / per_token_s, 16), 256)) if per_token_s > 0 else 64
 
     def _branch_gamma(self, gamma: int) -> int:
         """γ for a branch (its guess comes first), within what the replica drafts in one call; 0 where no branch is

@@ -21,6 +21,7 @@ import grpc
 from opentelemetry.context import Context
 from opentelemetry.trace import Span
 
+from orchestrator.activity import Activity
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
 from orchestrator.drafting import Drafting
@@ -96,6 +97,7 @@ class Generation:
     lookup_prior: LookupPrior | None = None  # hybrid's lookup α, shared with other generations
     recent: RecentSequences | None = None  # finished sessions' sequences, for lookups across sessions
     target_chunk_s: float = TARGET_CHUNK_S  # target-only rounds take the steps that fit (`GammaController.plain_steps`)
+    activity: Activity | None = None  # the orchestrator's generations; None: the draft is not fed after the reply
 
     def __post_init__(self):
         # Service-side session ids are fresh per run, so a resumed generation never meets its old sessions.
@@ -126,6 +128,8 @@ class Generation:
         began = time.perf_counter()
         generated = len(req.resumed)
         finish = FinishReason.NONE
+        if self.activity is not None:
+            self.activity.begin()
         try:
             replay = list(req.resumed[req.resume_from:])
             if replay:  # committed before the resume but never delivered: not a round of this run
@@ -185,11 +189,13 @@ class Generation:
                 else:
                     yield Chunk(new_tokens, delta, record, estimates, logprobs=logprobs, **prompt)
         finally:
+            if self.activity is not None:
+                self.activity.end()
             if self.lookups is not None:
                 self.lookups.finish()
             if self.recent is not None and finish:  # a finished sequence, for later sessions' lookups
                 self.recent.add(committed)
-            self.drafting.finish(committed, req.params.cache_salt)
+            self.drafting.finish(committed, req.params.cache_salt, self._turn_feed(finish))
             self._target.close()
             if log.isEnabledFor(logging.INFO):
                 log.info("session %s finished (%s): %s", printable(self.session_id), finish.value or "aborted",
@@ -202,6 +208,16 @@ class Generation:
         finishes in the background goes on.)"""
         self.drafting.abort()
         self._target.close()
+
+    def _turn_feed(self, finish: FinishReason) -> Callable[[], bool] | None:
+        """After a reply that ended as asked, with the draft model in use: when the draft may be fed what it has
+        not seen of the conversation, for its next turn (`Drafting.finish`): while this orchestrator runs no
+        other generation, or where the draft computes apart (`GammaController.runs_apart`). Else None."""
+        activity = self.activity
+        if activity is None or finish not in (FinishReason.STOP, FinishReason.LENGTH) or not self._uses_model \
+                or self.request.gamma == 0:
+            return None
+        return lambda: activity.idle() or self.controller.runs_apart()
 
     def _push(self, text: TextStream, tokens: list[int]) -> tuple[list[int], str]:
         """A round's tokens into the text: (the tokens kept, the text delta). With stop strings the tokens go

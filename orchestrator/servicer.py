@@ -14,6 +14,7 @@ from typing import Iterator
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from orchestrator.activity import Activity
 from orchestrator.cancellation import Cancellation
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
@@ -77,6 +78,10 @@ class OrchestratorConfig:
                           choices=("coupled", "rejection"))
     lookup_memory_tokens: int = option(LOOKUP_MEMORY_TOKENS, "tokens of finished generations kept for n-gram lookups "
                                                              "across sessions (0 = none)", flag="--lookup-memory")
+    feed_between_turns: str = option("auto", "after a reply, feed its draft what it has not seen of the conversation, "
+                                             "so the next turn drafts from its first round: auto = while this "
+                                             "orchestrator runs nothing else, or where the draft computes apart; off",
+                                     choices=("auto", "off"))
     target_chunk_ms: float = option(1e3 * TARGET_CHUNK_S, "target-only rounds (γ = 0, fixed or chosen): the target "
                                     "takes as many steps a round as fit in this many ms of expected compute, one hop "
                                     "for them all (0 = one step a round)", flag="--target-chunk-ms")
@@ -107,6 +112,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             if config.lookup_memory_tokens else None
         self.round_timeout = RoundTimeout.capped(config.round_timeout_s)
         self.metrics = SpecDecodeMetrics(self.gamma_max)
+        self.activity = Activity()
 
     def parse(self, request: pb.GenerateRequest, owner: str = "") -> GenerationRequest:
         """GenerateRequest -> GenerationRequest; raises InvalidArgument / OutOfRange / NotFound.
@@ -323,7 +329,8 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                                 trace_context=trace.set_span_in_context(span), round_timeout=self.round_timeout,
                                 lookup_prior=self.lookup_prior,
                                 recent=shared_for(self.recent, parsed.params.cache_salt),
-                                target_chunk_s=self.config.target_chunk_ms / 1e3, **extra)
+                                target_chunk_s=self.config.target_chunk_ms / 1e3,
+                                activity=self.activity if self.config.feed_between_turns == "auto" else None, **extra)
         cancelled.on_set(generation.abort)  # a round in flight (a long prompt going in) stops where it is
         return generation
 

@@ -156,6 +156,12 @@ class DraftSession(ServiceSession):
                                 committed, span, timeout)
         return DraftReply(list(reply.tokens), reply.probs, hop, reply.reused_tokens)
 
+    def feed(self, committed: list[int], timeout: float) -> DraftReply:
+        """Send the committed tokens and have them fed, proposing nothing (γ = 0): a conversation's tokens,
+        between its turns."""
+        reply, hop = self._call("draft.feed", pb.DraftRequest(gamma=0), committed, trace.INVALID_SPAN, timeout)
+        return DraftReply([], reply.probs, hop, reply.reused_tokens)
+
     def prefetch(self, committed: list[int], proposal: list[int], gamma: int, min_confidence: float,
                  span: Span, timeout: float, due_s: float | None = None) -> Branch:
         """Ask, without waiting, for γ+1 tokens after `committed + proposal`: a guess of the bonus

@@ -30,6 +30,19 @@ def test_routes_find_the_longest_shared_start_within_a_salt():
     assert routes.replica_for("", LONG[:ROUTE_MIN_TOKENS + 4])[0] == "b" and routes.replica_for("", [1] * 20)[0] == "d"
 
 
+def test_a_route_that_only_grows_takes_one_slot():
+    """A draft fed piece by piece after a reply (`Drafting.finish`) routes each piece: each replaces the last, so
+    other conversations' routes stay."""
+    routes = Routes(capacity=2)
+    other = [5] * ROUTE_MIN_TOKENS
+    routes.remember("", other, "x")
+    for end in range(ROUTE_MIN_TOKENS, len(LONG) + 1, 8):
+        routes.remember("", LONG[:end], "a")
+    assert routes.replica_for("", LONG) == ("a", len(LONG)) and routes.replica_for("", other) == ("x", len(other))
+    routes.remember("tenant", LONG + [1], "b")  # another salt's: a slot of its own
+    assert routes.replica_for("", LONG) == ("a", len(LONG)) and routes.replica_for("", other) is None
+
+
 class _Client:
     def __init__(self, address: str):
         self.address = address

@@ -157,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="target-only vs speculative vs Hugging Face assisted generation")
     add_stack_args(bench)
+    # Its prompts are not one conversation's turns, and its baselines run between them: no feed after a reply.
+    bench.set_defaults(feed_between_turns="off")
     bench.add_argument("--gammas", type=gamma_list, default="1,2,3,4,6",
                        help="fixed γ values to run beside target-only and adaptive (\"\" for none)")
     bench.add_argument("--max-new-tokens", type=int, default=64)
