@@ -198,7 +198,7 @@ class Drafting:
         `quiet` (a reply that ended as asked; None: none): then, in the background, the draft is fed what it has
         not seen of the sequence, at least TURN_FEED_MIN tokens, in calls of about TURN_FEED_PIECE_S while
         `quiet()` says the draft's compute slows no one (nothing else runs, or it runs apart), so that the next
-        turn finds the conversation in the replica's cache and drafts from its first round."""
+        turn finds the conversation in the replica's cache and drafts without a catch-up."""
         if self.feeding():
             self._finishing = True
             threading.Thread(target=self._finish_feed, args=(self.branch, committed, salt, quiet), daemon=True,
@@ -206,16 +206,17 @@ class Drafting:
             return
         if quiet is not None and self._worth_feeding(committed):
             self._finishing = True
+            self.pool.release(self.session.client)  # the feed gives way to any session: it is no load to route by
             threading.Thread(target=self._feed_between_turns, args=(committed, salt, quiet), daemon=True,
                              name="draft-turn-feed").start()
             return
         if self.branch is not None:  # drafted for a round that never came
             self.branch.span.end()
+        self.pool.release(self.session.client)
         self._close(committed, salt)
 
     def _close(self, committed: list[int], salt: str) -> None:
         self.session.close()
-        self.pool.release(self.session.client)
         if self.replica:
             self.pool.remember(salt, committed[:self.session.synced], self.replica)
 

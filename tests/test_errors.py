@@ -88,7 +88,8 @@ def test_cancelled_stream_frees_caches_on_both_services(stack):
 
         call = pb_grpc.SpecDecStub(channel).Generate(make_request(prompt="long", max_new_tokens=1000, gamma=3))
         next(call), next(call)
-        assert draft.info().live_sessions == 1 and target.info().live_sessions == 1
+        # The draft may still hold an earlier reply's feed (`Drafting.finish`), which ends after its current call.
+        assert draft.info().live_sessions >= 1 and target.info().live_sessions == 1
         call.cancel()
     wait_for_no_sessions(draft, target)
     assert len(generate(stack.endpoint, make_request(prompt="after cancel", max_new_tokens=4)).token_ids) == 4

@@ -407,5 +407,6 @@ def test_a_disconnect_mid_stream_frees_the_sessions(serve):
                             "gamma": 3, "proposer": "model", "stream": True}) as reply:
         lines = reply.iter_lines()
         assert next(lines) == "event: response.created"
-        assert serve.live() == (1, 1), "the generation should be running on both services"
+        target, draft = serve.live()  # the draft may still hold an earlier reply's feed, which ends after its call
+        assert target == 1 and draft >= 1, "the generation should be running on both services"
     assert serve.wait_idle() == (0, 0)

@@ -4,11 +4,13 @@ call of γ = 0, which that feed is made of, feeds without proposing."""
 
 from __future__ import annotations
 
+import pytest
 import torch
-from conftest import TINY_DRAFT, count_fed, slow_target_stack, tiny_options, wait_until
+from conftest import TINY_DRAFT, count_fed, holds_for, slow_target_stack, tiny_options, wait_until
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from orchestrator.drafting import Drafting
 from specdec.cli.client import generate, make_request
 from specdec.core.sampling import SamplingParams
 from specdec.engine.model_engine import DraftEngine
@@ -39,37 +41,57 @@ def test_a_draft_call_of_gamma_0_feeds_the_commit_but_its_last_token_and_propose
     assert drafted.tokens == reference.tokens and torch.equal(drafted.probs, reference.probs)
 
 
+@pytest.fixture
+def feeds(monkeypatch) -> list:
+    """Each feed after a reply (`Drafting._feed_between_turns`, in this process with the embedded orchestrator),
+    appended once it has ended: the tokens its draft session was sent."""
+    ended, feed = [], Drafting._feed_between_turns
+
+    def spy(self, committed, salt, quiet):
+        try:
+            feed(self, committed, salt, quiet)
+        finally:
+            ended.append(self.session.synced)
+
+    monkeypatch.setattr(Drafting, "_feed_between_turns", spy)
+    return ended
+
+
 def _kept_tokens(address: str) -> int:
     """Draft KV of ended sessions the replica at `address` keeps (`RankReport.kept_tokens`)."""
     with open_channel(address, CHANNEL_OPTIONS) as channel:
         return pb_grpc.DraftServiceStub(channel).Info(pb.ModelInfoRequest(), timeout=10).ranks[0].kept_tokens
 
 
-def _turns(stack: EmbeddedStack, prompt: list[int]) -> tuple[object, object]:
+def _turns(stack: EmbeddedStack, prompt: list[int], feeds: list, fed: bool) -> tuple[object, object]:
     """Turn 1 ends after the prompt's round, which decodes target-only under adaptive γ: its draft is never sent
-    the conversation. Turn 2, at a fixed γ, drafts from its first round."""
+    the conversation. Then its feed ends (`fed`), or none starts. Turn 2, at a fixed γ, drafts from its first
+    round."""
     one = generate(stack.endpoint, make_request(prompt_token_ids=prompt, max_new_tokens=1))
     assert not any(r.drafted for r in one.rounds)
-    wait_until(lambda: not any(stack.orchestrator.servicer.drafts.opened().values()), 30,
-               "turn 1's draft session to close")
+    if fed:
+        wait_until(lambda: feeds, 30, "turn 1's feed to end")
+    else:
+        holds_for(lambda: not feeds, 1.0, "no feed")
     two = generate(stack.endpoint, make_request(prompt_token_ids=prompt + one.token_ids + [3, 4],
                                                 max_new_tokens=8, gamma=2))
     return one, two
 
 
-def test_a_chats_next_turn_takes_the_conversation_its_draft_was_fed_after_the_last_reply():
+def test_a_chats_next_turn_takes_the_conversation_its_draft_was_fed_after_the_last_reply(feeds):
     """With the feed (the default), turn 2's draft takes the whole conversation from the replica's cache;
     without it (`feed_between_turns: off`), it computes it."""
     with EmbeddedStack(tiny_options()) as stack:
-        one, two = _turns(stack, PROMPT)
-    assert two.stats["draft_cached_tokens"] >= len(PROMPT), "fed after turn 1: taken"
-    assert two.stats["draft_replica"], "and routed back to it"
+        _, two = _turns(stack, PROMPT, feeds, fed=True)
+    assert feeds[0] == len(PROMPT) + 1, "turn 1's prompt and token, fed after it"
+    assert two.stats["draft_cached_tokens"] >= len(PROMPT), "and taken by turn 2's draft"
+    feeds.clear()
     with EmbeddedStack(tiny_options(orchestrator=dict(feed_between_turns="off"))) as stack:
-        _, two = _turns(stack, PROMPT)
-    assert two.stats["draft_cached_tokens"] == 0, "never fed: nothing to take"
+        _, two = _turns(stack, PROMPT, feeds, fed=False)
+    assert not feeds and two.stats["draft_cached_tokens"] == 0, "never fed: nothing to take"
 
 
-def test_no_draft_is_fed_after_a_reply_while_another_generation_runs():
+def test_no_draft_is_fed_after_a_reply_while_another_generation_runs(feeds):
     """A reply ends beside a long target-only generation: its draft is not fed (on these shared cores it would
     slow that generation), and the session closes. Once nothing runs, the next reply's draft is fed."""
     with slow_target_stack() as stack:
@@ -79,11 +101,10 @@ def test_no_draft_is_fed_after_a_reply_while_another_generation_runs():
             busy = pb_grpc.SpecDecStub(channel).Generate(request, timeout=120)
             next(busy)
             generate(stack.endpoint, make_request(prompt_token_ids=PROMPT, max_new_tokens=1))
-            pool = stack.orchestrator.servicer.drafts
-            wait_until(lambda: sum(pool.opened().values()) == 1, 30, "the reply's draft session to close")
-            assert _kept_tokens(stack.draft_address) == 0, "nothing fed while the busy generation ran"
+            wait_until(lambda: feeds, 30, "the reply's feed to end")
+            assert feeds == [0] and _kept_tokens(stack.draft_address) == 0, "nothing fed while the busy one ran"
             busy.cancel()
-        wait_until(lambda: not any(pool.opened().values()), 30, "the busy generation to let go of its replica")
         later = [(13 * i + 7) % 250 for i in range(60)]
         generate(stack.endpoint, make_request(prompt_token_ids=later, max_new_tokens=1))
-        wait_until(lambda: _kept_tokens(stack.draft_address) >= len(later), 30, "the quiet reply's draft to be fed")
+        wait_until(lambda: len(feeds) == 2, 30, "the quiet reply's feed to end")
+        assert feeds[1] == len(later) + 1 and _kept_tokens(stack.draft_address) >= len(later)
