@@ -253,9 +253,10 @@ class Drafting:
                 self.replica, fed = self.session.client.address, fed + len(sent) - base
                 # Routed now, not once the feed ends: a turn that comes meanwhile finds it (its start stops the feed).
                 self.pool.remember(salt, sent, self.replica)
-            log.info("session %s: fed its draft %d tokens after the reply in %.2f s%s", self.label, fed,
-                     time.monotonic() - began, "" if self.session.unsynced(committed) == 0 else
-                     f", stopped {self.session.unsynced(committed)} short: another generation started")
+            left = self.session.unsynced(committed)
+            log.log(logging.INFO if fed else logging.DEBUG, "session %s: fed its draft %d tokens after the reply in "
+                    "%.2f s%s", self.label, fed, time.monotonic() - began,
+                    f", stopped {left} short: another generation started" if left else "")
         except grpc.RpcError as exc:
             log.info("session %s: the draft's feed after the reply ended unfinished (%s)", self.label,
                      exc.code().name)

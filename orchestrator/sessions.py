@@ -156,11 +156,10 @@ class DraftSession(ServiceSession):
                                 committed, span, timeout)
         return DraftReply(list(reply.tokens), reply.probs, hop, reply.reused_tokens)
 
-    def feed(self, committed: list[int], timeout: float) -> DraftReply:
+    def feed(self, committed: list[int], timeout: float) -> None:
         """Send the committed tokens and have them fed, proposing nothing (γ = 0): a conversation's tokens,
         between its turns."""
-        reply, hop = self._call("draft.feed", pb.DraftRequest(gamma=0), committed, trace.INVALID_SPAN, timeout)
-        return DraftReply([], reply.probs, hop, reply.reused_tokens)
+        self._call("draft.feed", pb.DraftRequest(gamma=0), committed, trace.INVALID_SPAN, timeout)
 
     def prefetch(self, committed: list[int], proposal: list[int], gamma: int, min_confidence: float,
                  span: Span, timeout: float, due_s: float | None = None) -> Branch:
