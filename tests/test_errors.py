@@ -59,7 +59,7 @@ def test_service_stream_errors(stack):
     assert err.code() == NOT_FOUND and "ghost" in err.details()
     err = stream_error(draft, [draft_round("a", 0, [1, 2], open_=True), draft_round("a", 7, [3])])
     assert err.code() == OUT_OF_RANGE and "out-of-order" in err.details()
-    err = stream_error(draft, [draft_round("b", 0, [1, 2], gamma=0, open_=True)])
+    err = stream_error(draft, [draft_round("b", 0, [1, 2], gamma=1000, open_=True)])  # 0 feeds, proposing nothing
     assert err.code() == INVALID and "gamma" in err.details()
     bad_sampling = pb.VerifyRequest(session_id="c", open=True, sampling=pb.SamplingParams(top_p=0.0),
                                     commit=pb.Commit(start=0, tokens=[1]))

@@ -89,7 +89,7 @@ def test_engine_errors(engines):
         draft.propose("nobody", 0, [1], 1)
     draft.open("e", SamplingParams())
     with pytest.raises(InvalidArgument):
-        draft.propose("e", 0, [1], 0)
+        draft.propose("e", 0, [1], draft.gamma_max + 1)  # 0 feeds, proposing nothing
     with pytest.raises(InvalidArgument):
         draft.propose("e", 0, [10_000], 1)
     with pytest.raises(OutOfRange):
