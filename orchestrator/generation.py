@@ -217,7 +217,7 @@ class Generation:
         if activity is None or finish not in (FinishReason.STOP, FinishReason.LENGTH) or not self._uses_model \
                 or self.request.gamma == 0:
             return None
-        return lambda: activity.idle() or self.controller.runs_apart()
+        return lambda: activity.allows_feed(self.controller.runs_apart())
 
     def _push(self, text: TextStream, tokens: list[int]) -> tuple[list[int], str]:
         """A round's tokens into the text: (the tokens kept, the text delta). With stop strings the tokens go

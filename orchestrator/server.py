@@ -67,5 +67,6 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
                            host, port, max_concurrent=config.max_concurrent, max_receive_bytes=MAX_CLIENT_MESSAGE_BYTES,
                            health_port=health_port)
     watch_target(target, running)
+    servicer.activity.stopping = running.stopped.is_set  # a feed after a reply ends as the server stops
     running.servicer = servicer
     return running

@@ -4,12 +4,15 @@ call of γ = 0, which that feed is made of, feeds without proposing."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 from conftest import TINY_DRAFT, count_fed, holds_for, slow_target_stack, tiny_options, wait_until
 
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
+from orchestrator.activity import Activity
 from orchestrator.drafting import Drafting
 from specdec.cli.client import generate, make_request
 from specdec.core.sampling import SamplingParams
@@ -55,6 +58,17 @@ def feeds(monkeypatch) -> list:
 
     monkeypatch.setattr(Drafting, "_feed_between_turns", spy)
     return ended
+
+
+def test_a_feed_is_allowed_while_nothing_else_runs_or_apart_and_never_while_the_server_stops():
+    activity, stopping = Activity(), threading.Event()
+    activity.stopping = stopping.is_set
+    assert activity.allows_feed(apart=False)
+    activity.begin()
+    assert not activity.allows_feed(apart=False) and activity.allows_feed(apart=True)
+    activity.end()
+    stopping.set()
+    assert not activity.allows_feed(apart=False) and not activity.allows_feed(apart=True)
 
 
 def _kept_tokens(address: str) -> int:

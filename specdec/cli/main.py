@@ -141,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     gen = sub.add_parser("generate", help="run one generation")
     add_stack_args(gen)
+    gen.set_defaults(feed_between_turns="off")  # one reply, no next turn to feed the draft for
     gen.add_argument("--prompt", required=True)
     gen.add_argument("--max-new-tokens", type=int, default=128)
     gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -221,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof = sub.add_parser("profile", help="loop-latency breakdown from per-round spans (runs a workload or reads "
                                           "an OTLP JSON span file)")
     add_stack_args(prof)
+    prof.set_defaults(feed_between_turns="off")  # as bench: its prompts are not one conversation's turns
     prof.add_argument("--spans", default="", help="OTLP JSON lines file to analyse instead of running a workload")
     prof.add_argument("--max-new-tokens", type=int, default=64)
     prof.add_argument("--gamma", type=gamma_arg, default=None, help="auto (default) or a fixed γ")
