@@ -135,7 +135,8 @@ def test_the_commands_flags_reach_the_right_config():
                                               log_level="info", redis_url="redis://r", grammar_warmup="off")
     assert opts.port == 1234 and opts.service.gamma_max == ModelServiceConfig.gamma_max
     defaults = stack_options(cli_parser().parse_args(["generate", "--prompt", "x"]))
-    assert (defaults.service, defaults.orchestrator) == (StackOptions.service, StackOptions.orchestrator)
+    assert (defaults.service, defaults.orchestrator) == \
+        (StackOptions.service, dataclasses.replace(StackOptions.orchestrator, feed_between_turns="off"))
 
 
 def test_a_benchmark_meets_each_prompt_fresh():
@@ -144,6 +145,17 @@ def test_a_benchmark_meets_each_prompt_fresh():
     assert stack_options(cli_parser().parse_args(["bench"])).orchestrator.lookup_memory_tokens == 0
     served = stack_options(cli_parser().parse_args(["serve"])).orchestrator
     assert served.lookup_memory_tokens == OrchestratorConfig.lookup_memory_tokens > 0
+
+
+def test_only_a_server_feeds_its_drafts_between_turns():
+    """A reply's draft is fed for the conversation's next turn (`Drafting.finish`) by `specdec serve`, not by the
+    commands whose prompts are no conversation: bench, profile, a one-shot generate."""
+    def feeds(*argv: str) -> str:
+        return stack_options(cli_parser().parse_args(list(argv))).orchestrator.feed_between_turns
+
+    assert feeds("serve") == OrchestratorConfig.feed_between_turns == "auto"
+    assert feeds("bench") == feeds("profile") == feeds("generate", "--prompt", "x") == "off"
+    assert feeds("bench", "--feed-between-turns", "auto") == "auto"
 
 
 def test_bench_gammas_are_fixed_gammas_or_a_clear_error(capsys):
