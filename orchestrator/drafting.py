@@ -84,7 +84,12 @@ class Drafting:
         first drafts, what its replica likely keeps of them (a chat's earlier turn) is not fed."""
         if self.last_drafted > 0:
             return 1
-        return len(committed) - max(self.session.synced, self.kept) + 1
+        return len(committed) - self._held() + 1
+
+    def _held(self) -> int:
+        """Committed tokens whose draft KV the replica holds: those its session was sent, or at least those it likely
+        keeps from an earlier session (a chat's earlier turn)."""
+        return max(self.session.synced, self.kept)
 
     def propose(self, gamma: int, committed: list[int], span: Span) -> DraftReply:
         """The draft's proposal; after a failure, none: the round is a target-only step."""
@@ -233,7 +238,7 @@ class Drafting:
     def _worth_feeding(self, committed: list[int]) -> bool:
         """A model replica serves the session, and it has not seen TURN_FEED_MIN or more of the tokens."""
         return self.session.client is not None and self.controller.draft_cost is not None and \
-            len(committed) - max(self.session.synced, self.kept) >= TURN_FEED_MIN
+            len(committed) - self._held() >= TURN_FEED_MIN
 
     def _feed_between_turns(self, committed: list[int], salt: str, quiet: Callable[[], bool]) -> None:
         """`finish`'s feed: what the draft has not seen of `committed`, piece by piece while `quiet()`; then close."""
@@ -246,7 +251,7 @@ class Drafting:
             piece = self._turn_piece()
             while self.session.unsynced(committed) > 0 and quiet():
                 # The first call opens the session with what the replica keeps (an earlier turn's), which it takes.
-                base = max(self.session.synced, self.kept)
+                base = self._held()
                 sent = committed[:base + piece]
                 expected_s = self.controller.draft_time(len(sent) - base, 1)
                 self.session.feed(sent, self.round_timeout.of(expected_s))

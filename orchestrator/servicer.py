@@ -79,7 +79,7 @@ class OrchestratorConfig:
     lookup_memory_tokens: int = option(LOOKUP_MEMORY_TOKENS, "tokens of finished generations kept for n-gram lookups "
                                                              "across sessions (0 = none)", flag="--lookup-memory")
     feed_between_turns: str = option("auto", "after a reply, feed its draft what it has not seen of the conversation, "
-                                             "so the next turn drafts from its first round: auto = while this "
+                                             "so the next turn's draft need not feed it: auto = while this "
                                              "orchestrator runs nothing else, or where the draft computes apart; off",
                                      choices=("auto", "off"))
     target_chunk_ms: float = option(1e3 * TARGET_CHUNK_S, "target-only rounds (γ = 0, fixed or chosen): the target "
