@@ -6,7 +6,8 @@ import math
 import pytest
 
 from specdec.core.rounds import ALPHA_MAX, PassLoad, RoundRecord
-from specdec.planning.controller import PROBE_SHARE, TRIAL_SHARE, Ewma, GammaController, update_fill
+from specdec.planning.controller import (MIN_PROBE_SHARE, PROBE_SHARE, TRIAL_SHARE, Ewma, GammaController,
+                                         update_fill)
 from specdec.planning.cost import CostProfile, expected_tokens
 from specdec.planning.prior import SharedPrior
 from specdec.tools.bench.theory import profile_speedup, theorem_speedup
@@ -635,6 +636,30 @@ def test_a_probe_waits_until_the_drafts_catch_up_is_affordable():
     assert loss > 1.8 and ctl.probe_loss(1, 1, ctl.rate(0)) < PROBE_SHARE * 16 * STEP
     assert first_probe(90) == math.ceil(loss / (PROBE_SHARE * STEP))
     assert first_probe(90, measured=False) == 16
+
+
+def test_probes_that_change_nothing_halve_their_share_and_one_that_pays_restores_it():
+    """Each probe in a row that leaves target-only best may lose half the share of the time since the last one
+    that the one before it could, down to `MIN_PROBE_SHARE`: a draft 90 tokens behind probes after n, 2n, 4n and
+    4n steps. Over a long generation where speculation never pays, probes lose at most a little more than that
+    floor's share of the time. A round that drafts because speculation pays (α rose) restores `PROBE_SHARE`."""
+    ctl = pin_alpha(GammaController(8, flat(), linear(0.02)), 0.1)
+    ctl.alpha_from_prior = True
+    loss = ctl.probe_loss(1, 90, ctl.rate(0))
+    needed = [math.ceil(loss / (PROBE_SHARE / halved * STEP)) for halved in (1, 2, 4)]
+    assert needed[0] > ctl.max_probe_every, "the share, not the interval, sets when a probe comes"
+    probes, lost = [], 0.0
+    for step in range(20_000):
+        if ctl.choose(unseen=90) > 0:
+            assert ctl.probing
+            probes.append(step)
+            lost += loss
+        ctl.observe(timing(0, 0, 0.0, 0.0, STEP, STEP))
+    gaps = [b - a for a, b in zip([0] + probes, probes)]  # steps without a draft when each probe came
+    assert gaps[:4] == needed + needed[-1:] and set(gaps[3:]) == {needed[-1]}
+    assert lost / (20_000 * STEP) < 1.25 * MIN_PROBE_SHARE < PROBE_SHARE / 3
+    pin_alpha(ctl, 0.9)  # speculation now pays: the next choice drafts, and a later γ = 0 stretch starts afresh
+    assert ctl.choose(unseen=1) > 0 and ctl.probe_share() == PROBE_SHARE
 
 
 def test_an_untried_draft_is_measured_first_only_where_its_catch_up_is_affordable():

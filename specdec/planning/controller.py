@@ -14,9 +14,10 @@ target steps, not rounds, so a round of k steps brings a probe k steps closer, a
 next one starts where the last left it (`SharedPrior`), since on a GPU a probe (the draft catching up on a
 chunk's tokens, its steps, a second hop) costs several target-only tokens. A due probe also waits until what
 it loses against target-only decoding, the draft's catch-up on every token it has not seen included, is at
-most `PROBE_SHARE` of the target-only time since the last one: on a CPU a draft model that has not drafted for
-a while is far behind (at AVX2, a probe at the end of a 64-token generation caught up on 90 tokens in 12
-target steps' time: 0.86× target-only over the generation). Between probes, a round that no proposer could win
+most `PROBE_SHARE` of the target-only time since the last one, a share halved with the interval (to at most 4
+times less): on a CPU a draft model that has not drafted for a while is far behind (at AVX2, a probe at the end of
+a 64-token generation caught up on 90 tokens in 12 target steps' time: 0.86× target-only over the generation).
+Between probes, a round that no proposer could win
 even with no draft time and no hop, at the highest α it is priced at, is target-only without pricing γ, the
 overlap or the lookups (`settled`): many sessions on a CPU.
 """
@@ -29,8 +30,9 @@ from specdec.planning.estimates import Ewma
 from specdec.planning.pricing import RoundPricing
 
 GAMMA_MAX = 8  # the largest γ the adaptive policy plans with, unless configured otherwise
-# The most of the target-only time since the last probe that the next one may lose (`GammaController.choose`).
-PROBE_SHARE = 1 / 32
+# The most of the target-only time since the last probe that the next one may lose (`GammaController.choose`),
+# halved after every probe in a row that changed nothing, down to MIN_PROBE_SHARE (`GammaController.probe_share`).
+PROBE_SHARE, MIN_PROBE_SHARE = 1 / 32, 1 / 128
 # The most of the target-only time of what a generation can still use that a first measurement of the draft
 # model's α may spend on the draft's catch-up (`GammaController.trial_affordable`).
 TRIAL_SHARE = 1 / 4
@@ -292,7 +294,7 @@ class GammaController(RoundPricing):
             # α never measured is worth its first measurement, where the draft's feed allows: `trial_affordable`).
             # A probe that leaves γ = 0 best doubles the wait before the next one.
             probe = max(range(1, cap + 1), key=steady.get)  # the rounds after it are steady
-            allowed = PROBE_SHARE * self.steps_without_draft * self.verify_time(0)
+            allowed = self.probe_share() * self.steps_without_draft * self.verify_time(0)
             if self.trial_affordable(probe, unseen, max_useful) or self.probe_loss(probe, unseen, rate[0]) <= allowed:
                 self.probe_interval = min(2 * self.probe_interval, self.max_probe_every)
                 self.steps_without_draft = 0
@@ -302,6 +304,15 @@ class GammaController(RoundPricing):
             self.probe_interval = self.probe_every
         self._last_gamma = best
         return best
+
+    def probe_share(self) -> float:
+        """The most of the target-only time since the last probe that the next one may lose: `PROBE_SHARE`,
+        halved for every probe in a row that left γ = 0 best (as `probe_interval` doubles), down to
+        `MIN_PROBE_SHARE`. Where a probe costs more than the interval's share (a draft far behind on a CPU), the
+        share and not the interval sets when it comes, so a fixed share never let probes thin out: on a Zen 1,
+        where this pair's speculation barely pays, two to four of `specdec bench`'s four 64-token replies probed,
+        each probe 0.07-0.20 s behind target-only, mostly the draft's catch-up (docs/PERFORMANCE.md)."""
+        return max(PROBE_SHARE * self.probe_every / self.probe_interval, MIN_PROBE_SHARE)
 
     def probe_loss(self, gamma: int, unseen: int, plain_rate: float) -> float:
         """Seconds a round of γ drafts whose draft first feeds `unseen` tokens is expected to lose against
