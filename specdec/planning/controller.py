@@ -17,9 +17,8 @@ it loses against target-only decoding, the draft's catch-up on every token it ha
 most `PROBE_SHARE` of the target-only time since the last one, a share halved with the interval (to at most 4
 times less): on a CPU a draft model that has not drafted for a while is far behind (at AVX2, a probe at the end of
 a 64-token generation caught up on 90 tokens in 12 target steps' time: 0.86× target-only over the generation).
-Between probes, a round that no proposer could win
-even with no draft time and no hop, at the highest α it is priced at, is target-only without pricing γ, the
-overlap or the lookups (`settled`): many sessions on a CPU.
+Between probes, a round that no proposer could win even with no draft time and no hop, at the highest α it is
+priced at, is target-only without pricing γ, the overlap or the lookups (`settled`): many sessions on a CPU.
 """
 
 from __future__ import annotations
@@ -311,7 +310,7 @@ class GammaController(RoundPricing):
         `MIN_PROBE_SHARE`. Where a probe costs more than the interval's share (a draft far behind on a CPU), the
         share and not the interval sets when it comes, so a fixed share never let probes thin out: on a Zen 1,
         where this pair's speculation barely pays, two to four of `specdec bench`'s four 64-token replies probed,
-        each probe 0.07-0.20 s behind target-only, mostly the draft's catch-up (docs/PERFORMANCE.md)."""
+        each probe 0.06-0.25 s behind target-only, mostly the draft's catch-up (docs/PERFORMANCE.md)."""
         return max(PROBE_SHARE * self.probe_every / self.probe_interval, MIN_PROBE_SHARE)
 
     def probe_loss(self, gamma: int, unseen: int, plain_rate: float) -> float:
