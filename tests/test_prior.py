@@ -10,7 +10,7 @@ from specdec.core.rounds import PassLoad, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.planning.controller import GammaController
 from specdec.planning.prior import REGIMES, SharedPrior, sampling_regime
-from test_controller import STEP, flat, timing
+from test_controller import STEP, flat, linear, timing
 
 
 # A draft step at 0.3 of the target's: speculation loses at α 0.2 and pays at α 0.9.
@@ -183,3 +183,29 @@ def test_through_the_services_a_session_draws_on_its_temperatures_prior(stack, m
     for temperature in (0.0, 1.5, 0.7):
         generate(stack.endpoint, make_request(prompt="abc", max_new_tokens=4, temperature=temperature, seed=1))
     assert seen == ["greedy", "t>1", "t<=1"]
+
+
+def test_a_burst_after_a_burst_has_one_session_due_a_probe_not_every_one():
+    """The steps toward a probe that a finished session leaves go to the next session alone. Handed to every session
+    of a burst, they made all of them due a probe in their first rounds (8 users on a Zen 1: 4 probes at once
+    scattered the target's passes, target-only then looked slow, and most of the burst drafted: 0.92x batched
+    target-only). A probe is spread over the sessions as before: each counts its own steps from then on."""
+    draft = linear(0.3 * STEP / 8)  # a CPU's: a catch-up's passes cost by the token
+    prior = SharedPrior(gamma_max=8)
+    session(prior, 0.2, 40, random.Random(0))  # measures α: the probes below are not a first measurement's
+    burst = [prior.new_controller(TARGET, draft) for _ in range(8)]
+    for unseen in range(10, 300):  # target-only rounds of 8 sessions in full passes; the draft falls behind
+        for ctl in burst:
+            assert ctl.choose(unseen=unseen) == 0, "a probe that would catch up on the whole generation is too dear"
+            ctl.observe(timing(0, 0, 0.0, 0.0, STEP + 0.001, STEP, target_load=PassLoad(8, 8, 8)))
+    assert burst[-1].steps_without_draft >= 8 * burst[-1].probe_interval, "the last session ends due a probe"
+    for ctl in burst:
+        prior.absorb(ctl)
+    following = [prior.new_controller(TARGET, draft) for _ in range(8)]
+    probes = []
+    for ctl in following:  # their draft has a 10-token prompt to feed
+        ctl.choose(unseen=10)
+        probes.append(ctl.probing)
+    assert probes == [True] + [False] * 7, probes
+    for ctl in following:
+        prior.absorb(ctl)

@@ -74,10 +74,11 @@ class SharedPrior:
     which they share while they run.
 
     A new session starts from the scales, network times and α of earlier ones (α of those of its sampling regime:
-    `sampling_regime`) instead of from scratch, and with the last one's wait between probes and steps toward it
-    (`GammaController.probe_interval`, `steps_without_draft`: one for every regime); a finished session folds its
-    estimates back in. The prior keeps its own averages, so a session's controller keeps its own smoothing. The load
-    estimates (live sessions, batch fills) are one set while sessions overlap, updated by every session's rounds: a
+    `sampling_regime`) instead of from scratch, and with the last one's wait between probes (and, the first session to
+    start after it ended, its steps toward it: `GammaController.probe_interval`, `steps_without_draft`, one for every
+    regime); a finished session folds its estimates back in. The prior keeps its own averages, so a session's
+    controller keeps its own smoothing. The load estimates (live sessions, batch fills) are one set while sessions
+    overlap, updated by every session's rounds: a
     session that stopped decoding target-only still sees how full target-only passes are from those that did not,
     instead of one stale sample of its own keeping it drafting (measured: 1 of 8 users drafted every round on a fill
     of 1/8 from its first round, and cost the 8 users 12% of their tokens/s). When the last session on a service
@@ -130,7 +131,10 @@ class SharedPrior:
             alpha = self._alpha_of(regime).value
             if self._probe_interval is not None:
                 controller.probe_interval = self._probe_interval
-            controller.steps_without_draft = self._steps_without_draft
+            # The steps go to one session: handed to every session of a burst, they made all of them due a probe
+            # in their first rounds at once (8 users on a Zen 1: 4 probes together scattered the target's passes,
+            # which priced target-only low enough that most of the burst drafted, 0.92x batched target-only).
+            controller.steps_without_draft, self._steps_without_draft = self._steps_without_draft, 0
         if alpha is not None:
             controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)
             controller.alpha_from_prior = True
