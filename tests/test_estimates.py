@@ -7,7 +7,7 @@ from test_controller import timing
 
 from specdec.core.rounds import PassLoad, RoundRecord
 from specdec.planning.cost import CostProfile
-from specdec.planning.estimates import SizeScales
+from specdec.planning.estimates import FIRST_SAMPLES, SizeScales
 from specdec.planning.prior import SharedPrior
 
 PROFILE = CostProfile((0.10, 0.12, 0.14, 0.16, 0.18))
@@ -69,10 +69,29 @@ def test_a_seed_holds_until_the_first_sample_of_its_size():
     scales.seed(prior)
     assert scales.at(1, 1.0) == 1.3 and scales.at(2, 1.0) == pytest.approx(1.175), "a seed is not capped"
     scales.update(1, 1.1)
-    assert scales.at(1, 2.0) == 1.1, "a first sample replaces the seed"
+    assert scales.at(1, 2.0) == 1.1, "a lower first sample replaces the seed"
     folded = SizeScales()
     folded.absorb(scales)
     assert folded.snapshot() == {"1": 1.1}, "a seed is no measurement: only measured sizes fold back"
+
+
+def test_a_seed_counts_as_one_of_its_sizes_first_samples():
+    """A size's first samples keep their least, and a seed (earlier sessions' scale) is one of them: a slower first
+    sample does not replace it. Replaced whole, one pass slowed by another session's draft catching up on the same
+    cores (a one-token step at 2.6x, 8 users on a Zen 1) priced a session's target-only rounds as a slower device's,
+    and it drafted. A lasting slowdown is learned from the sample after `FIRST_SAMPLES`, as without a seed."""
+    prior = SizeScales()
+    prior.update(1, 1.1)
+    scales = SizeScales()
+    scales.seed(prior)
+    for _ in range(FIRST_SAMPLES):
+        scales.update(1, 2.6)
+        assert scales.at(1, 3.0) == 1.1
+    scales.update(1, 2.6)
+    assert scales.at(1, 3.0) == pytest.approx(0.7 * 1.1 + 0.3 * 2.6)
+    folded = SizeScales()
+    folded.absorb(scales)
+    assert folded.snapshot() == {"1": pytest.approx(0.7 * 1.1 + 0.3 * 2.6)}, "measured once sampled"
 
 
 def round_at(tokens: int, seconds: float) -> RoundRecord:

@@ -48,7 +48,10 @@ class SizeScales:
     Noise only ever slows a pass, and a size priced high is not run again, so not measured again. So a size's
     first FIRST_SAMPLES samples keep their least (then each moves its average), and until it has that many it
     is priced at no more than the caller's default. One slow first sample of a verify of 2 (a scheduler's hiccup
-    on a loaded host: 2.8× the one-token step's scale) once priced every verify out of a generation for good."""
+    on a loaded host: 2.8× the one-token step's scale) once priced every verify out of a generation for good. A
+    seed (`seed`: earlier sessions' scale) counts as one of those samples: replaced whole by a first sample, one
+    pass slowed by another session's draft catching up on the same cores (a one-token step at 2.6×, 8 users on a
+    Zen 1) priced the session's target-only rounds as if the device had slowed, and it drafted."""
 
     def __init__(self, weight: float = 0.3):
         self.weight = weight
@@ -62,8 +65,8 @@ class SizeScales:
         size = int(tokens)
         taken = self.samples[size] = self.samples.get(size, 0) + 1
         estimate = self._at(size)
-        if 1 < taken <= FIRST_SAMPLES:  # an earlier sample set the value (and ended any seed)
-            estimate.value = min(estimate.value, sample)
+        if taken <= FIRST_SAMPLES and estimate.value is not None:  # an earlier sample's value, or a seed's
+            estimate.value, estimate.provisional = min(estimate.value, sample), False
         else:
             estimate.update(sample)
 
@@ -93,7 +96,7 @@ class SizeScales:
         return min(value, default) if 0 < self.samples.get(size, 0) < FIRST_SAMPLES else value
 
     def seed(self, prior: SizeScales) -> None:
-        """Start from `prior`'s scales, each until this one's first sample of that size replaces it."""
+        """Start from `prior`'s scales, each one of the first samples of its size (`update`)."""
         for size, estimate in prior.sizes.items():
             self._at(size).seed(estimate.value)
 
