@@ -74,17 +74,16 @@ class SharedPrior:
     which they share while they run.
 
     A new session starts from the scales, network times and α of earlier ones (α of those of its sampling regime:
-    `sampling_regime`) instead of from scratch, and with the last one's wait between probes (and, the first session to
-    start after it ended, its steps toward it: `GammaController.probe_interval`, `steps_without_draft`, one for every
-    regime); a finished session folds its estimates back in. The prior keeps its own averages, so a session's
+    `sampling_regime`) instead of from scratch, and with the last one's wait between probes (and, the first session
+    to start after it ended, its steps toward it: `GammaController.probe_interval`, `steps_without_draft`, one for
+    every regime); a finished session folds its estimates back in. The prior keeps its own averages, so a session's
     controller keeps its own smoothing. The load estimates (live sessions, batch fills) are one set while sessions
-    overlap, updated by every session's rounds: a
-    session that stopped decoding target-only still sees how full target-only passes are from those that did not,
-    instead of one stale sample of its own keeping it drafting (measured: 1 of 8 users drafted every round on a fill
-    of 1/8 from its first round, and cost the 8 users 12% of their tokens/s). When the last session on a service
-    ends (`LoadEstimates`) they turn provisional: a burst's load must not price a lone session's rounds. Every
-    `new_controller` is to be matched by one `absorb`. Thread-safe (a lost update of a load estimate, from two
-    sessions at once, is harmless).
+    overlap, updated by every session's rounds: a session that stopped decoding target-only still sees how full
+    target-only passes are from those that did not, instead of one stale sample of its own keeping it drafting
+    (measured: 1 of 8 users drafted every round on a fill of 1/8 from its first round, and cost the 8 users 12% of
+    their tokens/s). When the last session on a service ends (`LoadEstimates`) they turn provisional: a burst's load
+    must not price a lone session's rounds. Every `new_controller` is to be matched by one `absorb`. Thread-safe (a
+    lost update of a load estimate, from two sessions at once, is harmless).
     """
 
     def __init__(self, gamma_max: int, prior_weight: float = 8.0, weight: float = 0.3,
