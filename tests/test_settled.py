@@ -115,8 +115,8 @@ def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
     """Through the services: a hybrid generation whose controller can never speculate prices γ once, then neither
     γ, the overlap nor a lookup again, drafts nothing and emits target-only's tokens; on a profile where
     speculation pays it prices every round but the prompt's (target-only under adaptive γ, a fixed γ's drafts)
-    and a settled one, drafts, and gathers the α a settled round is bounded by only after a round of γ = 0. The prompt
-    repeats itself, so lookups find matches all along. `never` prices a verify of S tokens at S⁶ steps: on the
+    and any it settles, drafts, and gathers the α that bounds a settled round only after a round of γ = 0. The
+    prompt repeats itself, so lookups find matches all along. `never` prices a verify of S tokens at S⁶ steps: on the
     tiny models a hop costs about half a step, and a verify priced at S steps loses to target-only only until the
     hop is measured."""
     servicer = stack.orchestrator.servicer
