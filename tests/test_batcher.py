@@ -12,7 +12,7 @@ from conftest import TINY_DRAFT, TINY_TARGET, Worker
 
 from specdec.core.errors import Cancelled, Unavailable
 from specdec.core.sampling import SamplingParams
-from specdec.engine.batcher import StepBatcher
+from specdec.engine.batcher import StepBatcher, expected_gap
 from specdec.engine.model_engine import DraftEngine, TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
@@ -238,6 +238,47 @@ def test_sessions_a_round_trip_away_are_waited_for_as_long_as_the_device_pass(cl
         thread.join(60)
     later = [n for key in sorted(rows) for n in rows[key][3:]]  # once every session's gap is known
     assert statistics.median(later) == 3, rows
+
+
+def test_sessions_back_in_a_changing_order_are_waited_for_by_their_longest_recent_gap(closing):
+    """Sessions that leave a pass together come back one after another, in an order that changes every round:
+    here four sessions, each away 80, 60, 40 and 20 ms in turn. Once the others are back, a session waited for up
+    to twice its last gap alone missed the pass whenever it came back more than twice as late as the round before
+    (20 then 80 ms); waited for by its longest recent gap, each is in every pass once its gaps are known."""
+    batcher = closing(StepBatcher(QueuedPasses(), pass_times=DeviceBusy(0.2)))
+    rows: dict[int, list[int]] = {}
+
+    def session(index: int) -> None:
+        rows[index] = []
+        for turn in range(12):
+            with batcher.taking_part(index):
+                rows[index].append(batcher.forward_shaped(Step(None, [1]))[1].rows)
+            time.sleep(0.02 * (1 + (index - turn) % 4))  # back last, third, second, first, last again, ...
+        time.sleep(0.2)  # still expected back while the others finish their rounds
+        batcher.forget(index)
+
+    threads = [Worker(session, i) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    later = [n for key in sorted(rows) for n in rows[key][5:]]  # once each session's longest gap is known
+    assert statistics.mean(later) > 3.5, rows
+
+
+def test_a_gap_past_the_return_wait_is_not_remembered_past_the_next_round():
+    """A session away longer than the return wait's cap (drafting elsewhere: 2 s against passes of 0.34 s) is not
+    waited for, and once back to round trips of 10 ms it is expected back as before it left, not after 0.9 × 2 s
+    (which would again be past the cap, for 18 rounds). Round trips within the cap are remembered."""
+    cap = 0.34
+    expected = expected_gap(0.010, None, cap)
+    expected = expected_gap(0.040, expected, cap)
+    assert expected == pytest.approx(0.040)
+    expected = expected_gap(0.010, expected, cap)
+    assert expected == pytest.approx(0.036)  # the longest recent gap, weighed down once
+    expected = expected_gap(2.0, expected, cap)
+    assert expected == 2.0  # away on other work: not waited for
+    assert expected_gap(0.010, expected, cap) == pytest.approx(0.010)
 
 
 def test_concurrent_engine_rounds_match_sequential_rounds(closing):
