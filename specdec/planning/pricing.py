@@ -131,7 +131,6 @@ class RoundPricing:
         finally:
             self._prices = None
 
-
     @staticmethod
     def fresh_load() -> dict[str, Ewma]:
         """The `LOAD` estimates before any round: n (live sessions on each service) 1, provisionally; f (the
