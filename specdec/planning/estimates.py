@@ -4,22 +4,31 @@ service's cost scale per pass size."""
 from __future__ import annotations
 
 import bisect
+from collections import deque
 
 FIRST_SAMPLES = 3  # a pass size's samples that keep their least before they are averaged (`SizeScales`)
+# A compute scale's update takes the median of its last SCALE_MEDIAN_OF samples (`Ewma.filtered`): one stalled pass
+# is not the device slowing. Taken whole, one target step stalled at 2.8x on a Zen 1 moved its scale by half,
+# priced the draft at 0.195 of a step against 0.306, and a lone session drafted at a loss for the rest of its reply
+# (adaptive 0.93x target-only; docs/PERFORMANCE.md). A lasting change is learned one sample later.
+SCALE_MEDIAN_OF = 3
 
 
 class Ewma:
-    """Exponentially weighted mean. A `provisional` initial value (a prior) gives way to the first sample."""
+    """Exponentially weighted mean. A `provisional` initial value (a prior) gives way to the first sample. With
+    `median_of` n > 1, each update takes the median of the last n samples (`filtered`) for its own."""
 
-    def __init__(self, weight: float = 0.2, initial: float | None = None, provisional: bool = False):
+    def __init__(self, weight: float = 0.2, initial: float | None = None, provisional: bool = False,
+                 median_of: int = 1):
         self.weight = weight
         self.value = initial
         self.provisional = provisional
         self.floor = float("-inf")  # samples below it count as it (`LoadEstimates`: the live sessions it knows of)
+        self.recent: deque[float] = deque(maxlen=median_of)
 
     def update(self, sample: float, share: float = 1.0) -> float:
-        """Move toward `sample` by the weight, times `share` (a sample worth less than a whole one)."""
-        sample = max(sample, self.floor)
+        """Move toward `sample` (`filtered`) by the weight, times `share` (a sample worth less than a whole one)."""
+        sample = max(self.filtered(sample), self.floor)
         if self.value is None or self.provisional:
             self.value, self.provisional = sample, False
         else:
@@ -31,6 +40,14 @@ class Ewma:
         """Start from `value` (a prior) until the first sample replaces it."""
         if value is not None:
             self.value, self.provisional = value, True
+
+    def filtered(self, sample: float) -> float:
+        """Remember `sample`, and return the lower median of the last `median_of` samples (the sample itself
+        where that is 1): one sample far off moves nothing, two in a row do."""
+        if self.recent.maxlen == 1:
+            return sample
+        self.recent.append(sample)
+        return sorted(self.recent)[(len(self.recent) - 1) // 2]
 
 
 class SizeScales:
@@ -51,10 +68,11 @@ class SizeScales:
     on a loaded host: 2.8× the one-token step's scale) once priced every verify out of a generation for good. A
     seed (`seed`: earlier sessions' scale) counts as one of those samples: replaced whole by a first sample, one
     pass slowed by another session's draft catching up on the same cores (a one-token step at 2.6×, 8 users on a
-    Zen 1) priced the session's target-only rounds as if the device had slowed, and it drafted."""
+    Zen 1) priced the session's target-only rounds as if the device had slowed, and it drafted. After the first
+    samples, with `median_of` 3 (`SCALE_MEDIAN_OF`), each update is the median of the size's last three samples."""
 
-    def __init__(self, weight: float = 0.3):
-        self.weight = weight
+    def __init__(self, weight: float = 0.3, median_of: int = 1):
+        self.weight, self.median_of = weight, median_of  # `Ewma`'s, of each size's estimate
         self.sizes: dict[int, Ewma] = {}
         self.samples: dict[int, int] = {}  # samples taken of each size (a seed is none)
         # `at`'s sizes and prices for one default, until a size changes: a round prices every γ, each at its size
@@ -66,6 +84,7 @@ class SizeScales:
         taken = self.samples[size] = self.samples.get(size, 0) + 1
         estimate = self._at(size)
         if taken <= FIRST_SAMPLES and estimate.value is not None:  # an earlier sample's value, or a seed's
+            estimate.filtered(sample)  # remembered, for the medians of the samples after the first
             estimate.value, estimate.provisional = min(estimate.value, sample), False
         else:
             estimate.update(sample)
@@ -119,4 +138,4 @@ class SizeScales:
     def _at(self, tokens: int) -> Ewma:
         """A size's estimate, to change: every change goes through here, which forgets `at`'s prices."""
         self._known = None
-        return self.sizes.setdefault(int(tokens), Ewma(self.weight))
+        return self.sizes.setdefault(int(tokens), Ewma(self.weight, median_of=self.median_of))

@@ -55,7 +55,7 @@ from contextlib import contextmanager
 
 from specdec.core.rounds import MAX_EXTRA_STEPS, AcceptanceEstimate
 from specdec.planning.cost import CostProfile, expected_tokens, pass_cost, pass_rows, positions_past
-from specdec.planning.estimates import Ewma, SizeScales
+from specdec.planning.estimates import SCALE_MEDIAN_OF, Ewma, SizeScales
 
 # The rounds a draft's catch-up is spread over (`catch_up_rate`), unless fewer tokens are left or more were generated
 # already. Over 8, a ~50-token prompt's prefill priced the draft model out of 64-token generations for good: each
@@ -100,9 +100,11 @@ class RoundPricing:
         # The services' start-up cost profiles (no draft profile: no draft model to price).
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
-        self.target_scale = Ewma(0.3, 1.0, provisional=True)  # measured / profiled target compute, every size …
-        self.target_sizes = SizeScales(0.3)  # … and per pass size, which prices passes once measured
-        self.draft_scale = Ewma(0.3, 1.0, provisional=True)
+        # Measured / profiled compute, of the target's passes of every size, then per size (which prices passes
+        # once measured), and of the draft's; each update the median of the last few samples.
+        self.target_scale = Ewma(0.3, 1.0, provisional=True, median_of=SCALE_MEDIAN_OF)
+        self.target_sizes = SizeScales(0.3, median_of=SCALE_MEDIAN_OF)
+        self.draft_scale = Ewma(0.3, 1.0, provisional=True, median_of=SCALE_MEDIAN_OF)
         # Network time is measured every round with little noise: follow it quickly.
         self.rtt_draft = Ewma(0.5)
         self.rtt_target = Ewma(0.5)
