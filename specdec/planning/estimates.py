@@ -7,11 +7,13 @@ import bisect
 from collections import deque
 
 FIRST_SAMPLES = 3  # a pass size's samples that keep their least before they are averaged (`SizeScales`)
-# A compute scale's update takes the median of its last SCALE_MEDIAN_OF samples (`Ewma.filtered`): one stalled pass
-# is not the device slowing. Taken whole, one target step stalled at 2.8x on a Zen 1 moved its scale by half,
+# A compute scale's update takes the median of its last SCALE_MEDIAN_OF samples (`Ewma.filtered`): one or two stalled
+# passes are not the device slowing. Taken whole, one target step stalled at 2.8x on a Zen 1 moved its scale by half,
 # priced the draft at 0.195 of a step against 0.306, and a lone session drafted at a loss for the rest of its reply
-# (adaptive 0.93x target-only; docs/PERFORMANCE.md). A lasting change is learned one sample later.
-SCALE_MEDIAN_OF = 3
+# (adaptive 0.93x target-only). Over 10,471 target-only steps of that day's runs, slow ones (over 1.5x the reply's
+# median) came alone 150 times and two in a row 12 times, and under a median of three two in a row did the same
+# (docs/PERFORMANCE.md). A lasting change is learned two samples later.
+SCALE_MEDIAN_OF = 5
 
 
 class Ewma:
@@ -43,7 +45,7 @@ class Ewma:
 
     def filtered(self, sample: float) -> float:
         """Remember `sample`, and return the lower median of the last `median_of` samples (the sample itself
-        where that is 1): one sample far off moves nothing, two in a row do."""
+        where that is 1): of 2k + 1, k samples far off in a row move nothing, k + 1 do."""
         if self.recent.maxlen == 1:
             return sample
         self.recent.append(sample)
@@ -69,7 +71,7 @@ class SizeScales:
     seed (`seed`: earlier sessions' scale) counts as one of those samples: replaced whole by a first sample, one
     pass slowed by another session's draft catching up on the same cores (a one-token step at 2.6×, 8 users on a
     Zen 1) priced the session's target-only rounds as if the device had slowed, and it drafted. After the first
-    samples, with `median_of` 3 (`SCALE_MEDIAN_OF`), each update is the median of the size's last three samples."""
+    samples, with `median_of` 5 (`SCALE_MEDIAN_OF`), each update is the median of the size's last five samples."""
 
     def __init__(self, weight: float = 0.3, median_of: int = 1):
         self.weight, self.median_of = weight, median_of  # `Ewma`'s, of each size's estimate
