@@ -387,7 +387,8 @@ def test_stalled_target_steps_are_not_the_device_slowing():
     steps); one step stalls at 2.8x, and later two in a row. Taken whole, one stall priced the draft at 0.195 of a
     step and the session drafted at a loss for the rest of its reply (Zen 1, 0.93x target-only); under a median of
     three, two in a row did (ĉ 0.305 → 0.217). A scale's update is the median of its last five samples
-    (`SCALE_MEDIAN_OF`): two stalls in a row move nothing, and a lasting slowdown is learned two steps later."""
+    (`SCALE_MEDIAN_OF`): two stalls in a row move nothing, and a lasting slowdown is learned two steps later. The
+    draft's scale takes each sample at once: a stall there prices drafting dearer, the safe side."""
     ctl = pin_alpha(GammaController(8, ZEN1_TARGET, ZEN1_DRAFT, probe_every=1000), 0.88)  # no probe due here
     step = ZEN1_TARGET.forward_s(1)
     for size in range(1, 10):  # every pass size measured at its profiled time (earlier sessions' verifies)
@@ -417,6 +418,10 @@ def test_stalled_target_steps_are_not_the_device_slowing():
     assert ctl.target_scale_at(1) == pytest.approx(1.3), "three slow steps in a row are learned"
     plain_steps(2.0, 4)
     assert ctl.target_scale_at(1) > 1.8, "and a lasting slowdown followed"
+    for draft_scale in (1.0, 2.0):  # two drafted rounds, the second's draft slower
+        draft_s, verify_s = draft_scale * ZEN1_DRAFT.forward_s(1), ZEN1_TARGET.forward_s(2)
+        ctl.observe(timing(1, 1, draft_s, draft_s, verify_s, verify_s))
+    assert ctl.draft_scale.value == pytest.approx(1.3), "a slower draft is priced at once: it prices drafting dearer"
 
 
 def test_the_draft_models_alpha_is_untried_until_a_session_measures_it():

@@ -100,11 +100,13 @@ class RoundPricing:
         # The services' start-up cost profiles (no draft profile: no draft model to price).
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.acceptance = AcceptanceEstimate(prior_alpha=prior_alpha)
-        # Measured / profiled compute, of the target's passes of every size, then per size (which prices passes
-        # once measured), and of the draft's; each update the median of the last few samples.
+        # Measured / profiled compute: of the target's passes of every size, then per size (which prices passes
+        # once measured), each update the median of the last few samples, since a stall there prices drafting as
+        # cheaper than it is; and of the draft's, each sample taken at once: a stall there prices it dearer, and its
+        # samples come only from drafted rounds, where one that finds the draft slower should count that round.
         self.target_scale = Ewma(0.3, 1.0, provisional=True, median_of=SCALE_MEDIAN_OF)
         self.target_sizes = SizeScales(0.3, median_of=SCALE_MEDIAN_OF)
-        self.draft_scale = Ewma(0.3, 1.0, provisional=True, median_of=SCALE_MEDIAN_OF)
+        self.draft_scale = Ewma(0.3, 1.0, provisional=True)
         # Network time is measured every round with little noise: follow it quickly.
         self.rtt_draft = Ewma(0.5)
         self.rtt_target = Ewma(0.5)
