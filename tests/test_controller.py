@@ -810,7 +810,7 @@ def test_a_slow_first_verify_is_forgotten_at_the_next():
     what it should. The size's scale is then that one's, and γ > 0 is chosen where it pays. Averaged in, the
     slow sample kept every verify priced 2.4× for rounds to come, and a verify not chosen is not measured. Now the
     one-size scale (the default a size with fewer than `FIRST_SAMPLES` samples is capped at) takes the median of
-    its last three samples, so the slow one prices nothing out even for a round."""
+    its last five samples (`SCALE_MEDIAN_OF`), so the slow one prices nothing out even for a round."""
     ctl = GammaController(8, ZEN4_TARGET, ZEN4_DRAFT)
     for _ in range(4):
         ctl.observe(drifted_round(0))

@@ -8,9 +8,9 @@ from collections import deque
 
 FIRST_SAMPLES = 3  # a pass size's samples that keep their least before they are averaged (`SizeScales`)
 # A target's compute scale's update takes the median of its last SCALE_MEDIAN_OF samples (`Ewma.filtered`): one or
-# two stalled passes are not the device slowing. Taken whole, one target step stalled at 2.8x on a Zen 1 moved its scale by half,
-# priced the draft at 0.195 of a step against 0.306, and a lone session drafted at a loss for the rest of its reply
-# (adaptive 0.93x target-only). Over 10,471 target-only steps of that day's runs, slow ones (over 1.5x the reply's
+# two stalled passes are not the device slowing. Taken whole, one target step stalled at 2.8x on a Zen 1 moved its
+# scale by half, priced the draft at 0.195 of a step against 0.306, and a lone session drafted at a loss for the rest
+# of its reply (adaptive 0.93x target-only). Over 10,471 target-only steps of that day's runs, slow ones (over 1.5x the reply's
 # median) came alone 150 times and two in a row 12 times, and under a median of three two in a row did the same
 # (docs/PERFORMANCE.md). A lasting change is learned two samples later.
 SCALE_MEDIAN_OF = 5

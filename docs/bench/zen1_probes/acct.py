@@ -25,7 +25,8 @@ for line in open(sys.argv[1], encoding="utf-8"):
         emitted[m[1]] = int(m[2])
 timed = {sid: rounds for sid, rounds in sessions.items()
          if emitted.get(sid, 0) >= 32}  # not the warm-up's (a drafting reply may take under 30 rounds for 64 tokens)
-steps = {sid: [(b[0] - a[0]).total_seconds() for a, b in zip(rounds, rounds[1:]) if b[1] == 0 and b[2] == 0 and a[1] == 0]
+steps = {sid: [(b[0] - a[0]).total_seconds() for a, b in zip(rounds, rounds[1:])
+               if b[1] == 0 and b[2] == 0 and a[1] == 0]
          for sid, rounds in timed.items()}
 run_step = statistics.median(s for gaps in steps.values() for s in gaps)
 total = collections.Counter()

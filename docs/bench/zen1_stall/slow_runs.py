@@ -21,7 +21,8 @@ for log in sys.argv[1:]:
         if found:
             replies[found[1]].append((timestamp(line), int(found[2]), int(found[3])))
     for rounds in replies.values():
-        gaps = [(b[0] - a[0]).total_seconds() for a, b in zip(rounds, rounds[1:]) if a[1] == 0 and b[1] == 0 and b[2] == 0]
+        gaps = [(b[0] - a[0]).total_seconds() for a, b in zip(rounds, rounds[1:])
+                if a[1] == 0 and b[1] == 0 and b[2] == 0]
         if len(gaps) < 20:
             continue
         median, run, steps = statistics.median(gaps), 0, steps + len(gaps)
