@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from test_controller import timing
+from test_controller import ZEN1_DRAFT, ZEN1_TARGET, pin_alpha, timing
 
 from specdec.core.rounds import PassLoad, RoundRecord
 from specdec.planning.cost import CostProfile
@@ -42,7 +42,8 @@ def test_prices_follow_every_change_of_a_size():
         fresh = copy.deepcopy(scales)
         fresh._known = None
         sizes = (0.5, 1, 2.5, 4, 9)
-        assert [scales.at(t, default) for t in sizes] == [fresh.at(t, default) for t in sizes]
+        for own in (False, True):
+            assert [scales.at(t, default, own) for t in sizes] == [fresh.at(t, default, own) for t in sizes]
 
 
 def test_a_slow_first_sample_neither_lasts_nor_prices_its_size_out():
@@ -94,6 +95,30 @@ def test_a_seed_counts_as_one_of_its_sizes_first_samples():
     assert folded.snapshot() == {"1": pytest.approx(0.7 * 1.1 + 0.3 * 2.6)}, "measured once sampled"
 
 
+def test_a_seed_is_priced_at_the_sessions_level_never_above_its_own():
+    """`level`: the lower median, over the sizes a session measured, of its scale over its seeds' there (the
+    seeds interpolated); at most 1. Sizes it measured keep their own scales."""
+    prior = SizeScales()
+    for size, scale in ((1, 1.5), (3, 1.2), (5, 1.0)):
+        prior.update(size, scale)
+    scales = SizeScales()
+    scales.seed(prior)
+    assert scales.level() == 1.0 and scales.at(1, 1.0, at_own_level=True) == 1.5, "nothing measured yet"
+    scales.update(2, 0.9)  # against a seed of 1.35 there
+    assert scales.level() == pytest.approx(0.9 / 1.35)
+    assert scales.at(1, 1.0, at_own_level=True) == pytest.approx(1.5 * 0.9 / 1.35)
+    assert scales.at(1, 1.0) == 1.5, "only where asked"
+    assert scales.at(2, 1.0, at_own_level=True) == 0.9, "a measured size is its own"
+    scales.update(5, 1.0)
+    scales.update(3, 1.2)
+    assert scales.level() == pytest.approx(1.0), "the lower median of 0.67, 1 and 1"
+    slower = SizeScales()
+    slower.seed(prior)
+    for _ in range(FIRST_SAMPLES + 3):
+        slower.update(5, 1.6)
+    assert slower.level() == 1.0 and slower.at(1, 1.0, at_own_level=True) == 1.5, "never raised"
+
+
 def round_at(tokens: int, seconds: float) -> RoundRecord:
     """A round whose one target pass of `tokens` tokens took `seconds` (every draft accepted; no draft time)."""
     return timing(tokens - 1, tokens - 1, 0.0, 0.0, seconds, seconds, target_load=PassLoad(tokens=tokens))
@@ -117,3 +142,36 @@ def test_sessions_hand_their_per_size_scales_on_and_orchestrators_share_them():
     assert other.new_controller(PROFILE).verify_time(0) == pytest.approx(0.13)
     second.observe(round_at(1, 0.11))
     assert second.verify_time(0) == pytest.approx(0.11) and second.verify_time(2) == pytest.approx(0.147)
+
+
+def test_a_step_seeded_in_a_slow_minute_is_priced_at_the_sessions_own_level():
+    """The bench's warm-up ran its first minute slow (target steps at 1.6x); the prior's one-token scale still
+    held most of that after one target-only reply at 1.0x, and the next adaptive session was handed ĉ 0.185
+    where target-only measured 0.30 (Zen 1). Drafting, it never ran a one-token pass, so never measured that seed,
+    and it drafted at a loss. The sizes a session has measured say where it stands against its seeds: a seed it
+    has not measured is priced at that level (never above its own), so target-only is tried, and measured."""
+    prior = SharedPrior(gamma_max=8)
+    step, draft_s = ZEN1_TARGET.forward_s(1), ZEN1_DRAFT.forward_s(1)
+
+    def session(scale: float, rounds: int, gamma: int = 0) -> None:
+        ctl = prior.new_controller(ZEN1_TARGET, ZEN1_DRAFT)
+        verify_s = scale * ZEN1_TARGET.forward_s(gamma + 1)
+        for _ in range(rounds):
+            ctl.observe(timing(gamma, gamma, gamma * draft_s, gamma * draft_s, verify_s, verify_s,
+                               target_load=PassLoad(tokens=gamma + 1)))
+        prior.absorb(ctl)
+
+    session(1.6, 2, gamma=3)  # the warm-up: its draft at its profile, the target slow
+    for _ in range(6):
+        session(1.6, 12)
+    session(1.0, 64)  # a target-only reply once the host is back
+    ctl = pin_alpha(prior.new_controller(ZEN1_TARGET, ZEN1_DRAFT), 0.88)
+    assert ctl.verify_time(0) > 1.4 * step, "the slow minute still in the seed"
+    ctl.observe(timing(1, 1, draft_s, draft_s, ZEN1_TARGET.forward_s(2), ZEN1_TARGET.forward_s(2),
+                       target_load=PassLoad(tokens=2)))  # a verify of 2 at its profiled time: the host is back
+    assert ctl.verify_time(0) == pytest.approx(step, rel=0.05)
+    assert ctl.verify_time(1) == pytest.approx(ZEN1_TARGET.forward_s(2)), "a measured size is its own"
+    assert ctl.choose(max_useful=40) == 0
+    for _ in range(FIRST_SAMPLES):  # measured: its own samples from here on
+        ctl.observe(timing(0, 0, 0.0, 0.0, 1.2 * step, 1.2 * step))
+    assert ctl.verify_time(0) == pytest.approx(1.2 * step)

@@ -71,14 +71,21 @@ class SizeScales:
     seed (`seed`: earlier sessions' scale) counts as one of those samples: replaced whole by a first sample, one
     pass slowed by another session's draft catching up on the same cores (a one-token step at 2.6×, 8 users on a
     Zen 1) priced the session's target-only rounds as if the device had slowed, and it drafted. After the first
-    samples, with `median_of` 5 (`SCALE_MEDIAN_OF`), each update is the median of the size's last five samples."""
+    samples, with `median_of` 5 (`SCALE_MEDIAN_OF`), each update is the median of the size's last five samples.
+
+    A seed is measured at the speed of the minute its sessions ran in, and a size priced high is not run, so not
+    measured. Priced `at_own_level`, a size this session has not measured is priced at its seed times `level`:
+    how this session's own samples stand against the seeds at the sizes it measured (never above 1). Handed the
+    one-token scale of a warm-up's slow minute (1.4x), a session drafting on a Zen 1 priced target-only at that
+    to the end of its reply, drafted at a loss, and never ran the one-token pass that would have told it."""
 
     def __init__(self, weight: float = 0.3, median_of: int = 1):
         self.weight, self.median_of = weight, median_of  # `Ewma`'s, of each size's estimate
         self.sizes: dict[int, Ewma] = {}
         self.samples: dict[int, int] = {}  # samples taken of each size (a seed is none)
+        self.seeds: tuple[list[int], list[float]] = ([], [])  # the sizes `seed` was handed, ascending, and scales
         # `at`'s sizes and prices for one default, until a size changes: a round prices every γ, each at its size
-        self._known: tuple[float, list[int], list[float]] | None = None
+        self._known: dict[tuple[float, bool], tuple[list[int], list[float]]] | None = None
 
     def update(self, tokens: int, sample: float) -> None:
         """One pass of `tokens` new tokens took `sample` times its profiled time."""
@@ -91,35 +98,41 @@ class SizeScales:
         else:
             estimate.update(sample)
 
-    def at(self, tokens: float, default: float) -> float:
-        """The scale of a pass of `tokens` new tokens (`default` until some size is measured or seeded)."""
-        sizes, scales = self._priced_sizes(default)
-        if not sizes:
-            return default
-        at = bisect.bisect_left(sizes, tokens)
-        if at < len(sizes) and sizes[at] == tokens:
-            return scales[at]
-        if at == 0 or at == len(sizes):
-            return scales[min(at, len(sizes) - 1)]
-        lo, hi = at - 1, at
-        return scales[lo] + (scales[hi] - scales[lo]) * (tokens - sizes[lo]) / (sizes[hi] - sizes[lo])
+    def at(self, tokens: float, default: float, at_own_level: bool = False) -> float:
+        """The scale of a pass of `tokens` new tokens (`default` until some size is measured or seeded); with
+        `at_own_level`, sizes this session has not measured are priced at their seed times `level()`."""
+        sizes, scales = self._priced_sizes(default, at_own_level)
+        return interpolate(sizes, scales, tokens) if sizes else default
 
-    def _priced_sizes(self, default: float) -> tuple[list[int], list[float]]:
+    def level(self) -> float:
+        """This session's own scales over its seeds' (interpolated) at the sizes it measured: the lower median of
+        those ratios, at most 1; 1 without a seed or a measured size."""
+        ratios = sorted(e.value / interpolate(*self.seeds, size) for size, e in self.sizes.items()
+                        if self.samples.get(size, 0) > 0) if self.seeds[0] else []
+        return min(ratios[(len(ratios) - 1) // 2], 1.0) if ratios else 1.0
+
+    def _priced_sizes(self, default: float, at_own_level: bool) -> tuple[list[int], list[float]]:
         """The sizes with a scale, ascending, and each one's as `at` prices it under `default`."""
-        if self._known is None or self._known[0] != default:
-            known = sorted((size, self._priced(size, e.value, default)) for size, e in self.sizes.items()
+        self._known = {key: known for key, known in (self._known or {}).items() if key[0] == default}
+        if (default, at_own_level) not in self._known:
+            level = self.level() if at_own_level else 1.0
+            known = sorted((size, self._priced(size, e.value, default, level)) for size, e in self.sizes.items()
                            if e.value is not None)
-            self._known = (default, [size for size, _ in known], [scale for _, scale in known])
-        return self._known[1], self._known[2]
+            self._known[default, at_own_level] = ([size for size, _ in known], [scale for _, scale in known])
+        return self._known[default, at_own_level]
 
-    def _priced(self, size: int, value: float, default: float) -> float:
-        """A size's scale as `at` prices it: capped by `default` while it has 1..FIRST_SAMPLES - 1 samples."""
-        return min(value, default) if 0 < self.samples.get(size, 0) < FIRST_SAMPLES else value
+    def _priced(self, size: int, value: float, default: float, level: float) -> float:
+        """A size's scale as `at` prices it: capped by `default` while it has 1..FIRST_SAMPLES - 1 samples, times
+        `level` while it has none (a seed)."""
+        taken = self.samples.get(size, 0)
+        return value * level if taken == 0 else min(value, default) if taken < FIRST_SAMPLES else value
 
     def seed(self, prior: SizeScales) -> None:
         """Start from `prior`'s scales, each one of the first samples of its size (`update`)."""
-        for size, estimate in prior.sizes.items():
-            self._at(size).seed(estimate.value)
+        seeded = sorted((size, e.value) for size, e in prior.sizes.items() if e.value is not None)
+        self.seeds = ([size for size, _ in seeded], [value for _, value in seeded])
+        for size, value in seeded:
+            self._at(size).seed(value)
 
     def absorb(self, learned: SizeScales) -> None:
         """Fold in what `learned` measured (its samples' averages, not its seeds)."""
@@ -141,3 +154,15 @@ class SizeScales:
         """A size's estimate, to change: every change goes through here, which forgets `at`'s prices."""
         self._known = None
         return self.sizes.setdefault(int(tokens), Ewma(self.weight, median_of=self.median_of))
+
+
+def interpolate(sizes: list[int], scales: list[float], tokens: float) -> float:
+    """The scale at `tokens` of a curve known at `sizes` (ascending, at least one): linear in between, the nearest
+    size's past either end."""
+    at = bisect.bisect_left(sizes, tokens)
+    if at < len(sizes) and sizes[at] == tokens:
+        return scales[at]
+    if at == 0 or at == len(sizes):
+        return scales[min(at, len(sizes) - 1)]
+    lo, hi = at - 1, at
+    return scales[lo] + (scales[hi] - scales[lo]) * (tokens - sizes[lo]) / (sizes[hi] - sizes[lo])

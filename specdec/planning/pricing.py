@@ -155,16 +155,18 @@ class RoundPricing:
         """One pass of `tokens` new tokens at the session's depth, by `profile` (no scale)."""
         return profile.forward_s(tokens) + self.depth_s(profile, tokens)
 
-    def target_scale_at(self, tokens: float) -> float:
-        """s_t for a target pass of `tokens` new tokens: its size's, once any size was measured."""
-        return self.target_sizes.at(tokens, self.target_scale.value)
+    def target_scale_at(self, tokens: float, at_own_level: bool = False) -> float:
+        """s_t for a target pass of `tokens` new tokens: its size's, once any size was measured (`SizeScales.at`)."""
+        return self.target_sizes.at(tokens, self.target_scale.value, at_own_level)
 
     @priced_once
     def verify_time(self, gamma: int) -> float:
-        """t_v(γ): the target passes that verify γ drafts of every live session that does alike."""
+        """t_v(γ): the target passes that verify γ drafts of every live session that does alike. Target-only's
+        pass, where this session has not run it, is priced at the session's own level (`SizeScales.level`): run
+        once, it measures itself at no cost, where a verify priced low costs a draft's catch-up to measure."""
         fill = self.target_fill_drafting if gamma > 0 else self.target_fill_plain
         sessions = self.target_sessions.value
-        scale = self.target_scale_at(pass_rows(sessions, fill.value) * (gamma + 1))
+        scale = self.target_scale_at(pass_rows(sessions, fill.value) * (gamma + 1), at_own_level=gamma == 0)
         return scale * (pass_cost(self.target_cost, sessions, fill.value, gamma + 1)
                         + self.depth_s(self.target_cost, sessions * (gamma + 1)))
 
