@@ -347,9 +347,9 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         """A γ controller seeded from the proposer's shared prior (the model's refreshed from Redis when
         there is one), α from the request's sampling regime's. An n-gram lookup costs no draft time: its draft
         profile is free."""
-        regime = sampling_regime(parsed.params.temperature)
+        regime, adaptive = sampling_regime(parsed.params.temperature), parsed.gamma is None
         if parsed.proposer == "ngram":
-            return self.ngram_prior.new_controller(self.target_profile, FREE_DRAFT, regime)
+            return self.ngram_prior.new_controller(self.target_profile, FREE_DRAFT, regime, adaptive)
         if self.priors is not None:
             try:
                 snapshot = self.priors.load()
@@ -357,7 +357,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
                     self.prior.load(snapshot)
             except Exception as exc:  # noqa: BLE001 - fall back on this orchestrator's own prior
                 log.warning("shared γ prior not read: %s", exc)
-        return self.prior.new_controller(self.target_profile, regime=regime)
+        return self.prior.new_controller(self.target_profile, regime=regime, adaptive=adaptive)
 
     def _absorb(self, controller, proposer: str) -> None:
         """Fold a finished session's estimates into its prior: a hybrid session's controller holds

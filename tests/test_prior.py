@@ -209,3 +209,49 @@ def test_a_burst_after_a_burst_has_one_session_due_a_probe_not_every_one():
     assert probes == [True] + [False] * 7, probes
     for ctl in following:
         prior.absorb(ctl)
+
+
+def test_a_fixed_gammas_steps_earn_no_probe():
+    """A probe's loss falls on the session that probes, so only sessions that choose γ count steps toward it: a
+    request with a fixed γ of 0 (the bench's target-only replies, run between its adaptive ones) takes none and
+    hands none on, and one with a fixed γ that drafted measured α as a probe would: the count goes on from its
+    last draft. An adaptive session takes the count, as before."""
+    prior = SharedPrior(gamma_max=8)
+    session(prior, 0.2, 40, random.Random(0))  # measures α
+
+    def plain(ctl: GammaController, steps: int) -> GammaController:
+        for _ in range(steps):
+            ctl.observe(timing(0, 0, 0.0, 0.0, STEP, STEP))
+        prior.absorb(ctl)
+        return ctl
+
+    left = plain(prior.new_controller(TARGET, DRAFT), 10).steps_without_draft
+    fixed = prior.new_controller(TARGET, DRAFT, adaptive=False)
+    assert fixed.steps_without_draft == 0 and not fixed.adaptive
+    plain(fixed, 64)
+    handed = prior.new_controller(TARGET, DRAFT)
+    assert handed.steps_without_draft == left, "a fixed γ of 0 hands nothing on"
+    plain(handed, 5)
+    drafting = prior.new_controller(TARGET, DRAFT, adaptive=False)
+    drafting.observe(timing(2, 2, 2 * DRAFT.forward_s(1), 2 * DRAFT.forward_s(1), TARGET.forward_s(3),
+                            TARGET.forward_s(3)))
+    plain(drafting, 3)
+    assert prior.new_controller(TARGET, DRAFT).steps_without_draft == 3, "from a fixed γ's last draft"
+
+
+def test_through_the_services_a_fixed_gamma_makes_no_adaptive_session(stack, monkeypatch):
+    """The orchestrator tells the prior which sessions choose γ: those whose request fixes none."""
+    from specdec.cli.client import generate, make_request
+
+    prior, seen = stack.orchestrator.servicer.prior, []
+    new_controller = prior.new_controller
+
+    def spy(*args, **kwargs):
+        controller = new_controller(*args, **kwargs)
+        seen.append(controller.adaptive)
+        return controller
+
+    monkeypatch.setattr(prior, "new_controller", spy)
+    for gamma in (0, None, 2):
+        generate(stack.endpoint, make_request(prompt="abc", max_new_tokens=4, gamma=gamma, seed=1))
+    assert seen == [False, True, False]

@@ -87,6 +87,7 @@ class GammaController(RoundPricing):
                  hysteresis: float = 0.03, target_chunk_s: float = 0.0):
         super().__init__(gamma_max, target_cost, draft_cost, prior_alpha, target_chunk_s)
         self.regime = ""  # whose α prior this session's α comes from and goes back to (`SharedPrior`)
+        self.adaptive = True  # it chooses γ: the request fixed none (`SharedPrior` hands it the probe schedule)
         self.alpha_from_prior = False  # α's prior was measured by earlier sessions (`SharedPrior`), not guessed
         self.probe_every, self.max_probe_every = probe_every, max_probe_every
         self.hysteresis = hysteresis

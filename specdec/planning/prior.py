@@ -113,10 +113,11 @@ class SharedPrior:
         self._lock = threading.Lock()
 
     def new_controller(self, target_cost: CostProfile, draft_cost: CostProfile | None = None,
-                       regime: str = "") -> GammaController:
-        """A session's controller, seeded; its α from the prior of its `regime` (`sampling_regime`)."""
+                       regime: str = "", adaptive: bool = True) -> GammaController:
+        """A session's controller, seeded; its α from the prior of its `regime` (`sampling_regime`). `adaptive`
+        False: the request fixed γ, so the session neither takes the probe schedule (`absorb`) nor probes."""
         controller = GammaController(self.gamma_max, target_cost, draft_cost)
-        controller.regime = regime
+        controller.regime, controller.adaptive = regime, adaptive
         for name, shared in self._load.items():
             setattr(controller, name, shared)
         self._target_load.join()
@@ -133,7 +134,8 @@ class SharedPrior:
             # The steps go to one session: handed to every session of a burst, they made all of them due a probe
             # in their first rounds at once (8 users on a Zen 1: 4 probes together scattered the target's passes,
             # which priced target-only low enough that most of the burst drafted, 0.92x batched target-only).
-            controller.steps_without_draft, self._steps_without_draft = self._steps_without_draft, 0
+            if adaptive:
+                controller.steps_without_draft, self._steps_without_draft = self._steps_without_draft, 0
         if alpha is not None:
             controller.acceptance = AcceptanceEstimate(alpha, self._prior_weight)
             controller.alpha_from_prior = True
@@ -157,8 +159,14 @@ class SharedPrior:
                 alpha = self._alpha_of(controller.regime)
                 sample = estimate.alpha if alpha.value is None else estimate.measured
                 alpha.update(sample, share=min(estimate.observed / ALPHA_TOKENS, 1.0))
-            self._probe_interval = controller.probe_interval
-            self._steps_without_draft = controller.steps_without_draft
+            # A probe's loss falls on the session that probes, so only sessions that choose γ earn its budget: a
+            # fixed γ's target-only steps had doubled the steps `specdec bench`'s adaptive replies were handed (its
+            # target-only replies run between them), and a fixed γ that drafted measured α as a probe would.
+            if controller.adaptive:
+                self._probe_interval = controller.probe_interval
+                self._steps_without_draft = controller.steps_without_draft
+            elif estimate.observed:
+                self._steps_without_draft = controller.steps_without_draft
 
     def _alpha_of(self, regime: str) -> Ewma:
         """The α prior of `regime` (made on first use). Call with the lock held."""
