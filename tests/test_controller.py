@@ -598,6 +598,20 @@ def test_overlap_pays_on_separate_machines_not_where_services_share_cores():
     assert 0 < len(probes) < 10 and probes[1] - probes[0] > probes[0]
 
 
+def test_the_targets_slowdown_is_the_drafts_until_a_verify_overlaps():
+    """κ_t, never measured, is priced as κ_d where that was: a fixed γ's rounds measured the draft's slowdown
+    beside the target (3.1, services on 2 shared cores) but no overlapped verify, and priced at 1, the next
+    session's first round overlapped at a loss. Measured, κ_t is its own."""
+    ctl = controller(alpha=0.85, draft_step=0.05, rtt=0.02)
+    assert ctl.overlap_pays(gamma=1) and ctl.target_contention() == 1.0, "neither measured: no slowdown"
+    ctl.observe_branch(drafted=2, compute_s=2 * 3.1 * ctl.draft_step(), guessed=True)
+    assert ctl.target_contention() == pytest.approx(3.1)
+    assert not ctl.overlap_pays(gamma=1), "the target slowed as the draft did"
+    ctl.observe(dataclasses.replace(timing(1, 1, 0.05, 0.05, 1.1 * ctl.verify_time(1), 1.1 * ctl.verify_time(1)),
+                                    overlapped=True))
+    assert ctl.target_contention() == pytest.approx(1.1)
+
+
 def test_branches_teach_the_bonus_guess_rate():
     ctl = controller(alpha=0.9, draft_step=0.05)
     for hit in [True] * 9 + [False]:

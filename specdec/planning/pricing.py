@@ -237,8 +237,16 @@ class RoundPricing:
         """T_o(γ): a round of γ drafts whose verify runs beside the drafting of the next round's branch."""
         rtt_draft, step = self.rtt_draft.value or 0.0, self.draft_step() if step is None else step
         branch = rtt_draft + (self.contention_draft.value or 1.0) * (gamma + 1) * step
-        verify = (self.rtt_target.value or 0.0) + (self.contention_target.value or 1.0) * self.verify_time(gamma)
+        verify = (self.rtt_target.value or 0.0) + self.target_contention() * self.verify_time(gamma)
         return max(branch, verify) + (1.0 - self.hit_probability(gamma)) * (rtt_draft + gamma * step)
+
+    def target_contention(self) -> float:
+        """κ_t, the target's slowdown beside a branch; until a verify overlapped, the draft's beside it (κ_d), or 1
+        with neither: cores that slow the draft beside the target slow the target beside the draft. Priced at 1
+        after a fixed γ's warm-up measured κ_d at 3.1 (services on the same 2 cores, Zen 1), a session's first
+        round overlapped γ = 1 at a loss, paying its draft's catch-up too (κ_t then measured 1.26)."""
+        kappa_t, kappa_d = self.contention_target.value, self.contention_draft.value
+        return kappa_t if kappa_t is not None else kappa_d if kappa_d is not None else 1.0
 
     def rates(self, cap: int, overlapped: bool | None = None, steps: int = 1) -> dict[int, float]:
         """Expected tokens per second for γ = 0..cap (`overlapped`: as in `round_time`), γ = 0 in target-only
