@@ -10,9 +10,9 @@ FIRST_SAMPLES = 3  # a pass size's samples that keep their least before they are
 # A target's compute scale's update takes the median of its last SCALE_MEDIAN_OF samples (`Ewma.filtered`): one or
 # two stalled passes are not the device slowing. Taken whole, one target step stalled at 2.8x on a Zen 1 moved its
 # scale by half, priced the draft at 0.195 of a step against 0.306, and a lone session drafted at a loss for the rest
-# of its reply (adaptive 0.93x target-only). Over 10,471 target-only steps of that day's runs, slow ones (over 1.5x the reply's
-# median) came alone 150 times and two in a row 12 times, and under a median of three two in a row did the same
-# (docs/PERFORMANCE.md). A lasting change is learned two samples later.
+# of its reply (adaptive 0.93x target-only). Over 10,471 target-only steps of that day's runs, slow ones (over 1.5x
+# the reply's median) came alone 150 times and two in a row 12 times, and under a median of three two in a row did
+# the same (docs/PERFORMANCE.md). A lasting change is learned two samples later.
 SCALE_MEDIAN_OF = 5
 
 
@@ -75,9 +75,9 @@ class SizeScales:
 
     A seed is measured at the speed of the minute its sessions ran in, and a size priced high is not run, so not
     measured. Priced `at_own_level`, a size this session has not measured is priced at its seed times `level`:
-    how this session's own samples stand against the seeds at the sizes it measured (never above 1). Handed the
-    one-token scale of a warm-up's slow minute (1.4x), a session drafting on a Zen 1 priced target-only at that
-    to the end of its reply, drafted at a loss, and never ran the one-token pass that would have told it."""
+    how this session's own samples stand against the seeds at the sizes it measured (never above 1). Handed a
+    one-token scale learned in a warm-up's slow minute (1.6x what the reply before it had measured), a session on
+    a Zen 1 drafted at a loss to the end of its reply and never ran the one-token pass that would have told it."""
 
     def __init__(self, weight: float = 0.3, median_of: int = 1):
         self.weight, self.median_of = weight, median_of  # `Ewma`'s, of each size's estimate
@@ -112,7 +112,7 @@ class SizeScales:
         return min(ratios[(len(ratios) - 1) // 2], 1.0) if ratios else 1.0
 
     def _priced_sizes(self, default: float, at_own_level: bool) -> tuple[list[int], list[float]]:
-        """The sizes with a scale, ascending, and each one's as `at` prices it under `default`."""
+        """The sizes with a scale, ascending, and each one's as `at` prices it under `default` (`at_own_level`)."""
         self._known = {key: known for key, known in (self._known or {}).items() if key[0] == default}
         if (default, at_own_level) not in self._known:
             level = self.level() if at_own_level else 1.0

@@ -244,7 +244,7 @@ class RoundPricing:
         """κ_t, the target's slowdown beside a branch; until a verify overlapped, the draft's beside it (κ_d), or 1
         with neither: cores that slow the draft beside the target slow the target beside the draft. Priced at 1
         after a fixed γ's warm-up measured κ_d at 3.1 (services on the same 2 cores, Zen 1), a session's first
-        round overlapped γ = 1 at a loss, paying its draft's catch-up too (κ_t then measured 1.26)."""
+        round overlapped γ = 1 at a loss (κ_t then measured 1.26)."""
         kappa_t, kappa_d = self.contention_target.value, self.contention_draft.value
         return kappa_t if kappa_t is not None else kappa_d if kappa_d is not None else 1.0
 

@@ -76,9 +76,10 @@ class SharedPrior:
     A new session starts from the scales, network times and α of earlier ones (α of those of its sampling regime:
     `sampling_regime`) instead of from scratch, and with the last one's wait between probes (and, the first session
     to start after it ended, its steps toward it: `GammaController.probe_interval`, `steps_without_draft`, one for
-    every regime); a finished session folds its estimates back in. The prior keeps its own averages, so a session's
-    controller keeps its own smoothing. The load estimates (live sessions, batch fills) are one set while sessions
-    overlap, updated by every session's rounds: a session that stopped decoding target-only still sees how full
+    every regime; a session whose request fixes γ takes no steps, and leaves its own only if it drafted); a finished
+    session folds its estimates back in. The prior keeps its own averages, so a session's controller keeps its own
+    smoothing. The load estimates (live sessions, batch fills) are one set while sessions overlap, updated by every
+    session's rounds: a session that stopped decoding target-only still sees how full
     target-only passes are from those that did not, instead of one stale sample of its own keeping it drafting
     (measured: 1 of 8 users drafted every round on a fill of 1/8 from its first round, and cost the 8 users 12% of
     their tokens/s). When the last session on a service ends (`LoadEstimates`) they turn provisional: a burst's load
