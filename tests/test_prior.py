@@ -167,8 +167,9 @@ def test_the_prior_per_regime_survives_a_snapshot_and_takes_an_older_one():
     assert seeded == pytest.approx([0.75] * len(REGIMES))
 
 
-def test_through_the_services_a_session_draws_on_its_temperatures_prior(stack, monkeypatch):
-    """The orchestrator seeds each session's controller from the prior of the request's sampling regime."""
+def controllers_made(stack, monkeypatch, field: str, requests: list[dict]) -> list:
+    """`field` of each controller the orchestrator's prior makes for `requests` (`make_request`'s arguments), run
+    one after another through the services."""
     from specdec.cli.client import generate, make_request
 
     prior, seen = stack.orchestrator.servicer.prior, []
@@ -176,13 +177,19 @@ def test_through_the_services_a_session_draws_on_its_temperatures_prior(stack, m
 
     def spy(*args, **kwargs):
         controller = new_controller(*args, **kwargs)
-        seen.append(controller.regime)
+        seen.append(getattr(controller, field))
         return controller
 
     monkeypatch.setattr(prior, "new_controller", spy)
-    for temperature in (0.0, 1.5, 0.7):
-        generate(stack.endpoint, make_request(prompt="abc", max_new_tokens=4, temperature=temperature, seed=1))
-    assert seen == ["greedy", "t>1", "t<=1"]
+    for request in requests:
+        generate(stack.endpoint, make_request(prompt="abc", max_new_tokens=4, seed=1, **request))
+    return seen
+
+
+def test_through_the_services_a_session_draws_on_its_temperatures_prior(stack, monkeypatch):
+    """The orchestrator seeds each session's controller from the prior of the request's sampling regime."""
+    requests = [{"temperature": t} for t in (0.0, 1.5, 0.7)]
+    assert controllers_made(stack, monkeypatch, "regime", requests) == ["greedy", "t>1", "t<=1"]
 
 
 def test_a_burst_after_a_burst_has_one_session_due_a_probe_not_every_one():
@@ -241,17 +248,5 @@ def test_a_fixed_gammas_steps_earn_no_probe():
 
 def test_through_the_services_a_fixed_gamma_makes_no_adaptive_session(stack, monkeypatch):
     """The orchestrator tells the prior which sessions choose γ: those whose request fixes none."""
-    from specdec.cli.client import generate, make_request
-
-    prior, seen = stack.orchestrator.servicer.prior, []
-    new_controller = prior.new_controller
-
-    def spy(*args, **kwargs):
-        controller = new_controller(*args, **kwargs)
-        seen.append(controller.adaptive)
-        return controller
-
-    monkeypatch.setattr(prior, "new_controller", spy)
-    for gamma in (0, None, 2):
-        generate(stack.endpoint, make_request(prompt="abc", max_new_tokens=4, gamma=gamma, seed=1))
-    assert seen == [False, True, False]
+    requests = [{"gamma": g} for g in (0, None, 2)]
+    assert controllers_made(stack, monkeypatch, "adaptive", requests) == [False, True, False]
