@@ -84,8 +84,8 @@ class SizeScales:
         self.sizes: dict[int, Ewma] = {}
         self.samples: dict[int, int] = {}  # samples taken of each size (a seed is none)
         self.seeds: tuple[list[int], list[float]] = ([], [])  # the sizes `seed` was handed, ascending, and scales
-        # `at`'s sizes and prices for one default, until a size changes: a round prices every γ, each at its size
-        self._known: dict[tuple[float, bool], tuple[list[int], list[float]]] | None = None
+        # `at`'s sizes and prices for one default (by `at_own_level`), until a size changes: a round prices every γ
+        self._known: tuple[float, dict[bool, tuple[list[int], list[float]]]] | None = None
 
     def update(self, tokens: int, sample: float) -> None:
         """One pass of `tokens` new tokens took `sample` times its profiled time."""
@@ -113,13 +113,15 @@ class SizeScales:
 
     def _priced_sizes(self, default: float, at_own_level: bool) -> tuple[list[int], list[float]]:
         """The sizes with a scale, ascending, and each one's as `at` prices it under `default` (`at_own_level`)."""
-        self._known = {key: known for key, known in (self._known or {}).items() if key[0] == default}
-        if (default, at_own_level) not in self._known:
+        if self._known is None or self._known[0] != default:
+            self._known = (default, {})
+        prices = self._known[1]
+        if at_own_level not in prices:
             level = self.level() if at_own_level else 1.0
             known = sorted((size, self._priced(size, e.value, default, level)) for size, e in self.sizes.items()
                            if e.value is not None)
-            self._known[default, at_own_level] = ([size for size, _ in known], [scale for _, scale in known])
-        return self._known[default, at_own_level]
+            prices[at_own_level] = ([size for size, _ in known], [scale for _, scale in known])
+        return prices[at_own_level]
 
     def _priced(self, size: int, value: float, default: float, level: float) -> float:
         """A size's scale as `at` prices it: capped by `default` while it has 1..FIRST_SAMPLES - 1 samples, times
