@@ -427,9 +427,10 @@ class Generation:
                                  "specdec.network.target_ms": 1e3 * record.rtt_target_s,
                                  "specdec.target.pass_rows": record.target_load.rows,
                                  "specdec.draft.pass_rows": record.draft_load.rows})
-        log.debug("session %s round γ=%d accepted=%d α̂=%.3f ĉ=%.3f rtt draft %.1f ms target %.1f ms",
+        log.debug("session %s round γ=%d accepted=%d α̂=%.3f ĉ=%.3f rtt draft %.1f ms target %.1f ms "
+                  "drafted=%d by %s",
                   self.session_id, record.gamma, record.accepted, estimates.alpha, estimates.cost_ratio,
-                  1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s)
+                  1e3 * record.rtt_draft_s, 1e3 * record.rtt_target_s, record.drafted, record.proposer or "none")
 
 
 def summary(stats: GenerationStats, generated: int, seconds: float) -> str:
