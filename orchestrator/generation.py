@@ -352,7 +352,7 @@ class Generation:
             return None, 0, plain if self.request.gamma is not None else self.lookups.quiet_steps(chunk)
         drafting = gamma > 0 and self.drafting.usable()
         unseen = self.drafting.unseen(committed)
-        # Measure the model's α before looking anything up (an unseen lookup kind is measured by its shadow).
+        # Measure the model's α (an untried lookup kind: ditto), before looking anything up.
         if drafting and (self.controller.probing or self.controller.trial_affordable(gamma, unseen, useful)):
             return None, gamma, 1
         priced = self.lookups.priced(cap)

@@ -22,12 +22,14 @@ LOOKUP_MIN_N, LOOKUP_MAX_N = 2, 4  # suffix lengths prompt lookup matches (vLLM'
 LOOKUP_KINDS = [("self", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1)] + \
     [("shared", n, often) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 1) for often in (False, True)] + \
     [("prediction", n, False) for n in range(LOOKUP_MIN_N, LOOKUP_MAX_N + 3)]  # + 1, + 2: `Prediction`'s own
-# A kind no session has seen is not proposed at its first find: that find is shadowed (`observe_shadow`), which
-# measures α as a proposal would (its tokens against what the round commits), at no cost. A first try cost a
-# verify of its tokens where it missed (3–9 a fresh server's replies on a Zen 1, at 0.6 of a step each or more).
-# Until then the kind counts, for `GammaController.settled`, as if accepted whole (the largest α an estimate gives)
-# over at most `UNTRIED_TOKENS`: a session goes on looking up where such a find could ever pay, so it is shadowed.
+# The α hybrid prices the first lookup of a kind no session tried at (`Lookups.priced`): as if accepted whole
+# (the largest an estimate gives), or a kind whose prior loses to a good draft model would never be tried, nor
+# learned. A miss costs one round.
 UNTRIED_ALPHA = ALPHA_MAX
+# The most tokens that first try proposes. Its verdict on them measures the kind's α (and rounds that find a lookup
+# but draft otherwise go on measuring it: `observe_shadow`), while a miss costs a verify of 3, not of 9: on a CPU a
+# pass of 9 tokens costs about 3 of one, and beside other sessions it is their pass that grows (8 users on a Zen 5:
+# three such tries of 8 tokens, 0 / 0 / 3 accepted, in every burst).
 UNTRIED_TOKENS = 2
 
 
@@ -65,28 +67,26 @@ class Lookups:
 
     def priced(self, cap: int) -> tuple[float, Lookup] | None:
         """The synced index's lookup of at most `cap` tokens, cut to its best γ' ≤ its length, and its
-        expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind and no draft cost; None when
-        it finds nothing worth a token. A kind no session has seen yet (hybrid) comes whole at a rate of 0, so
-        that any other option wins and the find is shadowed (`observe_shadow`): proposed only where nothing
-        else can be (a fixed γ with the draft down). A client's prediction is proposed whole on its first find
-        in a generation, at an infinite rate: its α is this request's, which no other session measures, and a
-        busy machine's noisy verify cost could price it out before it was ever tried (a verify of 2 at 2.8× a
-        step, on CI)."""
+        expected tokens per second E(α_k, γ')/T(γ'), with α_k learned for its kind (`UNTRIED_ALPHA` for a
+        kind not yet tried, whose try is at most `UNTRIED_TOKENS` long) and no draft cost; None when it finds
+        nothing worth a token. A client's prediction is proposed whole on its first find in a generation, at an
+        infinite rate: its α is this request's, which no other session measures, and a busy machine's noisy
+        verify cost could price it out before it was ever tried (a verify of 2 at 2.8× a step, on CI)."""
         found = self.proposer.propose(cap)
         if not found.tokens:
             return None
         if found.source == "prediction" and not self.prediction_tried:
             return math.inf, found
-        if self.with_model and self.prior.untried(found.kind):
-            return 0.0, found
-        best, rate = self.controller.best_free(self.acceptance[found.kind].alpha, len(found.tokens))
+        untried = self.with_model and self.prior.untried(found.kind)
+        alpha = UNTRIED_ALPHA if untried else self.acceptance[found.kind].alpha
+        best, rate = self.controller.best_free(alpha, min(len(found.tokens), UNTRIED_TOKENS) if untried else
+                                               len(found.tokens))
         return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
 
     def highest_alphas(self, cap: int) -> dict[int, float]:
-        """The highest α a lookup this generation can find is priced at, by the most tokens it would propose: a
-        seen kind's learned α, up to `cap`; `UNTRIED_ALPHA` for a kind no session has seen, up to
-        `UNTRIED_TOKENS`, what its shadowed first find could show it to be worth (a client's first prediction
-        is not priced: the caller's case)."""
+        """The highest α `priced` would price a lookup this generation can find at, by the most tokens it would
+        propose: a tried kind's learned α, up to `cap`; `UNTRIED_ALPHA` for a kind no session tried, up to
+        `UNTRIED_TOKENS` (a client's first prediction is not priced: the caller's case)."""
         alphas: dict[int, float] = {}
         for kind, estimate in self.acceptance.items():
             if kind[0] in self.sources:
@@ -108,7 +108,7 @@ class Lookups:
         return None
 
     def proposed(self, lookup: Lookup) -> None:
-        """`lookup` goes to the target this round: its kind counts as seen from now on (`LookupPrior.tried`)."""
+        """`lookup` goes to the target this round: its kind counts as tried from now on (`LookupPrior.tried`)."""
         self.prior.tried(lookup.kind)
         self.prediction_tried |= lookup.source == "prediction"
 
@@ -126,11 +126,8 @@ class Lookups:
         if shadow is None:
             return
         seen = shadow.tokens[:len(committed)]
-        if not seen:
-            return
         same = common_prefix(seen, committed)
         self.acceptance[shadow.kind].observe(min(same + 1, len(seen)), same)
-        self.prior.tried(shadow.kind)
 
     def finish(self) -> None:
         """Hand the learned α back to the prior, for later generations (hybrid's only: plain prompt lookup

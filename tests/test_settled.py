@@ -36,7 +36,7 @@ def loaded_controller(rng: random.Random) -> tuple[GammaController, dict[int, fl
     ctl.choose(rng.randrange(0, 20))  # the last choice, which `settled` requires to be 0
     alphas = {8: max(alpha, rng.choice([alpha, rng.uniform(alpha, ALPHA_MAX)]))}
     if rng.random() < 0.5:
-        alphas[rng.randrange(1, 4)] = ALPHA_MAX  # an unseen lookup kind, at what its shadow could show
+        alphas[rng.randrange(1, 4)] = ALPHA_MAX  # an untried lookup kind, tried short
     return ctl, alphas
 
 
@@ -99,7 +99,7 @@ def test_a_generation_is_settled_at_the_highest_alpha_it_prices_a_proposer_at():
                                 pin_alpha(copy.deepcopy(ctl), model_alpha), lookup_prior=prior)
         return generation._settled(8)
 
-    assert settled(), "unseen lookup kinds, at what their shadows could show"
+    assert settled(), "untried lookup kinds, tried short"
     assert not settled(model_alpha=0.98), "the draft model at α 0.98"
     for kind in LOOKUP_KINDS:
         prior.tried(kind)

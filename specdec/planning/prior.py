@@ -201,7 +201,7 @@ class SharedPrior:
 class LookupPrior:
     """α of lookup proposals (`specdec.core.ngram`) per kind (where they matched and how long a suffix),
     handed from finished sessions to new ones, as `SharedPrior` does for the draft model's, and which kinds
-    no session has seen yet (hybrid shadows a kind's first find rather than propose it: `untried`). Thread-safe."""
+    no session has tried yet (hybrid tries each one once: `untried`). Thread-safe."""
 
     def __init__(self, kinds, prior_alpha: float = 0.5, prior_weight: float = 8.0, weight: float = 0.3):
         self.prior_alpha, self.prior_weight = prior_alpha, prior_weight
@@ -210,12 +210,13 @@ class LookupPrior:
         self._lock = threading.Lock()
 
     def untried(self, kind) -> bool:
-        """Whether no session has proposed or shadowed a lookup of this kind yet."""
+        """Whether no session has proposed a lookup of this kind yet."""
         with self._lock:
             return kind not in self._tried
 
     def tried(self, kind) -> None:
-        """A session proposed a lookup of this kind, or measured one's shadow (`Lookups.observe_shadow`)."""
+        """A session proposed a lookup of this kind: at once, so that sessions running beside it do not
+        each try it too."""
         with self._lock:
             self._tried.add(kind)
 
