@@ -173,19 +173,26 @@ def test_ngram_greedy_output_equals_target_only_per_request(stack):
 
 
 def test_the_default_is_hybrid_with_overlap_where_it_pays(stack):
-    """An orchestrator on its defaults (the test stack's pins the draft model) drafts by lookup where
-    the prompt repeats and by the model elsewhere, and its output is target-only's."""
+    """An orchestrator on its defaults (the test stack's pins the draft model) drafts by the model where no
+    lookup finds anything (a request whose answer is not in its prompt) and by lookup where one does (the same
+    request again: its answer is in the orchestrator's recent sequences), and its output is target-only's."""
     assert (OrchestratorConfig.proposer, OrchestratorConfig.overlap) == ("hybrid", "auto")
     running = start_orchestrator(stack.draft_address, stack.target_address, "tiny:seed=0", "127.0.0.1", 0,
                                  OrchestratorConfig(gamma_max=6))
+    prompt = "a prompt asked twice, whose answer is not in it"
     try:
         endpoint = f"127.0.0.1:{running.port}"
-        baseline = generate(stack.endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=0))
-        by_default = generate(endpoint, make_request(prompt=REPEATING, max_new_tokens=48, gamma=3))
+        baseline = generate(stack.endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=0))
+        first, again = (generate(endpoint, make_request(prompt=prompt, max_new_tokens=48, gamma=3)) for _ in range(2))
     finally:
         running.stop(0)
-    assert by_default.token_ids == baseline.token_ids
-    assert "ngram" in {r.proposer for r in by_default.rounds}
+    assert first.token_ids == baseline.token_ids and again.token_ids == baseline.token_ids
+
+    def accepted(result, proposer: str) -> int:
+        return sum(r.accepted for r in result.rounds if r.proposer == proposer)
+
+    assert accepted(first, "model") > 0 and accepted(first, "ngram") == 0
+    assert accepted(again, "ngram") >= 24, [(r.proposer, r.drafted, r.accepted) for r in again.rounds]
 
 
 def test_an_orchestrator_with_no_draft_service_drafts_by_lookup(stack):
