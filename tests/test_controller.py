@@ -354,32 +354,6 @@ def test_a_burst_prices_the_draft_by_its_live_sessions_too():
     assert later.draft_sessions.value == 1, "after the burst, a lone session's draft load is its own"
 
 
-# The packaged target's start-up profile on a Zen 4 (gguf-q8, AVX-512 VNNI), seconds for 1-9, 18, 36 and 72 tokens.
-ZEN4_TARGET = CostProfile((0.0349, 0.0447, 0.0487, 0.0582, 0.0639, 0.0799, 0.0873, 0.0963, 0.1075, 0.2106, 0.4414,
-                           0.9259), (1, 2, 3, 4, 5, 6, 7, 8, 9, 18, 36, 72))
-
-
-def test_drafting_rounds_are_priced_at_target_only_s_fill_until_they_measure_their_own():
-    """Speculating sessions arrive scattered, so their passes are no fuller than target-only's. A burst's first
-    target-only passes are ragged (its sessions still prefill): priced at that fill, and drafting at the fill of
-    every session in one pass, a verify looked cheaper than it is against the target-only step it competes with.
-    Until a drafting round measures its own fill, it is target-only's; a lone session's is 1 either way."""
-    ctl = pin_alpha(GammaController(8, ZEN4_TARGET, machine(0.0126)), 0.83)
-    ctl.target_sessions.value, ctl.target_sessions.provisional = 8.0, False
-    ctl.target_fill_plain.value = 0.5  # passes of 4 of the 8 sessions
-    assert ctl.target_fill_drafting.value is None and ctl.drafting_fill() == 0.5
-    ragged = [ctl.verify_time(g) for g in (1, 2)]
-    assert ragged[0] == pytest.approx(ZEN4_TARGET.forward_s(8) / 0.5), "4 sessions × 2 tokens a pass, two passes"
-    ctl.target_fill_drafting.value = 1.0  # as an unmeasured fill had been priced: all 8 sessions in one pass
-    assert ctl.verify_time(1) < ragged[0] and ctl.verify_time(2) < ragged[1], "the prior must matter"
-    ctl.target_fill_drafting.value = None
-    loaded_round(ctl, 2, 0.83, rows=8, sessions=8)  # a drafting round in a full pass: its fill is its own now
-    assert ctl.drafting_fill() == 1.0 and ctl.target_fill_plain.value == 0.5
-    alone = pin_alpha(GammaController(8, ZEN4_TARGET, machine(0.0126)), 0.83)
-    loaded_round(alone, 0, 0.83, rows=1, sessions=1)
-    assert alone.target_fill_drafting.value is None and alone.drafting_fill() == 1.0
-
-
 def test_a_stall_of_one_round_is_not_the_network():
     """8 users decoding target-only; one round's hop takes 100 ms more (a span exporter's flush stalls the
     orchestrator, every session's round at once). Read as the network, the next round drafts; a lasting rise

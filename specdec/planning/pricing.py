@@ -138,8 +138,7 @@ class RoundPricing:
     @staticmethod
     def fresh_load() -> dict[str, Ewma]:
         """The `LOAD` estimates before any round: n (live sessions on each service) 1, provisionally; f (the
-        share of the live sessions in a pass) unmeasured, which prices passes as if every session were in one
-        (drafting rounds' as target-only's, once that is measured: `drafting_fill`)."""
+        share of the live sessions in a pass) unmeasured, which prices passes as if every session were in one."""
         return {"target_sessions": Ewma(0.3, 1.0, provisional=True), "draft_sessions": Ewma(0.3, 1.0, provisional=True),
                 "target_fill_drafting": Ewma(0.3), "target_fill_plain": Ewma(0.3), "draft_fill": Ewma(0.3)}
 
@@ -165,21 +164,11 @@ class RoundPricing:
         """t_v(γ): the target passes that verify γ drafts of every live session that does alike. Target-only's
         pass, where this session has not run it, is priced at the session's own level (`SizeScales.level`): run
         once, it measures itself at no cost, where a verify priced low costs a draft's catch-up to measure."""
-        fill = self.drafting_fill() if gamma > 0 else self.target_fill_plain.value
+        fill = self.target_fill_drafting if gamma > 0 else self.target_fill_plain
         sessions = self.target_sessions.value
-        scale = self.target_scale_at(pass_rows(sessions, fill) * (gamma + 1), at_own_level=gamma == 0)
-        return scale * (pass_cost(self.target_cost, sessions, fill, gamma + 1)
+        scale = self.target_scale_at(pass_rows(sessions, fill.value) * (gamma + 1), at_own_level=gamma == 0)
+        return scale * (pass_cost(self.target_cost, sessions, fill.value, gamma + 1)
                         + self.depth_s(self.target_cost, sessions * (gamma + 1)))
-
-    def drafting_fill(self) -> float | None:
-        """f of the target's passes in rounds that draft: as measured in such rounds, and until then target-only's.
-        Speculating sessions arrive scattered, so their passes are no fuller than target-only's. Priced as 1 while
-        target-only's read 0.50 (a burst's first passes, ragged while its sessions still prefill), a verify of 8
-        users on a Zen 4 was priced as one pass of all 8 against target-only's two, and the session drafted into
-        the burst. Ten alternating pairs there: adaptive / batched target-only 0.965 (mean) against 0.929, higher in
-        9 of 10 (docs/PERFORMANCE.md). A lone session's fill is 1 either way."""
-        measured = self.target_fill_drafting.value
-        return measured if measured is not None else self.target_fill_plain.value
 
     @priced_once
     def draft_step(self) -> float:
