@@ -18,3 +18,12 @@ interleave() {  # llama-server, ours, llama-server, ours, llama-server, ours, ll
   llama 1; ours 1; llama 2; ours 2; llama 3; ours 3; llama 4
   date
 }
+full_sitting() {  # interleave, then both S-curves and 8 users (the Zen 4 sittings of 2026-12-02 and 2026-12-03)
+  interleave
+  $BIN/llama-bench -m $T -t 2 -p 1,2,5,9 -n 0 -o json > llama_bench.json 2>/dev/null
+  /work/main/.venv/bin/specdec bench --cpu-curve gguf-q8 --llama-bench llama_bench.json --output cpu_curve.json > /tmp/curve.log 2>&1
+  tail -12 /tmp/curve.log
+  /work/main/.venv/bin/specdec bench --concurrency 8 --repeats 2 --no-hf --output concurrency_8.json > /tmp/conc.log 2>&1
+  tail -12 /tmp/conc.log
+  date
+}
