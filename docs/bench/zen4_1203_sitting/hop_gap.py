@@ -1,5 +1,5 @@
 """A loopback round trip's cost against the idle gap before it: a plain TCP socket pair, and a gRPC bidi stream
-read the way `SessionStream` reads it (a reader thread and a queue) or straight from the call (`--direct`).
+read the way `SessionStream` reads it (a reader thread and a queue) or straight from the call ("grpc direct").
 The server sleeps `gap` ms before each reply and reports it; the client prints p10/p50/p90 of round trip − gap.
 Run: .venv/bin/python docs/bench/zen4_1203_sitting/hop_gap.py (from the repo root; starts its own servers)."""
 import queue
