@@ -46,11 +46,17 @@ class Lookups:
         self.shadow: Lookup | None = None  # found this round but not proposed (`observe_shadow`)
         self.prediction_tried = False  # a prediction was proposed in this generation (`priced`)
         self.misses = 0  # `propose`'s rounds in a row that found nothing
-        # Where this generation's lookups can match (`highest_alphas`).
-        self.sources = {"self", *(["shared"] if recent is not None else []), *(["prediction"] if prediction else [])}
+        self._found: tuple[tuple[int, int], Lookup] | None = None  # ((tokens synced, cap), what `_find` found there)
 
     def sync(self, committed: list[int]) -> None:
         self.proposer.sync(committed)
+
+    def _find(self, cap: int) -> Lookup:
+        """The synced index's lookup of at most `cap` tokens, looked up once for each length synced."""
+        key = (len(self.proposer.index.tokens), cap)
+        if self._found is None or self._found[0] != key:
+            self._found = key, self.proposer.propose(cap)
+        return self._found[1]
 
     def propose(self, gamma: int) -> Lookup:
         """Up to γ looked-up tokens (prompt lookup alone: no pricing)."""
@@ -72,28 +78,34 @@ class Lookups:
         nothing worth a token. A client's prediction is proposed whole on its first find in a generation, at an
         infinite rate: its α is this request's, which no other session measures, and a busy machine's noisy
         verify cost could price it out before it was ever tried (a verify of 2 at 2.8× a step, on CI)."""
-        found = self.proposer.propose(cap)
+        found = self._find(cap)
         if not found.tokens:
             return None
         if found.source == "prediction" and not self.prediction_tried:
             return math.inf, found
-        untried = self.with_model and self.prior.untried(found.kind)
-        alpha = UNTRIED_ALPHA if untried else self.acceptance[found.kind].alpha
-        best, rate = self.controller.best_free(alpha, min(len(found.tokens), UNTRIED_TOKENS) if untried else
-                                               len(found.tokens))
+        longest, alpha = self._priced_at(found)
+        best, rate = self.controller.best_free(alpha, longest)
         return (rate, dataclasses.replace(found, tokens=found.tokens[:best])) if best > 0 else None
 
-    def highest_alphas(self, cap: int) -> dict[int, float]:
-        """The highest α `priced` would price a lookup this generation can find at, by the most tokens it would
-        propose: a tried kind's learned α, up to `cap`; `UNTRIED_ALPHA` for a kind no session tried, up to
-        `UNTRIED_TOKENS` (a client's first prediction is not priced: the caller's case)."""
-        alphas: dict[int, float] = {}
-        for kind, estimate in self.acceptance.items():
-            if kind[0] in self.sources:
-                untried = self.with_model and self.prior.untried(kind)
-                longest, alpha = (min(cap, UNTRIED_TOKENS), UNTRIED_ALPHA) if untried else (cap, estimate.alpha)
-                alphas[longest] = max(alphas.get(longest, 0.0), alpha)
-        return alphas
+    def _priced_at(self, found: Lookup) -> tuple[int, float]:
+        """The most tokens of `found` that `priced` prices, and the α it prices them at: its kind's learned α, or
+        `UNTRIED_ALPHA` for at most `UNTRIED_TOKENS` where no session tried its kind."""
+        if self.with_model and self.prior.untried(found.kind):
+            return min(len(found.tokens), UNTRIED_TOKENS), UNTRIED_ALPHA
+        return len(found.tokens), self.acceptance[found.kind].alpha
+
+    def found_alphas(self, cap: int, committed: list[int]) -> dict[int, float]:
+        """The α `priced` would price this round's lookup of at most `cap` tokens over `committed` at, by the most
+        tokens it would propose ({}: nothing found; a client's first prediction is not priced: the caller's case).
+        Only what is found counts: priced at the highest α of every kind it could find, an untried kind's
+        `UNTRIED_ALPHA` kept 8 users' rounds on a Zen 4 from settling, each priced in full (0.2 ms of Python a
+        round, the 8 one after another between passes) to decode target-only in all but a few."""
+        self.sync(committed)
+        found = self._find(cap)
+        if not found.tokens:
+            return {}
+        longest, alpha = self._priced_at(found)
+        return {longest: alpha}
 
     def over(self, drafted: int, cap: int, committed: list[int]) -> Lookup | None:
         """With the model's proposal of `drafted` tokens already drafted (a prefetched branch): a lookup of at

@@ -85,30 +85,32 @@ def test_settled_waits_for_a_due_probe_and_a_choice_of_zero_and_prices_each_prop
     assert jump.settled(2, {8: ALPHA_MAX}), "no more than 2 tokens are of use"
 
 
-def test_a_generation_is_settled_at_the_highest_alpha_it_prices_a_proposer_at():
-    """A generation asks `settled` at the draft model's α and its lookup kinds' (an untried kind's `ALPHA_MAX`
-    for at most `UNTRIED_TOKENS`), counting only kinds it can find (no shared sequences here); not at all while
-    a client's prediction is untried, nor under a fixed γ."""
+def test_a_generation_is_settled_at_the_alpha_of_the_lookup_it_finds():
+    """A generation asks `settled` at the draft model's α and at the α of the lookup it finds this round, if any (an
+    untried kind's `ALPHA_MAX` for at most `UNTRIED_TOKENS`): a kind learned at α 0.99 unsettles the rounds that
+    find it and no other. Not at all while a client's prediction is untried, nor under a fixed γ."""
     ctl = pin_alpha(GammaController(8, JUMP, flat(0.01)), 0.6)
     assert ctl.choose(8) == 0
     prior = LookupPrior(LOOKUP_KINDS)
+    plain = [5, 6, 7, 8, 9, 10, 11]  # no n-gram recurs: nothing is found
+    repeating = [5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 5, 6]  # (5, 6) recurs: 8 tokens follow it, a match of 2
 
-    def settled(gamma: int | None = None, model_alpha: float = 0.6, **fields) -> bool:
-        request = GenerationRequest([5, 6, 7], 32, SamplingParams(), gamma=gamma, proposer="hybrid", **fields)
+    def settled(committed: list[int], gamma: int | None = None, model_alpha: float = 0.6, **fields) -> bool:
+        request = GenerationRequest(committed, 32, SamplingParams(), gamma=gamma, proposer="hybrid", **fields)
         generation = Generation(request, DraftPool([]), None, None, frozenset(), 64,
                                 pin_alpha(copy.deepcopy(ctl), model_alpha), lookup_prior=prior)
-        return generation._settled(8)
+        return generation._settled(8, committed)
 
-    assert settled(), "untried lookup kinds, tried short"
-    assert not settled(model_alpha=0.98), "the draft model at α 0.98"
+    assert settled(plain) and settled(repeating), "nothing found; an untried kind found, tried short"
+    assert not settled(plain, model_alpha=0.98), "the draft model at α 0.98"
     for kind in LOOKUP_KINDS:
         prior.tried(kind)
-    assert settled(), "every kind tried, at the prior's α"
-    prior.absorb({("shared", 2, False): AcceptanceEstimate(accepted=99, rejections=1)})
-    assert settled(), "a kind this generation cannot find"
     prior.absorb({("self", 2, False): AcceptanceEstimate(accepted=99, rejections=1)})
-    assert not settled(), "a kind it can find, at α 0.98"
-    assert not settled(prediction=(1, 2, 3)) and not settled(gamma=2)
+    assert not settled(repeating), "the kind it finds, at α 0.99, for 8 tokens"
+    assert settled(plain), "that kind, where it finds nothing"
+    prior.absorb({("self", 2, False): AcceptanceEstimate(accepted=1, rejections=9)})
+    assert settled(repeating), "the kind it finds, at a low α"
+    assert not settled(repeating, prediction=(1, 2, 3)) and not settled(plain, gamma=2)
 
 
 def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
@@ -128,13 +130,13 @@ def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
         # Hops priced at 0 whatever is measured: with the suite and two busy loops on 2 cores they once made γ = 0 win
         # every round of the generation where speculation is to pay.
         ctl.rtt_draft, ctl.rtt_target = Ewma(0.0, 0.0), Ewma(0.0, 0.0)
-        calls = {"choose": 0, "overlap_pays": 0, "priced": 0, "highest_alphas": 0}
+        calls = {"choose": 0, "overlap_pays": 0, "priced": 0, "found_alphas": 0}
         request = GenerationRequest(prompt, 24, SamplingParams(), gamma=gamma, proposer="hybrid", overlap="auto",
                                     ignore_eos=True, prediction=prediction)
         generation = Generation(request, servicer.drafts, servicer.target, servicer.tokenizer, frozenset(),
                                 servicer.max_context, ctl)
         for owner, name in ((ctl, "choose"), (ctl, "overlap_pays"), (generation.lookups, "priced"),
-                            (generation.lookups, "highest_alphas")):
+                            (generation.lookups, "found_alphas")):
             counted(owner, name, calls)
         calls["decisions"] = decided(ctl)
         chunks = list(generation.run())
@@ -144,14 +146,14 @@ def test_settled_rounds_skip_the_pricing_and_emit_what_target_only_does(stack):
     tokens, records, calls = run(None, never)
     assert tokens == expected and all(r.drafted == 0 for r in records)
     # The prompt's round is target-only unpriced; the next is priced once; every later one is settled.
-    assert calls == {"choose": 1, "overlap_pays": 1, "priced": 1, "highest_alphas": len(records) - 2,
+    assert calls == {"choose": 1, "overlap_pays": 1, "priced": 1, "found_alphas": len(records) - 2,
                      "decisions": [0] + ["settled"] * (len(records) - 2)}, calls
     # Where speculation pays, every round is priced but a settled one (on the tiny models a loaded host's hops can
     # make γ = 0 win a round or two), and α is gathered for the bound only after a round that chose γ = 0.
     _, records, calls = run(None, flat())
     decisions = calls["decisions"]
     assert len(decisions) == len(records) - 1 and calls["choose"] == len(decisions) - decisions.count("settled")
-    assert calls["highest_alphas"] == sum(d in (0, "settled") for d in decisions[:-1]), calls
+    assert calls["found_alphas"] == sum(d in (0, "settled") for d in decisions[:-1]), calls
     assert calls["priced"] > 0 and any(isinstance(d, int) and d > 0 for d in decisions), calls
     assert records[0].drafted == 0 and any(r.drafted > 0 for r in records[1:]), "adaptive: drafts from round 2"
     _, records, _ = run(2, flat())
