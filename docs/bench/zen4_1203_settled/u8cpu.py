@@ -1,5 +1,8 @@
 """Run `specdec bench --concurrency ...` with every run_level wrapped: CPU seconds per process (and the
-orchestrator's busiest threads) over each run, beside its tok/s."""
+orchestrator's busiest threads) over each run, beside its tok/s; per round, the CPU time (`time.thread_time`) of a
+few orchestrator methods (COSTS), the rounds' proposers and how many settled (PROPS). SPY=1: py-spy (from
+/tmp/spyenv) records the orchestrator's process over each run. Usage, with PYTHONPATH at the code to measure:
+.venv/bin/python docs/bench/zen4_1203_settled/u8cpu.py --concurrency 8 --repeats 4 --no-hf --output /tmp/r.json"""
 import os, sys, time, collections
 import psutil
 import specdec.tools.bench.concurrency as conc
@@ -112,14 +115,6 @@ def _settled2(self, cap, *rest):
         props["settled" if out else ("unsettled_rest" if self.controller.at_rest() else "unsettled_notrest")] += 1
         props["nsizes_max"] = max(props["nsizes_max"], len(self.controller.target_sizes.sizes))
         props["nmeasured_max"] = max(props["nmeasured_max"], sum(1 for v in self.controller.target_sizes.samples.values() if v))
-        if not out and self.controller.at_rest() and self.lookups is not None and props["dbg"] < 0:
-            props["dbg"] += 1
-            c = self.controller
-            fa = self.lookups.found_alphas(cap, rest[0])
-            f = self.lookups._find(cap)
-            print("DBG cap", cap, "found", fa, f.kind, len(f.tokens), "model", round(c.acceptance.alpha, 3),
-                  {a: c.best_free(al, min(a, cap)) for a, al in fa.items()}, c.best_free(c.acceptance.alpha, cap),
-                  "sessions", c.target_sessions.value, "fill", c.target_fill_plain.value, flush=True)
     return out
 _gen.Generation._settled = _settled2
 
