@@ -486,31 +486,37 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
 }
 
 #if CHUNK == 64
-/* Passes of 2-5 activation rows go over two weight rows at once (o, and o + other: the first and second halves
+/* Passes of 2-10 activation rows go over two weight rows at once (o, and o + other: the first and second halves
  * of a worker's columns, two linear streams), so that each activation chunk loaded serves both: half the
- * activation reads a weight byte. So do larger passes whose activations would otherwise go in chunks (below),
- * in groups of 3-5 rows on the same two weight rows (the second group's weights come from the L1). At 2 rows
- * of the 1.5B target's down projections, 30 KiB of activations against a Zen 4's 32 KiB L1, single rows ran
- * at 1.5x the time of one row. On a Zen 4, from memory, against single rows: at 2-4 rows, the down projections
- * 0.70-0.91x, q/k/v, out and gate/up 0.86-0.97x, the output layer 0.91-0.98x, the draft's Q5_0 shapes
- * 0.89-1.08x; at 5 rows the down projections (whole rows now, not chunks) 0.65-0.68x and the other shapes
- * 0.83-0.96x; the down projections at 6-9 rows 0.84-0.90x. Whole passes of the 1.5B target: 2 / 3 / 4 tokens
- * 0.96 / 0.92 / 0.85x, 5 tokens 0.83-0.85x (medians of 16-20, both builds in one process,
- * `specdec bench --kernel-ab`). Not at one row (1.0-1.08x); not for Q8_0, whose weights take twice the
- * registers (their signs; 1.0-1.23x); not for 6 rows or more where single rows take the activations whole
- * (1.03-1.2x: 2·G accumulators of each kind outgrow the 32 registers, and groups unpack the weights twice).
- * AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower. Without VNNI (the avx512 build) whole
- * units only, in groups of up to 4 rows: on a Zen 5 capped at that level, whole passes of 2 / 3 / 4 tokens took
- * 1.06 / 1.08 / 1.25x the time without pairs, 5 and 9 tokens the same (`specdec bench --kernel-ab`). The order of
- * every output's terms is unchanged. */
-enum { UNIT_PAIR_ROWS = 4 };
+ * activation reads a weight byte. So do larger passes whose activations would otherwise go in chunks (below).
+ * Passes of more than 5 rows go in groups of 3-5 rows on the same two weight rows (the second group's weights
+ * come from the L1). At 2 rows of the 1.5B target's down projections, 30 KiB of activations against a Zen 4's
+ * 32 KiB L1, single rows ran at 1.5x the time of one row. On a Zen 4, from memory, against single rows: at 2-4
+ * rows, the down projections 0.70-0.91x, q/k/v, out and gate/up 0.86-0.97x, the output layer 0.91-0.98x, the
+ * draft's Q5_0 shapes 0.89-1.08x; at 5 rows the down projections (whole rows now, not chunks) 0.65-0.68x and the
+ * other shapes 0.83-0.96x; the down projections at 6-9 rows 0.84-0.90x. Whole passes of the 1.5B target: 2 / 3 /
+ * 4 tokens 0.96 / 0.92 / 0.85x, 5 tokens 0.83-0.85x (medians of 16-20, both builds in one process,
+ * `specdec bench --kernel-ab`). With VNNI, a unit goes chunk by chunk (`unit_pair_by_chunk`, each activation
+ * chunk in one register for both weight rows) at 5 rows, and at 3-4 where the activations fit the L1
+ * (PAIR_BY_CHUNK_L1); whole units otherwise: chunk by chunk, with the activations from the L2 (the down
+ * projections at 3-4 rows) 1.08-1.11x the time, and at 2 rows 1.04-1.10x (the Zen 4, both threads, from memory).
+ * Against whole units there (2026-12-03): q/k/v, out, gate/up and the output layer at 3-5 rows 0.81-0.92x, whole
+ * passes of 3 / 4 / 5 tokens 0.96 / 0.93 / 0.94x; and pairs in two groups against single rows at 6-10 rows,
+ * passes 0.89-0.96x (11-16 rows level, so not taken). Not at one row (1.0-1.08x; chunk by chunk with shared loads
+ * 1.27-1.37x slower on gate/up and the output layer at both threads); not for Q8_0, whose weights take twice the
+ * registers (their signs; 1.0-1.23x). AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower.
+ * Without VNNI (the avx512 build) whole units only, in groups of up to 4 rows and for at most 4 rows unless
+ * chunked: on a Zen 5 capped at that level, whole passes of 2 / 3 / 4 tokens took 1.06 / 1.08 / 1.25x the time
+ * without pairs, 5 and 9 tokens the same (`specdec bench --kernel-ab`). The order of every output's terms is
+ * unchanged. */
+enum { UNIT_PAIR_ROWS = 4, PAIR_BY_CHUNK_FROM = 3, PAIR_BY_CHUNK_L1 = 32768 };
 #ifdef PAIRS /* without VNNI whole units only, no chunk-by-chunk pairs: groups of up to 4 rows */
-#define PAIR_ROWS 4
-#else
-#define PAIR_ROWS 5
+enum { PAIR_ROWS = 4, PAIR_MAX_ROWS = 4 };
+#else /* PAIR_ROWS a group, PAIR_MAX_ROWS a pass unless its activations go in chunks */
+enum { PAIR_ROWS = 5, PAIR_MAX_ROWS = 10 };
 #endif
 
-/* One full unit of two weight rows (at o and o + other) against G ≤ UNIT_PAIR_ROWS activation rows, both units
+/* One full unit of two weight rows (at o and o + other) against G ≤ PAIR_ROWS activation rows, both units
  * unpacked whole into registers: acc0[g] and acc1[g] += their terms. */
 static inline __attribute__((always_inline)) void unit_pair(const int type, const uint8_t *o, int64_t other,
                                                             const act_unit *a, int64_t lda, vacc *acc0, vacc *acc1,
@@ -526,9 +532,10 @@ static inline __attribute__((always_inline)) void unit_pair(const int type, cons
 }
 
 #ifndef PAIRS
-/* The same for G ≤ PAIR_ROWS rows, chunk by chunk: each weight chunk unpacked into one register per weight row,
- * and each activation chunk loaded once for both, so that 2·G integer sums and 2·G accumulators fit in the 32
- * registers at 5 rows (whole units, 16 registers of weights, spill there). */
+/* One unit of two weight rows (at o and o + other) against G ≤ PAIR_ROWS activation rows, chunk by chunk: each
+ * weight chunk unpacked into one register per weight row and each activation chunk loaded into one register for
+ * both, so that 2·G integer sums and 2·G accumulators fit in the 32 registers at 5 rows (whole units, 16
+ * registers of weights, spill there). acc0[g] and acc1[g] += their terms. */
 static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
                                                                      const act_unit *a, int64_t lda, vacc *acc0,
                                                                      vacc *acc1, int G) {
@@ -538,6 +545,7 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
     nv dot[2][PAIR_ROWS], first[2][PAIR_ROWS]; /* first: Q6_K's first halves */
     for (int g = 0; g < G; g++)
         for (int r = 0; r < 2; r++) dot[r][g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : _mm512_setzero_si512();
+#pragma GCC unroll 8 /* as GCC unrolls it without the barrier below */
     for (int c = 0; c < 8; c++) {
         if (type == Q6_K && c == 4) /* the first halves done, the second ones start */
             for (int g = 0; g < G; g++)
@@ -551,7 +559,10 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
             memcpy(&w[r], &q, CHUNK);
         }
         for (int g = 0; g < G; g++) {
-            const nv x = NV_LOAD(a[g * lda].u + c * CHUNK);
+            nv x = NV_LOAD(a[g * lda].u + c * CHUNK);
+            /* x in a register: GCC would fold the load into both vpdpbusd, two loads of the same 64 bytes, and
+             * a Zen 4 loads one such vector a cycle (there, one thread, Q4_K at 5 rows 0.86x the time) */
+            __asm__("" : "+v"(x));
             for (int r = 0; r < 2; r++) dot[r][g] = DP(dot[r][g], w[r], x);
         }
     }
@@ -689,19 +700,21 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
 
 #if CHUNK == 64
 /* Two whole weight rows, at row and row + other (`far` rows on), each ending in a half unit if `tail`,
- * against G activation rows (2 ≤ G ≤ PAIR_ROWS): y[g * ldy] and y[g * ldy + far]. Each row's stream is
- * prefetched as row_pass prefetches a whole row's. */
+ * against G activation rows (2 ≤ G ≤ PAIR_ROWS): y[g * ldy] and y[g * ldy + far], each unit chunk by chunk if
+ * `by_chunk` (`pair_by_chunk`). Each row's stream is prefetched as row_pass prefetches a whole row's. */
 static inline __attribute__((always_inline)) void row_pair_pass(const int type, const uint8_t *row, int64_t other,
                                                                 int64_t far, int tail, int64_t nu, const act_unit *a,
-                                                                float *y, int64_t ldy, const float *bias, int G) {
+                                                                float *y, int64_t ldy, const float *bias, int G,
+                                                                const int by_chunk) {
     vacc acc0[PAIR_ROWS], acc1[PAIR_ROWS];
+    (void)by_chunk; /* whole units only without VNNI */
     for (int g = 0; g < G; g++) acc0[g] = acc1[g] = acc_of(splat(0.0f));
     const int64_t bytes = unit_bytes(type), end = tail ? nu - 1 : nu;
     for (int64_t i = 0; i < end; i++) { /* a unit is the 16 accumulators */
         prefetch_ahead(type, row, i);
         prefetch_ahead(type, row + other, i);
 #ifndef PAIRS
-        if (G > UNIT_PAIR_ROWS) {
+        if (by_chunk) {
             unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
             continue;
         }
@@ -716,10 +729,25 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
     store_rows(acc1, G, y + far, ldy, bias ? bias + far : 0);
 }
 
+/* Whether a pair's units against G rows of nu units go chunk by chunk (above). */
+static inline int pair_by_chunk(int G, int64_t nu) {
+#ifdef PAIRS
+    (void)G, (void)nu;
+    return 0;
+#else
+    return G > UNIT_PAIR_ROWS || (G >= PAIR_BY_CHUNK_FROM && G * nu * (int64_t)sizeof(act_unit) <= PAIR_BY_CHUNK_L1);
+#endif
+}
+
+#define PAIR_PASS_AS(T, G, BY_CHUNK) \
+    row_pair_pass(T, j->w + n * j->row_bytes, far * j->row_bytes, far, j->tail, j->nu, j->a + g0 * j->nu, \
+                  j->out + g0 * j->ldy + n, j->ldy, j->bias ? j->bias + n : 0, G, BY_CHUNK)
 #define PAIR_PASS(T, G) \
-    case G: row_pair_pass(T, j->w + n * j->row_bytes, far * j->row_bytes, far, j->tail, j->nu, j->a + g0 * j->nu, \
-                          j->out + g0 * j->ldy + n, j->ldy, j->bias ? j->bias + n : 0, G); break;
-#if PAIR_ROWS == 5
+    case G: \
+        if (pair_by_chunk(G, j->nu)) PAIR_PASS_AS(T, G, 1); \
+        else PAIR_PASS_AS(T, G, 0); \
+        break;
+#ifndef PAIRS /* PAIR_ROWS 5 */
 #define PAIR_PASSES(T) \
     switch (g) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) }
 #else
@@ -741,7 +769,7 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
  * once (then over whole rows). */
 static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
 #if CHUNK == 64
-    return type != Q8_0 && G >= 2 && (G <= PAIR_ROWS || chunk < nu);
+    return type != Q8_0 && G >= 2 && (G <= PAIR_MAX_ROWS || chunk < nu);
 #else
     (void)type, (void)G, (void)chunk, (void)nu;
     return 0;
