@@ -500,7 +500,8 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
  * chunk in one register for both weight rows) at 5 rows, and at 3-4 where the activations fit the L1
  * (PAIR_BY_CHUNK_L1); whole units otherwise: chunk by chunk, with the activations from the L2 (the down
  * projections at 3-4 rows) 1.08-1.11x the time, and at 2 rows 1.04-1.10x (the Zen 4, both threads, from memory).
- * Against whole units there (2026-12-03): q/k/v, out, gate/up and the output layer at 3-5 rows 0.81-0.92x, whole
+ * Against the build before (2026-12-03: whole units at 3-4 rows, and at 5 chunk by chunk with each activation
+ * load folded into both dot products): q/k/v, out, gate/up and the output layer at 3-5 rows 0.81-0.92x, whole
  * passes of 3 / 4 / 5 tokens 0.96 / 0.93 / 0.94x; and pairs in two groups against single rows at 6-10 rows,
  * passes 0.89-0.96x (11-16 rows level, so not taken). Not at one row (1.0-1.08x; chunk by chunk with shared loads
  * 1.27-1.37x slower on gate/up and the output layer at both threads); not for Q8_0, whose weights take twice the
