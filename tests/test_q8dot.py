@@ -140,8 +140,9 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     passes of 2-10 rows go over two weight columns at once (the two halves of each worker's 18 or 19 of the 37),
     an odd last one alone, in groups of 3-5 from 6 rows, and so do the chunked ones but Q8_0's, over whole rows
     in groups of 4-5 (13-14 rows) or 4 (16); with VNNI their units go chunk by chunk at 5 rows, and at 3-4 unless
-    the activations outgrow 32 KiB (3-4 rows of 7168: whole units): every row count from 1 to 10 is checked,
-    and 13, 14 and 16."""
+    the activations outgrow 32 KiB (3-4 rows of 7168: whole units). With AVX2 a unit goes chunk by chunk against
+    2-8 rows (2-5 for Q5_0 and Q6_K), whole from there. Every row count from 1 to 10 is checked, and 13, 14 and
+    16."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]

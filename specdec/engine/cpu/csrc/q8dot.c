@@ -448,32 +448,37 @@ static inline vli centred(const int type, vli dot, const act_unit *x) {
     return dot - (vli)((vlu)sums << (type == Q5_0 ? 4 : 3));
 }
 
+/* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K and Q4_0,
+ * 31 for Q5_0, 63 for Q6_K, 128 for Q8_0. */
+static inline int sums16_of(const int type) {
+    return type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
+}
+
+/* The terms of a unit against activation row x from unit_dot's sums: I as floats, then the float steps. */
+static inline __attribute__((always_inline)) vl dot_terms(const int type, const unit_weights *u, vli dot,
+                                                          const act_unit *x) {
+#if SCALE_PAIRS
+    if (type == Q6_K) { /* less 32 · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
+        vli sums;
+        memcpy(&sums, x->halves, CHUNK);
+        dot -= (vli)((vlu)madd_pairs(sums, u->scale_pairs) << 5);
+    }
+#endif
+    return float_steps(type, u, __builtin_convertvector(centred(type, dot, x), vl), x);
+}
+
 /* The terms of one unpacked unit against one activation row x: its BLOCKS lanes. */
 static inline __attribute__((always_inline)) vl unit_terms(const int type, const unit_weights *u, const act_unit *x) {
-    /* chunks summed in int16 (see unit_dot): max |w| is 15 for Q4_K and Q4_0, 31 for Q5_0, 63 for Q6_K, 128 for
-     * Q8_0 */
-    const int sums16 = type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
-    vl exact; /* the block sums I as floats */
 #if !SCALE_PAIRS
     if (type == Q6_K) {
         vli half[2];
         memcpy(half, x->half_start, sizeof half);
         unit_halves(u->w, x->u, half);
-        exact = q6_k_halves_sum(u, half[0], half[1]);
-    } else
-#endif
-    {
-        vli dot = unit_dot(u->w, type == Q8_0 ? u->sign : 0, x->u, sums16, type == Q6_K ? u->scale : 0);
-#if SCALE_PAIRS
-        if (type == Q6_K) { /* less 32 · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
-            vli sums;
-            memcpy(&sums, x->halves, CHUNK);
-            dot -= (vli)((vlu)madd_pairs(sums, u->scale_pairs) << 5);
-        }
-#endif
-        exact = __builtin_convertvector(centred(type, dot, x), vl);
+        return float_steps(type, u, q6_k_halves_sum(u, half[0], half[1]), x);
     }
-    return float_steps(type, u, exact, x);
+#endif
+    return dot_terms(type, u, unit_dot(u->w, type == Q8_0 ? u->sign : 0, x->u, sums16_of(type),
+                                       type == Q6_K ? u->scale : 0), x);
 }
 
 /* One unit of one weight row (a half unit if `half`) against G activation rows: acc[g] += its terms, at
@@ -484,6 +489,66 @@ static inline __attribute__((always_inline)) void unit(const int type, const uin
     unpack_unit(type, o, &u, half);
     for (int g = 0; g < G; g++) acc[g] = acc_add_unit(acc[g], unit_terms(type, &u, a + g * lda), part);
 }
+
+#if defined(PAIRS) && CHUNK == 32 && NATIVE == 32
+/* AVX2, passes of 2-8 rows (2-5 for Q5_0 and Q6_K): one full unit of one weight row against the G activation rows,
+ * two chunks at a time: each weight chunk unpacked into one register and dotted with every row's chunk, so that what
+ * stays in registers is a row's int16 sums, and its int32 sums where they widen within the unit (Q5_0, Q6_K).
+ * Unpacked whole as `unit` does, a unit's 8 registers of weights left 8 of AVX2's 16 for the rows, and from 2 rows
+ * their sums and accumulators spilled (12-38 spilled vectors a unit at 2-5 rows; 2 a row now, the accumulators).
+ * The integer sums are the same, exact in any order, and the float steps unit_terms', so the bits are too. On the
+ * Zen 4 capped at AVX2 (`specdec bench --kernel-ab`, both threads): q/k/v, out and gate/up at 2-8 rows 0.81-0.93x
+ * the time, the output layer (Q6_K) at 2-5 rows 0.88-0.93x, whole passes of 2-8 tokens 0.83-0.92x; one row is
+ * unchanged. Not in groups, each unpacking the unit again: Q6_K's 5 and 8 rows as 2 + 3 and 4 + 4, the output layer
+ * 1.3-1.5x (its unpacking outweighed its dot products); Q4_K's 9-16 rows in groups of up to 8, 1.07-1.29x. */
+#define UNIT_BY_CHUNK 1
+enum { BY_CHUNK_ROWS = 8, BY_CHUNK_ROWS_WIDENED = 5 };
+
+static inline __attribute__((always_inline)) void unit_group_by_chunk(const int type, const uint8_t *o, const act_unit *a,
+                                                                int64_t lda, vacc *acc, int G, int part) {
+    unit_weights u;
+    unpack_scales(type, o, &u, 0);
+    const int sums16 = sums16_of(type);
+    nv mult[2], pairs[MAX_ROWS], dot[MAX_ROWS];
+    if (type == Q6_K) memcpy(mult, u.scale, sizeof mult);
+    else mult[0] = mult[1] = SPLAT16(1);
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) { /* two chunks at a time: Q6_K widens every two */
+        nv w[2];
+        for (int k = 0; k < 2; k++) {
+            const vw q = weight_chunk(type, o, c + k, SB_PER_UNIT, CHUNK);
+            memcpy(&w[k], &q, CHUNK);
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++) {
+            const int8_t *x = a[g * lda].u + c * CHUNK;
+            nv p = ADD16(PAIRS(w[0], NV_LOAD(x)), PAIRS(w[1], NV_LOAD(x + CHUNK)));
+            if (sums16 > 2) {
+                if (c % sums16) p = ADD16(pairs[g], p);
+                /* summed as it goes: GCC would hold every chunk's products for a tree of adds, and spill them */
+                __asm__("" : "+x"(p));
+                pairs[g] = p;
+            }
+            if ((c + 2) % sums16 == 0) {
+                const nv wide = MADD16(p, mult[c >= 4]);
+                dot[g] = c + 2 == sums16 ? wide : ADD32(dot[g], wide);
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        vli sum;
+        memcpy(&sum, &dot[g], CHUNK);
+        acc[g] = acc_add_unit(acc[g], dot_terms(type, &u, sum, a + g * lda), part);
+    }
+}
+
+/* Whether a unit of this format goes chunk by chunk against G rows (above). */
+static inline int unit_goes_by_chunk(const int type, const int G) {
+    return type != Q8_0 && G >= 2 && G <= (sums16_of(type) == 8 ? BY_CHUNK_ROWS : BY_CHUNK_ROWS_WIDENED);
+}
+#else
+#define UNIT_BY_CHUNK 0
+#endif
 
 #if CHUNK == 64
 /* Passes of 2-10 activation rows go over two weight rows at once (o, and o + other: the first and second halves
@@ -632,6 +697,14 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const int type,
 static inline __attribute__((always_inline)) void unit_at(const int type, const uint8_t *row, int64_t i, int whole,
                                                           const act_unit *a, int64_t nu, vacc *acc, int G, int part) {
     if (whole) prefetch_ahead(type, row, i);
+#if UNIT_BY_CHUNK
+    if (unit_goes_by_chunk(type, G)) {
+        /* the accumulators in memory between units: 2 registers a row, they left too few for the rows' sums */
+        __asm__("" : "+m"(*(vacc(*)[MAX_ROWS])acc));
+        unit_group_by_chunk(type, row + i * unit_bytes(type), a + i, nu, acc, G, part);
+        return;
+    }
+#endif
     unit(type, row + i * unit_bytes(type), a + i, nu, acc, G, part, 0);
 }
 
