@@ -651,7 +651,7 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
 #endif
 #endif
 
-/* Activations beyond L1_BYTES go in chunks of CHUNK_BYTES, which stay in the L1 cache while a block of
+/* Activations beyond CHUNK_FROM_BYTES go in chunks of CHUNK_BYTES, which stay in the L1 cache while a block of
  * columns (COLUMN_BLOCK) passes over them, the weights streaming through the rest of it (measured on a Zen 5:
  * the down projection's 35 super-blocks, 5 rows, 1.9x faster on cached weights). A chunk reads a short stretch
  * of each weight row, which the hardware prefetcher finds late: row_pass prefetches the next row's stretch
@@ -662,8 +662,11 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
  * and Q4_K's chunks the faster (32 KiB was tuned on a Zen 5 with prefetches into no cache level, where it made
  * 3 rows 1.5x faster than 48). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). With
  * AVX-512 only Q8_0 goes in chunks: the other formats' passes that would go in chunks go over two weight rows
- * at once, on whole rows (`paired`; on a Zen 4 the down projections at 5 rows 0.65-0.68x the time of chunks). */
-enum { L1_BYTES = 65536, CHUNK_BYTES = 24576 };
+ * at once, on whole rows (`paired`; on a Zen 4 the down projections at 5 rows 0.65-0.68x the time of chunks).
+ * With AVX2, whose units go chunk by chunk (UNIT_BY_CHUNK), only from 128 KiB: on the Zen 4 capped at AVX2, the
+ * down projections at 5-9 rows then took 0.75-0.84x the time of chunks, passes of 5-9 tokens 0.87-0.95x; from
+ * 256 KiB, level at 5-9 and 0.89-0.93x at 12-16 rows, but past the L2 of some AVX2 CPUs (256 KiB). */
+enum { CHUNK_FROM_BYTES = UNIT_BY_CHUNK ? 131072 : 65536, CHUNK_BYTES = 24576 };
 
 /* A pass over whole weight rows (not in chunks) prefetches the weights 16 super-blocks ahead, on into the next
  * rows, which follow in memory: the hardware prefetcher falls behind (measured on a Zen 4 with the rows' work
@@ -922,10 +925,10 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
 }
 
 /* The units of a chunk when a pass of G rows (at most MAX_ROWS) goes over rows of K weights: all of them
- * (units(K)) unless the activations exceed L1_BYTES. */
+ * (units(K)) unless the activations exceed CHUNK_FROM_BYTES. */
 int64_t q8_chunk_units(int64_t K, int64_t G) {
     const int64_t nu = units(K);
-    if (G * nu * (int64_t)sizeof(act_unit) <= L1_BYTES) return nu;
+    if (G * nu * (int64_t)sizeof(act_unit) <= CHUNK_FROM_BYTES) return nu;
     const int64_t chunk = CHUNK_BYTES / (G * (int64_t)sizeof(act_unit)) / UNITS_PER_ACC * UNITS_PER_ACC;
     return chunk < UNITS_PER_ACC ? UNITS_PER_ACC : chunk;
 }
