@@ -1,6 +1,7 @@
 #!/bin/bash
-# Run 3 (after e19c104: chunks from 128 KiB) was the same loop once, with new_q8dot.c from e19c104.
 # AVX2-capped A/B of q8dot.c: old (7dd309f) and new (484cd55), alternating, `bench --paths gguf-q8 --no-hf`.
+# Run 3 (after e19c104: chunks from 128 KiB) was the same loop once, with new_q8dot.c from e19c104.
+# It ran with the files in /tmp/ab: old_q8dot.c from `git show 7dd309f:specdec/engine/cpu/csrc/q8dot.c`, new_q8dot.c the commit's.
 cd /work/main
 for i in 1 2; do
   for v in old new; do
