@@ -123,28 +123,29 @@ def activations(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
 
 
 # -- the kernel --------------------------------------------------------------------------------------
+BIT_FOR_BIT_CASES = [(Q4_K, 512, 8), (Q6_K, 768, 8), (Q5_0, 896, 8), (Q8_0, 896, 8), (Q4_K, 768, 8), (Q6_K, 512, 8),
+                     (Q5_0, 160, 8), (Q8_0, 544, 8), (Q5_0, 672, 8), (Q8_0, 1248, 8),
+                     (Q5_0, 2688, 16), (Q8_0, 2656, 16), (Q4_K, 2816, 16), (Q6_K, 2816, 16),
+                     (Q4_0, 896, 8), (Q4_0, 160, 8), (Q4_0, 1248, 8), (Q4_0, 2688, 16),
+                     (Q4_K, 7168, 8), (Q6_K, 7168, 8), (Q4_K, 7168, 16), (Q6_K, 7168, 16), (Q8_0, 7200, 16)]
+
+
 @pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("qtype,cols,rows", [(Q4_K, 512, 8), (Q6_K, 768, 8), (Q5_0, 896, 8), (Q8_0, 896, 8),
-                                             (Q4_K, 768, 8), (Q6_K, 512, 8),
-                                             (Q5_0, 160, 8), (Q8_0, 544, 8), (Q5_0, 672, 8), (Q8_0, 1248, 8),
-                                             (Q5_0, 2688, 16), (Q8_0, 2656, 16), (Q4_K, 2816, 16), (Q6_K, 2816, 16),
-                                             (Q4_0, 896, 8), (Q4_0, 160, 8), (Q4_0, 1248, 8), (Q4_0, 2688, 16),
-                                             (Q4_K, 7168, 8), (Q6_K, 7168, 8), (Q4_K, 7168, 16), (Q6_K, 7168, 16),
-                                             (Q8_0, 7200, 16)],
-                         ids=lambda v: NAMES.get(v, v) if isinstance(v, int) and v < 20 else str(v))
+@pytest.mark.parametrize("qtype,cols,rows", BIT_FOR_BIT_CASES,
+                         ids=[f"{NAMES[qtype]}-{cols}x{rows}" for qtype, cols, rows in BIT_FOR_BIT_CASES])
 def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     """Every build, every format, against the transcription: the same bits, whatever the level. Rows of an odd
     number of super-blocks (768, 2816, and the 32-weight formats' 160 to 2688) end in a half unit with
     AVX-512; the 32-weight formats' rows end in a partial super-block of 4, 1, 5, 7 and 3 blocks (896 and 2688,
     544, 672, 1248, 2656, 7200) or are one block short of a single one (160); 13-16 rows of 2688, 2656, 2816,
     7168 and 7200, and 8 of 7168, go in chunks of units (asked of the kernel), the partial or half one in the last;
-    with AVX2, which chunks only from 128 KiB of activations, 13-16 rows of 7168 and 7200 alone. With AVX-512,
-    passes of 2-10 rows go over two weight columns at once (the two halves of each worker's 18 or 19 of the 37),
-    an odd last one alone, in groups of 3-5 from 6 rows, and so do the chunked ones but Q8_0's, over whole rows
-    in groups of 4-5 (13-14 rows) or 4 (16); with VNNI their units go chunk by chunk at 5 rows, and at 3-4 unless
-    the activations outgrow 32 KiB (3-4 rows of 7168: whole units). With AVX2 a unit goes chunk by chunk against
-    2-8 rows (2-5 for Q5_0 and Q6_K), whole from there. Every row count from 1 to 10 is checked, and 13, 14 and
-    16."""
+    with AVX2, which chunks only from 128 KiB of activations, 13-16 rows of 7168 and 7200 alone. With VNNI,
+    passes of 2-14 rows go over two weight columns at once (the two halves of each worker's 18 or 19 of the 37),
+    an odd last one alone, in groups of 4-7 from 8 rows (Q6_K: 3-5 from 6), and so do the chunked ones but
+    Q8_0's, over whole rows (16 rows: 5-6, Q6_K 4); their units go chunk by chunk at 5-7 rows, and at 3-4 unless
+    the activations outgrow 32 KiB (3-4 rows of 7168: whole units). AVX-512 without VNNI pairs 2-4 rows, and
+    the chunked ones in groups of 4. With AVX2 a unit goes chunk by chunk against 2-8 rows (2-5 for Q5_0 and
+    Q6_K), whole from there. Every row count from 1 to 14 is checked, and 16."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]
@@ -157,8 +158,8 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     want = reference(qtype, raw, cols, x)
     assert torch.equal(kernel(x), want)
     parts = [slice(0, 2), slice(3, 6), slice(2, 6), slice(0, 1), slice(1, 6), slice(2, 8), slice(0, 7)]
-    if rows == 16:  # 9-10 rows in two groups; 13 and 14 rows: chunked on one row at a time, in groups of 4-5
-        parts += [slice(0, 9), slice(4, 14), slice(0, 13), slice(1, 15)]
+    if rows == 16:  # 8-14 rows in two groups with VNNI (Q6_K: 8-10 in two, 11-14 in three)
+        parts += [slice(0, 9), slice(4, 14), slice(0, 11), slice(2, 14), slice(0, 13), slice(1, 15)]
     for part in parts:
         assert torch.equal(kernel(x[part]), want[part])
 
