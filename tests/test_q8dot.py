@@ -141,9 +141,9 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     7168 and 7200, and 8 of 7168, go in chunks of units (asked of the kernel), the partial or half one in the last;
     with AVX2, which chunks only from 128 KiB of activations, 13-16 rows of 7168 and 7200 alone. With VNNI,
     passes of 2-14 rows go over two weight columns at once (the two halves of each worker's 18 or 19 of the 37),
-    an odd last one alone, in groups of 4-7 from 8 rows (Q6_K: 3-5 from 6), and so do the chunked ones but
-    Q8_0's, over whole rows (16 rows: 5-6, Q6_K 4); their units go chunk by chunk at 5-7 rows, and at 3-4 unless
-    the activations outgrow 32 KiB (3-4 rows of 7168: whole units). AVX-512 without VNNI pairs 2-4 rows, and
+    an odd last one alone, in groups of 4-7 from 8 rows, and so do the chunked ones but Q8_0's, over whole rows
+    (16 rows: 5-6); their units go chunk by chunk at 5-7 rows (Q6_K's accumulators in memory at 6-7), and at 3-4
+    unless the activations outgrow 32 KiB (3-4 rows of 7168: whole units). AVX-512 without VNNI pairs 2-4 rows, and
     the chunked ones in groups of 4. With AVX2 a unit goes chunk by chunk against 2-8 rows (2-5 for Q5_0 and
     Q6_K), whole from there. Every row count from 1 to 14 is checked, and 16."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
@@ -158,7 +158,7 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     want = reference(qtype, raw, cols, x)
     assert torch.equal(kernel(x), want)
     parts = [slice(0, 2), slice(3, 6), slice(2, 6), slice(0, 1), slice(1, 6), slice(2, 8), slice(0, 7)]
-    if rows == 16:  # 8-14 rows in two groups with VNNI (Q6_K: 8-10 in two, 11-14 in three)
+    if rows == 16:  # 8-14 rows in two groups with VNNI
         parts += [slice(0, 9), slice(4, 14), slice(0, 11), slice(2, 14), slice(0, 13), slice(1, 15)]
     for part in parts:
         assert torch.equal(kernel(x[part]), want[part])

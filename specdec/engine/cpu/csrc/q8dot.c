@@ -551,13 +551,13 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
 #endif
 
 #if CHUNK == 64
-/* Passes of 2-14 activation rows (2-10 before 2026-12-03's groups of 7) go over two weight rows at once (o, and o + other: the first and second halves
- * of a worker's columns, two linear streams), so that each activation chunk loaded serves both: half the
- * activation reads a weight byte. So do larger passes whose activations would otherwise go in chunks (below).
- * Passes of more than PAIR_ROWS rows go in groups of 4-7 rows (more than PAIR_ROWS_Q6_K rows of Q6_K: groups of
- * 3-5) on the same two weight rows, each group unpacking the units again (the second group's weights come from
- * the L1). At 2 rows of the 1.5B target's down projections, 30 KiB of activations against a Zen 4's
- * 32 KiB L1, single rows ran at 1.5x the time of one row. On a Zen 4, from memory, against single rows: at 2-4
+/* Passes of 2-14 activation rows (2-10 before 2026-12-03's groups of 7) go over two weight rows at once (o, and
+ * o + other: the first and second halves of a worker's columns, two linear streams), so that each activation
+ * chunk loaded serves both: half the activation reads a weight byte. So do larger passes whose activations would
+ * otherwise go in chunks (below). Passes of more than PAIR_ROWS rows go in groups of 4-7 rows on the same two
+ * weight rows, each group unpacking the units again (the second group's weights come from the L1). At 2 rows
+ * of the 1.5B target's down projections, 30 KiB of activations against a Zen 4's 32 KiB L1, single rows ran at
+ * 1.5x the time of one row. On a Zen 4, from memory, against single rows: at 2-4
  * rows, the down projections 0.70-0.91x, q/k/v, out and gate/up 0.86-0.97x, the output layer 0.91-0.98x, the
  * draft's Q5_0 shapes 0.89-1.08x; at 5 rows the down projections (whole rows now, not chunks) 0.65-0.68x and the
  * other shapes 0.83-0.96x; the down projections at 6-9 rows 0.84-0.90x. Whole passes of the 1.5B target: 2 / 3 /
@@ -581,13 +581,18 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
  * and one activation chunk take 31 of the 32 registers (0-12 vectors a unit through the stack; groups of 8
  * spilled 37-44 and were level at 8 rows), so 6 and 7 rows go in one group where they went in two, and 11-14
  * rows in two where they went over single weight rows: whole passes of 6 / 7 / 12 / 14 tokens 0.90 / 0.95 /
- * 0.92 / 0.91x the time, 1, 2, 5 and 9 tokens the same code. Q6_K stays at 5: its first halves take a third set
- * of registers. */
+ * 0.92 / 0.91x the time, 1, 2, 5 and 9 tokens the same code (cc2313a, Q6_K still in groups of up to 5). Q6_K's
+ * first halves take a third set of registers, so from 6 rows its accumulators stay in memory between units (an
+ * empty `asm` with memory operands; 33 and 45 vectors a unit through the stack at 6 and 7 rows, 24 and 28 of them
+ * the accumulators): against groups of up to 5, the output layer and the down projections at 6-7 rows 0.87-0.94x,
+ * passes of 6 / 7 / 12 / 14 tokens 0.96 / 0.95 / 0.94-0.99 / 0.97-0.99x in two runs
+ * (`kernel_ab_q6_k_groups_of_7*.json`). */
 enum { UNIT_PAIR_ROWS = 4, PAIR_BY_CHUNK_FROM = 3, PAIR_BY_CHUNK_L1 = 32768 };
 #ifdef PAIRS /* without VNNI whole units only, no chunk-by-chunk pairs: groups of up to 4 rows */
-enum { PAIR_ROWS = 4, PAIR_ROWS_Q6_K = 4, PAIR_MAX_ROWS = 4 };
-#else /* PAIR_ROWS a group (PAIR_ROWS_Q6_K of Q6_K), PAIR_MAX_ROWS a pass unless its activations go in chunks */
-enum { PAIR_ROWS = 7, PAIR_ROWS_Q6_K = 5, PAIR_MAX_ROWS = 14 };
+enum { PAIR_ROWS = 4, PAIR_MAX_ROWS = 4 };
+#else /* PAIR_ROWS a group, PAIR_MAX_ROWS a pass unless its activations go in chunks; beyond
+       * PAIR_Q6_K_IN_REGISTERS rows a Q6_K pair's accumulators stay in memory between units */
+enum { PAIR_ROWS = 7, PAIR_MAX_ROWS = 14, PAIR_Q6_K_IN_REGISTERS = 5 };
 #endif
 
 /* One full unit of two weight rows (at o and o + other) against G ≤ PAIR_ROWS activation rows, both units
@@ -609,8 +614,8 @@ static inline __attribute__((always_inline)) void unit_pair(const int type, cons
 /* One unit of two weight rows (at o and o + other) against G ≤ PAIR_ROWS activation rows, chunk by chunk: each
  * weight chunk unpacked into one register per weight row and each activation chunk loaded into one register for
  * both, so that 2·G integer sums and 2·G accumulators fit in the 32 registers at up to 7 rows (Q6_K's first
- * halves, 2·G more, at up to 5; whole units, 16 registers of weights, spill there). acc0[g] and acc1[g] += their
- * terms. */
+ * halves take 2·G more: from 6 rows their accumulators stay in memory; whole units, 16 registers of weights,
+ * spill there). acc0[g] and acc1[g] += their terms. */
 static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
                                                                      const act_unit *a, int64_t lda, vacc *acc0,
                                                                      vacc *acc1, int G) {
@@ -801,6 +806,8 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
         prefetch_ahead(type, row + other, i);
 #ifndef PAIRS
         if (by_chunk) {
+            /* Q6_K's first halves take 2·G registers more: from 6 rows the accumulators stay in memory */
+            if (type == Q6_K && G > PAIR_Q6_K_IN_REGISTERS) __asm__("" : "+m"(acc0), "+m"(acc1));
             unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
             continue;
         }
@@ -833,15 +840,12 @@ static inline int pair_by_chunk(int G, int64_t nu) {
         if (pair_by_chunk(G, j->nu)) PAIR_PASS_AS(T, G, 1); \
         else PAIR_PASS_AS(T, G, 0); \
         break;
-#ifndef PAIRS /* PAIR_ROWS 7, PAIR_ROWS_Q6_K 5 */
+#ifndef PAIRS /* PAIR_ROWS 7 */
 #define PAIR_PASSES(T) \
     switch (g) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) PAIR_PASS(T, 6) PAIR_PASS(T, 7) }
-#define PAIR_PASSES_Q6_K \
-    switch (g) { PAIR_PASS(Q6_K, 2) PAIR_PASS(Q6_K, 3) PAIR_PASS(Q6_K, 4) PAIR_PASS(Q6_K, 5) }
 #else
 #define PAIR_PASSES(T) \
     switch (g) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) }
-#define PAIR_PASSES_Q6_K PAIR_PASSES(Q6_K)
 #endif
 #endif
 
@@ -883,16 +887,16 @@ enum { COLUMN_BLOCK = 16 };
 
 #if CHUNK == 64
 /* Columns n and n + far for n in [begin, begin + far), two at once (`paired`), in groups of at most PAIR_ROWS
- * activation rows (PAIR_ROWS_Q6_K of Q6_K). Out of line: inlined in `columns`, the same code ran the 1.5B target's passes of 2-4 tokens
- * 1.02-1.07x slower (three runs of `specdec bench --kernel-ab`; out of line 1.00-1.01x, as before groups). */
+ * activation rows. Out of line: inlined in `columns`, the same code ran the 1.5B target's passes of 2-4
+ * tokens 1.02-1.07x slower (three runs of `specdec bench --kernel-ab`; out of line 1.00-1.01x, as before groups). */
 static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, int64_t far) {
-    const int G = j->G, most = j->type == Q6_K ? PAIR_ROWS_Q6_K : PAIR_ROWS, groups = (G + most - 1) / most;
+    const int G = j->G, groups = (G + PAIR_ROWS - 1) / PAIR_ROWS;
     for (int64_t n = begin; n < begin + far; n++) {
         for (int k = 0, g0 = 0; k < groups; k++) {
             const int g = (G - g0) / (groups - k);
             switch (j->type) {
             case Q4_K: PAIR_PASSES(Q4_K); break;
-            case Q6_K: PAIR_PASSES_Q6_K; break;
+            case Q6_K: PAIR_PASSES(Q6_K); break;
             case Q5_0: PAIR_PASSES(Q5_0); break;
             default: PAIR_PASSES(Q4_0); break;
             }
