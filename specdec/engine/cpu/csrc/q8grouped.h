@@ -1,0 +1,182 @@
+/* A unit against several activation rows without spilling registers: with AVX2 one weight row chunk by chunk
+ * (`unit_group_by_chunk`), with AVX-512 two weight rows at once (`unit_pair`, `unit_pair_by_chunk`). Each output
+ * keeps its order of terms, so its bits are `unit`'s. Part of q8dot.c's translation unit, after q8weights.h. */
+#ifndef SPECDEC_Q8GROUPED_H
+#define SPECDEC_Q8GROUPED_H
+
+#if defined(PAIRS) && CHUNK == 32 && NATIVE == 32
+/* AVX2, passes of 2-8 rows (2-5 for Q5_0 and Q6_K): one full unit of one weight row against the G activation rows,
+ * two chunks at a time: each weight chunk unpacked into one register and dotted with every row's chunk, so that what
+ * stays in registers is a row's int16 sums, and its int32 sums where they widen within the unit (Q5_0, Q6_K).
+ * Unpacked whole as `unit` does, a unit's 8 registers of weights left 8 of AVX2's 16 for the rows, and from 2 rows
+ * their sums and accumulators spilled (12-38 spilled vectors a unit at 2-5 rows; 2 a row now, the accumulators).
+ * The integer sums are the same, exact in any order, and the float steps unit_terms', so the bits are too. On the
+ * Zen 4 capped at AVX2 (`specdec bench --kernel-ab`, both threads): q/k/v, out and gate/up at 2-8 rows 0.81-0.93x
+ * the time, the output layer (Q6_K) at 2-5 rows 0.88-0.93x, whole passes of 2-8 tokens 0.83-0.92x; one row is
+ * unchanged. Not in groups, each unpacking the unit again: Q6_K's 5 and 8 rows as 2 + 3 and 4 + 4, the output layer
+ * 1.3-1.5x (its unpacking outweighed its dot products); Q4_K's 9-16 rows in groups of up to 8, 1.07-1.29x. */
+#define UNIT_BY_CHUNK 1
+enum { BY_CHUNK_ROWS = 8, BY_CHUNK_ROWS_WIDENED = 5 };
+
+static inline __attribute__((always_inline)) void unit_group_by_chunk(const int type, const uint8_t *o, const act_unit *a,
+                                                                int64_t lda, vacc *acc, int G, int part) {
+    unit_weights u;
+    unpack_scales(type, o, &u, 0);
+    const int sums16 = sums16_of(type);
+    nv mult[2], pairs[MAX_ROWS], dot[MAX_ROWS];
+    if (type == Q6_K) memcpy(mult, u.scale, sizeof mult);
+    else mult[0] = mult[1] = SPLAT16(1);
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) { /* two chunks at a time: Q6_K widens every two */
+        nv w[2];
+        for (int k = 0; k < 2; k++) {
+            const vw q = weight_chunk(type, o, c + k, SB_PER_UNIT, CHUNK);
+            memcpy(&w[k], &q, CHUNK);
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++) {
+            const int8_t *x = a[g * lda].u + c * CHUNK;
+            nv p = ADD16(PAIRS(w[0], NV_LOAD(x)), PAIRS(w[1], NV_LOAD(x + CHUNK)));
+            if (sums16 > 2) {
+                if (c % sums16) p = ADD16(pairs[g], p);
+                /* summed as it goes: GCC would hold every chunk's products for a tree of adds, and spill them */
+                __asm__("" : "+x"(p));
+                pairs[g] = p;
+            }
+            if ((c + 2) % sums16 == 0) {
+                const nv wide = MADD16(p, mult[c >= 4]);
+                dot[g] = c + 2 == sums16 ? wide : ADD32(dot[g], wide);
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        vli sum;
+        memcpy(&sum, &dot[g], CHUNK);
+        acc[g] = acc_add_unit(acc[g], dot_terms(type, &u, sum, a + g * lda), part);
+    }
+}
+
+/* Whether a unit of this format goes chunk by chunk against G rows (above). */
+static inline int unit_goes_by_chunk(const int type, const int G) {
+    return type != Q8_0 && G >= 2 && G <= (sums16_of(type) == 8 ? BY_CHUNK_ROWS : BY_CHUNK_ROWS_WIDENED);
+}
+#else
+#define UNIT_BY_CHUNK 0
+#endif
+
+#if CHUNK == 64
+/* Passes of 2-14 activation rows (2-10 before 2026-12-03's groups of 7) go over two weight rows at once (o, and
+ * o + other: the first and second halves of a worker's columns, two linear streams), so that each activation
+ * chunk loaded serves both: half the activation reads a weight byte. So do larger passes whose activations would
+ * otherwise go in chunks (below). Passes of more than PAIR_ROWS rows go in groups of 4-7 rows on the same two
+ * weight rows, each group unpacking the units again (the second group's weights come from the L1). At 2 rows
+ * of the 1.5B target's down projections, 30 KiB of activations against a Zen 4's 32 KiB L1, single rows ran at
+ * 1.5x the time of one row. On a Zen 4, from memory, against single rows: at 2-4
+ * rows, the down projections 0.70-0.91x, q/k/v, out and gate/up 0.86-0.97x, the output layer 0.91-0.98x, the
+ * draft's Q5_0 shapes 0.89-1.08x; at 5 rows the down projections (whole rows now, not chunks) 0.65-0.68x and the
+ * other shapes 0.83-0.96x; the down projections at 6-9 rows 0.84-0.90x. Whole passes of the 1.5B target: 2 / 3 /
+ * 4 tokens 0.96 / 0.92 / 0.85x, 5 tokens 0.83-0.85x (medians of 16-20, both builds in one process,
+ * `specdec bench --kernel-ab`). With VNNI, a unit goes chunk by chunk (`unit_pair_by_chunk`, each activation
+ * chunk in one register for both weight rows) at 5 rows, and at 3-4 where the activations fit the L1
+ * (PAIR_BY_CHUNK_L1); whole units otherwise: chunk by chunk, with the activations from the L2 (the down
+ * projections at 3-4 rows) 1.08-1.11x the time, and at 2 rows 1.04-1.10x (the Zen 4, both threads, from memory).
+ * Against the build before (2026-12-03: whole units at 3-4 rows, and at 5 chunk by chunk with each activation
+ * load folded into both dot products): q/k/v, out, gate/up and the output layer at 3-5 rows 0.81-0.92x, whole
+ * passes of 3 / 4 / 5 tokens 0.96 / 0.93 / 0.94x; and pairs in two groups against single rows at 6-10 rows,
+ * passes 0.89-0.96x (11-16 rows level, so not taken). Not at one row (1.0-1.08x; chunk by chunk with shared loads
+ * 1.27-1.37x slower on gate/up and the output layer at both threads); not for Q8_0, whose weights take twice the
+ * registers (their signs; 1.0-1.23x). AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower.
+ * Without VNNI (the avx512 build) whole units only, in groups of up to 4 rows and for at most 4 rows unless
+ * chunked: on a Zen 5 capped at that level, whole passes of 2 / 3 / 4 tokens took 1.06 / 1.08 / 1.25x the time
+ * without pairs, 5 and 9 tokens the same (`specdec bench --kernel-ab`). The order of every output's terms is
+ * unchanged.
+ * Groups of up to 7 rows with VNNI, where they were of up to 5 (2026-12-03, the Zen 4, both threads, from memory,
+ * `kernel_ab_groups_of_7*.json`): a group's 2 · 7 dot products and 2 · 7 accumulators, one weight chunk a row
+ * and one activation chunk take 31 of the 32 registers (0-12 vectors a unit through the stack; groups of 8
+ * spilled 37-44 and were level at 8 rows), so 6 and 7 rows go in one group where they went in two, and 11-14
+ * rows in two where they went over single weight rows: whole passes of 6 / 7 / 12 / 14 tokens 0.90 / 0.95 /
+ * 0.92 / 0.91x the time, 1, 2, 5 and 9 tokens the same code (cc2313a, Q6_K still in groups of up to 5). Q6_K's
+ * first halves take a third set of registers, so from 6 rows its accumulators stay in memory between units (an
+ * empty `asm` with memory operands; 33 and 45 vectors a unit through the stack at 6 and 7 rows, 24 and 28 of them
+ * the accumulators): against groups of up to 5, the output layer and the down projections at 6-7 rows 0.87-0.94x,
+ * passes of 6 / 7 / 12 / 14 tokens 0.96 / 0.95 / 0.94-0.99 / 0.97-0.99x in two runs
+ * (`kernel_ab_q6_k_groups_of_7*.json`). */
+enum { UNIT_PAIR_ROWS = 4, PAIR_BY_CHUNK_FROM = 3, PAIR_BY_CHUNK_L1 = 32768 };
+#ifdef PAIRS /* without VNNI whole units only, no chunk-by-chunk pairs: groups of up to 4 rows */
+enum { PAIR_ROWS = 4, PAIR_MAX_ROWS = 4 };
+#else /* PAIR_ROWS a group, PAIR_MAX_ROWS a pass unless its activations go in chunks; beyond
+       * PAIR_Q6_K_IN_REGISTERS rows a Q6_K pair's accumulators stay in memory between units */
+enum { PAIR_ROWS = 7, PAIR_MAX_ROWS = 14, PAIR_Q6_K_IN_REGISTERS = 5 };
+#endif
+
+/* One full unit of two weight rows (at o and o + other) against G ≤ PAIR_ROWS activation rows, both units
+ * unpacked whole into registers: acc0[g] and acc1[g] += their terms. */
+static inline __attribute__((always_inline)) void unit_pair(const int type, const uint8_t *o, int64_t other,
+                                                            const act_unit *a, int64_t lda, vacc *acc0, vacc *acc1,
+                                                            int G) {
+    unit_weights u0, u1;
+    unpack_unit(type, o, &u0, 0);
+    unpack_unit(type, o + other, &u1, 0);
+    for (int g = 0; g < G; g++) {
+        const act_unit *x = a + g * lda;
+        acc0[g] = acc_add_unit(acc0[g], unit_terms(type, &u0, x), 0);
+        acc1[g] = acc_add_unit(acc1[g], unit_terms(type, &u1, x), 0);
+    }
+}
+
+#ifndef PAIRS
+/* One unit of two weight rows (at o and o + other) against G ≤ PAIR_ROWS activation rows, chunk by chunk: each
+ * weight chunk unpacked into one register per weight row and each activation chunk loaded into one register for
+ * both, so that 2·G integer sums and 2·G accumulators fit in the 32 registers at up to 7 rows (Q6_K's first
+ * halves take 2·G more: from 6 rows their accumulators stay in memory; whole units, 16 registers of weights,
+ * spill there). acc0[g] and acc1[g] += their terms. */
+static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
+                                                                     const act_unit *a, int64_t lda, vacc *acc0,
+                                                                     vacc *acc1, int G) {
+    unit_weights u[2];
+    unpack_scales(type, o, &u[0], 0);
+    unpack_scales(type, o + other, &u[1], 0);
+    nv dot[2][PAIR_ROWS], first[2][PAIR_ROWS]; /* first: Q6_K's first halves */
+    for (int g = 0; g < G; g++)
+        for (int r = 0; r < 2; r++) dot[r][g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : _mm512_setzero_si512();
+#pragma GCC unroll 8 /* as GCC unrolls it without the barrier below */
+    for (int c = 0; c < 8; c++) {
+        if (type == Q6_K && c == 4) /* the first halves done, the second ones start */
+            for (int g = 0; g < G; g++)
+                for (int r = 0; r < 2; r++) {
+                    first[r][g] = dot[r][g];
+                    dot[r][g] = NV_LOAD(a[g * lda].half_start[1]);
+                }
+        nv w[2];
+        for (int r = 0; r < 2; r++) {
+            const vw q = weight_chunk(type, o + r * other, c, SB_PER_UNIT, CHUNK);
+            memcpy(&w[r], &q, CHUNK);
+        }
+        for (int g = 0; g < G; g++) {
+            nv x = NV_LOAD(a[g * lda].u + c * CHUNK);
+            /* x in a register: GCC would fold the load into both vpdpbusd, two loads of the same 64 bytes, and
+             * a Zen 4 loads one such vector a cycle (there, one thread, Q4_K at 5 rows 0.86x the time) */
+            __asm__("" : "+v"(x));
+            for (int r = 0; r < 2; r++) dot[r][g] = DP(dot[r][g], w[r], x);
+        }
+    }
+    for (int g = 0; g < G; g++) /* each block sum I as unit_terms finishes it */
+        for (int r = 0; r < 2; r++) {
+            const act_unit *x = a + g * lda;
+            vli sum;
+            memcpy(&sum, &dot[r][g], CHUNK);
+            vl exact = __builtin_convertvector(centred(type, sum, x), vl);
+            if (type == Q6_K) {
+                vli first_half;
+                memcpy(&first_half, &first[r][g], CHUNK);
+                exact = q6_k_halves_sum(&u[r], first_half, sum);
+            }
+            const vl t = float_steps(type, &u[r], exact, x);
+            if (r == 0) acc0[g] = acc_add(acc0[g], t);
+            else acc1[g] = acc_add(acc1[g], t);
+        }
+}
+#endif
+#endif
+
+#endif

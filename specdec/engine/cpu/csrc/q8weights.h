@@ -1,0 +1,258 @@
+/* The gguf-q8 kernel's weight units: their chunks and scales unpacked from the repacked layout (q8unit.h),
+ * and the float steps that turn a unit's integer sums against one activation row into its terms. Part of
+ * q8dot.c's translation unit, after q8level.h. */
+#ifndef SPECDEC_Q8WEIGHTS_H
+#define SPECDEC_Q8WEIGHTS_H
+
+/* cb bytes at p (CHUNK, or CHUNK / 2 for a half unit), the rest of the chunk zero. With AVX-512 a half unit's by
+ * one 32-byte load: through memory (a copy into a zeroed vector) each cost a store-forwarding stall. */
+static inline __attribute__((always_inline)) vw load_chunk(const uint8_t *p, int cb) {
+    vw v = {0};
+#if CHUNK == 64
+    if (cb == CHUNK / 2) {
+        const __m512i loaded = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)p));
+        memcpy(&v, &loaded, CHUNK);
+        return v;
+    }
+#endif
+    memcpy(&v, p, cb);
+    return v;
+}
+
+/* Chunk 2h + high's 4-bit quants, from the nibble bytes of half h at p. */
+static inline vw nibbles(const uint8_t *p, int high, int cb) {
+    return (high ? load_chunk(p, cb) >> 4 : load_chunk(p, cb)) & BYTES(15);
+}
+
+/* The unit's BLOCKS bytes at p (unsigned), one a lane, as int32. */
+static inline vli byte_lanes(const uint8_t *p) {
+    vli out;
+#if CHUNK == 64
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&out, &v, 64);
+#elif defined(__AVX2__)
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    memcpy(&out, &v, 32);
+#else
+    for (int l = 0; l < BLOCKS; l++) out[l] = p[l];
+#endif
+    return out;
+}
+
+/* 2 · BLOCKS int8 at p as int16, two a lane (Q6_K's half scales of each block). */
+static inline vli byte_pairs(const int8_t *p) {
+    vli out;
+#if CHUNK == 64
+    const __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p));
+    memcpy(&out, &v, 64);
+#elif defined(__AVX2__)
+    const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&out, &v, 32);
+#else
+    for (int l = 0; l < BLOCKS; l++) out[l] = (int32_t)((uint32_t)(uint16_t)p[2 * l] | (uint32_t)(uint16_t)p[2 * l + 1] << 16);
+#endif
+    return out;
+}
+
+/* BLOCKS float16 scales at p, one a lane; of a half unit (`half`), the first 8 and zeros. */
+static inline vl half_lanes(const uint8_t *p, int half) {
+    vl out;
+    (void)half; /* the 32-byte chunk builds have no half units */
+#if CHUNK == 64
+    const __m512 f = half ? _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)))
+                          : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+    memcpy(&out, &f, 64);
+#elif defined(__F16C__)
+    const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    memcpy(&out, &f, 32);
+#else
+    for (int l = 0; l < BLOCKS; l++) out[l] = half_to_float(p + 2 * l);
+#endif
+    return out;
+}
+
+/* Lane l: the float16 at p + 2 · (l / 8), its super-block's (8 blocks a super-block); of a half unit, one. */
+static inline vl superblock_lanes(const uint8_t *p, int half) {
+    vl out;
+#if CHUNK == 64 /* two super-blocks a unit: both converted at once, then 8 lanes each by one permutation (GCC
+                 * built it from 8 masked broadcasts; on a Zen 4, cached, a Q4_K unit at one row 0.83x the time) */
+    uint32_t pair;
+    memcpy(&pair, p, 4);
+    if (half) pair &= 0xffff; /* one super-block: the other lanes +0 */
+    const __m512 f = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                                           _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)pair))));
+    memcpy(&out, &f, 64);
+#else
+    (void)half;
+    out = (vl){0} + half_to_float(p);
+#endif
+    return out;
+}
+
+/* What one unit of a weight row needs, unpacked once per pass. */
+typedef struct {
+    nv w[NVS], sign[NVS]; /* sign: Q8_0 only */
+    vl s, m;              /* the blocks' scales, and Q4_K's mins */
+    vli scale[2];         /* Q6_K without VNNI: the half scales as unit_dot takes them */
+    vli scale_pairs;      /* Q6_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
+    vl half_scale[2];     /* Q6_K with VNNI: sc₁ and sc₂ as floats */
+} unit_weights;
+
+/* Chunk c's weights as unsigned bytes, of the unit at o (of sbu super-blocks, chunks of cb bytes: a half unit
+ * if cb is CHUNK / 2, whose lanes past 8 read other bytes, finite, against zero activations); not Q8_0. */
+static inline __attribute__((always_inline)) vw weight_chunk(const int type, const uint8_t *o, const int c,
+                                                             const int sbu, const int cb) {
+    if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
+    if (type == Q6_K) {
+        const uint8_t *high = o + 18 * sbu + 4 * cb;
+        return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) |
+               (((load_chunk(high + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3)) << 4);
+    }
+    const vw low = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb); /* Q4_0's codes, Q5_0's low four bits */
+    if (type == Q4_0) return low;
+    const int per_word = 64 / cb; /* Q5_0's fifth bits */
+    vw lane;
+    for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
+    uint64_t word;
+    memcpy(&word, o + 16 * sbu + 4 * cb + 8 * (c / per_word), 8);
+    const vw shift = lane + (uint64_t)((cb / 8) * (c % per_word));
+    return low | ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
+}
+
+/* The scales of the unit at o (a half unit if `half`): s, and m, scale, scale_pairs or half_scale by type. */
+static inline __attribute__((always_inline)) void unpack_scales(const int type, const uint8_t *o, unit_weights *u,
+                                                                const int half) {
+    const int sbu = half ? 1 : SB_PER_UNIT;
+    if (type == Q4_K) { /* a half unit's lanes past 8 read the mins' and quants' bytes: finite, against zeros */
+        u->s = __builtin_convertvector(byte_lanes(o + 4 * sbu), vl) * superblock_lanes(o, half);           /* d · sc */
+        u->m = __builtin_convertvector(byte_lanes(o + 12 * sbu), vl) * superblock_lanes(o + 2 * sbu, half); /* dmin · m */
+    } else if (type == Q6_K) {
+        u->s = superblock_lanes(o, half);
+        const vli pairs = byte_pairs((const int8_t *)o + 2 * sbu);
+        u->scale_pairs = pairs;
+        if (SCALE_PAIRS) { /* (sc₁, sc₁) and (sc₂, sc₂) a lane */
+            u->scale[0] = (vli)(((vlu)pairs & 0xffff) | ((vlu)pairs << 16));
+            u->scale[1] = (vli)(((vlu)pairs & 0xffff0000u) | ((vlu)pairs >> 16));
+        } else { /* the sign-extended int16s */
+            u->half_scale[0] = __builtin_convertvector((vli)((vlu)pairs << 16) >> 16, vl);
+            u->half_scale[1] = __builtin_convertvector(pairs >> 16, vl);
+        }
+    } else { /* Q5_0, Q4_0 and Q8_0 */
+        u->s = half_lanes(o, half);
+    }
+}
+
+/* The unit at o (a half unit if `half`: its lanes past 8 hold zero weights, and scales that are finite) */
+static inline __attribute__((always_inline)) void unpack_unit(const int type, const uint8_t *o, unit_weights *u,
+                                                              const int half) {
+    const int sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
+    uint8_t bytes[UNIT] __attribute__((aligned(64)));
+    unpack_scales(type, o, u, half);
+    if (type == Q8_0) { /* |q| is the unsigned operand, and q's sign moves onto the activations */
+        if (!half) {
+            load_signed_weights(u->w, u->sign, (const int8_t *)o + 16 * sbu);
+            return;
+        }
+        for (int c = 0; c < 8; c++) {
+            const vw q = load_chunk(o + 16 * sbu + cb * c, cb);
+            memcpy(bytes + CHUNK * c, &q, CHUNK);
+        }
+        load_signed_weights(u->w, u->sign, (const int8_t *)bytes);
+        return;
+    }
+    for (int c = 0; c < 8; c++) {
+        const vw q = weight_chunk(type, o, c, sbu, cb);
+        memcpy(bytes + CHUNK * c, &q, CHUNK);
+    }
+    load_weights(u->w, bytes);
+}
+
+/* A unit's terms t (its BLOCKS lanes) into accumulators [BLOCKS · part, BLOCKS · (part + 1)) of acc. */
+static inline vacc acc_add_unit(vacc a, vl t, int part) {
+#if CHUNK == 64 /* a unit is the 16 accumulators */
+    (void)part;
+    return acc_add(a, t);
+#else
+    enum { PER_UNIT = CHUNK / PIECE_BYTES };
+    vpiece p[PER_UNIT];
+    memcpy(p, &t, CHUNK);
+    for (int i = 0; i < PER_UNIT; i++) a.p[part * PER_UNIT + i] += p[i];
+    return a;
+#endif
+}
+
+enum { MAX_ROWS = 16 };
+
+/* A unit's terms against activation row x from its exact block sums: (s·dx)·I, less m·(dx·Σu) for Q4_K. */
+static inline __attribute__((always_inline)) vl float_steps(const int type, const unit_weights *u, vl exact,
+                                                            const act_unit *x) {
+    vl dx;
+    memcpy(&dx, x->dx, CHUNK);
+    vl term = (u->s * dx) * exact;
+    if (type == Q4_K) {
+        vl dx_bsum;
+        memcpy(&dx_bsum, x->dx_bsum, CHUNK);
+        term = term - u->m * dx_bsum;
+    }
+    return term;
+}
+
+/* Q6_K's block sums I from its two half sums (each started at −32·Σu), with VNNI and in portable C:
+ * sc₁·I₁ + sc₂·I₂ in float32, exact: |sc·I| ≤ 128 · 16 · 32 · 127 and the sum < 2^24. */
+static inline vl q6_k_halves_sum(const unit_weights *u, vli first, vli second) {
+    return __builtin_convertvector(first, vl) * u->half_scale[0] +
+           __builtin_convertvector(second, vl) * u->half_scale[1];
+}
+
+/* Q5_0's and Q4_0's block sums I from Σ q·u: less 16 · Σu or 8 · Σu, their codes being q − 16 and q − 8 (a
+ * shift, unsigned: defined for negative sums); the other formats' as they are. */
+static inline vli centred(const int type, vli dot, const act_unit *x) {
+    if (type != Q5_0 && type != Q4_0) return dot;
+    vli sums;
+    memcpy(&sums, x->bsum, CHUNK);
+    return dot - (vli)((vlu)sums << (type == Q5_0 ? 4 : 3));
+}
+
+/* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K and Q4_0,
+ * 31 for Q5_0, 63 for Q6_K, 128 for Q8_0. */
+static inline int sums16_of(const int type) {
+    return type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
+}
+
+/* The terms of a unit against activation row x from unit_dot's sums: I as floats, then the float steps. */
+static inline __attribute__((always_inline)) vl dot_terms(const int type, const unit_weights *u, vli dot,
+                                                          const act_unit *x) {
+#if SCALE_PAIRS
+    if (type == Q6_K) { /* less 32 · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
+        vli sums;
+        memcpy(&sums, x->halves, CHUNK);
+        dot -= (vli)((vlu)madd_pairs(sums, u->scale_pairs) << 5);
+    }
+#endif
+    return float_steps(type, u, __builtin_convertvector(centred(type, dot, x), vl), x);
+}
+
+/* The terms of one unpacked unit against one activation row x: its BLOCKS lanes. */
+static inline __attribute__((always_inline)) vl unit_terms(const int type, const unit_weights *u, const act_unit *x) {
+#if !SCALE_PAIRS
+    if (type == Q6_K) {
+        vli half[2];
+        memcpy(half, x->half_start, sizeof half);
+        unit_halves(u->w, x->u, half);
+        return float_steps(type, u, q6_k_halves_sum(u, half[0], half[1]), x);
+    }
+#endif
+    return dot_terms(type, u, unit_dot(u->w, type == Q8_0 ? u->sign : 0, x->u, sums16_of(type),
+                                       type == Q6_K ? u->scale : 0), x);
+}
+
+/* One unit of one weight row (a half unit if `half`) against G activation rows: acc[g] += its terms, at
+ * accumulators `part`. */
+static inline __attribute__((always_inline)) void unit(const int type, const uint8_t *o, const act_unit *a,
+                                                       int64_t lda, vacc *acc, int G, int part, const int half) {
+    unit_weights u;
+    unpack_unit(type, o, &u, half);
+    for (int g = 0; g < G; g++) acc[g] = acc_add_unit(acc[g], unit_terms(type, &u, a + g * lda), part);
+}
+
+#endif
