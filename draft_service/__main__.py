@@ -6,7 +6,7 @@ import logging
 
 from draft_service.servicer import register
 from specdec.engine.lookup_engine import LOOKUP_MODEL, LookupEngine
-from specdec.engine.model_engine import DraftEngine
+from specdec.engine.draft_engine import DraftEngine
 from specdec.engine.models import draft_vocabulary
 from specdec.runtime.model_service import (
     ModelServiceConfig,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from grpc_health.v1 import health_pb2
 
-from specdec.engine.model_engine import TargetEngine
+from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import resolve_device
 from specdec.engine.tp import shard_model
 from specdec.runtime.machine_lock import machine_lock

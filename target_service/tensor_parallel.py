@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from specdec.core.errors import SpecDecError, Unavailable
 from specdec.engine.backend import Verification
-from specdec.engine.model_engine import TargetEngine
+from specdec.engine.target_engine import TargetEngine
 from specdec.engine.profile_cache import ProfileCache, load_or_measure
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,8 @@ from conftest import TINY_DRAFT, TINY_TARGET, Worker
 from specdec.core.errors import Cancelled, Unavailable
 from specdec.core.sampling import SamplingParams
 from specdec.engine.batcher import StepBatcher, expected_gap
-from specdec.engine.model_engine import DraftEngine, TargetEngine
+from specdec.engine.draft_engine import DraftEngine
+from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.planning.cost import PROFILE_CONTEXT, CostProfile, positions_past, shared_prompt_chunk

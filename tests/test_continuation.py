@@ -10,7 +10,7 @@ from specdec.cli.client import generate, make_request
 from specdec.core.errors import InvalidArgument
 from specdec.core.sampling import SamplingParams
 from specdec.engine.continuation import MAX_EXTRA_STEPS, verify_and_continue
-from specdec.engine.model_engine import TargetEngine
+from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model
 from specdec.launch.stack import EmbeddedStack
 from specdec.planning.controller import GammaController

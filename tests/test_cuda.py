@@ -15,7 +15,7 @@ from conftest import assert_pieces_keep_their_rows, assert_speculated, tiny_opti
 from specdec.cli.client import generate, make_request
 from specdec.core.sampling import SamplingParams
 from specdec.engine.batcher import StepBatcher
-from specdec.engine.model_engine import TargetEngine
+from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.launch.stack import EmbeddedStack

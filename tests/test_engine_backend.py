@@ -9,7 +9,8 @@ import pytest
 
 from specdec.engine.backend import Backend, DraftBackend, TargetBackend
 from specdec.engine.lookup_engine import LookupEngine
-from specdec.engine.model_engine import DraftEngine, TargetEngine
+from specdec.engine.draft_engine import DraftEngine
+from specdec.engine.target_engine import TargetEngine
 from target_service.tensor_parallel import TensorParallelTarget
 
 IMPLEMENTATIONS = [(DraftEngine, DraftBackend), (LookupEngine, DraftBackend), (TargetEngine, TargetBackend),

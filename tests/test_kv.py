@@ -6,7 +6,8 @@ import torch
 from specdec.core.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
 from specdec.core.sampling import SamplingParams
 from specdec.core.sequence import SequenceState
-from specdec.engine.model_engine import DraftEngine, TargetEngine
+from specdec.engine.draft_engine import DraftEngine
+from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import build_tiny_model, load_model
 
 TARGET, DRAFT = "tiny:seed=0", "tiny:seed=0,perturb=0.05"

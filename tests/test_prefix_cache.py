@@ -17,7 +17,8 @@ from specdec.cli.client import generate, make_request
 from specdec.core.errors import ResourceExhausted
 from specdec.core.sampling import MAX_CACHE_SALT, SamplingParams
 from specdec.core.sequence import common_prefix
-from specdec.engine.model_engine import REUSE_MIN_TOKENS, TargetEngine
+from specdec.engine.model_engine import REUSE_MIN_TOKENS
+from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.prefix_cache import PrefixCache
 from specdec.launch.stack import EmbeddedStack

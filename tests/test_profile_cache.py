@@ -102,7 +102,7 @@ def test_the_cache_can_be_turned_off_or_moved(tmp_path, monkeypatch):
 def test_the_profile_reaches_the_orchestrator_with_its_attention_at_depth():
     """A service's Info carries its profile, attention at depth included (picoseconds a token and position), and
     the orchestrator reads back the profile the service plans with."""
-    from specdec.engine.model_engine import TargetEngine
+    from specdec.engine.target_engine import TargetEngine
     from specdec.engine.models import load_model
     from specdec.runtime.wire import cost_profile_from_pb, model_info_to_pb
 

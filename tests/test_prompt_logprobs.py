@@ -14,7 +14,8 @@ from specdec.cli.client import generate, make_request
 from specdec.core.errors import InvalidArgument
 from specdec.core.logprobs import token_logprobs
 from specdec.core.sampling import SamplingParams
-from specdec.engine.model_engine import PREFILL_CHUNK, REUSE_MIN_TOKENS, TargetEngine
+from specdec.engine.model_engine import PREFILL_CHUNK, REUSE_MIN_TOKENS
+from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.runtime.server import CHANNEL_OPTIONS

@@ -16,7 +16,7 @@ from orchestrator.activity import Activity
 from orchestrator.drafting import Drafting
 from specdec.cli.client import generate, make_request
 from specdec.core.sampling import SamplingParams
-from specdec.engine.model_engine import DraftEngine
+from specdec.engine.draft_engine import DraftEngine
 from specdec.engine.models import load_model
 from specdec.launch.stack import EmbeddedStack
 from specdec.runtime.security import open_channel

@@ -1,6 +1,6 @@
 """What a draft or target service hosts: the backend interface, and the values it returns.
 
-`DraftEngine` and `TargetEngine` (a model, `specdec.engine.model_engine`), `LookupEngine` (no model,
+`DraftEngine` and `TargetEngine` (a model, `specdec.engine.draft_engine` and `.target_engine`), `LookupEngine` (no model,
 n-gram lookups) and the tensor-parallel front of a target (`target_service.tensor_parallel`) implement
 it; a new backend (a GPU runner, another proposer) implements it too, and the services serve it
 unchanged. `tests/test_engine_backend.py` checks every implementation against these Protocols.

@@ -1,9 +1,9 @@
-"""Model-side engines: per-session KV caches, drafting and verification (no RPC code).
+"""The model-side engine both roles share: per-session KV caches, syncing and rollback, forward passes (no RPC code).
 
 Sessions run their rounds concurrently; their forward steps meet in shared passes
 (`specdec.engine.batcher`), which change speed but not a single bit of any session's logits.
 
-`DraftEngine.propose` and `TargetEngine.verify` are the domain calls the gRPC servicers
+`DraftEngine.propose` (`draft_engine`) and `TargetEngine.verify` (`target_engine`) are the domain calls the gRPC servicers
 translate to and from protobuf. Both keep a `KVCache` per session and crop it to the
 committed prefix at the start of each round (see `specdec.core.sequence`); the forward passes run on the
 model's `ModelRunner`, on the compute path it was loaded with.
@@ -20,15 +20,12 @@ from typing import Callable, Iterator
 
 import torch
 
-from specdec.core.coupling import coupled_tokens
 from specdec.core.errors import Cancelled, InvalidArgument, OutOfRange, ResourceExhausted
-from specdec.core.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
 from specdec.core.processing import process_logits
-from specdec.core.rejection import verify_choices, verify_greedy, verify_sampled
 from specdec.core.rounds import PassLoad
-from specdec.core.sampling import SamplingParams, filtered_logits, position_generator, probs_from_logits, sample
+from specdec.core.sampling import SamplingParams
 from specdec.core.sequence import SequenceState, common_prefix, longest_shared
-from specdec.engine.backend import GAMMA_LIMIT, Proposal, Rollback, Verification, resident_bytes
+from specdec.engine.backend import GAMMA_LIMIT, Rollback, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
 from specdec.engine.constraint import Grammars, GrammarState
 from specdec.engine.kvcache import KVCache
@@ -50,7 +47,6 @@ SHARED_PREFILL_CHUNK = 32
 BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify blocks
 REUSE_MIN_TOKENS = 16  # a shorter shared prefix is recomputed rather than copied
 PREFIX_CACHE_BYTES = 1 << 30  # ended sessions' KV caches kept for later sessions, by default (`PrefixCache`)
-PROB_SUM_TOLERANCE = 1e-3  # float32 sums over a 152k vocabulary stay well inside this
 RowsSink = Callable[[int, torch.Tensor], None]  # (offset, logits [n, V]) of fed tokens [offset, offset + n)
 
 
@@ -336,137 +332,3 @@ class Engine:
         logits = self._forward(session, state.pending() + draft_tokens, gamma + 1, every_row)  # [γ+1, V]
         state.extend(draft_tokens, cached=len(state.tokens) + gamma)
         return committed, logits, rollback
-
-
-class DraftEngine(Engine):
-    def propose(self, session_id: str, start: int, tokens: list[int], gamma: int,
-                min_confidence: float = 0.0, guess_first: bool = False) -> Proposal:
-        """Sync to the committed prefix, then draft up to `gamma` tokens autoregressively.
-
-        Early stop: drafting ends once the product of the draft's top probabilities along the
-        proposal falls below `min_confidence` (at least one token is always proposed). The
-        output stays lossless: each proposed token still carries its exact q (with the coupled sampler
-        none: each is the draft's coupled draw at its position, `specdec.core.coupling`).
-        `guess_first`: the first token is the draft's most likely one (a guess of the target's bonus
-        token, never verified as a draft; with the coupled sampler its coupled draw, the target's own
-        where q = p); the rest are drawn as usual, at their own positions.
-        γ = 0 feeds the committed tokens but the last (whose logits start the next round) and proposes
-        nothing: a conversation's tokens fed between its turns.
-        """
-        if not 0 <= gamma <= self.gamma_max:
-            raise InvalidArgument(f"gamma must be in [0, {self.gamma_max}] for a draft round, got {gamma}")
-        if not 0.0 <= min_confidence < 1.0:
-            raise InvalidArgument(f"min_confidence must be in [0, 1), got {min_confidence}")
-        with self._held(session_id) as session:
-            began = time.perf_counter()
-            rollback = self._sync(session, start, tokens, gamma)
-            state, params = session.state, session.params
-            if gamma == 0:
-                fed = state.pending()[:-1]
-                if fed:
-                    self._forward(session, fed, logits=0)
-                    state.cached += len(fed)
-                return Proposal([], None, time.perf_counter() - began, rollback, self._load(session), session.reused)
-            logits = self._forward(session, state.pending())  # [1, V]
-            drafted: list[int] = []
-            probs: list[torch.Tensor] = []
-            confidence = 1.0
-            committed = state.tokens[:state.committed]
-            for i in range(gamma):
-                logits = self._process(session, logits, committed + drafted)  # this position's distribution
-                if params.greedy:
-                    token = int(logits[0].argmax())
-                    if min_confidence > 0:
-                        confidence *= float(logits[0].softmax(-1)[token])
-                elif params.coupled:  # the target's own draw at this position if q == p; no q to send
-                    filtered = filtered_logits(logits, params)  # [1, V]
-                    token = coupled_tokens(filtered, params.seed, state.committed + i)[0]
-                    if min_confidence > 0:  # as greedy's: a softmax over the vocabulary only where it is read
-                        confidence *= float(filtered[0].softmax(-1).max())
-                else:
-                    q = probs_from_logits(logits, params)[0]  # [V]
-                    gen = position_generator(params.seed, state.committed + i, "draft", q.device)
-                    token = int(q.argmax()) if guess_first and i == 0 else sample(q, gen)
-                    probs.append(q)
-                    confidence *= float(q.max())
-                drafted.append(token)
-                if i == gamma - 1 or confidence < min_confidence:
-                    break
-                logits = self._forward(session, [token])
-            # The last draft token is not fed yet; the next round feeds it if it is accepted.
-            state.extend(drafted, cached=len(state.tokens) + len(drafted) - 1)
-            q_all = torch.stack(probs).cpu() if probs else None  # [γ', V]
-            return Proposal(drafted, q_all, time.perf_counter() - began, rollback, self._load(session),
-                            session.reused)
-
-
-class TargetEngine(Engine):
-    def verify(self, session_id: str, start: int, tokens: list[int], draft_tokens: list[int],
-               draft_probs: torch.Tensor | None, top_logprobs: int | None = None,
-               prompt_top: int | None = None) -> Verification:
-        """Score committed tail + drafts in one forward pass and run the rejection sampler.
-
-        draft_probs: [γ, V] or None (greedy, or a deterministic proposer).
-        With no draft tokens this is a plain target-only decoding step.
-        top_logprobs: None = no log-probabilities; k = each emitted token's, with its k most likely
-        alternatives (`specdec.core.logprobs`), from the rows just verified.
-        prompt_top: None, or k = each committed token's raw log-probability after the ones before it
-        (positions 1.., a prompt's: the session's first call), with k alternatives; that call computes
-        every position, taking no shared prefix from another session's cache.
-        """
-        self.check_request(draft_tokens, draft_probs, top_logprobs, prompt_top)
-        with self._held(session_id) as session:
-            began = time.perf_counter()
-            prompt: list[TokenLogprob] = []
-            sink = None if prompt_top is None else \
-                lambda i, rows: prompt.extend(token_logprobs(rows, tokens[i + 1:i + 1 + rows.shape[0]], None, prompt_top))
-            committed, logits, rollback = self._score(session, start, tokens, draft_tokens, sink)
-            params = session.params
-            # Row i is processed with the committed tokens and the first i drafts: target-only's state.
-            logits = self._process(session, logits, session.state.tokens[:committed], draft_tokens)
-            if params.greedy:
-                verdict = verify_greedy(draft_tokens, logits)
-            elif params.coupled:  # each position's coupled draw, whatever was drafted; q is not needed
-                draws = coupled_tokens(filtered_logits(logits, params), params.seed, committed)  # [γ+1]
-                verdict = verify_choices(draft_tokens, draws)
-            else:
-                p = probs_from_logits(logits, params)  # [γ+1, V]
-                q = None if draft_probs is None else draft_probs.to(p.device, torch.float32)
-                gen = position_generator(params.seed, committed, "target", p.device)
-                drafts = torch.tensor(draft_tokens, dtype=torch.long, device=p.device)  # [γ]
-                verdict = verify_sampled(drafts, q, p, gen)
-            logprobs = None if top_logprobs is None else \
-                token_logprobs(logits, verdict.tokens, params, top_logprobs)
-            return Verification(verdict, time.perf_counter() - began, rollback, self._load(session), logprobs,
-                                reused=session.reused, prompt_logprobs=None if prompt_top is None else prompt)
-
-    def check_request(self, draft_tokens: list[int], draft_probs: torch.Tensor | None,
-                      top_logprobs: int | None, prompt_top: int | None = None) -> None:
-        """Everything about a verify request that can be refused before any forward pass (and, with
-        tensor parallelism, before any rank is told to run it)."""
-        for top in (top_logprobs, prompt_top):
-            if top is not None:
-                check_top_logprobs(top)
-        self.check_draft_probs(draft_tokens, draft_probs)
-
-    def check_draft_probs(self, draft_tokens: list[int], draft_probs: torch.Tensor | None) -> None:
-        """The target trusts no draft: q must be a distribution per row that could have drawn each
-        proposed token. Raised before any forward pass, so a bad proposal commits nothing."""
-        gamma = len(draft_tokens)
-        if draft_probs is None:
-            return
-        if tuple(draft_probs.shape) != (gamma, self.loaded.vocab_size):
-            raise InvalidArgument(f"draft probabilities have shape {tuple(draft_probs.shape)}, "
-                                  f"expected ({gamma}, {self.loaded.vocab_size})")
-        if gamma == 0:
-            return
-        q = draft_probs.to(torch.float64)
-        if not bool(torch.isfinite(q).all()) or bool((q < 0).any()):
-            raise InvalidArgument("draft probabilities must be finite and non-negative")
-        sums = q.sum(dim=-1)  # [γ]
-        if bool(((sums - 1.0).abs() > PROB_SUM_TOLERANCE).any()):
-            raise InvalidArgument(f"each row of draft probabilities must sum to 1 (±{PROB_SUM_TOLERANCE}), "
-                                  f"got sums {[round(float(s), 6) for s in sums[:4]]}")
-        chosen = q[torch.arange(gamma), torch.tensor(draft_tokens, dtype=torch.long).clamp(0, q.shape[1] - 1)]
-        if bool((chosen <= 0).any()):
-            raise InvalidArgument("a proposed token has draft probability 0: q could not have drawn it")
