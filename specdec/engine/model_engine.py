@@ -3,8 +3,8 @@
 Sessions run their rounds concurrently; their forward steps meet in shared passes
 (`specdec.engine.batcher`), which change speed but not a single bit of any session's logits.
 
-`DraftEngine.propose` (`draft_engine`) and `TargetEngine.verify` (`target_engine`) are the domain calls the gRPC servicers
-translate to and from protobuf. Both keep a `KVCache` per session and crop it to the
+`DraftEngine.propose` (`draft_engine`) and `TargetEngine.verify` (`target_engine`) are the domain calls the
+gRPC servicers translate to and from protobuf. Both keep a `KVCache` per session and crop it to the
 committed prefix at the start of each round (see `specdec.core.sequence`); the forward passes run on the
 model's `ModelRunner`, on the compute path it was loaded with.
 """
