@@ -19,3 +19,6 @@ serve() {  # $1: label, rest: llama-server's extra flags
   kill $pid; wait $pid 2>/dev/null
 }
 { serve "plain np16"; serve "spec np16" -md $D --spec-type draft-simple; serve "plain np16 after"; } > llama_server_speculation.txt
+# 8 users twice more (00:38–00:43): once with docs/bench/zen4_1203_sitting/users8_fill/trace_logging.patch applied
+# in a worktree of this commit (PYTHONPATH=<worktree>, --log-level debug; concurrency_8_r4_traced.json), once plain.
+/work/main/.venv/bin/specdec bench --concurrency 8 --repeats 4 --no-hf --output concurrency_8_r4_b.json
