@@ -22,3 +22,8 @@ serve() {  # $1: label, rest: llama-server's extra flags
 # 8 users twice more (00:38–00:43): once with docs/bench/zen4_1203_sitting/users8_fill/trace_logging.patch applied
 # in a worktree of this commit (PYTHONPATH=<worktree>, --log-level debug; concurrency_8_r4_traced.json), once plain.
 /work/main/.venv/bin/specdec bench --concurrency 8 --repeats 4 --no-hf --output concurrency_8_r4_b.json
+# The AVX2 grouping A/B (00:45–00:49): base.so is this commit's avx2 q8dot build; the others are built by
+# native.build('avx2', native.Q8DOT) after q8grouped.h's `enum { BY_CHUNK_ROWS = 8, BY_CHUNK_ROWS_WIDENED = 5 }`
+# was set to 1, 1 (no_chunks) and to 8, 8 (widened_to_8), the file restored after each build.
+# /work/main/.venv/bin/specdec bench --kernel-ab base.so,no_chunks.so --kernel-ab-repeats 48 --kernel-ab-sizes 1,2,5,9
+# /work/main/.venv/bin/specdec bench --kernel-ab base.so,widened_to_8.so --kernel-ab-repeats 48 --kernel-ab-sizes 6,8
