@@ -19,6 +19,10 @@ def test_concurrency_bench_writes_rows_and_a_plot(tmp_path):
                                                          ("adaptive", 3)]
     assert all(r["tokens_per_s"] > 0 and r["itl_p95_ms"] >= r["itl_p50_ms"] for r in rows)
     assert all(r["runs"] == 2 for r in rows), "each config ran twice at each level"
+    # Each run's own tokens/s, in the order run; the row's pools them (tokens over seconds), so it lies between.
+    assert all(len(r["run_tokens_per_s"]) == 2 and min(r["run_tokens_per_s"]) > 0 for r in rows)
+    assert all(min(r["run_tokens_per_s"]) - 1e-3 <= r["tokens_per_s"] <= max(r["run_tokens_per_s"]) + 1e-3
+               for r in rows)
     # A round's wall time holds the target's forward passes and its wait for them.
     assert all(r["round_ms"] > r["target_forward_ms"] + r["target_wait_ms"] and r["target_forward_ms"] > 0
                for r in rows)

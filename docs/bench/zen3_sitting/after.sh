@@ -27,3 +27,5 @@ serve() {  # $1: label, rest: llama-server's extra flags
 # was set to 1, 1 (no_chunks) and to 8, 8 (widened_to_8), the file restored after each build.
 # /work/main/.venv/bin/specdec bench --kernel-ab base.so,no_chunks.so --kernel-ab-repeats 48 --kernel-ab-sizes 1,2,5,9
 # /work/main/.venv/bin/specdec bench --kernel-ab base.so,widened_to_8.so --kernel-ab-repeats 48 --kernel-ab-sizes 6,8
+# 8 users once more (00:50), with each run's own tokens/s kept (`run_tokens_per_s`):
+/work/main/.venv/bin/specdec bench --concurrency 8 --repeats 2 --no-hf --output concurrency_8_runs.json

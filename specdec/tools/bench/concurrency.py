@@ -5,7 +5,8 @@ target-only and with adaptive speculation, and Hugging Face `generate` runs the 
 one padded batch in this process on the same kernels (the in-process peer, target only). It prints
 aggregate tokens/s, time to first token and p50/p95 inter-token latency, and plots tok/s and p95
 latency against N. With `--repeats R`, each level's two configs run R times in alternating order and
-their runs are summed.
+their runs are summed; each run's own tokens/s stays in its row (`run_tokens_per_s`), so that drift within a
+sitting shows beside the ratio.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Level:
     round_times: list[tuple[float, float, float]] = field(default_factory=list)
     target_rows: float | None = None  # sessions per target forward pass over the level
     runs: int = 0  # how many runs were folded in (`add`)
+    run_tokens_per_s: list[float] = field(default_factory=list)  # each folded run's own, in the order run
 
     def add(self, run: Level) -> None:
         """Fold in another run of the same level: tokens and seconds summed, samples pooled, rows per
@@ -51,6 +53,7 @@ class Level:
             self.target_rows = run.target_rows if self.target_rows is None else \
                 (self.target_rows * self.runs + run.target_rows) / (self.runs + 1)
         self.runs += 1
+        self.run_tokens_per_s.append(round(run.tokens / run.seconds, 3) if run.seconds else 0.0)
 
     def row(self, name: str, users: int) -> dict:
         gaps = sorted(self.gaps_s) or [0.0]
@@ -62,7 +65,7 @@ class Level:
                 "mean_gamma": round(statistics.mean(self.gammas), 2) if self.gammas else None,
                 "target_rows_per_pass": None if self.target_rows is None else round(self.target_rows, 2),
                 "round_ms": wall, "target_forward_ms": forward, "target_wait_ms": wait,
-                "runs": max(self.runs, 1)}
+                "runs": max(self.runs, 1), "run_tokens_per_s": self.run_tokens_per_s}
 
 
 def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level, lock: threading.Lock) -> None:
