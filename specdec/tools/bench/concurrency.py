@@ -53,12 +53,16 @@ class Level:
             self.target_rows = run.target_rows if self.target_rows is None else \
                 (self.target_rows * self.runs + run.target_rows) / (self.runs + 1)
         self.runs += 1
-        self.run_tokens_per_s.append(round(run.tokens / run.seconds, 3) if run.seconds else 0.0)
+        self.run_tokens_per_s.append(run.tokens_per_s())
+
+    def tokens_per_s(self) -> float:
+        """Tokens over seconds, as a row reports them (3 decimals)."""
+        return round(self.tokens / self.seconds, 3)
 
     def row(self, name: str, users: int) -> dict:
         gaps = sorted(self.gaps_s) or [0.0]
         wall, forward, wait = [round(1e3 * statistics.mean(t), 2) for t in zip(*self.round_times)] or [None] * 3
-        return {"config": name, "users": users, "tokens_per_s": round(self.tokens / self.seconds, 3),
+        return {"config": name, "users": users, "tokens_per_s": self.tokens_per_s(),
                 "ttft_s": round(statistics.mean(self.first_token_s), 3) if self.first_token_s else None,
                 "itl_p50_ms": round(1e3 * gaps[len(gaps) // 2], 1),
                 "itl_p95_ms": round(1e3 * gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))], 1),
