@@ -17,6 +17,7 @@ from grpc_health.v1 import health_pb2
 from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import resolve_device
 from specdec.engine.tp import shard_model
+from specdec.runtime.heap import freeze_startup_heap
 from specdec.runtime.machine_lock import machine_lock
 from specdec.runtime.model_service import (
     DRAFT_ONLY,
@@ -94,6 +95,7 @@ def run_tensor_parallel(config: ModelServiceConfig, parallel: TensorParallel, ar
             proc.kill()
         raise SystemExit(f"target_service: {exc}") from exc
     if rank > 0:
+        freeze_startup_heap()
         tp.follow(engine, rank, group)
         engine.close()
         return

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from specdec.launch.delay_proxy import DelayProxy
+from specdec.runtime.heap import freeze_startup_heap
 from specdec.runtime.model_service import DRAFT_ONLY, ModelServiceConfig
 from specdec.runtime.options import option_argv
 from specdec.runtime.server import PARENT_PID_ENV, READY_PREFIX, RunningServer
@@ -128,7 +129,8 @@ def cpu_list(spec: str) -> set[int]:
 
 
 class ManagedStack:
-    """A context manager over `start()` / `stop()`: a start that fails still stops what it started."""
+    """A context manager over `start()` / `stop()`: a start that fails still stops what it started. Once
+    started, this process's heap is frozen (`freeze_startup_heap`): its orchestrator serves from here."""
 
     def start(self) -> None:
         raise NotImplementedError
@@ -149,6 +151,7 @@ class ManagedStack:
         except BaseException:
             self.stop()
             raise
+        freeze_startup_heap()
         return self
 
     def __exit__(self, *exc) -> None:

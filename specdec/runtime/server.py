@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 
 from specdec.runtime import security
 from specdec.runtime.guards import Guard
+from specdec.runtime.heap import freeze_startup_heap
 from specdec.runtime.options import add_options, option
 
 # Between services: dense q for γ=16 over a 152k vocabulary is ~10 MB.
@@ -163,7 +164,8 @@ def announce_and_wait(running, what: str, on_stop: Callable[[], None] | None = N
     parent = os.environ.get(PARENT_PID_ENV)
     if parent:
         threading.Thread(target=_stop_when_orphaned, args=(int(parent), stop, orphaned), daemon=True).start()
-    log.info("%s serving on port %d", what, running.port)
+    frozen = freeze_startup_heap()
+    log.info("%s serving on port %d (%d start-up objects out of the collector's walks)", what, running.port, frozen)
     print(f"{READY_PREFIX}{running.port}", flush=True)
     stop.wait()
     if on_drain is not None:
