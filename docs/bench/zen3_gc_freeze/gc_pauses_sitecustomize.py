@@ -1,4 +1,6 @@
-import gc, os, sys, time, atexit
+# Put on PYTHONPATH (as sitecustomize.py) to log every full (generation 2) collection of every Python process
+# started with that environment, one file per process in /tmp/gchook: when, how long, objects tracked after.
+import gc, os, sys, time
 _t = [0.0]
 _log = open(f"/tmp/gchook/gc_{os.getpid()}.log", "a", buffering=1)
 _log.write("argv " + " ".join(sys.argv[:3]) + "\n")
