@@ -449,6 +449,13 @@ def test_sparse_profile_interpolates_between_sizes_and_extends_the_last_slope():
     assert profile.forward_s(6) == pytest.approx(3.0)
     assert profile.forward_s(16) == pytest.approx(8.0), "past the last size: the last segment's slope"
     assert profile.upper_bound_s(16) == pytest.approx(8.0)
+    assert profile.forward_s(0.5) == profile.forward_s(1) == 1.0, "below the first size: the first size's"
+    assert profile.forward_s(1.5) == 1.0 and profile.forward_s(4) == 2.0
+    falling = CostProfile((2.0, 1.0, 3.0), (1, 2, 4))
+    assert falling.forward_s(1.5) == 2.0, "a segment that falls is priced flat, never below its start"
+    assert falling.forward_s(3) == pytest.approx(2.0) and falling.forward_s(6) == pytest.approx(5.0)
+    single = CostProfile((0.5,), (4,))
+    assert single.forward_s(1) == single.forward_s(4) == single.forward_s(9) == 0.5
     with pytest.raises(ValueError):
         CostProfile((1.0, 2.0), (2, 1))
 

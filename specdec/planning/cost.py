@@ -33,21 +33,23 @@ class CostProfile:
             object.__setattr__(self, "tokens", tuple(range(1, len(self.seconds) + 1)))
         if len(self.tokens) != len(self.seconds) or list(self.tokens) != sorted(set(self.tokens)):
             raise ValueError(f"cost profile sizes {self.tokens} do not match {len(self.seconds)} timings")
+        # Each segment's slope, once: a round's pricing reads the curve some 30 times (no max, no division each).
+        sizes, seconds = self.tokens, self.seconds
+        object.__setattr__(self, "_slopes", tuple(max(seconds[i + 1] - seconds[i], 0.0) / (sizes[i + 1] - sizes[i])
+                                                  for i in range(len(sizes) - 1)))
 
     def forward_s(self, tokens: float) -> float:
         """Seconds for `tokens` new tokens: interpolated between measured sizes, linear past the last."""
         sizes, seconds = self.tokens, self.seconds
-        tokens = max(tokens, sizes[0])
+        if tokens <= sizes[0]:
+            return seconds[0]
         at = bisect.bisect_left(sizes, tokens)
         if at < len(sizes) and sizes[at] == tokens:
             return seconds[at]
-        if at == len(sizes):  # past the measured range: extend the last segment's slope
-            if len(sizes) == 1:
-                return seconds[0]
-            at -= 1
-        lo, hi = at - 1, at
-        slope = max(seconds[hi] - seconds[lo], 0.0) / (sizes[hi] - sizes[lo])
-        return seconds[lo] + slope * (tokens - sizes[lo])
+        lo = at - 1 if at < len(sizes) else at - 2  # past the measured range: extend the last segment's slope
+        if lo < 0:  # one size measured
+            return seconds[0]
+        return seconds[lo] + self._slopes[lo] * (tokens - sizes[lo])
 
     def upper_bound_s(self, tokens: int) -> float:
         """A generous estimate for any size: past the measured range, the largest forward per chunk."""

@@ -186,6 +186,7 @@ class RoundPricing:
         return self.target_scale_at(total) * (self.target_cost.upper_bound_s(total)
                                               + sessions * self.feed_depth_s(self.target_cost, tokens))
 
+    @priced_once
     def draft_time(self, fed: int, gamma: int, step: float | None = None) -> float:
         """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes (`step`: as in
         `round_time`)."""
@@ -196,6 +197,7 @@ class RoundPricing:
             sessions * self.feed_depth_s(self.draft_cost, fed)
         return self.draft_scale.value * first + (gamma - 1) * (self.draft_step() if step is None else step)
 
+    @priced_once
     def steady_draft_time(self, gamma: int, step: float | None = None) -> float:
         """The draft compute of a steady round of γ drafts: γ passes, the first of which feeds what the draft
         has not seen of the last round: its own last draft and the bonus token where every draft was accepted
