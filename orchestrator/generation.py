@@ -27,10 +27,10 @@ from orchestrator.draft_pool import DraftPool
 from orchestrator.drafting import Drafting
 from orchestrator.lookups import LOOKUP_KINDS, Lookups
 from orchestrator.metrics import SpecDecodeMetrics
+from orchestrator.request import Chunk, GenerationRequest
 from orchestrator.sessions import NO_DRAFTS, DraftReply, DraftSession, TargetSession, VerifyReply
 from specdec.core.ngram import Lookup, RecentSequences
 from specdec.core.rounds import Estimates, RoundRecord
-from specdec.core.sampling import SamplingParams
 from specdec.core.stats import FinishReason, GenerationStats
 from specdec.core.text import TextStream, printable
 from specdec.planning.controller import GammaController
@@ -44,38 +44,6 @@ log = logging.getLogger(__name__)
 # tokens still come at least this often, and where one step takes longer (a 1.5B model on a CPU) a round
 # is one step, as before.
 TARGET_CHUNK_S = 0.02
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    prompt_ids: list[int]
-    max_new_tokens: int
-    params: SamplingParams
-    gamma: int | None  # None = adaptive
-    stop: tuple[str, ...] = ()
-    resumed: tuple[int, ...] = ()  # tokens generated before a resume, from the session record
-    resume_from: int = 0  # of those, how many the client already holds
-    top_logprobs: int | None = None  # None: no log-probabilities; k: each token's, with k alternatives
-    prompt_top: int | None = None  # the same for the prompt's tokens (the target's raw distribution)
-    proposer: str = "model"  # "model": the draft service; "ngram": prompt lookup here (`specdec.core.ngram`);
-    # "hybrid": each round, whichever of the two promises more tokens per second
-    overlap: str = "off"  # draft the next round during the verify: "on", "off", or "auto" (where it pays)
-    stop_ids: tuple[int, ...] = ()  # ids that end the output as EOS does
-    ignore_eos: bool = False  # the model's EOS does not end the output
-    prediction: tuple[int, ...] = ()  # the output the client expects, a lookup source (`specdec.core.ngram.Prediction`)
-
-
-@dataclass
-class Chunk:
-    token_ids: list[int]
-    text: str
-    record: RoundRecord
-    estimates: Estimates = Estimates()  # the controller's, after the round
-    stats: GenerationStats | None = None  # on the last chunk only
-    logprobs: list = field(default_factory=list)  # pb.TokenLogprob per token, when asked for
-    # On the first chunk, when the prompt's log-probabilities were asked for: its tokens, and theirs from position 1.
-    prompt_ids: list[int] = field(default_factory=list)
-    prompt_logprobs: list = field(default_factory=list)
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from orchestrator.generation import GenerationRequest
+from orchestrator.request import GenerationRequest
 from specdec.core.errors import FailedPrecondition, InvalidArgument, NotFound
 from specdec.core.sampling import SamplingParams
 

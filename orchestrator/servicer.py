@@ -18,7 +18,8 @@ from orchestrator.activity import Activity
 from orchestrator.cancellation import Cancellation
 from orchestrator.clients import ServiceClient
 from orchestrator.draft_pool import DraftPool
-from orchestrator.generation import TARGET_CHUNK_S, Chunk, Generation, GenerationRequest
+from orchestrator.generation import TARGET_CHUNK_S, Generation
+from orchestrator.request import Chunk, GenerationRequest
 from orchestrator.lookups import LOOKUP_KINDS, LOOKUP_MAX_N, LOOKUP_MIN_N
 from orchestrator.metrics import SpecDecodeMetrics
 from orchestrator.records import RecordWriter, resume_request

@@ -236,7 +236,8 @@ def test_a_clients_bad_input_never_cools_down_a_draft(stack):
     """A replica that refused a request stays in service; one that failed goes into cool-down."""
     from orchestrator.clients import StreamError
     from orchestrator.draft_pool import DraftPool
-    from orchestrator.generation import Generation, GenerationRequest
+    from orchestrator.generation import Generation
+    from orchestrator.request import GenerationRequest
     from specdec.core.sampling import SamplingParams
     from specdec.planning.controller import GammaController
     from specdec.planning.cost import CostProfile

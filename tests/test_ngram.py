@@ -325,7 +325,8 @@ def test_a_lookup_not_proposed_is_learned_from_the_tokens_the_round_committed():
     first that differs from the committed ones count as accepted, a differing token as the rejection, and
     tokens past the round's are not counted (the next round may still accept them)."""
     from orchestrator.draft_pool import DraftPool
-    from orchestrator.generation import Generation, GenerationRequest
+    from orchestrator.generation import Generation
+    from orchestrator.request import GenerationRequest
     from specdec.core.sampling import SamplingParams
     from specdec.planning.controller import GammaController
     from specdec.planning.cost import CostProfile

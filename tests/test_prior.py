@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from orchestrator.generation import Generation, GenerationRequest
+from orchestrator.generation import Generation
+from orchestrator.request import GenerationRequest
 from specdec.core.rounds import PassLoad, RoundRecord
 from specdec.core.sampling import SamplingParams
 from specdec.planning.controller import GammaController

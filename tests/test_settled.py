@@ -4,7 +4,8 @@ import copy
 import random
 
 from orchestrator.draft_pool import DraftPool
-from orchestrator.generation import Generation, GenerationRequest
+from orchestrator.generation import Generation
+from orchestrator.request import GenerationRequest
 from orchestrator.lookups import LOOKUP_KINDS
 from specdec.core.rounds import ALPHA_MAX, AcceptanceEstimate, PassLoad, RoundRecord
 from specdec.core.sampling import SamplingParams
