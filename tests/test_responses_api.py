@@ -21,7 +21,7 @@ from specdec.http.response_reply import ResponseReply, ResponseStream
 from specdec.http.response_store import ResponseNotFound, ResponseNotReady, ResponseStore
 from specdec.http.responses import TokenText
 from specdec.http.responses_api import ResponsesRequest, chat_messages
-from specdec.http.schema import BadRequest
+from specdec.http.errors import BadRequest
 from specdec.http.tool_calls import read_tools
 from specdec.weights.sources import build_byte_tokenizer
 

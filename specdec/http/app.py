@@ -26,7 +26,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.http import tool_calls
 from specdec.http.background import BackgroundResponses
-from specdec.http.errors import error_body, rpc_error
+from specdec.http.errors import BadRequest, error_body, rpc_error
 from specdec.http.flags import HttpConfig
 from specdec.http.batch import PromptBatch, parallel_for
 from specdec.http.best_of import BestOf
@@ -37,7 +37,8 @@ from specdec.http.response_store import (ResponseNotFound, ResponseNotReady, Res
                                          response_store)
 from specdec.http.responses import Echo, Reply, TokenText
 from specdec.http.responses_routes import cancel_response, create_response, input_items, stored_response
-from specdec.http.schema import BadRequest, ChatCompletionRequest, CompletionRequest, parse
+from specdec.http.schema import ChatCompletionRequest, CompletionRequest
+from specdec.http.validation import parse
 from specdec.http.tokens_api import detokenize, tokenize
 from specdec.runtime import security
 from specdec.runtime.server import CHANNEL_OPTIONS

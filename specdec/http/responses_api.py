@@ -31,7 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specdec.core.logprobs import MAX_TOP_LOGPROBS
 from specdec.http import tool_calls
-from specdec.http.schema import UINT32_MAX, BadRequest, ChatCompletionRequest, validated
+from specdec.http.errors import BadRequest
+from specdec.http.schema import UINT32_MAX, ChatCompletionRequest
+from specdec.http.validation import validated
 
 LOGPROBS = "message.output_text.logprobs"
 # `include` values OpenAI defines; but for the text's log-probabilities, what they include never occurs here

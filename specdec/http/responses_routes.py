@@ -14,10 +14,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from specdec.http.calls import named_sse, run
-from specdec.http.errors import rpc_error
+from specdec.http.errors import BadRequest, rpc_error
 from specdec.http.response_reply import MAX_LISTED, ResponseReply, ResponseStream, item_page
 from specdec.http.responses_api import ResponsesRequest
-from specdec.http.schema import BadRequest, parse
+from specdec.http.validation import parse
 
 if TYPE_CHECKING:
     from specdec.http.app import Gateway

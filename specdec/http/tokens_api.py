@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from specdec.http.schema import BadRequest, ChatCompletionRequest, TokenIds, parse, validated
+from specdec.http.errors import BadRequest
+from specdec.http.schema import ChatCompletionRequest, TokenIds
+from specdec.http.validation import parse, validated
 
 
 class TokenizeRequest(BaseModel):
