@@ -186,16 +186,20 @@ class RoundPricing:
         return self.target_scale_at(total) * (self.target_cost.upper_bound_s(total)
                                               + sessions * self.feed_depth_s(self.target_cost, tokens))
 
-    @priced_once
     def draft_time(self, fed: int, gamma: int, step: float | None = None) -> float:
         """Expected draft compute: feed `fed` tokens, then γ−1 single-token steps, in loaded passes (`step`: as in
         `round_time`)."""
         if self.draft_cost is None:
             return 0.0
+        step = self.draft_step() if step is None else step
+        return self.draft_scale.value * self._draft_feed_s(fed) + (gamma - 1) * step
+
+    @priced_once
+    def _draft_feed_s(self, fed: int) -> float:
+        """The draft's profiled passes that feed `fed` tokens, every drafting session's (no scale): one feed, whatever
+        γ follows it (a decision prices every γ's catch-up after the same feed)."""
         sessions = self.draft_sessions.value
-        first = self.draft_cost.upper_bound_s(round(sessions * fed)) + \
-            sessions * self.feed_depth_s(self.draft_cost, fed)
-        return self.draft_scale.value * first + (gamma - 1) * (self.draft_step() if step is None else step)
+        return self.draft_cost.upper_bound_s(round(sessions * fed)) + sessions * self.feed_depth_s(self.draft_cost, fed)
 
     @priced_once
     def steady_draft_time(self, gamma: int, step: float | None = None) -> float:
