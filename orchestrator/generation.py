@@ -208,7 +208,7 @@ class Generation:
             return self._choose(cap, useful, committed, first)
 
     def _choose(self, cap: int, useful: int, committed: list[int], first: bool) -> tuple[int, int]:
-        if self._settled(cap, committed) or self._opens_target_only(first):  # nothing to price
+        if self._settled(cap, useful, committed) or self._opens_target_only(first):  # nothing to price
             self.controller.overlapping = False
             return 0, 0
         if not self.drafting.await_feed(self.controller.target_time(1)):
@@ -362,11 +362,11 @@ class Generation:
         if gamma > 0:
             self.drafting.feed_ahead(committed, self.controller.draft_limit(gamma, useful - 1), span)
 
-    def _settled(self, cap: int, committed: list[int]) -> bool:
+    def _settled(self, cap: int, useful: int, committed: list[int]) -> bool:
         """Under adaptive γ with the draft model (alone or in hybrid): this round is target-only whatever is
-        drafted or found (`GammaController.settled`, at the model's α and at the α of the lookup this round finds,
-        if any), so it prices nothing. Not with a branch drafted for it, nor while a client's prediction is
-        untried (proposed whole, whatever it costs)."""
+        drafted or found (`GammaController.settled`, at the α of the lookup this round finds, if any, and the
+        draft model at its own α with its catch-up on what it has not seen), so it prices nothing. Not with a branch
+        drafted for it, nor while a client's prediction is untried (proposed whole, whatever it costs)."""
         if self.request.gamma is not None or not self._uses_model or self.drafting.branch is not None:
             return False
         if not self.controller.at_rest():  # before the lookups' α are gathered: a drafting round pays nothing here
@@ -374,8 +374,7 @@ class Generation:
         if self.request.prediction and not (self.lookups is not None and self.lookups.prediction_tried):
             return False
         alphas = self.lookups.found_alphas(cap, committed) if self.lookups is not None else {}
-        alphas[cap] = max(alphas.get(cap, 0.0), self.controller.acceptance.alpha)
-        return self.controller.settled(cap, alphas)
+        return self.controller.settled(cap, alphas, self.drafting.unseen(committed), useful)
 
     def _overlaps(self, useful: int) -> bool:
         """Whether this round drafts the next one during its verify: the request's (or the server's)

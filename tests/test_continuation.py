@@ -156,8 +156,8 @@ def test_the_controller_is_told_what_the_draft_must_feed_before_it_drafts(monkey
         generated.append(self.generated)
         return choose(self, max_useful, unseen)
 
-    def settled_spy(self, max_useful=None, alphas=None):
-        if answer := settled(self, max_useful, alphas):
+    def settled_spy(self, *args, **kwargs):
+        if answer := settled(self, *args, **kwargs):
             told.append(None)
         return answer
 

@@ -707,6 +707,32 @@ def test_a_probe_waits_until_the_drafts_catch_up_is_affordable():
     assert first_probe(90, measured=False) == 16
 
 
+def test_a_declined_probe_leaves_the_session_at_rest_until_its_allowance_reaches_that_loss():
+    """A due probe declined for what it would lose is not priced again until the allowance has grown to that loss,
+    and the session is at rest meanwhile (`settled` may skip its pricing). With the draft falling a token further
+    behind every round, so that the loss only grows, the probe still comes at the very step at which pricing every
+    round would have taken it, after a small fraction of the pricings. (A lag that grew a token a round here, 0.2
+    steps of catch-up, would outgrow the allowance's 1/32 of a step for good: then no probe comes either way.)"""
+
+    def first_probe(deferred: bool) -> tuple[int, int]:
+        ctl = pin_alpha(GammaController(8, linear(), linear(0.02)), 0.9)
+        ctl.alpha_from_prior = True
+        priced = 0
+        for step in range(5000):
+            if not deferred:
+                ctl._declined_loss = None  # as before: every due round prices the probe again
+            unseen = 90 + step // 20  # a token further behind every 20 rounds
+            if not ctl.settled(8, {}, unseen, None):
+                priced += 1
+                if ctl.choose(unseen=unseen) > 0:
+                    return step, priced
+            ctl.observe(timing(0, 0, 0.0, 0.0, STEP, STEP))
+        return -1, priced
+
+    (step, priced), (step_before, priced_before) = first_probe(True), first_probe(False)
+    assert step == step_before > 100 and priced_before > 100 and priced < priced_before / 10, (step, priced, priced_before)
+
+
 def test_probes_that_change_nothing_halve_their_share_and_one_that_pays_restores_it():
     """Each probe in a row that leaves target-only best may lose half the share of the time since the last one
     that the one before it could, down to `MIN_PROBE_SHARE`: a draft 90 tokens behind probes after n, 2n, 4n and

@@ -63,6 +63,39 @@ def test_a_settled_round_is_one_that_choose_and_every_lookup_would_make_target_o
     assert 40 < settled < 360, f"{settled} of 400 states settled"
 
 
+def test_a_round_the_draft_model_cannot_win_for_its_catch_up_is_settled_and_choose_agrees():
+    """With the draft model priced apart (`unseen`, `useful`: its catch-up, as `choose` prices it), wherever
+    `settled` holds `choose` says 0 and is no probe, overlapped or not, at that lag or a longer one; and it holds in
+    states that the model priced as a free proposer did not settle: on a flat (GPU-like) profile every γ of a free
+    proposer wins, and only the draft's catch-up loses. A draft in step with the committed tokens (unseen 1) is
+    settled no more often than as a free proposer."""
+    rng, settled, newly = random.Random(11), 0, 0
+    for case in range(400):
+        ctl, _ = loaded_controller(rng)
+        if rng.random() < 0.5:  # overlap at its cheapest: no slowdown, the bonus token always guessed
+            ctl.contention_target, ctl.contention_draft = Ewma(0.3, 1.0), Ewma(0.3, 1.0)
+            ctl.guesses.prior_alpha, ctl.guesses.prior_weight = ALPHA_MAX, 1e6
+        useful = rng.randrange(1, 200)
+        cap, unseen = min(useful, 8), rng.choice([1, 2, 30, 300, 3000])
+        lookups = {rng.randrange(1, 4): rng.uniform(0.0, 0.5)} if rng.random() < 0.3 else {}
+        if not ctl.settled(cap, lookups, unseen, useful):
+            continue
+        settled += 1
+        newly += not ctl.settled(cap, lookups | {cap: max(lookups.get(cap, 0.0), ctl.acceptance.alpha)})
+        for overlapping in (False, True):
+            for lag in (unseen, unseen + rng.randrange(1, 100)):
+                other = copy.deepcopy(ctl)
+                other.overlapping = overlapping
+                assert other.choose(useful, lag) == 0 and not other.probing, case
+        if unseen == 1:
+            assert ctl.settled(cap, lookups | {cap: ctl.acceptance.alpha}), case
+    assert 40 < settled < 360 and newly > 5, (settled, newly)
+    # Passes padded to one step, the draft's as the target's (scripts/pad_passes), the draft 300 tokens behind.
+    padded = pin_alpha(GammaController(8, flat(), flat()), 0.7)
+    assert padded.choose(60, 300) == 0 and padded.at_rest()
+    assert padded.settled(8, {}, 300, 60) and not padded.settled(8, {8: 0.7}), "a free proposer at 0.7 would win"
+
+
 # A verify of 2 or 3 tokens costs 2.2 or 3.3 steps, of 4 to 9 tokens 3.4 to 3.9: at α near 1 a proposal pays from
 # 3 tokens on, at 0.6 never.
 JUMP = CostProfile(tuple(STEP * x for x in (1.0, 2.2, 3.3, 3.4, 3.5, 3.6, 3.7, 3.8, 3.9)))
@@ -100,7 +133,7 @@ def test_a_generation_is_settled_at_the_alpha_of_the_lookup_it_finds():
         request = GenerationRequest(committed, 32, SamplingParams(), gamma=gamma, proposer="hybrid", **fields)
         generation = Generation(request, DraftPool([]), None, None, frozenset(), 64,
                                 pin_alpha(copy.deepcopy(ctl), model_alpha), lookup_prior=prior)
-        return generation._settled(8, committed)
+        return generation._settled(8, 31, committed)
 
     assert settled(plain) and settled(repeating), "nothing found; an untried kind found, tried short"
     assert not settled(plain, model_alpha=0.98), "the draft model at α 0.98"

@@ -17,8 +17,11 @@ it loses against target-only decoding, the draft's catch-up on every token it ha
 most `PROBE_SHARE` of the target-only time since the last one, a share halved with the interval (to at most 4
 times less): on a CPU a draft model that has not drafted for a while is far behind (at AVX2, a probe at the end of
 a 64-token generation caught up on 90 tokens in 12 target steps' time: 0.86× target-only over the generation).
-Between probes, a round that no proposer could win even with no draft time and no hop, at the highest α it is
-priced at, is target-only without pricing γ, the overlap or the lookups (`settled`): many sessions on a CPU.
+A probe declined for that loss is due again once the allowance has grown to it. Between probes, a round that no
+lookup could win even with no draft time and no hop, at the highest α it is priced at, and that the draft model
+could not win even at the least its round and catch-up could cost, is target-only without pricing γ, the overlap
+or the lookups (`settled`): many sessions on a CPU, and where passes cost the same at any size (a GPU), a draft
+far behind.
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ class GammaController(RoundPricing):
         # Target steps since the draft model last drafted: a session's own, from where the last finished session of
         # its prior left it (`SharedPrior`), so that short sessions still reach a probe.
         self.steps_without_draft = 0
+        # The loss a due probe was declined at (`choose`): it is due again once the allowance has grown to it.
+        self._declined_loss: float | None = None
         self._rounds_without_overlap = 0
         self._overlap_probe_interval = probe_every
 
@@ -131,7 +136,7 @@ class GammaController(RoundPricing):
                 self.draft_scale.update(busy_time(draft, record.draft_compute_s) / (record.drafted * step))
             if not record.draft_opened:
                 update_hop(self.rtt_draft, record.rtt_draft_s)
-            self.steps_without_draft = 0
+            self.steps_without_draft, self._declined_loss = 0, None
         else:
             self.steps_without_draft += max(record.target_passes, 1)
 
@@ -243,14 +248,17 @@ class GammaController(RoundPricing):
         on a Zen 4; 2.5 → 3.3 at the same speed on a Zen 5; docs/PERFORMANCE.md); else γ."""
         return max(gamma, cap) if gamma > 0 and self.confidence_threshold() > 0 else gamma
 
-    def settled(self, max_useful: int | None = None, alphas: dict[int, float] | None = None) -> bool:
+    def settled(self, max_useful: int | None = None, alphas: dict[int, float] | None = None,
+                unseen: int | None = None, useful: int | None = None) -> bool:
         """Whether this round is target-only whoever would propose, so that `choose` (which would say 0), the
         overlap's pricing and the lookups' can be skipped: the last choice was γ = 0, no probe is due, and for
         every proposer, priced as a free one (`best_free`: no draft time, no hop and no slowdown, a lookup's price
         and more than the draft model's, overlapped or not) at its α and up to the most tokens it proposes, the
         best γ is 0: a one-step target-only round, the least target-only is priced at. `alphas`: each proposer's
-        α by the most tokens it proposes (default: any number at `ALPHA_MAX`, the most an estimate says). A round
-        it settles is decided, as `choose` decides one: `probing` turns False.
+        α by the most tokens it proposes (default: any number at `ALPHA_MAX`, the most an estimate says). With
+        `unseen` (`choose`'s, and `useful`, its `max_useful`), the draft model is priced apart at its own α and
+        with its catch-up (`model_loses`), not as a free proposer. A round it settles is decided, as `choose`
+        decides one: `probing` turns False.
 
         Measured on a Zen 5 at 8 users, the orchestrator priced γ, overlap and lookups in 95 µs a round: for 8
         sessions, 0.8 ms of Python one after another between two 55 ms passes that wait for every session.
@@ -261,7 +269,33 @@ class GammaController(RoundPricing):
             return False
         if any(self.best_free(alpha, min(longest, cap))[0] > 0 for longest, alpha in alphas.items()):
             return False
+        if unseen is not None and not self.model_loses(cap, unseen, useful):
+            return False
         self.probing = False  # as `choose` would leave it
+        return True
+
+    def model_loses(self, cap: int, unseen: int, useful: int | None) -> bool:
+        """Whether every γ ≤ cap of the draft model loses to a one-step target-only round even priced at the least
+        `choose` could price it, overlapped or not: its round no shorter than the verify and the draft's steps
+        without their hops (`steady_draft_time`), or, overlapped, than the longer of the verify and the branch's
+        steps, either at a slowdown of at most 1; plus the catch-up on `unseen` tokens, spread as
+        `catch_up_rate` spreads it. Where a pass of more tokens costs about what one does (a GPU), a free proposer
+        wins at any α, so the model priced as one never settled a round; what it cannot win there is its draft's
+        cost and catch-up (docs/PERFORMANCE.md, "Decisions in GPU-like passes")."""
+        if self.draft_cost is None or self.best_free(self.acceptance.alpha, cap)[0] == 0:  # even free, it loses
+            return True
+        rtt, step = self.rtt_target.value or 0.0, self.draft_step()
+        kappa_t, kappa_d = min(self.target_contention(), 1.0), min(self.contention_draft.value or 1.0, 1.0)
+        plain = 1.0 / (rtt + self.verify_time(0))
+        for gamma in range(1, cap + 1):
+            verify = self.verify_time(gamma)
+            alone = rtt + verify + self.steady_draft_time(gamma, step)
+            overlapped = max(rtt + kappa_t * verify, kappa_d * (gamma + 1) * step)
+            most = expected_tokens(self.acceptance.alpha, gamma) / min(alone, overlapped)
+            if unseen > 1:
+                most = self.catch_up_rate(gamma, unseen, useful, most, step)
+            if most > (1.0 - 1e-9) * plain:  # a margin for the rounding of the rates' divisions
+                return False
         return True
 
     def at_rest(self) -> bool:
@@ -269,8 +303,19 @@ class GammaController(RoundPricing):
         return self._last_gamma == 0 and not self._probe_due()
 
     def _probe_due(self) -> bool:
-        """While γ = 0 wins: enough target steps since the last drafted round for a probe (`choose`)."""
-        return self.steps_without_draft >= self.probe_interval * round(self.target_sessions.value)
+        """While γ = 0 wins: enough target steps since the last drafted round for a probe (`choose`), and, after a
+        probe declined for what it would lose, an allowance grown to that loss (`probe_allowance`). Until then the
+        session is at rest (`settled` may skip its pricing): where the draft falls further behind with every
+        target-only round, its catch-up grew faster than the allowance, and every round was priced in full only
+        to decline the probe again (docs/PERFORMANCE.md)."""
+        if self.steps_without_draft < self.probe_interval * round(self.target_sessions.value):
+            return False
+        return self._declined_loss is None or self.probe_allowance() >= self._declined_loss
+
+    def probe_allowance(self) -> float:
+        """Seconds the next probe may lose against target-only decoding: `probe_share` of the target-only time
+        since the last probe."""
+        return self.probe_share() * self.steps_without_draft * self.verify_time(0)
 
     def choose(self, max_useful: int | None = None, unseen: int = 1) -> int:
         """γ for the next round; `max_useful` caps it (e.g. tokens left to generate minus one); `unseen`: the
@@ -294,14 +339,15 @@ class GammaController(RoundPricing):
             # α never measured is worth its first measurement, where the draft's feed allows: `trial_affordable`).
             # A probe that leaves γ = 0 best doubles the wait before the next one.
             probe = max(range(1, cap + 1), key=steady.get)  # the rounds after it are steady
-            allowed = self.probe_share() * self.steps_without_draft * self.verify_time(0)
-            if self.trial_affordable(probe, unseen, max_useful) or self.probe_loss(probe, unseen, rate[0]) <= allowed:
+            loss = 0.0 if self.trial_affordable(probe, unseen, max_useful) else self.probe_loss(probe, unseen, rate[0])
+            if loss <= self.probe_allowance():
                 self.probe_interval = min(2 * self.probe_interval, self.max_probe_every)
-                self.steps_without_draft = 0
+                self.steps_without_draft, self._declined_loss = 0, None
                 self.probing = True
                 return probe
+            self._declined_loss = loss
         if best > 0:
-            self.probe_interval = self.probe_every
+            self.probe_interval, self._declined_loss = self.probe_every, None
         self._last_gamma = best
         return best
 
