@@ -11,7 +11,10 @@ the model, the servers) live until the process ends, so walking them finds nothi
 
 from __future__ import annotations
 
+import atexit
 import gc
+
+_unfreeze_at_exit = False  # whether `gc.unfreeze` is registered to run at exit
 
 
 def freeze_startup_heap() -> int:
@@ -19,7 +22,16 @@ def freeze_startup_heap() -> int:
     generation (`gc.freeze`), which collections skip: a full collection afterwards walks only what the process
     allocated since. Returns the frozen count. Call once start-up is done; calling again freezes what was
     built in between (objects frozen and later dropped are still freed by their reference counts; only
-    reference cycles among them outlive the process's need)."""
+    reference cycles among them outlive the process's need).
+
+    At exit the frozen objects go back to the collector (`gc.unfreeze`, once atexit runs), so that the
+    interpreter's last collections free them as before: left frozen, Triton's native module (imported through
+    transformers and torch._dynamo wherever Triton is installed) found its types and functions still alive at
+    finalization and printed some 80 lines of nanobind leak reports under `specdec generate`'s output."""
+    global _unfreeze_at_exit
     gc.collect()
     gc.freeze()
+    if not _unfreeze_at_exit:
+        atexit.register(gc.unfreeze)
+        _unfreeze_at_exit = True
     return gc.get_freeze_count()
