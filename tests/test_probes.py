@@ -128,7 +128,8 @@ def test_a_declined_probe_leaves_the_session_at_rest_until_its_allowance_reaches
         return -1, priced
 
     (step, priced), (step_before, priced_before) = first_probe(True), first_probe(False)
-    assert step == step_before > 100 and priced_before > 100 and priced < priced_before / 10, (step, priced, priced_before)
+    assert step == step_before > 100 and priced_before > 100, (step, step_before, priced_before)
+    assert priced < priced_before / 10, (priced, priced_before)
 
 
 def test_probes_that_change_nothing_halve_their_share_and_one_that_pays_restores_it():

@@ -153,8 +153,8 @@ def announce_and_wait(running, what: str, on_stop: Callable[[], None] | None = N
                       drain_s: float = DRAIN_TIMEOUT_S, on_drain: Callable[[], None] | None = None) -> None:
     """Freeze the start-up heap (`freeze_startup_heap`), print the ready line a parent process waits for, then
     serve until SIGTERM/SIGINT, and drain (`running.drain`: `RunningServer`'s, or the HTTP API's): the calls in
-    flight get `drain_s` to finish; a second signal ends them at once. `on_drain` runs as the drain begins (a replica leaves the
-    registry, so that no new session is routed to it), `on_stop` once it has ended.
+    flight get `drain_s` to finish; a second signal ends them at once. `on_drain` runs as the drain begins (a
+    replica leaves the registry, so that no new session is routed to it), `on_stop` once it has ended.
 
     Under a launcher (`PARENT_PID_ENV`), the service also stops once the launcher is gone, even
     by SIGKILL, and then exits at once: nobody is left to drain for.
