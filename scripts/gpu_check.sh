@@ -14,6 +14,7 @@
 #   5. where the target service's host time goes at 8 users (scripts/host_profile.py: py-spy, the GIL's holder),
 #      when py-spy is there (skipped with STEPS_ONLY=1).
 # Carry .whl/ (scripts/gpu_wheels.sh fills it) and run from the repository root: bash scripts/gpu_check.sh
+# KERNELS=0 skips part 2's kernel listing and HOST_PROFILE=0 part 5, about two minutes together.
 # Results go to $OUT (the device tool's) or /tmp/gpu_check. At most 10 minutes (the parts' timeouts: give the
 # command 600 s); about 8 on an H200 (6.9 on 2026-11-29 before part 5), with a 30 s start; 2 with STEPS_ONLY=1,
 # after the tests.
@@ -37,8 +38,10 @@ tail -25 "$out/cuda_tests.txt"
 timeout 60 python3 -m pytest -o addopts="" -p no:cacheprovider tests/test_pool_attention.py -q -rA \
     > "$out/pool_attention_tests.txt" 2>&1
 tail -3 "$out/pool_attention_tests.txt"
-timeout 50 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
-grep "kernels a step" "$out/kernels.txt"
+if [ "${KERNELS:-1}" != 0 ]; then
+    timeout 50 python3 scripts/gpu_kernels.py synthetic:target > "$out/kernels.txt" 2>&1
+    grep "kernels a step" "$out/kernels.txt"
+fi
 timeout 40 python3 scripts/gpu_pool_depth.py "$out/pool_depth.json" > "$out/pool_depth.txt" 2>&1
 tail -20 "$out/pool_depth.txt"
 if [ "${STEPS_ONLY:-0}" = 1 ]; then
@@ -54,7 +57,7 @@ if [ "${STEPS_ONLY:-0}" != 1 ]; then
         --target-model synthetic:target --gamma 0 --max-new-tokens 128 --limit-prompts 3 \
         --trace-file /tmp/gpu_profile.spans.jsonl --output "$out/profile.json" 2>&1 | quiet | tail -16
 fi
-if [ "${STEPS_ONLY:-0}" != 1 ] && { command -v py-spy > /dev/null || [ -x /tmp/site/bin/py-spy ]; }; then
+if [ "${STEPS_ONLY:-0}" != 1 ] && [ "${HOST_PROFILE:-1}" != 0 ] && { command -v py-spy > /dev/null || [ -x /tmp/site/bin/py-spy ]; }; then
     timeout 80 python3 scripts/host_profile.py --device cuda --seconds 15 > "$out/host_profile.txt" \
         2> "$out/host_profile_stderr.txt"
     head -30 "$out/host_profile.txt"
