@@ -282,6 +282,17 @@ def test_a_gap_past_the_return_wait_is_not_remembered_past_the_next_round():
     assert expected_gap(0.010, expected, cap) == pytest.approx(0.010)
 
 
+def test_a_recent_gap_as_long_as_half_a_pass_is_not_remembered():
+    """Where sessions' round trips are as long as a pass (an H200: passes of 2.3 ms, round trips of 1-3 ms), a
+    wait for the slowest recent gap costs the sessions at hand about the pass it saves: the last gap alone decides.
+    Where they are short against it (a Zen 1: 5-20 ms against 340 ms), the longest recent gap is remembered."""
+    gpu_cap = 0.0023
+    assert expected_gap(0.0012, 0.0020, gpu_cap) == 0.0012  # 2 × 0.9 × 2.0 ms past the cap
+    assert expected_gap(0.0012, 0.0012, gpu_cap) == pytest.approx(0.0012)  # within it: remembered, no longer
+    assert expected_gap(0.0005, 0.0012, gpu_cap) == pytest.approx(0.9 * 0.0012)
+    assert expected_gap(0.006, 0.020, 0.34) == pytest.approx(0.018)
+
+
 def test_concurrent_engine_rounds_match_sequential_rounds(closing):
     """Greedy draft and verify rounds of 4 sessions at once give what each gives alone."""
     draft = closing(DraftEngine(load_model(TINY_DRAFT, device="cpu")))

@@ -16,7 +16,12 @@ Before a pass the worker waits, briefly, for two kinds of sessions:
   in an order that changes every round, so a session back first last time may be back last now. Waited
   for up to twice its last gap alone, 8 users' sessions on a 2-core Zen 1 (gaps of 5-20 ms around passes of
   340 ms) left one behind in 12-15 of an adaptive burst's 68-69 passes, 8 with it (one traced run each): each
-  such pass a row short, and the late session a token behind the others to the end.
+  such pass a row short, and the late session a token behind the others to the end. A recent gap is
+  remembered only where twice it fits in the cap, that is where sessions are back within half a pass: where
+  their round trips are as long as a pass (an H200's 2.3 ms passes), waiting for the slowest recent one held
+  every pass back: 8 users ran 8-10% slower on an H200 than the build before the memory, with fuller passes
+  that waited longer (four alternating pairs); with passes padded to 2.5 ms on a CPU, 8% slower in adaptive and
+  3% in target-only than on the last gap alone (eleven alternating runs each).
 
 Without the second wait, sessions split into groups that alternate passes (the ones that were out
 for a round trip miss the pass that has just started), and every group gets one pass in two. With
@@ -78,11 +83,13 @@ class _Away:
 
 def expected_gap(last_gap_s: float, expected_s: float | None, cap_s: float) -> float:
     """How long a session is expected to stay away between its rounds, after a gap of `last_gap_s`: the longest of
-    its recent gaps, each round's weighed down by `GAP_MEMORY` (`expected_s`: what was expected before). A gap
-    longer than `cap_s` (the return wait's cap) is a session away on other work, not waited for, and is not
-    remembered past its next round: remembered, a session back from drafting for 2 s was not waited for in the
-    18 rounds after, and 8 users' passes split into groups of 3 and 5 that took turns."""
-    if expected_s is None or last_gap_s > cap_s or expected_s > cap_s:
+    its recent gaps, each round's weighed down by `GAP_MEMORY` (`expected_s`: what was expected before), where
+    twice that fits in `cap_s` (the return wait's cap, about a pass); else the last gap alone.
+    A remembered gap past half the cap asks for a wait as long as the pass it would save (see the module's
+    docstring). A gap longer than `cap_s` is a session away on other work, not waited for, and
+    is not remembered past its next round: remembered, a session back from drafting for 2 s was not waited for in
+    the 18 rounds after, and 8 users' passes split into groups of 3 and 5 that took turns."""
+    if expected_s is None or last_gap_s > cap_s or 2 * GAP_MEMORY * expected_s > cap_s:
         return last_gap_s
     return max(last_gap_s, GAP_MEMORY * expected_s)
 
