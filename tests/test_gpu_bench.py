@@ -58,3 +58,12 @@ def test_first_difference_is_the_first_token_that_differs():
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
     assert first_difference([1, 2, 3], [1, 2]) == 2
     assert first_difference([], [4]) == 0
+
+
+def test_without_a_gpu_it_says_so_and_how_to_dry_run_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    out = tmp_path / "gpu.json"
+    assert main(["bench", "--gpu", *PAIR, "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "needs CUDA" in err and "--device cpu" in err, err
+    assert not out.exists()

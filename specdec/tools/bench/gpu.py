@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from unittest import mock
@@ -202,6 +203,9 @@ def run_gpu_bench(args: argparse.Namespace) -> int:
         args.draft_model, args.target_model = SYNTHETIC_DRAFT, SYNTHETIC_TARGET
     args.device = "cuda" if args.device == "auto" else args.device
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("error: bench --gpu needs CUDA, and torch sees no GPU here; --device cpu dry-runs it", file=sys.stderr)
+        return 2
     chosen = load_prompts(args.prompts, args.limit_prompts or 3)
     prompts = [p["prompt"] for p in chosen]
     gammas = args.gammas
