@@ -281,6 +281,15 @@ class Serve:
         self.proc.wait(30)
 
 
+@pytest.fixture(scope="module")
+def serve():
+    """`specdec serve --http-port` on the tiny pair, admitting 2 generations at once: one per test module that
+    asks for it (the HTTP API's tests)."""
+    running = Serve("--max-concurrent", "2")
+    yield running
+    running.stop()
+
+
 def start_gateway(endpoint: str, *flags: str) -> tuple[subprocess.Popen, str]:
     """A standalone `python -m specdec.http` in front of the orchestrator at `endpoint`: (its process, its
     base URL ending in /v1)."""

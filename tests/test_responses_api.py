@@ -10,7 +10,7 @@ import re
 import httpx2 as httpx
 import openai
 import pytest
-from conftest import TINY_TARGET, Serve
+from conftest import TINY_TARGET
 from openai._models import construct_type
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
@@ -184,13 +184,6 @@ def test_a_streamed_reply_of_text_then_calls_is_a_message_then_function_call_ite
 
 
 # -- through the server --------------------------------------------------------------
-@pytest.fixture(scope="module")
-def serve():
-    running = Serve("--max-concurrent", "2")
-    yield running
-    running.stop()
-
-
 def chat(client, messages, **kw):
     return client.chat.completions.create(model=MODEL, messages=messages, temperature=0, **kw)
 
