@@ -120,6 +120,19 @@ def test_bad_requests_get_their_4xx_in_openais_shape(serve, path, body, status, 
     assert message in error["message"] and error["type"]
 
 
+@pytest.mark.parametrize("body,param", [
+    ({"prompt": "x", "n": 9}, "n"),  # each refused by the orchestrator, not by the HTTP schema
+    ({"prompt": [[5, 6], [7, 10**6]]}, "prompt"),
+    ({"prompt": "x", "logit_bias": {"100000": 1.0}}, "logit_bias"),
+    ({"prompt": "x", "gamma": 99}, "gamma"),
+    ({"prompt": "x", "stop_token_ids": [10**6]}, "stop_token_ids"),
+])
+def test_a_field_the_orchestrator_refuses_is_named_as_the_client_named_it(serve, body, param):
+    for stream in (False, True):  # a refused stream answers before any event
+        reply = httpx.post(serve.base_url + "/completions", json={"model": MODEL, **body, "stream": stream}, timeout=30)
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == param, reply.text
+
+
 def test_malformed_and_oversized_bodies(serve):
     reply = httpx.post(serve.base_url + "/completions", content=b"{not json", timeout=30)
     assert reply.status_code == 400 and reply.json()["error"]["type"] == "invalid_request_error"

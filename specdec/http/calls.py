@@ -135,8 +135,8 @@ async def stream(call, first, reply: Reply, body) -> AsyncIterator[bytes]:
         if body.include_usage():
             yield sse(reply.usage_chunk())
     except grpc.RpcError as exc:
-        status, kind, message_text = rpc_error(exc)
-        yield sse({"error": {"message": message_text, "type": kind, "param": None, "code": status}})
+        status, kind, message_text, param = rpc_error(exc)
+        yield sse({"error": {"message": message_text, "type": kind, "param": param, "code": status}})
     finally:
         call.cancel()
     yield sse("[DONE]")

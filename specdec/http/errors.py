@@ -32,6 +32,24 @@ def error_body(status: int, kind: str, message: str, param: str | None = None) -
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
 
 
-def rpc_error(exc: grpc.RpcError) -> tuple[int, str, str]:
+def rpc_error(exc: grpc.RpcError) -> tuple[int, str, str, str | None]:
+    """(HTTP status, OpenAI error type, message, param) for a failed call to the orchestrator."""
     status, kind = STATUS_OF.get(exc.code(), (500, "internal_error"))
-    return status, kind, exc.details() or exc.code().name
+    return status, kind, exc.details() or exc.code().name, rpc_param(exc)
+
+
+# The orchestrator's names for a field the HTTP API takes under another name.
+_HTTP_NAMES = {"prompt_token_ids": "prompt", "prediction_token_ids": "prediction"}
+
+
+def rpc_param(exc: grpc.RpcError) -> str | None:
+    """The request field a client's mistake names: the orchestrator's INVALID_ARGUMENT messages begin with it
+    ("n must be in [1, 8], got 9"), named as the HTTP API takes it; None where the message begins with no
+    field of a completion or chat request."""
+    if exc.code() != grpc.StatusCode.INVALID_ARGUMENT or not exc.details():
+        return None
+    from specdec.http.schema import ChatCompletionRequest, CompletionRequest  # schema imports this module
+
+    first = exc.details().split(maxsplit=1)[0]
+    name = _HTTP_NAMES.get(first, first)
+    return name if name in CompletionRequest.model_fields or name in ChatCompletionRequest.model_fields else None
