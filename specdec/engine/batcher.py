@@ -19,9 +19,9 @@ Before a pass the worker waits, briefly, for two kinds of sessions:
   such pass a row short, and the late session a token behind the others to the end. A recent gap is
   remembered only where twice it fits in the cap, that is where sessions are back within half a pass: where
   their round trips are as long as a pass (an H200's 2.3 ms passes), waiting for the slowest recent one held
-  every pass back: 8 users ran 8-10% slower on an H200 than the build before the memory, with fuller passes
-  that waited longer (four alternating pairs); with passes padded to 2.5 ms on a CPU, 8% slower in adaptive and
-  3% in target-only than on the last gap alone (eleven alternating runs each).
+  every pass back: 8 users ran 8-10% slower on an H200 than a build of two days before the memory, with
+  fuller passes that waited longer (four alternating pairs); with passes padded to 2.5 ms on a CPU, the memory
+  alone cost adaptive 8% and target-only 3% against the last gap (eleven alternating runs each).
 
 Without the second wait, sessions split into groups that alternate passes (the ones that were out
 for a round trip miss the pass that has just started), and every group gets one pass in two. With
