@@ -26,7 +26,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.http import tool_calls
 from specdec.http.background import BackgroundResponses
-from specdec.http.errors import BadRequest, error_body, rpc_error
+from specdec.http.errors import BadRequest, error_body, rpc_error, rpc_param
 from specdec.http.flags import HttpConfig
 from specdec.http.batch import PromptBatch, parallel_for
 from specdec.http.best_of import BestOf
@@ -266,7 +266,7 @@ def with_errors(route):
             return error_body(400, "invalid_request_error", f"response {exc.args[0]!r} is {exc.args[1]}: a "
                               "conversation goes on from a completed or incomplete response", "previous_response_id")
         except grpc.RpcError as exc:
-            return error_body(*rpc_error(exc))
+            return error_body(*rpc_error(exc), rpc_param(exc))
         except ClientGone:
             return Response(status_code=499)
         except Exception as exc:  # noqa: BLE001 - a bug: the client gets a 500 in OpenAI's shape, we get the trace

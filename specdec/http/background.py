@@ -139,7 +139,7 @@ class BackgroundResponses:
         except asyncio.CancelledError:
             failed = self._fail(reply, run, events, "server_error", "the server stopped before the reply was done")
         except grpc.RpcError as exc:
-            failed = self._fail(reply, run, events, *rpc_error(exc)[1:3])
+            failed = self._fail(reply, run, events, *rpc_error(exc)[1:])
         except Exception as exc:  # noqa: BLE001 - a bug: the response fails, we get the trace
             log.exception("background response %s", reply.id)
             failed = self._fail(reply, run, events, "server_error", f"internal error: {exc!r}")

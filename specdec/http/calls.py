@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from protos import specdec_pb2 as pb
-from specdec.http.errors import rpc_error
+from specdec.http.errors import rpc_error, rpc_param
 from specdec.http.responses import Reply
 from specdec.runtime.guards import CUT
 
@@ -135,8 +135,8 @@ async def stream(call, first, reply: Reply, body) -> AsyncIterator[bytes]:
         if body.include_usage():
             yield sse(reply.usage_chunk())
     except grpc.RpcError as exc:
-        status, kind, message_text, param = rpc_error(exc)
-        yield sse({"error": {"message": message_text, "type": kind, "param": param, "code": status}})
+        status, kind, message_text = rpc_error(exc)
+        yield sse({"error": {"message": message_text, "type": kind, "param": rpc_param(exc), "code": status}})
     finally:
         call.cancel()
     yield sse("[DONE]")

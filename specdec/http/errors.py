@@ -32,10 +32,9 @@ def error_body(status: int, kind: str, message: str, param: str | None = None) -
     return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}}, status)
 
 
-def rpc_error(exc: grpc.RpcError) -> tuple[int, str, str, str | None]:
-    """(HTTP status, OpenAI error type, message, param) for a failed call to the orchestrator."""
+def rpc_error(exc: grpc.RpcError) -> tuple[int, str, str]:
     status, kind = STATUS_OF.get(exc.code(), (500, "internal_error"))
-    return status, kind, exc.details() or exc.code().name, rpc_param(exc)
+    return status, kind, exc.details() or exc.code().name
 
 
 # The orchestrator's names for a field the HTTP API takes under another name.

@@ -93,7 +93,7 @@ async def response_events(call, first, reply: ResponseReply, body) -> AsyncItera
             for event in batch:
                 yield named_sse(event)
     except grpc.RpcError as exc:
-        _, kind, message_text, _ = rpc_error(exc)
+        _, kind, message_text = rpc_error(exc)
         for event in events.failed(kind, message_text):
             yield named_sse(event)
     finally:
