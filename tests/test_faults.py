@@ -23,7 +23,7 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.launch.stack import EmbeddedStack
-from specdec.runtime.server import CHANNEL_OPTIONS, free_port
+from specdec.runtime.server import CHANNEL_OPTIONS, PARENT_PID_ENV, free_port
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 
@@ -220,6 +220,39 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except OSError:
         return False
+
+
+# A process waiting for its stop signal (`announce_and_wait`, as every service does), with nothing in flight; a
+# helper thread sends SIGTERM to itself, so the signal lands on that thread rather than on the main one.
+SIGNALLED_ELSEWHERE = """
+import signal, threading, time
+from specdec.runtime.server import announce_and_wait
+
+class Idle:
+    port = 0
+    def drain(self, timeout_s, hurry=None):
+        print("drained", flush=True)
+
+def stop_from_this_thread():
+    time.sleep(0.3)
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+threading.Thread(target=stop_from_this_thread, daemon=True).start()
+announce_and_wait(Idle(), "idle")
+"""
+
+
+def test_a_stop_signal_handed_to_another_thread_still_drains_and_stops_the_service():
+    """The kernel may hand a process's SIGTERM to any of its threads (gRPC's and torch's among them). The service
+    still drains and exits: with a bare wait, its main thread slept through the signal until a second one came."""
+    env = {k: v for k, v in os.environ.items() if k != PARENT_PID_ENV}
+    proc = subprocess.Popen([sys.executable, "-c", SIGNALLED_ELSEWHERE], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    assert "drained" in out and proc.returncode == 0, f"exit {proc.returncode}, output {out!r}"
 
 
 def test_a_new_channel_reaches_a_server_restarted_where_an_old_channel_failed():

@@ -14,7 +14,7 @@ from specdec.http.flags import add_http_args, http_config
 from specdec.runtime import security, telemetry
 from specdec.runtime.security import security_from_args
 from specdec.runtime.options import add_options
-from specdec.runtime.server import ServerConfig, configure_logging, stop_signals
+from specdec.runtime.server import ServerConfig, configure_logging, stop_signals, wait_for_stop
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             config = http_config(args, stack.endpoint, redis_url=args.redis_url)
             http = start_http(config, args.http_host or opts.host, args.http_port, args.log_level.lower())
             print(f"specdec OpenAI-compatible API on {http.url}/v1", flush=True)
-        stop.wait()
+        wait_for_stop(stop)
         log.info("draining: requests in flight get up to %.0f s (a second signal ends them now)", args.drain_timeout_s)
         stack.drain(args.drain_timeout_s, hurry)
         log.info("stopping every service")

@@ -149,6 +149,17 @@ def stop_signals() -> tuple[threading.Event, threading.Event]:
     return stop, hurry
 
 
+SIGNAL_POLL_S = 0.2  # how often a process waiting for a stop signal looks for one handed to another thread
+
+
+def wait_for_stop(stop: threading.Event) -> None:
+    """Block until `stop` is set. A signal the kernel hands to a thread other than the main one only flags it
+    for the main thread, whose Python handler runs the next time that thread runs Python: a bare `stop.wait()`
+    would sleep through it (measured: 9.6 s, until a second signal came), so this wakes every SIGNAL_POLL_S."""
+    while not stop.wait(SIGNAL_POLL_S):
+        pass
+
+
 def announce_and_wait(running, what: str, on_stop: Callable[[], None] | None = None,
                       drain_s: float = DRAIN_TIMEOUT_S, on_drain: Callable[[], None] | None = None) -> None:
     """Freeze the start-up heap (`freeze_startup_heap`), print the ready line a parent process waits for, then
@@ -167,7 +178,7 @@ def announce_and_wait(running, what: str, on_stop: Callable[[], None] | None = N
     frozen = freeze_startup_heap()
     log.info("%s serving on port %d (%d start-up objects out of the collector's walks)", what, running.port, frozen)
     print(f"{READY_PREFIX}{running.port}", flush=True)
-    stop.wait()
+    wait_for_stop(stop)
     if on_drain is not None:
         on_drain()
     if orphaned.is_set():
