@@ -243,8 +243,9 @@ announce_and_wait(Idle(), "idle")
 
 
 def test_a_stop_signal_handed_to_another_thread_still_drains_and_stops_the_service():
-    """The kernel may hand a process's SIGTERM to any of its threads (gRPC's and torch's among them). The service
-    still drains and exits: with a bare wait, its main thread slept through the signal until a second one came."""
+    """POSIX lets a process's SIGTERM go to any thread that does not block it (gRPC's and torch's among them;
+    Linux prefers the main thread, not always). The service still drains and exits: with a bare wait, its main
+    thread slept through the signal until a second one came."""
     env = {k: v for k, v in os.environ.items() if k != PARENT_PID_ENV}
     proc = subprocess.Popen([sys.executable, "-c", SIGNALLED_ELSEWHERE], stdout=subprocess.PIPE, text=True, env=env)
     try:
