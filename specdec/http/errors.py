@@ -33,6 +33,8 @@ def error_body(status: int, kind: str, message: str, param: str | None = None) -
 
 
 def rpc_error(exc: grpc.RpcError) -> tuple[int, str, str]:
+    """(HTTP status, OpenAI error type, message) for a failed call to the orchestrator; `rpc_param` names the
+    field of a client's mistake."""
     status, kind = STATUS_OF.get(exc.code(), (500, "internal_error"))
     return status, kind, exc.details() or exc.code().name
 
