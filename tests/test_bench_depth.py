@@ -24,3 +24,36 @@ def test_depths_report_decode_and_chunk_rates_beside_llama_cpp(tmp_path):
     assert [(r.get("llama_decode_tok_s"), r.get("llama_chunk_tok_s")) for r in rows] == [
         (30.0, 100.0), (22.0, 36.0), (None, None)]
     assert (tmp_path / "depth.png").stat().st_size > 0
+
+
+def test_each_timed_pass_ends_when_the_device_has_run_it(monkeypatch):
+    """A GPU's forward returns before its kernels run: the clock stops after a synchronize, once per timed pass."""
+    from specdec.tools.bench import depth
+
+    events: list[str] = []
+
+    class Cache:
+        length = 0
+
+        def crop(self, length: int) -> None:
+            self.length = length
+
+    class Runner:
+        device = "cuda:0"
+
+        def new_cache(self):
+            return Cache()
+
+        def forward(self, steps):
+            events.append("forward")
+            steps[0].cache.length += len(steps[0].tokens)
+
+    def clock():
+        events.append("clock")
+        return float(len(events))
+
+    monkeypatch.setattr(depth, "synchronize", lambda device: events.append(f"sync {device}"))
+    monkeypatch.setattr(depth.time, "perf_counter", clock)
+    depth.measure_depths(Runner(), [0], vocab=32)
+    timed = events[events.index("clock"):]  # after filling the cache, which depth 0 needs none of
+    assert timed == ["clock", "forward", "sync cuda:0", "clock"] * (depth.STEPS + depth.CHUNKS)

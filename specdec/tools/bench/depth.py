@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from specdec import weights
-from specdec.engine.measure import off_the_initial_thread
+from specdec.engine.measure import off_the_initial_thread, synchronize
 from specdec.engine.model_engine import PREFILL_CHUNK as CHUNK  # a prompt's chunk alone
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
@@ -59,6 +59,7 @@ def measure_depths(runner, depths: list[int], vocab: int) -> list[dict]:
             for _ in range(count):
                 began = time.perf_counter()
                 runner.forward([Step(cache, tokens[depth:depth + size], logits=1)])
+                synchronize(runner.device)  # a GPU's pass is done when its kernels are, not when it returns
                 times.append(time.perf_counter() - began)
                 cache.crop(depth)
         rows.append({"depth": depth, "decode_tok_s": round(1 / statistics.median(steps), 2),
