@@ -129,3 +129,10 @@ def test_with_it_a_tokens_logits_do_not_depend_on_gamma_or_the_other_sessions(ru
 def test_a_runner_refuses_an_attention_it_does_not_have():
     with pytest.raises(ValueError, match="'pool' or 'sdpa'"):
         StaticRunner(load_hf_model("tiny:seed=0", DEVICE, torch.float32), "fp32", slots=2, attention="flash")
+
+
+def test_the_split_setting_takes_a_multiple_of_a_block_and_refuses_anything_else():
+    assert kernel._split_n("256") == 256 and kernel._split_n("65536") == 65536
+    for setting in ("0", "100", "-64", "", "2k"):
+        with pytest.raises(ValueError, match="SPECDEC_POOL_SPLIT_N must be a positive multiple of 64"):
+            kernel._split_n(setting)

@@ -40,7 +40,19 @@ import triton
 import triton.language as tl
 
 BLOCK_N = 64  # keys a step of the walk reads
-SPLIT_N = 256  # keys one program walks where the window is longer: a multiple of BLOCK_N
+
+
+def _split_n(setting: str) -> int:
+    """SPECDEC_POOL_SPLIT_N's keys a part (default 256), a positive multiple of BLOCK_N: a window no longer
+    than that walks whole, so a value past every window never splits (a split walk timed against a whole one
+    in service)."""
+    keys = int(setting) if setting.strip().isdigit() else 0
+    if keys <= 0 or keys % BLOCK_N:
+        raise ValueError(f"SPECDEC_POOL_SPLIT_N must be a positive multiple of {BLOCK_N}, not {setting!r}")
+    return keys
+
+
+SPLIT_N = _split_n(os.environ.get("SPECDEC_POOL_SPLIT_N", "256"))  # keys a program walks in a longer window
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
