@@ -6,13 +6,15 @@
 # or, for two settings of this tree, OLD is "." and OLD_ENV the old side's environment, e.g.
 #   OLD_ENV="SPECDEC_STATIC_ATTENTION=sdpa" bash scripts/gpu_ab.sh .
 # With TESTS set, this tree's CUDA tests matching it (pytest -k) run first. Carry .whl/ (scripts/gpu_wheels.sh).
-# Outputs in $OUT (the device tool's) or /tmp/gpu_ab: {new,old}_N.json and .txt, cuda_tests.txt.
+# Outputs in /tmp/gpu_ab: {new,old}_N.json and .txt, cuda_tests.txt; where $OUT is set (the device tool's), packed
+# after each run into $OUT/gpu_ab.tgz (a call brings back eight files, and RUNS=2 with TESTS writes nine).
 # About a minute a run on an H200 (the services' compiled start included): give 4 runs and the tests 6 minutes.
 set -u
 old=$(cd "${1:?usage: scripts/gpu_ab.sh OLD_TREE}" && pwd)
 new=$PWD
-out=${OUT:-/tmp/gpu_ab}
+out=/tmp/gpu_ab
 mkdir -p "$out"
+pack() { if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu_ab.tgz" -C "$out" .; fi; }
 if [ -d .whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
 fi
@@ -21,6 +23,7 @@ if [ -n "${TESTS:-}" ]; then
     PYTHONPATH=/tmp/site:$new timeout 150 python3 -m pytest -o addopts="" -p no:cacheprovider -m cuda \
         tests/test_cuda.py -q -rA -k "$TESTS" > "$out/cuda_tests.txt" 2>&1
     grep -E "PASSED|FAILED|ERROR|passed|failed" "$out/cuda_tests.txt" | tail -8
+    pack
 fi
 for i in $(seq "${RUNS:-2}"); do
     for side in new old; do
@@ -30,5 +33,6 @@ for i in $(seq "${RUNS:-2}"); do
             --gpu --gpu-services --gammas "" --max-new-tokens 128 --output "$out/${side}_$i.json" \
             > "$out/${side}_$i.txt" 2>&1)
         grep -E "^target-only|^ *adaptive|^ *hybrid|^8 users" "$out/${side}_$i.txt" | sed "s/^/$side $i: /"
+        pack
     done
 done
