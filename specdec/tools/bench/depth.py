@@ -1,6 +1,7 @@
 """`specdec bench --depths 0,1024,3072,6144`: the target at depth, an agent's regime. After d tokens of context,
 one token's step (median of `STEPS`) and a `CHUNK`-token prompt chunk (best of `CHUNKS`), as tokens/s, on the
-target's path (`--dtype`, default as served), with llama.cpp's own figures beside when given:
+target's path (`--dtype`, default as served; on CUDA the static runner, its graphs replayed, each pass timed
+to its last kernel), with llama.cpp's own figures beside when given:
 `llama-bench -m <the same GGUF> -t 2 -p 256 -n 16 -d 0,1024,3072,6144 -o json > llama.json`, passed with
 `--llama-bench llama.json` (its tg rows are its decode, its pp rows its chunk). Every other benchmark feeds prompts
 of tens of tokens, where attention is a few percent of a step. Writes JSON and a PNG.
