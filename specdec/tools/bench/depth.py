@@ -58,6 +58,7 @@ def measure_depths(runner, depths: list[int], vocab: int) -> list[dict]:
         steps, chunks = [], []
         for size, times, count in ((1, steps, STEPS), (CHUNK, chunks, CHUNKS)):
             for _ in range(count):
+                synchronize(runner.device)  # the fill's queued kernels are not this pass's
                 began = time.perf_counter()
                 runner.forward([Step(cache, tokens[depth:depth + size], logits=1)])
                 synchronize(runner.device)  # a GPU's pass is done when its kernels are, not when it returns
