@@ -12,12 +12,11 @@ from specdec.core.sampling import SamplingParams
 log = logging.getLogger(__name__)
 
 
-def record_of(request: GenerationRequest, generated: list[int], finish: str, owner: str = "") -> dict:
-    """What a resume needs: the request as parsed, every token committed so far, and who may resume."""
-    return {"owner": owner, "prompt_ids": list(request.prompt_ids), "generated": list(generated), "finish_reason": finish,
-            "max_new_tokens": request.max_new_tokens, "params": dataclasses.asdict(request.params),
-            "gamma": request.gamma, "stop": list(request.stop), "stop_ids": list(request.stop_ids),
-            "ignore_eos": request.ignore_eos}
+def request_record(request: GenerationRequest, owner: str = "") -> dict:
+    """What a resume needs beside the tokens committed so far: the request as parsed, and who may resume."""
+    return {"owner": owner, "prompt_ids": list(request.prompt_ids), "max_new_tokens": request.max_new_tokens,
+            "params": dataclasses.asdict(request.params), "gamma": request.gamma, "stop": list(request.stop),
+            "stop_ids": list(request.stop_ids), "ignore_eos": request.ignore_eos}
 
 
 def resume_request(record: dict | None, session_id: str, resume_from: int, owner: str = "") -> GenerationRequest:
@@ -42,10 +41,11 @@ class RecordWriter:
     """Saves a generation's record after every round; a Redis error is logged, never fatal."""
 
     def __init__(self, store, session_id: str, request: GenerationRequest, owner: str = ""):
-        self.store, self.session_id, self.request, self.owner = store, session_id, request, owner
+        self.session_id = session_id
+        self.record = store.record(session_id, request_record(request, owner))
 
     def __call__(self, generated: list[int], finish: str) -> None:
         try:
-            self.store.save(self.session_id, record_of(self.request, generated, finish, self.owner))
+            self.record.save(generated, finish)
         except Exception as exc:  # noqa: BLE001 - Redis trouble must not fail the generation
             log.warning("session %s: record not saved: %s", self.session_id, exc)

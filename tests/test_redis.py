@@ -20,7 +20,10 @@ from specdec.core.sequence import prefix_digests
 from specdec.launch.stack import EmbeddedStack
 from specdec.planning.cost import CostProfile
 from specdec.planning.prior import SharedPrior
-from specdec.runtime.redis_state import DraftRegistration, PriorStore, SharedRoutes, registered_drafts
+from orchestrator.records import RecordWriter, resume_request
+from orchestrator.request import GenerationRequest
+from specdec.core.sampling import SamplingParams
+from specdec.runtime.redis_state import DraftRegistration, PriorStore, SessionStore, SharedRoutes, registered_drafts
 from specdec.runtime.server import free_port
 
 TTL_S = 1.5
@@ -86,6 +89,57 @@ def test_shared_routes_find_the_longest_remembered_start_within_a_salt(client):
     gone = SharedRoutes(redis.Redis(port=free_port(), socket_timeout=1, socket_connect_timeout=1), block=16)
     gone.remember("", long, "a")  # Redis away: nothing remembered, nothing routed, no error
     assert gone.replica_for("", long) is None
+
+
+def _bytes_sent_to(client) -> int:
+    return int(client.info("stats")["total_net_input_bytes"])
+
+
+def test_a_rounds_record_costs_its_new_tokens_not_the_prompt(client):
+    """A 20,000-token prompt is written once; each later round sends Redis a few hundred bytes, and the record
+    read back is the request with every token committed."""
+    request = GenerationRequest(list(range(20_000)), 64, SamplingParams(temperature=0.7, seed=5), None, ("\n\n",))
+    writer = RecordWriter(SessionStore(client), "long-prompt", request, owner="alice")
+    generated = [7, 8]
+    writer(generated, "")
+    first = _bytes_sent_to(client)
+    for round_ in range(10):
+        generated += [100 + round_, 200 + round_, 300 + round_]
+        writer(generated, "length" if round_ == 9 else "")
+    per_round = (_bytes_sent_to(client) - first) / 10
+    assert per_round < 1_000, f"{per_round:.0f} bytes a round: the prompt went again"
+    record = SessionStore(client).load("long-prompt")
+    assert record["generated"] == generated and record["finish_reason"] == "length"
+    assert record["prompt_ids"] == request.prompt_ids and record["stop"] == ["\n\n"]
+    assert resume_request({**record, "finish_reason": ""}, "long-prompt", 2, "alice").params == request.params
+
+
+def test_a_resumed_record_refuses_its_old_writers_late_rounds(client):
+    """The resume's writer takes the record over; a round the cut generation still writes is dropped, never
+    appended after the resume's tokens."""
+    store = SessionStore(client)
+    cut, resumed = store.record("s", {"prompt_ids": [5, 6]}), store.record("s", {"prompt_ids": [5, 6]})
+    cut.save([1, 2, 3], "")
+    resumed.save([1, 2, 3, 9], "")
+    cut.save([1, 2, 3, 4, 5], "")  # the cut generation's last round, late
+    assert store.load("s")["generated"] == [1, 2, 3, 9]
+    resumed.save([1, 2, 3, 9, 10], "stop")
+    assert (store.load("s")["generated"], store.load("s")["finish_reason"]) == ([1, 2, 3, 9, 10], "stop")
+
+
+def test_a_record_not_as_its_writer_left_it_is_written_whole_again(client):
+    """A record lost with Redis, or whose last write landed unseen (here one token more than the writer knows
+    of), is rewritten whole at the next round, request and all."""
+    store = SessionStore(client)
+    writer = store.record("s", {"prompt_ids": [5]})
+    writer.save([1, 2], "")
+    client.flushdb()
+    writer.save([1, 2, 3], "")
+    assert store.load("s") == {"prompt_ids": [5], "generated": [1, 2, 3], "finish_reason": ""}
+    client.rpush("specdec:session:s:tokens", 4)
+    writer.save([1, 2, 3, 4, 5], "")
+    assert store.load("s")["generated"] == [1, 2, 3, 4, 5]
+    assert store.load("never-written") is None
 
 
 def _cluster(redis_url):

@@ -2,7 +2,9 @@
 
 Keys (all under `specdec:`):
 - `draft:<address>`: a draft replica's record, JSON, expiring `ttl_s` after its last heartbeat;
-- `session:<id>`: a generation's committed state, JSON, rewritten every round;
+- `session:<id>:request` (a hash: the request as parsed, its owner, the finish reason and the writer holding
+  the record) and `session:<id>:tokens` (a list: the tokens committed so far): a generation's record, the
+  request written once and each round's new tokens appended;
 - `prior:<target model>`: the γ controller's shared prior for that target, JSON;
 - `route:<digest>`: the draft replica that last served a sequence starting with the tokens the digest names
   (`specdec.core.sequence.prefix_digests`), expiring `ROUTE_TTL_S` after it was written;
@@ -16,6 +18,7 @@ import logging
 import math
 import threading
 import time
+import uuid
 from typing import Callable
 
 import redis
@@ -91,17 +94,101 @@ def registered_drafts(client: redis.Redis) -> list[dict]:
 
 
 class SessionStore:
-    """Per-generation records, so that another orchestrator can resume a generation."""
+    """Per-generation records, so that another orchestrator can resume a generation.
+
+    A round's write grows with the tokens it committed, not with the prompt or the tokens before: the request is
+    written once, when a writer takes the record, and each round appends its new tokens. One writer holds a
+    record at a time. A resume takes it over, and from then on the old writer's rounds are refused, never
+    appended after the new writer's tokens.
+    """
 
     def __init__(self, client: redis.Redis, ttl_s: float = SESSION_TTL_S):
-        self.client, self.ttl_s = client, ttl_s
+        self.client, self.ttl_s = client, max(int(ttl_s), 1)
+        self._append = client.register_script(_APPEND_ROUND)
 
-    def save(self, session_id: str, record: dict) -> None:
-        self.client.set(f"{PREFIX}:session:{session_id}", json.dumps(record), ex=int(self.ttl_s))
+    def record(self, session_id: str, request: dict) -> "SessionRecord":
+        """A writer for `session_id`'s record; it takes the record over at its first save."""
+        return SessionRecord(self, session_id, request)
 
     def load(self, session_id: str) -> dict | None:
-        value = self.client.get(f"{PREFIX}:session:{session_id}")
-        return json.loads(value) if value else None
+        """The record as its last writer left it: the request's fields, `generated` and `finish_reason`."""
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(_request_key(session_id))
+            pipe.lrange(_tokens_key(session_id), 0, -1)
+            fields, tokens = pipe.execute()
+        if "request" not in fields:
+            return None
+        return {**json.loads(fields["request"]), "generated": [int(t) for t in tokens],
+                "finish_reason": fields.get("finish", "")}
+
+
+def _request_key(session_id: str) -> str:
+    return f"{PREFIX}:session:{session_id}:request"
+
+
+def _tokens_key(session_id: str) -> str:
+    return f"{PREFIX}:session:{session_id}:tokens"
+
+
+# KEYS: the request hash, the token list. ARGV: the writer's fence, the TTL in seconds, the finish reason, the
+# list's length before this round, then the round's new tokens. Returns 1 when appended; 0 when the record is
+# not as this writer left it (expired, lost with Redis, or a write of unknown outcome), so the writer writes it
+# whole; -1 when another writer has taken it over.
+_APPEND_ROUND = """
+local writer = redis.call('HGET', KEYS[1], 'writer')
+if not writer then return 0 end
+if writer ~= ARGV[1] then return -1 end
+if redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[4]) then return 0 end
+for first = 5, #ARGV, 1000 do
+  redis.call('RPUSH', KEYS[2], unpack(ARGV, first, math.min(first + 999, #ARGV)))
+end
+redis.call('HSET', KEYS[1], 'finish', ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
+return 1
+"""
+
+
+class SessionRecord:
+    """One writer's hold on a generation's record (`SessionStore.record`)."""
+
+    def __init__(self, store: SessionStore, session_id: str, request: dict):
+        self.store, self.session_id, self.request = store, session_id, request
+        self.fence = uuid.uuid4().hex
+        self.saved: int | None = None  # tokens this writer knows the list holds; None: write it whole
+        self.fenced = False
+
+    def save(self, generated: list[int], finish: str) -> None:
+        """Record every token committed so far and the finish reason ("" while running). Raises RedisError."""
+        if self.fenced:
+            return
+        if self.saved is not None:
+            keys = [_request_key(self.session_id), _tokens_key(self.session_id)]
+            outcome = self.store._append(keys, [self.fence, self.store.ttl_s, finish, self.saved,
+                                                *generated[self.saved:]])
+            if outcome == 1:
+                self.saved = len(generated)
+                return
+            if outcome == -1:
+                self.fenced = True
+                log.info("session %s: resumed by another writer; this one no longer records it", self.session_id)
+                return
+        self._write_whole(generated, finish)
+
+    def _write_whole(self, generated: list[int], finish: str) -> None:
+        """Take the record: the request, this writer's fence and every token, in one transaction."""
+        self.saved = None
+        request_key, tokens_key = _request_key(self.session_id), _tokens_key(self.session_id)
+        with self.store.client.pipeline(transaction=True) as pipe:
+            pipe.delete(tokens_key)
+            pipe.hset(request_key, mapping={"request": json.dumps(self.request), "finish": finish,
+                                            "writer": self.fence})
+            for first in range(0, len(generated), 10_000):
+                pipe.rpush(tokens_key, *generated[first:first + 10_000])
+            pipe.expire(request_key, self.store.ttl_s)
+            pipe.expire(tokens_key, self.store.ttl_s)
+            pipe.execute()
+        self.saved = len(generated)
 
 
 class PriorStore:
