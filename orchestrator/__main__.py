@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     installed = telemetry.configure("specdec-orchestrator", server.otlp_endpoint, server.trace_file, args.metrics_port,
                                     server.host, prometheus=serve_http)
     running = start_orchestrator(args.draft, args.target, args.tokenizer, server.host, server.port,
-                                 orchestrator_config(args), args.redis_url, server.health_port)
+                                 orchestrator_config(args), args.redis_url, server.health_port,
+                                 server.keepalive_s)
     http = None
     if serve_http:  # the OpenAI API beside it, a client of its gRPC port over loopback
         from specdec.http.server import start_http

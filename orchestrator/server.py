@@ -14,7 +14,7 @@ from orchestrator.servicer import OrchestratorConfig, SpecDecServicer
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec import weights
 from specdec.runtime.redis_state import SharedRoutes, connect
-from specdec.runtime.server import MAX_CLIENT_MESSAGE_BYTES, RunningServer, start_server
+from specdec.runtime.server import KEEPALIVE_S, MAX_CLIENT_MESSAGE_BYTES, RunningServer, start_server
 from specdec.weights.sources import load_tokenizer
 
 READY_TIMEOUT_S = 60.0
@@ -47,7 +47,8 @@ def watch_target(target: ServiceClient, running: RunningServer, period_s: float 
 
 
 def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec: str, host: str, port: int,
-                       config: OrchestratorConfig, redis_url: str = "", health_port: int = 0) -> RunningServer:
+                       config: OrchestratorConfig, redis_url: str = "", health_port: int = 0,
+                       keepalive_s: float = KEEPALIVE_S) -> RunningServer:
     """`draft_addresses`: comma-separated replicas; empty with `redis_url` = the replicas registered there."""
     client = connect(redis_url) if redis_url else None
     addresses = [a for a in draft_addresses.split(",") if a]
@@ -65,7 +66,7 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
     servicer = SpecDecServicer(drafts, target, load_tokenizer(weights.resolve(tokenizer_spec)), config, redis=client)
     running = start_server(lambda server: pb_grpc.add_SpecDecServicer_to_server(servicer, server), [SERVICE_NAME],
                            host, port, max_concurrent=config.max_concurrent, max_receive_bytes=MAX_CLIENT_MESSAGE_BYTES,
-                           health_port=health_port)
+                           health_port=health_port, keepalive_s=keepalive_s)
     watch_target(target, running)
     servicer.activity.stopping = running.stopped.is_set  # a feed after a reply ends as the server stops
     running.servicer = servicer

@@ -134,7 +134,8 @@ class RayStack(ManagedStack):
         self.draft_addresses = [f"{ip}:{port}" for ip, port in zip(ips, ports)]
         draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
         self.orchestrator = start_orchestrator(draft_route, self.target_address, opts.target_model, opts.host,
-                                               opts.port, opts.orchestrator, opts.redis_url)
+                                               opts.port, opts.orchestrator, opts.redis_url,
+                                               keepalive_s=opts.service.keepalive_s)
         log.info("ray: drafts %s, target %s (tp=%d), orchestrator %s", self.draft_addresses, self.target_address,
                  opts.target_tp, self.endpoint)
 

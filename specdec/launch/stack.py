@@ -66,7 +66,8 @@ class StackOptions:
 
     def orchestrator_argv(self, draft_route: str, target_route: str) -> list[str]:
         """An orchestrator process's flags, in front of the services at these routes."""
-        server = option_argv(self.service, only=("host", "log_level", "otlp_endpoint", "trace_file"))
+        server = option_argv(self.service, only=("host", "log_level", "otlp_endpoint", "trace_file",
+                                                 "keepalive_s"))
         return ["--draft", draft_route, "--target", target_route, "--tokenizer", self.target_model, *server,
                 *option_argv(self.orchestrator), "--metrics-port", str(self.metrics_port),
                 *(["--redis-url", self.redis_url] if self.redis_url else [])]
@@ -212,7 +213,7 @@ class EmbeddedStack(ManagedStack):
             draft_route = self.draft_proxy.address
         target_route = self.target_proxy.address if self.target_proxy is not None else self.target_address
         return start_orchestrator(draft_route, target_route, opts.target_model, opts.host, port,
-                                  opts.orchestrator, opts.redis_url)
+                                  opts.orchestrator, opts.redis_url, keepalive_s=opts.service.keepalive_s)
 
     @property
     def endpoint(self) -> str:

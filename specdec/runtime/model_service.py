@@ -179,7 +179,8 @@ def serve_engine(engine: Backend, config: ModelServiceConfig, service_name: str,
     tensor-parallel front)."""
     # Every session holds one stream; a few more calls (Info) may run beside them.
     return start_server(lambda server: register(server, engine), [service_name], config.host, config.port,
-                        max_concurrent=config.max_sessions + 4, health_port=config.health_port)
+                        max_concurrent=config.max_sessions + 4, health_port=config.health_port,
+                        keepalive_s=config.keepalive_s)
 
 
 def run_model_service(config: ModelServiceConfig, *, what: str, build: Callable[[ModelServiceConfig], Backend],

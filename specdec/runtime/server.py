@@ -44,6 +44,7 @@ CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 log = logging.getLogger(__name__)
 
 
+KEEPALIVE_S = 20.0  # a connection with calls open and nothing received this long is pinged (`--keepalive-s`)
 DRAIN_TIMEOUT_S = 30.0  # how long calls in flight may run on once a server is told to stop (`--drain-timeout-s`)
 CUT_WAIT_S = 5.0  # then how long cut streams have to reach their next message
 
@@ -97,18 +98,31 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def keepalive_options(keepalive_s: float) -> list[tuple[str, int]]:
+    """A server's pings to its peers: a connection with calls open and `keepalive_s` without traffic is pinged,
+    and closed if the ping is not answered within `keepalive_s` more, which ends its calls. So a peer that
+    vanished without closing its connection (a host gone, a partition) frees its sessions within two periods."""
+    period_ms = max(int(keepalive_s * 1000), 100)
+    return [("grpc.keepalive_time_ms", period_ms), ("grpc.keepalive_timeout_ms", period_ms),
+            # gRPC 1.85 waits this long for a ping's answer, not keepalive_timeout_ms (default: a minute)
+            ("grpc.http2.ping_timeout_ms", period_ms),
+            ("grpc.keepalive_permit_without_calls", 0),
+            ("grpc.http2.max_pings_without_data", 0)]  # gRPC stops at 2 unanswered-by-data pings by default
+
+
 def start_server(register: Callable[[grpc.Server], None], service_names: list[str], host: str, port: int, *,
                  max_concurrent: int, max_receive_bytes: int = MAX_MESSAGE_BYTES,
-                 health_port: int = 0) -> RunningServer:
+                 health_port: int = 0, keepalive_s: float = KEEPALIVE_S) -> RunningServer:
     """Start a server with the given servicers plus grpc.health.v1 and reflection; returns its bound port.
 
     At most `max_concurrent` calls run at once (health and reflection aside, which keep
     SPARE_WORKERS threads of their own); past that a call gets RESOURCE_EXHAUSTED at once.
     TLS and the bearer token come from this process's `specdec.runtime.security` settings.
     `health_port`: also answer health checks there, in plaintext (probes that cannot speak TLS).
+    `keepalive_s`: see `keepalive_options`.
     """
     options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_receive_message_length", max_receive_bytes)]
+               ("grpc.max_receive_message_length", max_receive_bytes), *keepalive_options(keepalive_s)]
     guard = Guard(max_concurrent, security.current().tokens)
     server = grpc.server(ThreadPoolExecutor(max_workers=max_concurrent + SPARE_WORKERS), options=options,
                          interceptors=[guard])
@@ -223,6 +237,9 @@ class ServerConfig:
                                 env="OTEL_EXPORTER_OTLP_ENDPOINT")
     trace_file: str = option("", "also append spans to this file as OTLP JSON lines (for `specdec profile --spans`)",
                              env="SPECDEC_TRACE_FILE")
+    keepalive_s: float = option(KEEPALIVE_S, "ping a connection whose calls have been silent this long, and close it "
+                                             "(ending its calls, freeing their sessions) if the ping goes unanswered "
+                                             "as long again: a peer gone without closing its connection")
     drain_timeout_s: float = option(DRAIN_TIMEOUT_S, "on SIGTERM, how long calls in flight may finish while new ones "
                                                      "are refused (UNAVAILABLE) and health says NOT_SERVING; then "
                                                      "they end with UNAVAILABLE (a second signal: at once)")
