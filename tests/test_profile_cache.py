@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import TINY_DRAFT, TINY_TARGET
 
-from specdec.engine.profile_cache import ProfileCache, profile_key, weights_fingerprint
+from specdec.engine.profile_cache import (BUSY_MAX_AGE_S, BUSY_SHARE, ProfileCache, load_or_measure, profile_key,
+                                         weights_fingerprint)
 from specdec.planning.cost import CostProfile
 from specdec.runtime.model_service import ModelServiceConfig
 
@@ -63,6 +64,41 @@ def test_expired_or_damaged_entries_are_measured_again(tmp_path):
     assert cache.load(_key()) is None
     entry.write_text("{not json")
     assert cache.load(_key()) is None
+
+
+def _age(entry: Path, seconds: float) -> None:
+    data = json.loads(entry.read_text())
+    data["measured_at"] -= seconds
+    entry.write_text(json.dumps(data))
+
+
+def test_a_profile_measured_on_a_busy_machine_is_kept_minutes_not_a_week(tmp_path):
+    cache, profile = ProfileCache(tmp_path), CostProfile((0.01,))
+    cache.store(_key(), profile, others_share=BUSY_SHARE + 0.3)
+    cache.store(_key(spec="tiny:seed=1"), profile, others_share=BUSY_SHARE - 0.1)
+    for entry in tmp_path.glob("*.json"):
+        _age(entry, BUSY_MAX_AGE_S - 60)
+    assert cache.load(_key()) == profile
+    for entry in tmp_path.glob("*.json"):
+        _age(entry, 120)
+    assert cache.load(_key()) is None, "a busy machine's profile outlived its minutes"
+    assert cache.load(_key(spec="tiny:seed=1")) == profile
+
+
+def test_a_profile_measured_beside_busy_processes_is_stored_as_busy(tmp_path):
+    """One spinning process per CPU of the machine while the profile is measured (a sleep here): the entry says
+    that others took most of the machine."""
+    cpus = sum(1 for line in Path("/proc/stat").read_text().splitlines() if line[:3] == "cpu" and line[3].isdigit())
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
+    try:
+        time.sleep(0.5)
+        load_or_measure(ProfileCache(tmp_path), _key, lambda: time.sleep(2.0) or CostProfile((0.01,)))
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    (entry,) = tmp_path.glob("*.json")
+    assert json.loads(entry.read_text())["others_share"] > BUSY_SHARE + 0.25
 
 
 def test_weight_files_are_part_of_the_key(tmp_path):

@@ -22,6 +22,7 @@ from typing import Callable
 import torch
 
 from specdec.engine.cpu import native
+from specdec.engine.cpu.others_load import OthersLoad
 from specdec.planning.cost import PROFILE_CONTEXT, CostProfile
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,10 @@ log = logging.getLogger(__name__)
 # again.
 FORMAT = 5
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".json")
+# A profile measured while other processes took more than this share of the machine's CPU time is kept only
+# BUSY_MAX_AGE_S: the README's first command, run beside a compile on 2 cores, priced the target's step at 65.9 ms
+# where it takes 31-39, and would have kept that for a week.
+BUSY_SHARE, BUSY_MAX_AGE_S = 0.25, 600.0
 
 
 def weights_fingerprint(spec: str) -> list:
@@ -67,20 +72,24 @@ class ProfileCache:
         return self.folder / f"{digest}.json"
 
     def load(self, key: dict) -> CostProfile | None:
-        """The stored profile for `key`, or None (absent, expired, unreadable or for another key)."""
+        """The stored profile for `key`, or None (absent, expired, unreadable or for another key). An entry
+        measured on a busy machine expires after BUSY_MAX_AGE_S."""
         file = self._file(key)
         try:
             entry = json.loads(file.read_text())
-            if entry["key"] != key or time.time() - entry["measured_at"] > self.max_age_s:
+            max_age_s = BUSY_MAX_AGE_S if (entry.get("others_share") or 0.0) > BUSY_SHARE else self.max_age_s
+            if entry["key"] != key or time.time() - entry["measured_at"] > max_age_s:
                 return None
             return CostProfile(tuple(entry["seconds"]), tuple(entry["tokens"]), float(entry["per_position_s"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def store(self, key: dict, profile: CostProfile) -> None:
-        """Write atomically (a temp file renamed), so concurrent services never read half an entry."""
+    def store(self, key: dict, profile: CostProfile, others_share: float | None = None) -> None:
+        """Write atomically (a temp file renamed), so concurrent services never read half an entry.
+        `others_share`: what other processes took of the machine while it was measured (`OthersLoad`)."""
         entry = {"key": key, "measured_at": time.time(), "seconds": list(profile.seconds),
-                 "tokens": list(profile.tokens), "per_position_s": profile.per_position_s}
+                 "tokens": list(profile.tokens), "per_position_s": profile.per_position_s,
+                 "others_share": others_share}
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
@@ -93,14 +102,20 @@ class ProfileCache:
 
 def load_or_measure(cache: ProfileCache | None, key: Callable[[], dict],
                     measure: Callable[[], CostProfile]) -> CostProfile:
-    """The cached profile for `key()`, or `measure()` (stored for the next start). No cache: measure."""
+    """The cached profile for `key()`, or `measure()` (stored for the next start; for BUSY_MAX_AGE_S only where
+    other processes took more than BUSY_SHARE of the machine meanwhile). No cache: measure."""
     if cache is None:
         return measure()
     entry = key()
     profile = cache.load(entry)
     if profile is None:
-        profile = measure()
-        cache.store(entry, profile)
+        with OthersLoad() as load:
+            profile = measure()
+        if load.share is not None and load.share > BUSY_SHARE:
+            log.warning("other processes took %.0f%% of this machine's CPU time while the cost profile was measured: "
+                        "it is kept %.0f minutes, not %.0f days", 100 * load.share, BUSY_MAX_AGE_S / 60,
+                        cache.max_age_s / 86400)
+        cache.store(entry, profile, load.share)
     else:
         log.info("cost profile from %s: forward of %s tokens = %s ms; attention at depth %.0f ns a token and "
                  "position", cache.folder, ",".join(map(str, profile.tokens)),
