@@ -104,7 +104,7 @@ class SessionStore:
 
     def __init__(self, client: redis.Redis, ttl_s: float = SESSION_TTL_S):
         self.client, self.ttl_s = client, max(int(ttl_s), 1)
-        self._append = client.register_script(_APPEND_ROUND)
+        self.append_round = client.register_script(_APPEND_ROUND)  # (keys, args): see _APPEND_ROUND
 
     def record(self, session_id: str, request: dict) -> "SessionRecord":
         """A writer for `session_id`'s record; it takes the record over at its first save."""
@@ -164,8 +164,8 @@ class SessionRecord:
             return
         if self.saved is not None:
             keys = [_request_key(self.session_id), _tokens_key(self.session_id)]
-            outcome = self.store._append(keys, [self.fence, self.store.ttl_s, finish, self.saved,
-                                                *generated[self.saved:]])
+            outcome = self.store.append_round(keys, [self.fence, self.store.ttl_s, finish, self.saved,
+                                                     *generated[self.saved:]])
             if outcome == 1:
                 self.saved = len(generated)
                 return

@@ -49,4 +49,3 @@ class OthersLoad:
         if elapsed > 0:
             others = (busy - self._start[0]) - (own_now - self._start[2])
             self.share = min(max(others / elapsed, 0.0), 1.0)
-
