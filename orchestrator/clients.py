@@ -11,7 +11,7 @@ import grpc
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.runtime.security import open_channel
-from specdec.runtime.server import CHANNEL_OPTIONS
+from specdec.runtime.server import KEEPALIVE_S, channel_options
 
 _END = object()
 STREAM_TIMEOUT_S = 3600.0
@@ -97,9 +97,9 @@ class PendingCall:
 class ServiceClient:
     """A channel to a draft or a target service."""
 
-    def __init__(self, address: str, stub_cls):
+    def __init__(self, address: str, stub_cls, keepalive_s: float = KEEPALIVE_S):
         self.address = address
-        self.channel = open_channel(address, CHANNEL_OPTIONS)
+        self.channel = open_channel(address, channel_options(keepalive_s))
         self.stub = stub_cls(self.channel)
 
     def wait_ready(self, timeout: float) -> None:
@@ -115,9 +115,9 @@ class ServiceClient:
         self.channel.close()
 
 
-def draft_client(address: str) -> ServiceClient:
-    return ServiceClient(address, pb_grpc.DraftServiceStub)
+def draft_client(address: str, keepalive_s: float = KEEPALIVE_S) -> ServiceClient:
+    return ServiceClient(address, pb_grpc.DraftServiceStub, keepalive_s)
 
 
-def target_client(address: str) -> ServiceClient:
-    return ServiceClient(address, pb_grpc.TargetServiceStub)
+def target_client(address: str, keepalive_s: float = KEEPALIVE_S) -> ServiceClient:
+    return ServiceClient(address, pb_grpc.TargetServiceStub, keepalive_s)

@@ -26,6 +26,7 @@ from orchestrator.clients import ServiceClient, draft_client
 from protos import specdec_pb2 as pb
 from specdec.core.sequence import longest_shared
 from specdec.planning.cost import CostProfile
+from specdec.runtime.server import KEEPALIVE_S
 from specdec.runtime.wire import cost_profile_from_pb
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,11 @@ class Routes:
 
 class DraftPool:
     def __init__(self, addresses: list[str] = (), registry=None, vocab_size: int | None = None,
-                 cooldown_s: float = 2.0, routes=None):
+                 cooldown_s: float = 2.0, routes=None, keepalive_s: float = KEEPALIVE_S):
         """No addresses and no registry: an empty pool (no replica: model drafting decodes target-only).
-        `routes`: where sequences' replicas are remembered (`SharedRoutes`); default, this pool's own."""
-        self.addresses, self.registry = list(addresses), registry
+        `routes`: where sequences' replicas are remembered (`SharedRoutes`); default, this pool's own.
+        `keepalive_s`: its channels' pings (`specdec.runtime.server.keepalive_options`)."""
+        self.addresses, self.registry, self.keepalive_s = list(addresses), registry, keepalive_s
         self.vocab_size, self.cooldown_s = vocab_size, cooldown_s
         self._clients: dict[str, ServiceClient] = {}
         self._profiles: dict[str, CostProfile | None] = {}  # each replica's start-up cost profile
@@ -136,7 +138,7 @@ class DraftPool:
             client = self._clients.get(address)
         if client is not None:
             return client
-        client = draft_client(address)
+        client = draft_client(address, self.keepalive_s)
         try:
             info = client.stub.Info(pb.ModelInfoRequest(), timeout=5)
         except grpc.RpcError as exc:

@@ -56,12 +56,12 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
         raise ValueError("give draft replica addresses or a Redis registry, "
                          "or draft by lookup (proposer ngram or hybrid)")
     routes = SharedRoutes(client, ROUTE_MIN_TOKENS) if client is not None else None
-    drafts = DraftPool(addresses, registry=None if addresses else client, routes=routes)
+    drafts = DraftPool(addresses, registry=None if addresses else client, routes=routes, keepalive_s=keepalive_s)
     for address in addresses:
         probe = draft_client(address)
         probe.wait_ready(READY_TIMEOUT_S)
         probe.close()
-    target = target_client(target_address)
+    target = target_client(target_address, keepalive_s)
     target.wait_ready(READY_TIMEOUT_S)
     servicer = SpecDecServicer(drafts, target, load_tokenizer(weights.resolve(tokenizer_spec)), config, redis=client)
     running = start_server(lambda server: pb_grpc.add_SpecDecServicer_to_server(servicer, server), [SERVICE_NAME],

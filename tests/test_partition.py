@@ -1,5 +1,7 @@
 """A peer that goes silent without closing its connection (a host gone, a partition): the servers' keepalive
-pings go unanswered, they close the connection, and every session the silent peer held is freed.
+pings go unanswered, they close the connection, and every session the silent peer held is freed; the
+orchestrator's channels ping too, so once the partition heals it connects afresh instead of waiting on dead
+connections.
 
 A partition is a delay proxy whose delay is set to days: the connections stay open and every byte is held.
 """
@@ -10,12 +12,12 @@ import time
 
 import grpc
 import pytest
-from conftest import tiny_options
+from conftest import tiny_options, wait_until
 from test_errors import wait_for_no_sessions
 
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2_grpc as pb_grpc
-from specdec.cli.client import make_request
+from specdec.cli.client import generate, make_request
 from specdec.launch.delay_proxy import DelayProxy
 from specdec.launch.stack import EmbeddedStack
 
@@ -26,8 +28,8 @@ ROUND_RTT_MS = 200.0  # each hop: a 1,000-token reply takes minutes, so it canno
 
 @pytest.fixture(scope="module")
 def partitioned_stack():
-    """Proxies on both of the orchestrator's hops, slow rounds, pings after 1 s of silence, a 2-minute round
-    deadline (longer than any wait here)."""
+    """Proxies on both of the orchestrator's hops, slow rounds, pings after 1 s of silence (every server, the
+    orchestrator's channels), a 2-minute round deadline (longer than any wait here)."""
     opts = tiny_options(delay_proxies=True, service=dict(keepalive_s=KEEPALIVE_S),
                         orchestrator=dict(round_timeout_s=120.0, target_chunk_ms=0.0))
     with EmbeddedStack(opts) as stack:
@@ -63,11 +65,28 @@ def test_a_client_gone_silent_frees_its_sessions_on_both_services(partitioned_st
     assert freed_s < 8 * KEEPALIVE_S
 
 
-def test_an_orchestrator_gone_silent_has_its_sessions_freed_on_both_services(partitioned_stack):
-    """Last in this module: its hops stay partitioned. Each service pings the orchestrator and closes the
-    connection, which ends the session's stream; the orchestrator, waiting on its round, has not given up."""
-    def partition():
-        partitioned_stack.set_rtt_ms(FOREVER_MS, FOREVER_MS)
+def test_an_orchestrator_gone_silent_has_its_sessions_freed_and_serves_again_once_healed(partitioned_stack):
+    """Each service pings the orchestrator and closes the connection, which ends the session's stream; the
+    orchestrator, waiting on its round, has not given up. Healed, the orchestrator's own pings have closed its
+    dead connections (the proxies still hold their bytes), so a new request connects afresh and is answered,
+    where it would wait out its round's deadline on them."""
+    stack = partitioned_stack
 
-    freed_s = _sessions_freed_after_partition(partitioned_stack, partitioned_stack.endpoint, partition)
+    def partition():
+        stack.set_rtt_ms(FOREVER_MS, FOREVER_MS)
+
+    freed_s = _sessions_freed_after_partition(stack, stack.endpoint, partition)
     assert freed_s < 8 * KEEPALIVE_S
+    stack.set_rtt_ms(0.0, 0.0)
+    healed = time.monotonic()
+
+    def answered() -> bool:
+        try:
+            return len(generate(stack.endpoint, make_request(prompt="healed", max_new_tokens=4, gamma=2),
+                                timeout=3 * KEEPALIVE_S).token_ids) == 4
+        except grpc.RpcError as exc:
+            assert exc.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE), exc
+            return False
+
+    wait_until(answered, 20 * KEEPALIVE_S, "a request answered once the partition healed")
+    assert time.monotonic() - healed < 10 * KEEPALIVE_S

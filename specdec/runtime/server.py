@@ -30,21 +30,43 @@ MAX_CLIENT_MESSAGE_BYTES = 4 * 1024 * 1024
 SPARE_WORKERS = 8  # threads kept free of work for health checks and reflection
 READY_PREFIX = "SPECDEC_READY port="
 PARENT_PID_ENV = "SPECDEC_PARENT_PID"  # set by a launcher: the service stops when that process is gone
-CHANNEL_OPTIONS = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                   # A restarted service is found again within seconds, not gRPC's default two minutes.
-                   ("grpc.initial_reconnect_backoff_ms", 250),
-                   ("grpc.max_reconnect_backoff_ms", 2000),
-                   # Each channel its own connections: with gRPC's process-wide pool a new channel to an address
-                   # took over another channel's failed connection and its backoff, and its first call failed at
-                   # once ("Connection refused") though a server now listened there (a restarted service, or a
-                   # new server given a port an old one had: seen in CI).
-                   ("grpc.use_local_subchannel_pool", 1)]
+KEEPALIVE_S = 20.0  # a connection silent this long is pinged, and closed if it stays so as long (`--keepalive-s`)
+_CHANNEL_BASE = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                 # A restarted service is found again within seconds, not gRPC's default two minutes.
+                 ("grpc.initial_reconnect_backoff_ms", 250),
+                 ("grpc.max_reconnect_backoff_ms", 2000),
+                 # Each channel its own connections: with gRPC's process-wide pool a new channel to an address
+                 # took over another channel's failed connection and its backoff, and its first call failed at
+                 # once ("Connection refused") though a server now listened there (a restarted service, or a
+                 # new server given a port an old one had: seen in CI).
+                 ("grpc.use_local_subchannel_pool", 1)]
+
+
+def keepalive_options(keepalive_s: float, *, client: bool = False) -> list[tuple[str, int]]:
+    """Pings to the peer: a connection `keepalive_s` without traffic is pinged, and closed if the ping is not
+    answered within `keepalive_s` more. A server pings only connections with calls open, and closing one ends its
+    calls, so a peer that vanished without closing (a host gone, a partition) frees its sessions within two
+    periods. A client pings idle connections too, so that a channel whose server vanished connects again (or
+    fails fast) instead of sending each new call into a dead connection until its deadline."""
+    period_ms = max(int(keepalive_s * 1000), 100)
+    return [("grpc.keepalive_time_ms", period_ms), ("grpc.keepalive_timeout_ms", period_ms),
+            # gRPC 1.85 waits this long for a ping's answer, not keepalive_timeout_ms (default: a minute)
+            ("grpc.http2.ping_timeout_ms", period_ms),
+            ("grpc.keepalive_permit_without_calls", int(client)),
+            ("grpc.http2.max_pings_without_data", 0)]  # gRPC stops at 2 unanswered-by-data pings by default
+
+
+def channel_options(keepalive_s: float = KEEPALIVE_S) -> list[tuple[str, int]]:
+    """What every channel of ours sets: message limits, reconnection, its own connections, keepalive pings."""
+    return [*_CHANNEL_BASE, *keepalive_options(keepalive_s, client=True)]
+
+
+CHANNEL_OPTIONS = channel_options()
 
 log = logging.getLogger(__name__)
 
 
-KEEPALIVE_S = 20.0  # a connection with calls open and nothing received this long is pinged (`--keepalive-s`)
 DRAIN_TIMEOUT_S = 30.0  # how long calls in flight may run on once a server is told to stop (`--drain-timeout-s`)
 CUT_WAIT_S = 5.0  # then how long cut streams have to reach their next message
 
@@ -98,18 +120,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
-def keepalive_options(keepalive_s: float) -> list[tuple[str, int]]:
-    """A server's pings to its peers: a connection with calls open and `keepalive_s` without traffic is pinged,
-    and closed if the ping is not answered within `keepalive_s` more, which ends its calls. So a peer that
-    vanished without closing its connection (a host gone, a partition) frees its sessions within two periods."""
-    period_ms = max(int(keepalive_s * 1000), 100)
-    return [("grpc.keepalive_time_ms", period_ms), ("grpc.keepalive_timeout_ms", period_ms),
-            # gRPC 1.85 waits this long for a ping's answer, not keepalive_timeout_ms (default: a minute)
-            ("grpc.http2.ping_timeout_ms", period_ms),
-            ("grpc.keepalive_permit_without_calls", 0),
-            ("grpc.http2.max_pings_without_data", 0)]  # gRPC stops at 2 unanswered-by-data pings by default
-
-
 def start_server(register: Callable[[grpc.Server], None], service_names: list[str], host: str, port: int, *,
                  max_concurrent: int, max_receive_bytes: int = MAX_MESSAGE_BYTES,
                  health_port: int = 0, keepalive_s: float = KEEPALIVE_S) -> RunningServer:
@@ -122,7 +132,8 @@ def start_server(register: Callable[[grpc.Server], None], service_names: list[st
     `keepalive_s`: see `keepalive_options`.
     """
     options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_receive_message_length", max_receive_bytes), *keepalive_options(keepalive_s)]
+               ("grpc.max_receive_message_length", max_receive_bytes), *keepalive_options(keepalive_s),
+               ("grpc.http2.max_ping_strikes", 0)]  # the clients' own pings (`channel_options`) never a GOAWAY
     guard = Guard(max_concurrent, security.current().tokens)
     server = grpc.server(ThreadPoolExecutor(max_workers=max_concurrent + SPARE_WORKERS), options=options,
                          interceptors=[guard])
