@@ -13,6 +13,7 @@ import time
 import grpc
 import pytest
 from conftest import tiny_options, wait_until
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_errors import wait_for_no_sessions
 
 from orchestrator.clients import draft_client, target_client
@@ -23,6 +24,7 @@ from specdec.launch.stack import EmbeddedStack
 
 KEEPALIVE_S = 1.0
 FOREVER_MS = 1e9  # a delay no test outlives
+SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 ROUND_RTT_MS = 200.0  # each hop: a 1,000-token reply takes minutes, so it cannot end (and free) on its own
 
 
@@ -35,6 +37,11 @@ def partitioned_stack():
     with EmbeddedStack(opts) as stack:
         stack.set_rtt_ms(ROUND_RTT_MS, ROUND_RTT_MS)
         yield stack
+
+
+def _health(address: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
 
 
 def _sessions_freed_after_partition(stack: EmbeddedStack, client_address: str, partition) -> float:
@@ -67,9 +74,10 @@ def test_a_client_gone_silent_frees_its_sessions_on_both_services(partitioned_st
 
 def test_an_orchestrator_gone_silent_has_its_sessions_freed_and_serves_again_once_healed(partitioned_stack):
     """Each service pings the orchestrator and closes the connection, which ends the session's stream; the
-    orchestrator, waiting on its round, has not given up. Healed, the orchestrator's own pings have closed its
-    dead connections (the proxies still hold their bytes), so a new request connects afresh and is answered,
-    where it would wait out its round's deadline on them."""
+    orchestrator, waiting on its round, has not given up. Its own pings close its dead connections, and its
+    health says NOT_SERVING while the target cannot be reached. Healed (the proxies still hold the old
+    connections' bytes), a new request connects afresh and is answered, where it would wait out its round's
+    deadline on the dead connections, and health says SERVING again."""
     stack = partitioned_stack
 
     def partition():
@@ -77,6 +85,8 @@ def test_an_orchestrator_gone_silent_has_its_sessions_freed_and_serves_again_onc
 
     freed_s = _sessions_freed_after_partition(stack, stack.endpoint, partition)
     assert freed_s < 8 * KEEPALIVE_S
+    wait_until(lambda: _health(stack.endpoint) == NOT_SERVING, 10 * KEEPALIVE_S,
+               "the orchestrator's health to say its target is out of reach")
     stack.set_rtt_ms(0.0, 0.0)
     healed = time.monotonic()
 
@@ -90,3 +100,4 @@ def test_an_orchestrator_gone_silent_has_its_sessions_freed_and_serves_again_onc
 
     wait_until(answered, 20 * KEEPALIVE_S, "a request answered once the partition healed")
     assert time.monotonic() - healed < 10 * KEEPALIVE_S
+    assert _health(stack.endpoint) == SERVING
