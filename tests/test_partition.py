@@ -13,8 +13,9 @@ import time
 import grpc
 import pytest
 from conftest import tiny_options, wait_until
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from test_errors import wait_for_no_sessions
+from test_faults import SERVING, health
 
 from orchestrator.clients import draft_client, target_client
 from protos import specdec_pb2_grpc as pb_grpc
@@ -24,7 +25,7 @@ from specdec.launch.stack import EmbeddedStack
 
 KEEPALIVE_S = 1.0
 FOREVER_MS = 1e9  # a delay no test outlives
-SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 ROUND_RTT_MS = 200.0  # each hop: a 1,000-token reply takes minutes, so it cannot end (and free) on its own
 
 
@@ -37,11 +38,6 @@ def partitioned_stack():
     with EmbeddedStack(opts) as stack:
         stack.set_rtt_ms(ROUND_RTT_MS, ROUND_RTT_MS)
         yield stack
-
-
-def _health(address: str) -> int:
-    with grpc.insecure_channel(address) as channel:
-        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=1.0).status
 
 
 def _sessions_freed_after_partition(stack: EmbeddedStack, client_address: str, partition) -> float:
@@ -85,7 +81,7 @@ def test_an_orchestrator_gone_silent_has_its_sessions_freed_and_serves_again_onc
 
     freed_s = _sessions_freed_after_partition(stack, stack.endpoint, partition)
     assert freed_s < 8 * KEEPALIVE_S
-    wait_until(lambda: _health(stack.endpoint) == NOT_SERVING, 10 * KEEPALIVE_S,
+    wait_until(lambda: health(stack.endpoint) == NOT_SERVING, 10 * KEEPALIVE_S,
                "the orchestrator's health to say its target is out of reach")
     stack.set_rtt_ms(0.0, 0.0)
     healed = time.monotonic()
@@ -100,4 +96,4 @@ def test_an_orchestrator_gone_silent_has_its_sessions_freed_and_serves_again_onc
 
     wait_until(answered, 20 * KEEPALIVE_S, "a request answered once the partition healed")
     assert time.monotonic() - healed < 10 * KEEPALIVE_S
-    assert _health(stack.endpoint) == SERVING
+    assert health(stack.endpoint) == SERVING

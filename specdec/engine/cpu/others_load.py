@@ -21,6 +21,14 @@ def _own_ticks() -> int:
     return int(after_name[11]) + int(after_name[12])  # utime and stime: fields 14 and 15 of proc(5)
 
 
+def _sample() -> tuple[int, int, int] | None:
+    """(the machine's busy ticks, all its ticks, this process's ticks), or None where /proc cannot tell."""
+    try:
+        return (*_machine_ticks(), _own_ticks())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class OthersLoad:
     """`with OthersLoad() as load: ...`; then `load.share`: the share of all the machine's CPU time that other
     processes took (or the hypervisor stole) during the block, 0..1; None where /proc cannot tell (not Linux,
@@ -31,21 +39,13 @@ class OthersLoad:
         self._start: tuple[int, int, int] | None = None
 
     def __enter__(self) -> "OthersLoad":
-        try:
-            self._start = (*_machine_ticks(), _own_ticks())
-        except (OSError, ValueError, IndexError):
-            self._start = None
+        self._start = _sample()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._start is None:
+        end = _sample()
+        if self._start is None or end is None:
             return
-        try:
-            busy, total = _machine_ticks()
-            own_now = _own_ticks()
-        except (OSError, ValueError, IndexError):
-            return
-        elapsed = total - self._start[1]
-        if elapsed > 0:
-            others = (busy - self._start[0]) - (own_now - self._start[2])
-            self.share = min(max(others / elapsed, 0.0), 1.0)
+        busy, total, own = (after - before for after, before in zip(end, self._start))
+        if total > 0:
+            self.share = min(max((busy - own) / total, 0.0), 1.0)
