@@ -43,18 +43,30 @@ _CHANNEL_BASE = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                  ("grpc.use_local_subchannel_pool", 1)]
 
 
+PING_STRIKES = 2  # pings under a server's floor it lets pass before it closes the connection (gRPC's default)
+
+
 def keepalive_options(keepalive_s: float, *, client: bool = False) -> list[tuple[str, int]]:
     """Pings to the peer: a connection `keepalive_s` without traffic is pinged, and closed if the ping is not
-    answered within `keepalive_s` more. A server pings only connections with calls open, and closing one ends its
-    calls, so a peer that vanished without closing (a host gone, a partition) frees its sessions within two
-    periods. A client pings idle connections too, so that a channel whose server vanished connects again (or
-    fails fast) instead of sending each new call into a dead connection until its deadline."""
+    answered within `keepalive_s` more, idle connections included. So a server frees the sessions of a peer that
+    vanished without closing (a host gone, a partition) within two periods, and a client's channel whose server
+    vanished connects again (or fails fast) instead of sending each new call into a dead connection.
+
+    A server also takes its peers' pings down to half its period apart (ours ping at the same `--keepalive-s`),
+    and answers a connection that pings faster, with no data between, PING_STRIKES + 1 times in a row with
+    GOAWAY `too_many_pings`, closing it: a ping flood costs the server a connection, not its threads. A gRPC
+    client told so doubles its own period and connects again."""
     period_ms = max(int(keepalive_s * 1000), 100)
-    return [("grpc.keepalive_time_ms", period_ms), ("grpc.keepalive_timeout_ms", period_ms),
-            # gRPC 1.85 waits this long for a ping's answer, not keepalive_timeout_ms (default: a minute)
-            ("grpc.http2.ping_timeout_ms", period_ms),
-            ("grpc.keepalive_permit_without_calls", int(client)),
-            ("grpc.http2.max_pings_without_data", 0)]  # gRPC stops at 2 unanswered-by-data pings by default
+    options = [("grpc.keepalive_time_ms", period_ms), ("grpc.keepalive_timeout_ms", period_ms),
+               # gRPC 1.85 waits this long for a ping's answer, not keepalive_timeout_ms (default: a minute)
+               ("grpc.http2.ping_timeout_ms", period_ms),
+               # a server's too: without it, gRPC judges a peer's pings on an idle connection by a 2-hour floor
+               ("grpc.keepalive_permit_without_calls", 1),
+               ("grpc.http2.max_pings_without_data", 0)]  # gRPC stops at 2 unanswered-by-data pings by default
+    if client:
+        return options
+    return [*options, ("grpc.http2.min_ping_interval_without_data_ms", period_ms // 2),
+            ("grpc.http2.max_ping_strikes", PING_STRIKES)]
 
 
 def channel_options(keepalive_s: float = KEEPALIVE_S) -> list[tuple[str, int]]:
@@ -132,8 +144,7 @@ def start_server(register: Callable[[grpc.Server], None], service_names: list[st
     `keepalive_s`: see `keepalive_options`.
     """
     options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_receive_message_length", max_receive_bytes), *keepalive_options(keepalive_s),
-               ("grpc.http2.max_ping_strikes", 0)]  # the clients' own pings (`channel_options`) never a GOAWAY
+               ("grpc.max_receive_message_length", max_receive_bytes), *keepalive_options(keepalive_s)]
     guard = Guard(max_concurrent, security.current().tokens)
     server = grpc.server(ThreadPoolExecutor(max_workers=max_concurrent + SPARE_WORKERS), options=options,
                          interceptors=[guard])
