@@ -14,11 +14,11 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from test_faults import SERVING, health
 
 from specdec.runtime.server import channel_options, start_server
 
 KEEPALIVE_S = 2.0
-SERVING = health_pb2.HealthCheckResponse.SERVING
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS, PING, GOAWAY = 0x4, 0x6, 0x7
 ENHANCE_YOUR_CALM = 0xB
@@ -92,6 +92,7 @@ def flood_until_goaway(port: int, period_s: float, seconds: float) -> tuple[int,
 
 
 def healthy(channel: grpc.Channel) -> bool:
+    """Health through `channel` itself (test_faults' `health` opens a channel of its own)."""
     return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=2).status == SERVING
 
 
@@ -99,8 +100,7 @@ def test_a_ping_flood_gets_goaway_and_the_server_answers_on(server):
     goaway = flood_until_goaway(server, period_s=0.01, seconds=2 * KEEPALIVE_S)
     assert goaway is not None, "the server took a ping every 10 ms for two periods"
     assert goaway == (ENHANCE_YOUR_CALM, b"too_many_pings")
-    with grpc.insecure_channel(f"127.0.0.1:{server}") as channel:
-        assert healthy(channel)
+    assert health(f"127.0.0.1:{server}", timeout=2) == SERVING
 
 
 def test_pings_at_a_period_keep_their_connection(server):
