@@ -1,8 +1,8 @@
 """The compute-path tests once per CPU instruction-set level, each level in a process of its own.
 
 `SPECDEC_CPU_ISA` (`specdec.engine.cpu.features`) caps our kernel choice and oneDNN, ATen and MKL at a level, so a
-machine with AVX-512 and VNNI also runs the kernels a Zen 3 or an older Xeon gets. A level this
-machine lacks is skipped, with the reason; the machine's own level is the in-process run of
+machine with AVX-512 and VNNI also runs the kernels a Zen 3 or an older Xeon gets, and one with AVX-VNNI those of an
+E-core Xeon (`avx2_vnni`). A level this machine lacks is skipped, with the reason; the machine's own level is the in-process run of
 tests/test_compute_paths.py.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.engine.cpu.features import LEVELS, cpu_features, isa_environment
+from specdec.engine.cpu.features import AVX2_VNNI, CAPS, LEVELS, cpu_features, cpuinfo, isa_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 # What oneDNN's verbose mode prints after "isa:" at each level (its own names), to prove the cap took.
@@ -23,13 +23,14 @@ ONEDNN_ISA = {"sse41": "Intel SSE4.1", "avx2": "Intel AVX2",
               "avx512": "Intel AVX-512 with AVX512BW, AVX512VL, and AVX512DQ extensions",
               "avx512_vnni": "Intel AVX-512 with Intel DL Boost",
               "avx512_bf16": "Intel AVX-512 with Intel DL Boost and bfloat16 support",
-              "amx": "Intel AVX-512 with Intel DL Boost and bfloat16 support and Intel AMX"}
+              "amx": "Intel AVX-512 with Intel DL Boost and bfloat16 support and Intel AMX",
+              AVX2_VNNI: "Intel AVX2 with Intel DL Boost"}
 PROBE = """
 import torch
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.kernels import make_kernel
 make_kernel("fp32", torch.randn(8, 8), None, "onednn")(torch.randn(2, 8))
-print("level", cpu_features().level, "aten", torch.backends.cpu.get_cpu_capability())
+print("level", cpu_features().level, "vnni", cpu_features().vnni, "aten", torch.backends.cpu.get_cpu_capability())
 """
 
 
@@ -39,11 +40,13 @@ def _capped(level: str) -> dict[str, str]:
 
 def _skip_unless_runnable(level: str) -> None:
     features = cpu_features()
-    if not features.has(level):
+    if level == AVX2_VNNI and "avx_vnni" not in cpuinfo("flags").split():
+        pytest.skip(f"{features.model_name} lacks AVX-VNNI")
+    if not features.has("avx2" if level == AVX2_VNNI else level):
         pytest.skip(f"{features.model_name} lacks {level}: it tops out at {features.level}")
 
 
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", CAPS)
 def test_the_cap_reaches_every_library(level):
     _skip_unless_runnable(level)
     probe = subprocess.run([sys.executable, "-c", PROBE], env={**_capped(level), "ONEDNN_VERBOSE": "1"}, cwd=ROOT,
@@ -56,10 +59,11 @@ def test_the_cap_reaches_every_library(level):
     assert isa == ONEDNN_ISA[level] or (level == "amx" and "Intel AMX" in isa), isa
     ours = next(line for line in probe.stdout.splitlines() if line.startswith("level "))
     aten = isa_environment(level)["ATEN_CPU_CAPABILITY"].upper()
-    assert ours == f"level {level} aten {aten}", ours
+    vnni = level == AVX2_VNNI or LEVELS.index(level) >= LEVELS.index("avx512_vnni")
+    assert ours == f"level {'avx2' if level == AVX2_VNNI else level} vnni {vnni} aten {aten}", ours
 
 
-@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("level", CAPS)
 def test_compute_paths_at_level(level):
     _skip_unless_runnable(level)
     if level == cpu_features().level:
