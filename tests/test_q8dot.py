@@ -139,13 +139,13 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     AVX-512; the 32-weight formats' rows end in a partial super-block of 4, 1, 5, 7 and 3 blocks (896 and 2688,
     544, 672, 1248, 2656, 7200) or are one block short of a single one (160); 13-16 rows of 2688, 2656, 2816,
     7168 and 7200, and 8 of 7168, go in chunks of units (asked of the kernel), the partial or half one in the last;
-    with AVX2, which chunks only from 128 KiB of activations, 13-16 rows of 7168 and 7200 alone. With VNNI,
+    with AVX2 and AVX-VNNI, which chunk only from 128 KiB of activations, 13-16 rows of 7168 and 7200 alone. With VNNI,
     passes of 2-14 rows go over two weight columns at once (the two halves of each worker's 18 or 19 of the 37),
     an odd last one alone, in groups of 4-7 from 8 rows, and so do the chunked ones but Q8_0's, over whole rows
     (16 rows: 5-6); their units go chunk by chunk at 5-7 rows (Q6_K's accumulators in memory at 6-7), and at 3-4
     unless the activations outgrow 32 KiB (3-4 rows of 7168: whole units). AVX-512 without VNNI pairs 2-4 rows, and
     the chunked ones in groups of 4. With AVX2 a unit goes chunk by chunk against 2-8 rows (2-5 for Q5_0 and
-    Q6_K), whole from there. Every row count from 1 to 14 is checked, and 16."""
+    Q6_K), with AVX-VNNI against 2-8 (2-5 for Q6_K), whole from there. Every row count from 1 to 14 is checked, and 16."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]
@@ -153,7 +153,7 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     x = activations(rows, cols)
     kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, cols)], variant=variant)
     whole_rows = kernel.lib.q8_chunk_units(cols, 1)
-    chunked = cols >= 7168 and rows == 16 if variant == "avx2" else cols >= 7168 or rows == 16
+    chunked = cols >= 7168 and rows == 16 if variant in ("avx2", "avx-vnni") else cols >= 7168 or rows == 16
     assert (kernel.lib.q8_chunk_units(cols, rows) < whole_rows) == chunked
     want = reference(qtype, raw, cols, x)
     assert torch.equal(kernel(x), want)

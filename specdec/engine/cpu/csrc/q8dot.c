@@ -91,9 +91,11 @@ int64_t q8_dot_peak(int threads, int64_t rounds) {
  * 3 rows 1.5x faster than 48). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). With
  * AVX-512 only Q8_0 goes in chunks: the other formats' passes that would go in chunks go over two weight rows
  * at once, on whole rows (`paired`; on a Zen 4 the down projections at 5 rows 0.65-0.68x the time of chunks).
- * With AVX2, whose units go chunk by chunk (UNIT_BY_CHUNK), only from 128 KiB: on the Zen 4 capped at AVX2, the
- * down projections at 5-9 rows then took 0.75-0.84x the time of chunks, passes of 5-9 tokens 0.87-0.95x; from
- * 256 KiB, level at 5-9 and 0.89-0.93x at 12-16 rows, but past the L2 of some AVX2 CPUs (256 KiB). */
+ * With AVX2 and AVX-VNNI, whose units go chunk by chunk (UNIT_BY_CHUNK), only from 128 KiB: on the Zen 4 capped
+ * at AVX2, the down projections at 5-9 rows then took 0.75-0.84x the time of chunks, passes of 5-9 tokens
+ * 0.87-0.95x; from 256 KiB, level at 5-9 and 0.89-0.93x at 12-16 rows, but past the L2 of some AVX2 CPUs (256
+ * KiB). On a Granite Rapids capped at AVX-VNNI, chunks from 64 KiB took the down projections at 5-6 rows 1.08-1.11x
+ * the time. */
 enum { CHUNK_FROM_BYTES = UNIT_BY_CHUNK ? 131072 : 65536, CHUNK_BYTES = 24576 };
 
 /* A pass over whole weight rows (not in chunks) prefetches the weights 16 super-blocks ahead, on into the next

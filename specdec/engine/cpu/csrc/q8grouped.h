@@ -1,5 +1,5 @@
-/* A unit against several activation rows without spilling registers: with AVX2 one weight row chunk by chunk
- * (`unit_group_by_chunk`), with AVX-512 two weight rows at once (`unit_pair`, `unit_pair_by_chunk`). Each output
+/* A unit against several activation rows without spilling registers: with AVX2 and AVX-VNNI one weight row chunk
+ * by chunk (`unit_group_by_chunk`), with AVX-512 two weight rows at once (`unit_pair`, `unit_pair_by_chunk`). Each output
  * keeps its order of terms, so its bits are `unit`'s. Part of q8dot.c's translation unit, after q8weights.h. */
 #ifndef SPECDEC_Q8GROUPED_H
 #define SPECDEC_Q8GROUPED_H
@@ -59,6 +59,74 @@ static inline __attribute__((always_inline)) void unit_group_by_chunk(const int 
 /* Whether a unit of this format goes chunk by chunk against G rows (above). */
 static inline int unit_goes_by_chunk(const int type, const int G) {
     return type != Q8_0 && G >= 2 && G <= (sums16_of(type) == 8 ? BY_CHUNK_ROWS : BY_CHUNK_ROWS_WIDENED);
+}
+#elif !defined(PAIRS) && CHUNK == 32 && NATIVE == 32
+/* AVX-VNNI (`vpdpbusd` on 256 bits, AVX2's 16 registers), passes of 2-8 rows, and Q6_K's of 9-16 in two groups:
+ * as AVX2's above, one full unit of one weight row against the G activation rows, each weight chunk unpacked into
+ * one register and dotted with every row's chunk, so that what stays in registers is a row's int32 sum (Q6_K's two
+ * halves from its fifth chunk on). Unpacked whole (`unit`), passes of 5 and 9 tokens had cost 2.6 and 4.2
+ * one-token passes on a Granite Rapids capped at this level (the AVX2 build beside it: 1.3 and 2.0), the output
+ * layer (Q6_K) at 2 rows twice its time at one. There (`specdec bench --kernel-ab`, both threads, three
+ * A/Bs chained): the output layer at 2-16 rows 0.24-0.45x the time, the down projections 0.43-0.73x, q/k/v at 2-16
+ * 0.82-0.88x (their Q6_K parts), out and gate/up level (Q4_K's whole units were as fast: bound by their dot
+ * products); whole passes of 2 / 3 / 5 / 8 / 9 / 12 / 16 tokens 0.76 / 0.65 / 0.58 / 0.53 / 0.52 / 0.49 / 0.50x,
+ * one token the same code. Q4_K and Q5_0 in two groups from 9 rows as well: passes of 9 / 12 / 16 tokens 1.04 /
+ * 0.99 / 1.03x, gate/up 1.01-1.12x (not taken). The integer sums are the same, exact in any order, and the float
+ * steps unit_terms', so the bits are too. */
+#define UNIT_BY_CHUNK 1
+enum { BY_CHUNK_ROWS = 8 };
+
+static inline __attribute__((always_inline)) void unit_rows_by_chunk(const int type, const uint8_t *o, const act_unit *a,
+                                                                     int64_t lda, vacc *acc, int G, int part) {
+    unit_weights u;
+    unpack_scales(type, o, &u, 0);
+    nv dot[MAX_ROWS], first[MAX_ROWS]; /* first: Q6_K's first halves */
+    for (int g = 0; g < G; g++) dot[g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        if (type == Q6_K && c == 4) /* the first halves done, the second ones start */
+            for (int g = 0; g < G; g++) {
+                first[g] = dot[g];
+                dot[g] = NV_LOAD(a[g * lda].half_start[1]);
+            }
+        const vw q = weight_chunk(type, o, c, SB_PER_UNIT, CHUNK);
+        nv w;
+        memcpy(&w, &q, CHUNK);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; g++) dot[g] = DP(dot[g], w, NV_LOAD(a[g * lda].u + c * CHUNK));
+    }
+    for (int g = 0; g < G; g++) { /* each block sum I as unit_terms finishes it */
+        const act_unit *x = a + g * lda;
+        vli sum;
+        memcpy(&sum, &dot[g], CHUNK);
+        vl exact;
+        if (type == Q6_K) {
+            vli first_half;
+            memcpy(&first_half, &first[g], CHUNK);
+            exact = q6_k_halves_sum(&u, first_half, sum);
+        } else {
+            exact = __builtin_convertvector(centred(type, sum, x), vl);
+        }
+        acc[g] = acc_add_unit(acc[g], float_steps(type, &u, exact, x), part);
+    }
+}
+
+/* The same against G ≤ MAX_ROWS rows, from BY_CHUNK_ROWS + 1 in two groups, each unpacking the unit again (their
+ * sizes constants of each pass's G, so that each group's sums stay in registers). */
+static inline __attribute__((always_inline)) void unit_group_by_chunk(const int type, const uint8_t *o, const act_unit *a,
+                                                                int64_t lda, vacc *acc, int G, int part) {
+    if (G <= BY_CHUNK_ROWS) {
+        unit_rows_by_chunk(type, o, a, lda, acc, G, part);
+        return;
+    }
+    const int first = G / 2;
+    unit_rows_by_chunk(type, o, a, lda, acc, first, part);
+    unit_rows_by_chunk(type, o, a + first * lda, lda, acc + first, G - first, part);
+}
+
+/* Whether a unit of this format goes chunk by chunk against G rows (above). */
+static inline int unit_goes_by_chunk(const int type, const int G) {
+    return type != Q8_0 && G >= 2 && (G <= BY_CHUNK_ROWS || type == Q6_K);
 }
 #else
 #define UNIT_BY_CHUNK 0
