@@ -164,6 +164,56 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
         assert torch.equal(kernel(x[part]), want[part])
 
 
+ONE_ROW_CASES = [(Q4_K, 512), (Q4_K, 768), (Q6_K, 768), (Q6_K, 2816), (Q5_0, 896), (Q5_0, 160), (Q4_0, 1248),
+                 (Q8_0, 544)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_one_row_passes_in_pairs_compute_the_definition(variant):
+    """One-row passes over two weight rows at once (`q8_set_one_row_pairs`, which a process takes where its CPU runs
+    them faster) give the definition's bits in every format, rows ending in a half unit (768, 2816) or a partial
+    super-block too, over 37 columns (an odd one alone); builds without pairs (32-byte chunks) keep it off."""
+    lib = q8dot.library(variant)
+    try:
+        assert lib.q8_set_one_row_pairs(1) == (lib.q8_unit_weights() == 512)
+        for qtype, cols in ONE_ROW_CASES:
+            raw = random_blocks(qtype, 37, cols, seed=qtype)
+            x = activations(3, cols)
+            kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, cols)], variant=variant)
+            want = reference(qtype, raw, cols, x)
+            for row in range(3):
+                assert torch.equal(kernel(x[row:row + 1]), want[row:row + 1]), (NAMES[qtype], cols, row)
+    finally:
+        lib.q8_set_one_row_pairs(0)
+
+
+class FakePairs:
+    """A kernel library's pairing switch, for `choose_one_row_pairs`: whether its build can pair, and its state."""
+
+    def __init__(self, can_pair: bool = True):
+        self.can_pair, self.on = can_pair, 0
+
+    def q8_set_one_row_pairs(self, on: int) -> int:
+        self.on = int(bool(on) and self.can_pair)
+        return self.on
+
+
+@pytest.mark.parametrize("paired_ms, taken", [(30.0, True), (38.7, True), (39.0, False), (45.0, False)])
+def test_one_row_pairs_are_taken_where_they_time_faster(paired_ms, taken):
+    """Timed alternating on the model's one-token pass, pairs are taken only at ONE_ROW_PAIRS_GAIN (0.97) of the
+    single rows' best time or less, the switch left as decided; a build without pairs is not timed."""
+    lib, seen = FakePairs(), []
+
+    def one_token_pass():
+        seen.append(lib.on)
+        return (paired_ms if lib.on else 40.0 + len(seen) % 3) / 1e3
+
+    assert q8dot.choose_one_row_pairs(one_token_pass, lib, repeats=3) is taken and lib.on == taken
+    assert seen == [0, 1] * 3
+    no_pairs = FakePairs(can_pair=False)
+    assert q8dot.choose_one_row_pairs(lambda: pytest.fail("not timed"), no_pairs) is False and no_pairs.on == 0
+
+
 QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q4_0: slice(2, 18), Q8_0: slice(2, 34)}
 
 

@@ -27,7 +27,7 @@ import torch
 
 from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner
 from specdec.engine.cpu.hugepages import return_freed_heap
-from specdec.engine.cpu.q8dot import PACKED_PATHS
+from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.requantize import draft_format, requantize_linears
 from specdec.engine.runner import Collectives, ModelRunner
@@ -214,10 +214,21 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     eos = _tiny_eos(spec) if spec.startswith("tiny:") else () if is_synthetic(spec) else eos_token_ids(model, spec)
     collectives = shard(model) if shard is not None else None
     built, choice = build_runner(model, path, max_tokens, collectives, runner, slots, context)
+    if choice.path == "gguf-q8":
+        _time_one_row_pairs(built, config.vocab_size)
     if path in PACKED_PATHS:
         del model
         return_freed_heap()  # what the load freed on the heap: the weights live in mappings of their own
     return LoadedModel(built, choice, spec, config.vocab_size, built.max_context, eos, dev)
+
+
+def _time_one_row_pairs(runner: ModelRunner, vocab: int) -> None:
+    """Whether this process's gguf-q8 one-token passes go over two weight rows at once, timed on this model
+    (`specdec.engine.cpu.q8dot.choose_one_row_pairs`; about 8 one-token passes and a short prefix)."""
+    from specdec.engine.measure import PassTimer  # the measuring module imports the runner's
+
+    timer = PassTimer(runner, 1, 1, vocab)
+    choose_one_row_pairs(lambda: timer.seconds(1))
 
 
 def _into_private_memory(model: torch.nn.Module) -> None:

@@ -141,7 +141,7 @@ def open_library(path: Path, source: Source = BLOCKQUANT) -> ctypes.CDLL:
         signatures = {"q8_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, ptr, c_int], c_int),
                       "q8_repack": ([c_int, ptr, i64, i64, ptr], c_int), "q8_quantize": ([ptr, i64, i64, ptr], None),
                       "q8_row_bytes": ([c_int, i64], i64), "q8_act_bytes": ([i64], i64),
-                      "q8_chunk_units": ([i64, i64], i64),
+                      "q8_chunk_units": ([i64, i64], i64), "q8_set_one_row_pairs": ([c_int], c_int),
                       "q8_level": ([], ctypes.c_char_p),
                       "q8_dot_peak": ([c_int, i64], i64), "q8_unit_weights": ([], i64),
                       "lo_rms_norm": ([ptr, i64, i64, ptr, ctypes.c_float, ptr], None),

@@ -80,6 +80,29 @@ def machine_variant() -> str:
     return fastest(native.q8_variants_for(cpu_features()), lambda variant: dot_peak(threads, variant, seconds=0.02))
 
 
+ONE_ROW_PAIRS_GAIN = 0.97  # one-row passes go in pairs only where the best of them takes at most this of the other
+
+
+def choose_one_row_pairs(one_token_pass: Callable[[], float], lib=None, repeats: int = 4) -> bool:
+    """Whether this process's one-row passes go over two weight rows at once (`q8_set_one_row_pairs` in `lib`, by
+    default this CPU's build): timed here on `one_token_pass` (seconds of a model's one-token forward), both
+    settings alternating `repeats` times; pairs only where their best is ONE_ROW_PAIRS_GAIN of the other's or less.
+    The bits are the same either way. Returns the setting taken (False where the build has no pairs)."""
+    lib = lib or library()
+    if not lib.q8_set_one_row_pairs(1):
+        return False
+    best = {False: float("inf"), True: float("inf")}
+    for _ in range(repeats):
+        for pairs in (False, True):
+            lib.q8_set_one_row_pairs(int(pairs))
+            best[pairs] = min(best[pairs], one_token_pass())
+    taken = best[True] <= ONE_ROW_PAIRS_GAIN * best[False]
+    lib.q8_set_one_row_pairs(int(taken))
+    log.info("gguf-q8: one-token passes over two weight rows at once %.1f ms, one at a time %.1f ms: %s",
+             best[True] * 1e3, best[False] * 1e3, "in pairs" if taken else "one at a time")
+    return taken
+
+
 @lru_cache(maxsize=None)
 def available() -> bool:
     """Whether the integer kernel can run here (a C compiler, or a prebuilt library)."""

@@ -258,10 +258,12 @@ static inline int pair_by_chunk(int G, int64_t nu) {
         break;
 #ifndef PAIRS /* PAIR_ROWS 7 */
 #define PAIR_PASSES(T) \
-    switch (g) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) PAIR_PASS(T, 6) PAIR_PASS(T, 7) }
+    switch (g) { \
+        PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) PAIR_PASS(T, 6) PAIR_PASS(T, 7) \
+    }
 #else
 #define PAIR_PASSES(T) \
-    switch (g) { PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) }
+    switch (g) { PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) }
 #endif
 #endif
 
@@ -274,11 +276,26 @@ static inline int pair_by_chunk(int G, int64_t nu) {
         PASS(T, 9) PASS(T, 10) PASS(T, 11) PASS(T, 12) PASS(T, 13) PASS(T, 14) PASS(T, 15) PASS(T, 16) \
     }
 
+/* Whether a one-row pass goes over two weight rows at once too (`q8_set_one_row_pairs`). The same bits either way;
+ * the speed is the CPU's: on a Granite Rapids one-token passes of the 1.5B target took 0.77x the time (two memory
+ * streams a thread), on a Zen 4 1.0-1.08x, so the process measures it on its model (specdec/engine/cpu/q8dot.py). */
+static int one_row_pairs;
+
+/* Sets whether one-row passes go in pairs; returns the setting now (always 0 where the build has no pairs). */
+int q8_set_one_row_pairs(int on) {
+#if CHUNK == 64
+    one_row_pairs = on != 0;
+#else
+    (void)on;
+#endif
+    return one_row_pairs;
+}
+
 /* Whether a pass of G rows of this format, in chunks of `chunk` of its nu units, goes over two weight rows at
  * once (then over whole rows). */
 static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
 #if CHUNK == 64
-    return type != Q8_0 && G >= 2 && (G <= PAIR_MAX_ROWS || chunk < nu);
+    return type != Q8_0 && G >= 2 - one_row_pairs && (G <= PAIR_MAX_ROWS || chunk < nu);
 #else
     (void)type, (void)G, (void)chunk, (void)nu;
     return 0;

