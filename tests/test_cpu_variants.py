@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.engine.cpu.features import AVX2_VNNI, CAPS, LEVELS, cpu_features, cpuinfo, isa_environment
+from specdec.engine.cpu.features import AVX2_VNNI, CAPS, LEVELS, cpu_features, isa_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 # What oneDNN's verbose mode prints after "isa:" at each level (its own names), to prove the cap took.
@@ -40,7 +40,7 @@ def _capped(level: str) -> dict[str, str]:
 
 def _skip_unless_runnable(level: str) -> None:
     features = cpu_features()
-    if level == AVX2_VNNI and "avx_vnni" not in cpuinfo("flags").split():
+    if level == AVX2_VNNI and not features.native_avx_vnni:
         pytest.skip(f"{features.model_name} lacks AVX-VNNI")
     if not features.has("avx2" if level == AVX2_VNNI else level):
         pytest.skip(f"{features.model_name} lacks {level}: it tops out at {features.level}")

@@ -17,6 +17,7 @@ A spec is one of:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from dataclasses import dataclass
@@ -224,11 +225,12 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
 
 def _time_one_row_pairs(runner: ModelRunner, vocab: int) -> None:
     """Whether this process's gguf-q8 one-token passes go over two weight rows at once, timed on this model
-    (`specdec.engine.cpu.q8dot.choose_one_row_pairs`; about 8 one-token passes and a short prefix)."""
+    (`specdec.engine.cpu.q8dot.choose_one_row_pairs`; about 8 one-token passes after a short prefix, which is fed
+    only where the build can pair)."""
     from specdec.engine.measure import PassTimer  # the measuring module imports the runner's
 
-    timer = PassTimer(runner, 1, 1, vocab)
-    choose_one_row_pairs(lambda: timer.seconds(1))
+    timer = functools.cache(lambda: PassTimer(runner, 1, 1, vocab))
+    choose_one_row_pairs(lambda: timer().seconds(1))
 
 
 def _into_private_memory(model: torch.nn.Module) -> None:

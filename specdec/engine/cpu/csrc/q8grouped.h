@@ -4,6 +4,20 @@
 #ifndef SPECDEC_Q8GROUPED_H
 #define SPECDEC_Q8GROUPED_H
 
+#if !defined(PAIRS) && defined(NATIVE)
+/* With VNNI, the terms of a unit against activation row x from the int32 sums a chunk-by-chunk loop kept: `dot`, and
+ * for Q6_K `first`, its first halves (`dot` then holds the second ones); each block sum I as unit_terms finishes it. */
+static inline __attribute__((always_inline)) vl by_chunk_terms(const int type, const unit_weights *u, const nv *first,
+                                                               const nv *dot, const act_unit *x) {
+    vli sum;
+    memcpy(&sum, dot, CHUNK);
+    if (type != Q6_K) return float_steps(type, u, __builtin_convertvector(centred(type, sum, x), vl), x);
+    vli first_half;
+    memcpy(&first_half, first, CHUNK);
+    return float_steps(type, u, q6_k_halves_sum(u, first_half, sum), x);
+}
+#endif
+
 #if defined(PAIRS) && CHUNK == 32 && NATIVE == 32
 /* AVX2, passes of 2-8 rows (2-5 for Q5_0 and Q6_K): one full unit of one weight row against the G activation rows,
  * two chunks at a time: each weight chunk unpacked into one register and dotted with every row's chunk, so that what
@@ -95,20 +109,8 @@ static inline __attribute__((always_inline)) void unit_rows_by_chunk(const int t
 #pragma GCC unroll 8
         for (int g = 0; g < G; g++) dot[g] = DP(dot[g], w, NV_LOAD(a[g * lda].u + c * CHUNK));
     }
-    for (int g = 0; g < G; g++) { /* each block sum I as unit_terms finishes it */
-        const act_unit *x = a + g * lda;
-        vli sum;
-        memcpy(&sum, &dot[g], CHUNK);
-        vl exact;
-        if (type == Q6_K) {
-            vli first_half;
-            memcpy(&first_half, &first[g], CHUNK);
-            exact = q6_k_halves_sum(&u, first_half, sum);
-        } else {
-            exact = __builtin_convertvector(centred(type, sum, x), vl);
-        }
-        acc[g] = acc_add_unit(acc[g], float_steps(type, &u, exact, x), part);
-    }
+    for (int g = 0; g < G; g++)
+        acc[g] = acc_add_unit(acc[g], by_chunk_terms(type, &u, &first[g], &dot[g], a + g * lda), part);
 }
 
 /* The same against G ≤ MAX_ROWS rows, from BY_CHUNK_ROWS + 1 in two groups, each unpacking the unit again (their
@@ -229,21 +231,10 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
             for (int r = 0; r < 2; r++) dot[r][g] = DP(dot[r][g], w[r], x);
         }
     }
-    for (int g = 0; g < G; g++) /* each block sum I as unit_terms finishes it */
-        for (int r = 0; r < 2; r++) {
-            const act_unit *x = a + g * lda;
-            vli sum;
-            memcpy(&sum, &dot[r][g], CHUNK);
-            vl exact = __builtin_convertvector(centred(type, sum, x), vl);
-            if (type == Q6_K) {
-                vli first_half;
-                memcpy(&first_half, &first[r][g], CHUNK);
-                exact = q6_k_halves_sum(&u[r], first_half, sum);
-            }
-            const vl t = float_steps(type, &u[r], exact, x);
-            if (r == 0) acc0[g] = acc_add(acc0[g], t);
-            else acc1[g] = acc_add(acc1[g], t);
-        }
+    for (int g = 0; g < G; g++) {
+        acc0[g] = acc_add(acc0[g], by_chunk_terms(type, &u[0], &first[0][g], &dot[0][g], a + g * lda));
+        acc1[g] = acc_add(acc1[g], by_chunk_terms(type, &u[1], &first[1][g], &dot[1][g], a + g * lda));
+    }
 }
 #endif
 #endif
