@@ -12,6 +12,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.native import q8_variants_for
+from specdec.engine.cpu.q8dot import ONE_ROW_PAIRS
 from specdec.engine.model_engine import BATCH_PROFILE
 from specdec.planning.cost import batch_sizes
 
@@ -52,8 +53,10 @@ def test_services_report_path_hardware_and_cost_profile(path_stack):
         assert list(info.forward_tokens[:verify]) == list(range(1, verify + 1))
         assert len(info.forward_ns) == len(info.forward_tokens) and all(ns > 0 for ns in info.forward_ns)
         assert info.row_invariant or path == "bf16", "fp32 (oneDNN) and int8 compute each row on its own"
-        # gguf-q8: one of this level's builds (where it has two, each process takes the one it times faster)
+        # gguf-q8: one of this level's builds (where it has two, each process takes the one it times faster), with
+        # one-row pairs where the process timed them faster
         assert info.kernel in {"fp32": ["onednn"], "gguf": ["gguf-Q4_K+Q6_K"],
-                               "gguf-q8": [f"gguf-q8-{v}-Q4_K+Q6_K" for v in q8_variants_for(cpu_features())],
+                               "gguf-q8": [f"gguf-q8-{v}-Q4_K+Q6_K{pairs}" for v in q8_variants_for(cpu_features())
+                                           for pairs in ("", ONE_ROW_PAIRS)],
                                "int8": ["onednn-int8-vnni" if cpu_features().vnni else "onednn-int8-w7a8"],
                                "bf16": ["dense" if cpu_features().native_bf16 else "dense-emulated"]}[path], info.kernel

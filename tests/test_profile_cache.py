@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY_DRAFT, TINY_TARGET
+from conftest import GGUF_DRAFT, GGUF_TARGET, TINY_DRAFT, TINY_TARGET
 
+from specdec.engine.compute import PathChoice
 from specdec.engine.profile_cache import (BUSY_MAX_AGE_S, BUSY_SHARE, ProfileCache, load_or_measure, profile_key,
-                                         weights_fingerprint)
+                                         setting_key, setting_or_time, weights_fingerprint)
 from specdec.planning.cost import CostProfile
 from specdec.runtime.model_service import ModelServiceConfig
 
@@ -99,6 +100,44 @@ def test_a_profile_measured_beside_busy_processes_is_stored_as_busy(tmp_path):
             spinner.wait()
     (entry,) = tmp_path.glob("*.json")
     assert json.loads(entry.read_text())["others_share"] > BUSY_SHARE + 0.25
+
+
+def test_a_kernel_setting_is_timed_once_then_taken_from_the_cache(tmp_path):
+    """A kernel setting (`setting_or_time`) is timed where none is kept for its key, and after that taken as kept
+    (applied, not timed) until its key changes; it is kept apart from the profiles; without a cache it is timed
+    every time."""
+    cache, timed, applied = ProfileCache(tmp_path), [], []
+    choice = PathChoice("gguf-q8", "gguf-q8-avx512-vnni-Q4_K+Q6_K", "cpu: X [avx512_vnni]", True)
+
+    def setting(of: PathChoice, cache_in: ProfileCache | None = cache) -> bool:
+        return setting_or_time(cache_in, lambda: setting_key("one_row_pairs", "tiny:seed=0", of),
+                               lambda: timed.append(of.kernel) or True, lambda on: applied.append(on) or on, "pairs")
+
+    assert setting(choice) is True and timed == [choice.kernel] and applied == []
+    assert setting(choice) is True and timed == [choice.kernel] and applied == [True]
+    other = PathChoice("gguf-q8", "gguf-q8-avx2-Q4_K+Q6_K", choice.device, True)
+    assert setting(other) is True and timed == [choice.kernel, other.kernel]
+    assert not list(tmp_path.glob("*.json")) and len(list((tmp_path / "settings").glob("*.json"))) == 2
+    assert cache.load(setting_key("one_row_pairs", "tiny:seed=0", choice)) is None, "a setting is no profile"
+    setting(choice, None)
+    assert timed == [choice.kernel, other.kernel, choice.kernel]
+
+
+def test_one_shot_generate_on_gguf_keeps_its_one_row_setting(tmp_path):
+    """Each gguf-q8 service times its one-row setting at its first start, and a second start takes it from the
+    cache (nothing timed or stored again) and names the same kernels."""
+
+    def kernels(run: subprocess.CompletedProcess) -> list[str]:
+        assert run.returncode == 0, run.stderr[-3000:]
+        return [line.split("(kernel ")[1].split(")")[0] for line in run.stderr.splitlines()
+                if line.startswith(("draft:", "target:"))]
+
+    first = kernels(generate_cli(tmp_path, draft=GGUF_DRAFT, target=GGUF_TARGET))
+    assert len(first) == 2 and all(kernel.startswith("gguf-q8-") for kernel in first), first
+    stored = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")}
+    assert len([p for p in stored if p.parent.name == "settings"]) == 2, "a setting each for the draft and target"
+    assert kernels(generate_cli(tmp_path, draft=GGUF_DRAFT, target=GGUF_TARGET)) == first
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")} == stored, "the second start timed again"
 
 
 def test_weight_files_are_part_of_the_key(tmp_path):

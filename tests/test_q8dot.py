@@ -198,6 +198,20 @@ class FakePairs:
         return self.on
 
 
+def test_a_kernel_name_carries_the_one_row_setting_to_a_baseline():
+    """A gguf-q8 kernel's name states whether its process takes one-row pairs, and a baseline's process that reads
+    it takes the same (where this CPU's build can pair: a build without pairs stays off)."""
+    can_pair = q8dot.library().q8_unit_weights() == 512
+    name = "gguf-q8-x-Q4_K+Q6_K"
+    try:
+        assert q8dot.use_one_row_pairs_of(q8dot.with_one_row_pairs(name, True)) is can_pair
+        assert q8dot.use_one_row_pairs_of(q8dot.with_one_row_pairs(name, False)) is False
+        assert q8dot.use_one_row_pairs_of(q8dot.with_one_row_pairs(name, True)) is can_pair
+        assert q8dot.with_one_row_pairs(name, False) == name
+    finally:
+        q8dot.library().q8_set_one_row_pairs(0)
+
+
 @pytest.mark.parametrize("paired_ms, taken", [(30.0, True), (38.7, True), (39.0, False), (45.0, False)])
 def test_one_row_pairs_are_taken_where_they_time_faster(paired_ms, taken):
     """Timed alternating on the model's one-token pass, pairs are taken only at ONE_ROW_PAIRS_GAIN (0.97) of the
@@ -320,7 +334,8 @@ def test_gguf_models_default_to_the_integer_path_and_track_the_exact_one():
     q8 = load_model(GGUF_TARGET, "cpu")
     exact = load_model(GGUF_TARGET, "cpu", dtype="gguf")
     level = machine_variant()
-    assert (q8.choice.path, q8.choice.kernel) == ("gguf-q8", f"gguf-q8-{level}-Q4_K+Q6_K")
+    assert q8.choice.path == "gguf-q8" and q8.choice.kernel in (f"gguf-q8-{level}-Q4_K+Q6_K",
+                                                                 f"gguf-q8-{level}-Q4_K+Q6_K{q8dot.ONE_ROW_PAIRS}")
     assert (exact.choice.path, exact.choice.kernel) == ("gguf", "gguf-Q4_K+Q6_K") and q8.choice.row_invariant
     tokens = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31]
     logits = [m.runner.forward([Step(m.runner.new_cache(), tokens, logits=len(tokens))])[0] for m in (q8, exact)]

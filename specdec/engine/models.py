@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,8 +28,9 @@ import torch
 
 from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner
 from specdec.engine.cpu.hugepages import return_freed_heap
-from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs
+from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs, library, with_one_row_pairs
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
+from specdec.engine.profile_cache import ProfileCache, setting_key, setting_or_time
 from specdec.engine.requantize import draft_format, requantize_linears
 from specdec.engine.runner import Collectives, ModelRunner
 from specdec.engine.synthetic import build_synthetic_model, is_synthetic
@@ -185,7 +186,7 @@ def draft_vocabulary(vocab_size: int, eos_token_ids: tuple[int, ...], requested:
 def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: str = "none",
                shard: Callable[[torch.nn.Module], Collectives] | None = None, max_tokens: int = GAMMA_MAX + 1,
                runner: str = "auto", slots: int = 64, context: int = 0,
-               draft_weights: str = "as-shipped") -> LoadedModel:
+               draft_weights: str = "as-shipped", settings: ProfileCache | None = None) -> LoadedModel:
     """Load `spec` and build its runner on the compute path the flags name (`specdec.engine.compute`).
 
     shard: for tensor parallelism, slices the loaded model in place and returns its collectives.
@@ -193,6 +194,8 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     decode rows. runner: "auto", "ragged" or "static" (`resolve_runner`); slots and context size the
     static runner's KV pool. draft_weights: a draft's `--draft-weights` ("auto", "as-shipped", "q4_0";
     `specdec.engine.requantize`): a packed GGUF model's linears requantized at load; never for a target.
+    settings: where a gguf-q8 model's kernel setting timed at load (one-row pairs) is kept for the next start
+    (None: timed at every load).
     """
     dev = resolve_device(device)
     path = resolve_path(dtype, quantize, dev, is_packed_source(spec))
@@ -216,21 +219,23 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     collectives = shard(model) if shard is not None else None
     built, choice = build_runner(model, path, max_tokens, collectives, runner, slots, context)
     if choice.path == "gguf-q8":
-        _time_one_row_pairs(built, config.vocab_size)
+        pairs = _one_row_pairs(built, config.vocab_size, settings, lambda: setting_key("one_row_pairs", spec, choice))
+        choice = replace(choice, kernel=with_one_row_pairs(choice.kernel, pairs))
     if path in PACKED_PATHS:
         del model
         return_freed_heap()  # what the load freed on the heap: the weights live in mappings of their own
     return LoadedModel(built, choice, spec, config.vocab_size, built.max_context, eos, dev)
 
 
-def _time_one_row_pairs(runner: ModelRunner, vocab: int) -> None:
-    """Whether this process's gguf-q8 one-token passes go over two weight rows at once, timed on this model
-    (`specdec.engine.cpu.q8dot.choose_one_row_pairs`; about 8 one-token passes after a short prefix, which is fed
-    only where the build can pair)."""
+def _one_row_pairs(runner: ModelRunner, vocab: int, settings: ProfileCache | None, key: Callable[[], dict]) -> bool:
+    """Whether this process's gguf-q8 one-token passes go over two weight rows at once: kept in `settings` from an
+    earlier start, or timed on this model (`specdec.engine.cpu.q8dot.choose_one_row_pairs`; about 8 one-token
+    passes after a short prefix, which is fed only where the build can pair)."""
     from specdec.engine.measure import PassTimer  # the measuring module imports the runner's
 
     timer = functools.cache(lambda: PassTimer(runner, 1, 1, vocab))
-    choose_one_row_pairs(lambda: timer().seconds(1))
+    return setting_or_time(settings, key, lambda: choose_one_row_pairs(lambda: timer().seconds(1)),
+                           lambda pairs: bool(library().q8_set_one_row_pairs(int(pairs))), "gguf-q8: one-row pairs")
 
 
 def _into_private_memory(model: torch.nn.Module) -> None:

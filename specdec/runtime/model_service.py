@@ -60,8 +60,8 @@ class ModelServiceConfig(ServerConfig):
                                             "vocabulary) at start-up, after the cost profile, so that the first "
                                             "structured output does not wait for it; off: the first one builds it",
                                  choices=("startup", "off"))
-    profile_cache: str = option("auto", "folder that keeps measured cost profiles per model, path and CPU, so a "
-                                        "restart does not re-time them; auto = profiles/ in the weights cache, off = "
+    profile_cache: str = option("auto", "folder that keeps measured cost profiles (and gguf-q8's one-row setting) per "
+                                        "model, path and CPU, so a restart does not re-time them; auto = profiles/ in the weights cache, off = "
                                         "measure every start (default: $SPECDEC_PROFILE_CACHE or auto)",
                                 env="SPECDEC_PROFILE_CACHE")
     max_sessions: int = option(MAX_SESSIONS, "live sessions before RESOURCE_EXHAUSTED")
@@ -148,7 +148,8 @@ def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: st
     draft's `config.draft_weights` (a target's weights stay as shipped)."""
     loaded = load_model(weights.resolve(config.model), device or config.device, config.dtype, config.quantize,
                         shard=shard, max_tokens=config.profile_tokens, runner=config.runner,
-                        slots=config.max_sessions, context=config.context, draft_weights=draft_weights)
+                        slots=config.max_sessions, context=config.context, draft_weights=draft_weights,
+                        settings=config.cost_profile_cache())
     return engine_cls(loaded, max_sessions=config.max_sessions, gamma_max=config.gamma_max,
                       prefix_cache_bytes=config.prefix_cache_mb << 20, prompt_slowdown=config.prompt_slowdown)
 

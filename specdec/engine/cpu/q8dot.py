@@ -103,6 +103,21 @@ def choose_one_row_pairs(one_token_pass: Callable[[], float], lib=None, repeats:
     return taken
 
 
+ONE_ROW_PAIRS = "-one-row-pairs"  # a gguf-q8 kernel name's suffix where its process takes one-row pairs
+
+
+def with_one_row_pairs(kernel: str, pairs: bool) -> str:
+    """A gguf-q8 kernel's name with the process's one-row setting, e.g. "gguf-q8-avx512-vnni-Q4_K+Q6_K-one-row-pairs"
+    (`Info`, the logs, and the cost profile's key: a profile is timed with the setting it is served with)."""
+    return kernel + ONE_ROW_PAIRS if pairs else kernel
+
+
+def use_one_row_pairs_of(kernel: str) -> bool:
+    """Take in this process the one-row setting a gguf-q8 `kernel` name states (a baseline on the same kernels
+    as a service's, `specdec.tools.bench.baseline`); returns the setting now."""
+    return bool(library().q8_set_one_row_pairs(int(kernel.endswith(ONE_ROW_PAIRS))))
+
+
 @lru_cache(maxsize=None)
 def available() -> bool:
     """Whether the integer kernel can run here (a C compiler, or a prebuilt library)."""

@@ -8,7 +8,7 @@ from torch import nn
 from specdec import weights
 from specdec.engine.compute import WEIGHT_DTYPE
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.q8dot import PACKED_PATHS, block_kernel
+from specdec.engine.cpu.q8dot import PACKED_PATHS, block_kernel, use_one_row_pairs_of
 from specdec.engine.kernels import make_kernel
 from specdec.engine.models import eos_token_ids, load_hf_model
 
@@ -35,7 +35,8 @@ def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Modu
     """Replace every `nn.Linear` of a Hugging Face model by the kernel `path` uses, in place.
 
     This gives the baselines (HF `generate`, assisted generation) the same linear kernels as our
-    runner, so that a comparison measures the serving system, not the matmul library.
+    runner, so that a comparison measures the serving system, not the matmul library; on gguf-q8 the process
+    takes the one-row setting `kernel` names too (a service's, timed at its load).
     """
     linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if isinstance(child, nn.Linear)]
@@ -44,6 +45,8 @@ def swap_linears(model: nn.Module, path: str, kernel: str = "onednn") -> nn.Modu
             setattr(parent, name, block_kernel(path, [child.block_weight], child.bias))
         else:
             setattr(parent, name, make_kernel(path, child.weight, child.bias, kernel))
+    if path == "gguf-q8":
+        use_one_row_pairs_of(kernel)
     if path in PACKED_PATHS:
         model.model.embed_tokens = blockquant.BlockEmbedding(model.model.embed_tokens.block_weight)
     if path == "bf16":
