@@ -12,7 +12,6 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.native import q8_variants_for
-from specdec.engine.cpu.q8dot import ONE_ROW_PAIRS
 from specdec.engine.model_engine import BATCH_PROFILE
 from specdec.planning.cost import batch_sizes
 
@@ -56,7 +55,7 @@ def test_services_report_path_hardware_and_cost_profile(path_stack):
         # gguf-q8: one of this level's builds (where it has two, each process takes the one it times faster), with
         # one-row pairs where the process timed them faster
         assert info.kernel in {"fp32": ["onednn"], "gguf": ["gguf-Q4_K+Q6_K"],
-                               "gguf-q8": [f"gguf-q8-{v}-Q4_K+Q6_K{pairs}" for v in q8_variants_for(cpu_features())
-                                           for pairs in ("", ONE_ROW_PAIRS)],
+                               "gguf-q8": [f"gguf-q8-{v}-{pairs}Q4_K+Q6_K" for v in q8_variants_for(cpu_features())
+                                           for pairs in ("", "pairs-")],
                                "int8": ["onednn-int8-vnni" if cpu_features().vnni else "onednn-int8-w7a8"],
                                "bf16": ["dense" if cpu_features().native_bf16 else "dense-emulated"]}[path], info.kernel

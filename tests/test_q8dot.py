@@ -202,12 +202,10 @@ def test_a_kernel_name_carries_the_one_row_setting_to_a_baseline():
     """A gguf-q8 kernel's name states whether its process takes one-row pairs, and a baseline's process that reads
     it takes the same (where this CPU's build can pair: a build without pairs stays off)."""
     can_pair = q8dot.library().q8_unit_weights() == 512
-    name = "gguf-q8-x-Q4_K+Q6_K"
     try:
-        assert q8dot.use_one_row_pairs_of(q8dot.with_one_row_pairs(name, True)) is can_pair
-        assert q8dot.use_one_row_pairs_of(q8dot.with_one_row_pairs(name, False)) is False
-        assert q8dot.use_one_row_pairs_of(q8dot.with_one_row_pairs(name, True)) is can_pair
-        assert q8dot.with_one_row_pairs(name, False) == name
+        assert q8dot.use_one_row_pairs_of("gguf-q8-x-pairs-Q4_K+Q6_K") is can_pair
+        assert q8dot.use_one_row_pairs_of("gguf-q8-x-Q4_K+Q6_K") is False
+        assert q8dot.use_one_row_pairs_of("gguf-q8-x-pairs-Q4_K+Q6_K") is can_pair
     finally:
         q8dot.library().q8_set_one_row_pairs(0)
 
@@ -335,7 +333,7 @@ def test_gguf_models_default_to_the_integer_path_and_track_the_exact_one():
     exact = load_model(GGUF_TARGET, "cpu", dtype="gguf")
     level = machine_variant()
     assert q8.choice.path == "gguf-q8" and q8.choice.kernel in (f"gguf-q8-{level}-Q4_K+Q6_K",
-                                                                 f"gguf-q8-{level}-Q4_K+Q6_K{q8dot.ONE_ROW_PAIRS}")
+                                                                 f"gguf-q8-{level}-pairs-Q4_K+Q6_K")
     assert (exact.choice.path, exact.choice.kernel) == ("gguf", "gguf-Q4_K+Q6_K") and q8.choice.row_invariant
     tokens = [5, 17, 101, 3, 250, 42, 7, 9, 11, 13, 200, 31]
     logits = [m.runner.forward([Step(m.runner.new_cache(), tokens, logits=len(tokens))])[0] for m in (q8, exact)]

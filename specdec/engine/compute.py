@@ -163,13 +163,14 @@ def build_runner(model: nn.Module, path: str, max_tokens: int = GAMMA_MAX + 1,
     return runner, choice
 
 
-def runner_kernel_name(runner: ModelRunner) -> str:
+def runner_kernel_name(runner: ModelRunner, one_row_pairs: bool = False) -> str:
     """A packed path's kernel with the block formats it reads, e.g. "gguf-Q4_K+Q6_K", or for gguf-q8 its
-    build too, e.g. "gguf-q8-avx512-vnni-Q4_K+Q6_K"."""
+    build and whether its process takes one-row pairs too, e.g. "gguf-q8-avx512-vnni-pairs-Q4_K+Q6_K"."""
     prefix = "gguf-q8-" if runner.path == "gguf-q8" else "gguf-"
     formats = dict.fromkeys(f for k in runner.linear_kernels() for f in k.name.removeprefix(prefix).split("+"))
     build = f"{q8dot.library().q8_level().decode()}-" if runner.path == "gguf-q8" else ""
-    return prefix + build + "+".join(sorted(formats))
+    pairs = f"{q8dot.ONE_ROW_PAIRS}-" if one_row_pairs else ""
+    return prefix + build + pairs + "+".join(sorted(formats))
 
 
 def _build_static(model: nn.Module, path: str, max_tokens: int, collectives: Collectives | None, slots: int,

@@ -26,9 +26,10 @@ from typing import Callable
 
 import torch
 
-from specdec.engine.compute import WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner
+from specdec.engine.compute import (WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner,
+                                    runner_kernel_name)
 from specdec.engine.cpu.hugepages import return_freed_heap
-from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs, library, with_one_row_pairs
+from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs, library
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.profile_cache import ProfileCache, setting_key, setting_or_time
 from specdec.engine.requantize import draft_format, requantize_linears
@@ -220,7 +221,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
     built, choice = build_runner(model, path, max_tokens, collectives, runner, slots, context)
     if choice.path == "gguf-q8":
         pairs = _one_row_pairs(built, config.vocab_size, settings, lambda: setting_key("one_row_pairs", spec, choice))
-        choice = replace(choice, kernel=with_one_row_pairs(choice.kernel, pairs))
+        choice = replace(choice, kernel=runner_kernel_name(built, pairs))
     if path in PACKED_PATHS:
         del model
         return_freed_heap()  # what the load freed on the heap: the weights live in mappings of their own

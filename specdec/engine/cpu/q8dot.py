@@ -103,19 +103,14 @@ def choose_one_row_pairs(one_token_pass: Callable[[], float], lib=None, repeats:
     return taken
 
 
-ONE_ROW_PAIRS = "-one-row-pairs"  # a gguf-q8 kernel name's suffix where its process takes one-row pairs
-
-
-def with_one_row_pairs(kernel: str, pairs: bool) -> str:
-    """A gguf-q8 kernel's name with the process's one-row setting, e.g. "gguf-q8-avx512-vnni-Q4_K+Q6_K-one-row-pairs"
-    (`Info`, the logs, and the cost profile's key: a profile is timed with the setting it is served with)."""
-    return kernel + ONE_ROW_PAIRS if pairs else kernel
+ONE_ROW_PAIRS = "pairs"  # in a gguf-q8 kernel's name, after its build, where its process takes one-row pairs
 
 
 def use_one_row_pairs_of(kernel: str) -> bool:
-    """Take in this process the one-row setting a gguf-q8 `kernel` name states (a baseline on the same kernels
-    as a service's, `specdec.tools.bench.baseline`); returns the setting now."""
-    return bool(library().q8_set_one_row_pairs(int(kernel.endswith(ONE_ROW_PAIRS))))
+    """Take in this process the one-row setting a gguf-q8 `kernel` name states, e.g. "gguf-q8-avx512-vnni-pairs-
+    Q4_K+Q6_K" (`specdec.engine.compute.runner_kernel_name`): a baseline on the same kernels as a service's,
+    `specdec.tools.bench.baseline`. Returns the setting now."""
+    return bool(library().q8_set_one_row_pairs(int(f"-{ONE_ROW_PAIRS}-" in kernel)))
 
 
 @lru_cache(maxsize=None)
