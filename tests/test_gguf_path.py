@@ -148,6 +148,24 @@ def write_gguf(model, path, arch: str = "qwen2") -> None:
     writer.close()
 
 
+@pytest.mark.parametrize("dtype", ["gguf-q8", "gguf"])
+def test_a_gguf_file_computes_its_models_logits_and_is_not_mapped_after_the_load(tmp_path, dtype):
+    """A GGUF file through `load_model` gives the logits of the model it was written from, bit for bit, and no view
+    of the file's mapping outlives the load (its blocks are read where they lie; what the kernels and the
+    embedding keep is copied once)."""
+    file = tmp_path / "tiny.gguf"
+    write_gguf(build_tiny_model(TINY_GGUF), file)
+    from_file, in_code = (load_model(spec, "cpu", dtype=dtype) for spec in (str(file), TINY_GGUF))
+    kernels = [m.choice.kernel.replace("-pairs-", "-") for m in (from_file, in_code)]  # pairs: timed at each load
+    assert from_file.choice.path == dtype and kernels[0] == kernels[1]
+    tokens = [5, 17, 101, 3, 250, 42, 7, 9]
+    logits = [m.runner.forward([Step(m.runner.new_cache(), tokens, logits=len(tokens))])[0]
+              for m in (from_file, in_code)]
+    assert torch.equal(logits[0], logits[1])
+    mapped = [line for line in open("/proc/self/maps").read().splitlines() if line.endswith(str(file))]
+    assert not mapped, "a view of the file outlived the load"
+
+
 def test_a_gguf_file_loads_with_its_blocks(tmp_path):
     """A GGUF file written here (qwen2 layout) loads on the gguf path with its tensors' own bytes, and
     on the float32 path to the same values as transformers' own GGUF loader gives."""

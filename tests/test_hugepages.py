@@ -57,8 +57,10 @@ def test_small_tensors_get_torchs_memory():
 
 
 @needs_thp
-def test_repacked_fused_and_exact_gguf_weights_live_on_advised_memory():
-    from specdec.engine.cpu import q8dot
+def test_gguf_weights_are_read_where_they_lie_and_kept_once_on_advised_memory():
+    """A GGUF tensor is a view of its bytes; what a kernel or an embedding keeps is one copy on advised memory:
+    stacked runs, a lone part, gguf-q8's repack (each part straight into its rows), the embedding table."""
+    from specdec.engine.cpu import blockquant, q8dot
     from specdec.engine.cpu.blockquant import Q4_K, BlockTensor, stack_rows
 
     if not q8dot.available():
@@ -66,9 +68,16 @@ def test_repacked_fused_and_exact_gguf_weights_live_on_advised_memory():
     rows, cols = 2048, 4096  # 9.4 MB of Q4_K blocks
     raw = np.random.default_rng(1).integers(0, 256, size=(rows, cols // 256 * 144), dtype=np.uint8)
     blocks = BlockTensor.from_numpy(Q4_K, raw, cols)
-    assert np.array_equal(blocks.data.numpy(), raw)
-    [fused] = stack_rows([blocks, *(BlockTensor.from_numpy(Q4_K, raw[:n], cols) for n in (1024, 512))])  # q, k, v
+    assert np.shares_memory(blocks.data.numpy(), raw), "a file's blocks are read where they lie, not copied"
+    parts = [blocks, *(BlockTensor.from_numpy(Q4_K, raw[:n], cols) for n in (1024, 512))]  # q, k, v
+    [fused] = stack_rows(parts)
+    [alone] = stack_rows([blocks])  # an exact kernel's lone part is copied too
     assert np.array_equal(fused.data.numpy(), np.concatenate([raw, raw[:1024], raw[:512]]))
-    repacked = q8dot.RepackedTensor.of(blocks, q8dot.library())
-    for tensor in (blocks.data, fused.data, repacked.data):
+    assert np.array_equal(alone.data.numpy(), raw) and not np.shares_memory(alone.data.numpy(), raw)
+    lib = q8dot.library()
+    repacked = q8dot.RepackedTensor.of(parts, lib)  # each part repacked into its rows: the stacked parts' bytes
+    assert torch.equal(repacked.data, q8dot.RepackedTensor.of([fused], lib).data)
+    table = blockquant.BlockEmbedding(blocks).table  # an embedding keeps no view of the file's mapping
+    assert torch.equal(table.data, blocks.data) and not np.shares_memory(table.data.numpy(), raw)
+    for tensor in (fused.data, alone.data, repacked.data, table.data):
         assert tensor.data_ptr() % HUGE_PAGE == 0 and "hg" in vm_flags(tensor.data_ptr())

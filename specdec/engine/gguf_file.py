@@ -109,7 +109,7 @@ def read_gguf(path: str | Path) -> GgufFile:
     import gguf
 
     path = Path(path)
-    buffer = np.memmap(path, dtype=np.uint8, mode="r")
+    buffer = np.memmap(path, dtype=np.uint8, mode="c")  # private: writable for torch's views, never written
     if bytes(buffer[:4]) != MAGIC:
         raise GgufFormatError(f"{path.name}: not a GGUF file (magic {bytes(buffer[:4])!r})")
     cursor = _Cursor(buffer, path)

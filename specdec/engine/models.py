@@ -18,6 +18,7 @@ A spec is one of:
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import logging
 from dataclasses import dataclass, replace
@@ -224,6 +225,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
         choice = replace(choice, kernel=runner_kernel_name(built, pairs))
     if path in PACKED_PATHS:
         del model
+        gc.collect()  # the module tree's cycles: with them goes the last view of the GGUF file's mapping
         return_freed_heap()  # what the load freed on the heap: the weights live in mappings of their own
     return LoadedModel(built, choice, spec, config.vocab_size, built.max_context, eos, dev)
 

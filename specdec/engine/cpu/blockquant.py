@@ -62,10 +62,18 @@ class BlockTensor:
 
     @classmethod
     def from_numpy(cls, qtype: int, raw: np.ndarray, cols: int) -> "BlockTensor":
+        """The rows of `raw` (a GGUF file's mapping, or an array) over the same bytes, not copied: a kernel copies
+        what it keeps once, into advised memory (`stack_rows`, or gguf-q8's repack), and an embedding reads its
+        rows from the file's pages. A copy here cost a second pass over fresh memory at every load."""
         raw = np.ascontiguousarray(raw).view(np.uint8).reshape(raw.shape[0], -1)
-        data = empty_on_huge_pages(*raw.shape)
-        data.numpy()[:] = raw
-        return cls(qtype, data, cols)
+        return cls(qtype, torch.from_numpy(raw), cols)
+
+    def resident(self) -> "BlockTensor":
+        """A copy in advised memory of its own (`empty_on_huge_pages`): what an embedding keeps, so that no view
+        holds a file's mapping (and its pages in the process's resident set) after the load."""
+        data = empty_on_huge_pages(*self.data.shape)
+        data.copy_(self.data)
+        return BlockTensor(self.qtype, data, self.cols)
 
     @classmethod
     def from_float(cls, weight: torch.Tensor) -> "BlockTensor":
@@ -90,14 +98,11 @@ class BlockTensor:
 
 
 def stack_rows(parts: list[BlockTensor]) -> list[BlockTensor]:
-    """Concatenate consecutive parts that share a format (rows are independent, so this is free): each run
-    copied once, into advised memory as a part's own rows are."""
+    """Consecutive parts that share a format as one (rows are independent, so this is free), each run copied
+    once into advised memory (`empty_on_huge_pages`): the weights a kernel keeps, never a file's mapping."""
     merged = []
     for (qtype, cols), run in itertools.groupby(parts, key=lambda part: (part.qtype, part.cols)):
         run = list(run)
-        if len(run) == 1:
-            merged.append(run[0])
-            continue
         data = empty_on_huge_pages(sum(part.rows for part in run), run[0].data.shape[1])
         merged.append(BlockTensor(qtype, torch.cat([part.data for part in run], out=data), cols))
     return merged
@@ -137,8 +142,8 @@ class BlockEmbedding(nn.Module):
 
     def __init__(self, table: BlockTensor):
         super().__init__()
-        self.table = table
-        self.register_buffer("data", table.data)
+        self.table = table.resident()
+        self.register_buffer("data", self.table.data)
         self.embedding_dim = table.cols
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:

@@ -25,8 +25,7 @@ from typing import Callable
 import torch
 
 from specdec.engine.cpu import native
-from specdec.engine.cpu.blockquant import (NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor,
-                                          stack_rows)
+from specdec.engine.cpu.blockquant import NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
@@ -129,12 +128,18 @@ class RepackedTensor:
     data: torch.Tensor
 
     @classmethod
-    def of(cls, tensor: BlockTensor, lib) -> RepackedTensor:
-        """`tensor` repacked by `lib`."""
-        data = empty_on_huge_pages(tensor.rows, lib.q8_row_bytes(tensor.qtype, tensor.cols))
-        status = lib.q8_repack(tensor.qtype, tensor.data.data_ptr(), tensor.rows, tensor.cols, data.data_ptr())
-        assert status == 0, f"q8_repack refused {NAMES[tensor.qtype]} [{tensor.rows}, {tensor.cols}]"
-        return cls(tensor.qtype, tensor.cols, data)
+    def of(cls, parts: list[BlockTensor], lib) -> RepackedTensor:
+        """`parts` (one format and width) repacked by `lib`, their rows one after another in advised memory: each
+        read once where it lies (a file's mapping), no stacked copy between (rows repack on their own)."""
+        qtype, cols = parts[0].qtype, parts[0].cols
+        assert all((part.qtype, part.cols) == (qtype, cols) for part in parts)
+        data = empty_on_huge_pages(sum(part.rows for part in parts), lib.q8_row_bytes(qtype, cols))
+        first = 0
+        for part in parts:
+            status = lib.q8_repack(qtype, part.data.data_ptr(), part.rows, cols, data[first].data_ptr())
+            assert status == 0, f"q8_repack refused {NAMES[qtype]} [{part.rows}, {cols}]"
+            first += part.rows
+        return cls(qtype, cols, data)
 
     @property
     def rows(self) -> int:
@@ -157,13 +162,15 @@ class Q8Kernel(Kernel):
             raise ValueError("every part of a fused block kernel must have the same input width")
         self.parts: list[RepackedTensor | BlockQuantKernel] = []
         repacked_already = all(isinstance(p, RepackedTensor) for p in parts)
-        for index, part in enumerate(parts if repacked_already else stack_rows(parts)):
-            if isinstance(part, RepackedTensor) or part.qtype in FORMATS:
-                repacked = part if isinstance(part, RepackedTensor) else RepackedTensor.of(part, self.lib)
+        runs = [[part] for part in parts] if repacked_already else \
+            [list(run) for _, run in itertools.groupby(parts, key=lambda part: (part.qtype, part.cols))]
+        for index, run in enumerate(runs):  # consecutive parts of one format: one part (rows are independent)
+            if repacked_already or run[0].qtype in FORMATS:
+                repacked = run[0] if repacked_already else RepackedTensor.of(run, self.lib)
                 self.register_buffer(f"part{index}", repacked.data)
                 self.parts.append(repacked)
             else:  # float32 weights (or a format without integer kernel): the exact kernel, float activations
-                exact = BlockQuantKernel([part])
+                exact = BlockQuantKernel(run)
                 self.add_module(f"part{index}", exact)  # its weights counted in weight_bytes
                 self.parts.append(exact)
         widths = [p.rows if isinstance(p, RepackedTensor) else p.out_features for p in self.parts]
