@@ -172,10 +172,11 @@ ONE_ROW_CASES = [(Q4_K, 512), (Q4_K, 768), (Q6_K, 768), (Q6_K, 2816), (Q5_0, 896
 def test_one_row_passes_in_pairs_compute_the_definition(variant):
     """One-row passes over two weight rows at once (`q8_set_one_row_pairs`, which a process takes where its CPU runs
     them faster) give the definition's bits in every format, rows ending in a half unit (768, 2816) or a partial
-    super-block too, over 37 columns (an odd one alone); builds without pairs (32-byte chunks) keep it off."""
+    super-block too, over 37 columns (an odd one alone); the AVX-512, AVX-VNNI and AVX2 builds can pair, the others
+    keep it off."""
     lib = q8dot.library(variant)
     try:
-        assert lib.q8_set_one_row_pairs(1) == (lib.q8_unit_weights() == 512)
+        assert lib.q8_set_one_row_pairs(1) == can_pair(variant)
         for qtype, cols in ONE_ROW_CASES:
             raw = random_blocks(qtype, 37, cols, seed=qtype)
             x = activations(3, cols)
@@ -185,6 +186,11 @@ def test_one_row_passes_in_pairs_compute_the_definition(variant):
                 assert torch.equal(kernel(x[row:row + 1]), want[row:row + 1]), (NAMES[qtype], cols, row)
     finally:
         lib.q8_set_one_row_pairs(0)
+
+
+def can_pair(variant: str) -> bool:
+    """Whether a build takes one-row pairs: AVX-512's (64-byte chunks), AVX-VNNI's and AVX2's (chunk by chunk)."""
+    return variant.startswith("avx512") or variant in ("avx-vnni", "avx2")
 
 
 class FakePairs:
@@ -201,11 +207,11 @@ class FakePairs:
 def test_a_kernel_name_carries_the_one_row_setting_to_a_baseline():
     """A gguf-q8 kernel's name states whether its process takes one-row pairs, and a baseline's process that reads
     it takes the same (where this CPU's build can pair: a build without pairs stays off)."""
-    can_pair = q8dot.library().q8_unit_weights() == 512
+    pairs = can_pair(q8dot.library().q8_level().decode())
     try:
-        assert q8dot.use_one_row_pairs_of("gguf-q8-x-pairs-Q4_K+Q6_K") is can_pair
+        assert q8dot.use_one_row_pairs_of("gguf-q8-x-pairs-Q4_K+Q6_K") is pairs
         assert q8dot.use_one_row_pairs_of("gguf-q8-x-Q4_K+Q6_K") is False
-        assert q8dot.use_one_row_pairs_of("gguf-q8-x-pairs-Q4_K+Q6_K") is can_pair
+        assert q8dot.use_one_row_pairs_of("gguf-q8-x-pairs-Q4_K+Q6_K") is pairs
     finally:
         q8dot.library().q8_set_one_row_pairs(0)
 

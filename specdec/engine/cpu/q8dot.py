@@ -105,11 +105,16 @@ def choose_one_row_pairs(one_token_pass: Callable[[], float], lib=None, repeats:
 ONE_ROW_PAIRS = "pairs"  # in a gguf-q8 kernel's name, after its build, where its process takes one-row pairs
 
 
+def states_one_row_pairs(kernel: str) -> bool:
+    """Whether a gguf-q8 `kernel` name says its process takes one-row pairs, e.g. "gguf-q8-avx512-vnni-pairs-
+    Q4_K+Q6_K" (`specdec.engine.compute.runner_kernel_name`)."""
+    return f"-{ONE_ROW_PAIRS}-" in kernel
+
+
 def use_one_row_pairs_of(kernel: str) -> bool:
-    """Take in this process the one-row setting a gguf-q8 `kernel` name states, e.g. "gguf-q8-avx512-vnni-pairs-
-    Q4_K+Q6_K" (`specdec.engine.compute.runner_kernel_name`): a baseline on the same kernels as a service's,
-    `specdec.tools.bench.baseline`. Returns the setting now."""
-    return bool(library().q8_set_one_row_pairs(int(f"-{ONE_ROW_PAIRS}-" in kernel)))
+    """Take in this process the one-row setting a gguf-q8 `kernel` name states: a baseline on the same kernels as
+    a service's, `specdec.tools.bench.baseline`. Returns the setting now."""
+    return bool(library().q8_set_one_row_pairs(int(states_one_row_pairs(kernel))))
 
 
 @lru_cache(maxsize=None)

@@ -29,6 +29,7 @@ import torch
 from specdec import weights
 from specdec.engine.cpu import native
 from specdec.engine.cpu.features import cpu_features
+from specdec.engine.cpu.q8dot import states_one_row_pairs
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
@@ -41,7 +42,7 @@ LINEARS = ("qkv", "out", "gate_up", "down")
 class Builds:
     """The loaded model's holders of its integer kernel library, and the two builds to swap into them."""
 
-    def __init__(self, runner, paths: list[str]):
+    def __init__(self, runner, paths: list[str], one_row_pairs: bool = False):
         holders = [*runner.linear_kernels(), runner.fused, getattr(runner.fused, "compiled", None)]
         self.holders = [h for h in holders if h is not None and hasattr(h, "lib")]
         if not self.holders:
@@ -51,6 +52,8 @@ class Builds:
         if set(levels) != {loaded}:  # each level repacks the weights in its own layout
             raise SystemExit(f"--kernel-ab: builds of one level, the loaded model's ({loaded}); these are "
                              f"{', '.join(levels)}")
+        # the one-row setting the load timed for this process, in each build that can take it
+        self.one_row_pairs = [bool(lib.q8_set_one_row_pairs(int(one_row_pairs))) for lib in self.libs]
 
     def use(self, which: int) -> None:
         for holder in self.holders:
@@ -155,14 +158,15 @@ def run_kernel_ab(args: argparse.Namespace) -> int:
     repeats, sizes = args.kernel_ab_repeats, _sizes(args.kernel_ab_sizes)
     depths = _sizes(args.kernel_ab_depths, "--kernel-ab-depths", "context lengths") if args.kernel_ab_depths else ()
     loaded = load_model(weights.resolve(args.target_model), "cpu", dtype="gguf-q8")
-    builds = Builds(loaded.runner, paths)
+    builds = Builds(loaded.runner, paths, states_one_row_pairs(loaded.choice.kernel))
     rows = linear_rows(loaded.runner, builds, sizes, repeats) + pass_rows(loaded, builds, sizes, repeats)
     if depths:
         rows += depth_rows(loaded, builds, sizes, depths, repeats)
     result = {"hardware": cpu_features().describe(), "threads": torch.get_num_threads(), "a": paths[0],
-              "b": paths[1], "repeats": repeats, "rows": rows}
-    print(f"machine: {result['hardware']}, {result['threads']} threads; A {paths[0]}, B {paths[1]}; "
-          f"medians of {repeats}, alternating")
+              "b": paths[1], "one_row_pairs": builds.one_row_pairs, "repeats": repeats, "rows": rows}
+    pairs = ["one-row pairs" if on else "single rows" for on in builds.one_row_pairs]
+    print(f"machine: {result['hardware']}, {result['threads']} threads; A {paths[0]} ({pairs[0]}), B {paths[1]} "
+          f"({pairs[1]}); medians of {repeats}, alternating")
     print(f"{'':8} {'S':>2} | {'context':>7} | {'A ms':>9} | {'B ms':>9} | B/A")
     for row in rows:
         print(f"{row['name']:8} {row['rows']:2d} | {row.get('context', ''):>7} | {row['a_ms']:9.3f} | "

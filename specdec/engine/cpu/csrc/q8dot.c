@@ -205,32 +205,47 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
     store_rows(acc, G, y, ldy, bias);
 }
 
-#if CHUNK == 64
+#if ROW_PAIRS
+/* Unit i of two weight rows (at row and row + other) against G activation rows into acc0 and acc1's `part`,
+ * after prefetching both rows ahead; chunk by chunk if `by_chunk`. */
+static inline __attribute__((always_inline)) void pair_unit_at(const int type, const uint8_t *row, int64_t other,
+                                                               int64_t i, const act_unit *a, int64_t nu, vacc *acc0,
+                                                               vacc *acc1, int G, const int by_chunk, int part) {
+    const int64_t bytes = unit_bytes(type);
+    prefetch_ahead(type, row, i);
+    prefetch_ahead(type, row + other, i);
+    (void)by_chunk; /* whole units only with AVX-512 without VNNI */
+#if !defined(PAIRS) || CHUNK == 32
+    if (by_chunk) {
+        /* Q6_K's first halves take 2·G registers more: from 6 rows the accumulators stay in memory */
+        if (type == Q6_K && G > PAIR_Q6_K_IN_REGISTERS) __asm__("" : "+m"(*(vacc(*)[PAIR_ROWS])acc0),
+                                                                 "+m"(*(vacc(*)[PAIR_ROWS])acc1));
+        unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G, part);
+        return;
+    }
+#endif
+#if CHUNK == 64 /* AVX-VNNI's and AVX2's pairs go chunk by chunk only */
+    unit_pair(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
+#endif
+}
+
 /* Two whole weight rows, at row and row + other (`far` rows on), each ending in a half unit if `tail`,
- * against G activation rows (2 ≤ G ≤ PAIR_ROWS): y[g * ldy] and y[g * ldy + far], each unit chunk by chunk if
- * `by_chunk` (`pair_by_chunk`). Each row's stream is prefetched as row_pass prefetches a whole row's. */
+ * against G activation rows (2 ≤ G ≤ PAIR_ROWS, or 1 where the process takes one-row pairs): y[g * ldy] and
+ * y[g * ldy + far], each unit chunk by chunk if `by_chunk` (`pair_by_chunk`). Each row's stream is prefetched as
+ * row_pass prefetches a whole row's; unit i's terms go where row_pass puts them (part i mod UNITS_PER_ACC). */
 static inline __attribute__((always_inline)) void row_pair_pass(const int type, const uint8_t *row, int64_t other,
                                                                 int64_t far, int tail, int64_t nu, const act_unit *a,
                                                                 float *y, int64_t ldy, const float *bias, int G,
                                                                 const int by_chunk) {
     vacc acc0[PAIR_ROWS], acc1[PAIR_ROWS];
-    (void)by_chunk; /* whole units only without VNNI */
     for (int g = 0; g < G; g++) acc0[g] = acc1[g] = acc_of(splat(0.0f));
-    const int64_t bytes = unit_bytes(type), end = tail ? nu - 1 : nu;
-    for (int64_t i = 0; i < end; i++) { /* a unit is the 16 accumulators */
-        prefetch_ahead(type, row, i);
-        prefetch_ahead(type, row + other, i);
-#ifndef PAIRS
-        if (by_chunk) {
-            /* Q6_K's first halves take 2·G registers more: from 6 rows the accumulators stay in memory */
-            if (type == Q6_K && G > PAIR_Q6_K_IN_REGISTERS) __asm__("" : "+m"(acc0), "+m"(acc1));
-            unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
-            continue;
-        }
-#endif
-        unit_pair(type, row + i * bytes, other, a + i, nu, acc0, acc1, G);
+    const int64_t end = tail ? nu - 1 : nu;
+    for (int64_t i = 0; i < end; i += UNITS_PER_ACC) {
+        pair_unit_at(type, row, other, i, a, nu, acc0, acc1, G, by_chunk, 0);
+        if (UNITS_PER_ACC == 2 && i + 1 < end) pair_unit_at(type, row, other, i + 1, a, nu, acc0, acc1, G, by_chunk, 1);
     }
     if (tail) {
+        const int64_t bytes = unit_bytes(type);
         last_unit(type, row + end * bytes, a + end, nu, acc0, G);
         last_unit(type, row + other + end * bytes, a + end, nu, acc1, G);
     }
@@ -240,9 +255,9 @@ static inline __attribute__((always_inline)) void row_pair_pass(const int type, 
 
 /* Whether a pair's units against G rows of nu units go chunk by chunk (above). */
 static inline int pair_by_chunk(int G, int64_t nu) {
-#ifdef PAIRS
+#if defined(PAIRS) || CHUNK == 32
     (void)G, (void)nu;
-    return 0;
+    return CHUNK == 32;
 #else
     return G > UNIT_PAIR_ROWS || (G >= PAIR_BY_CHUNK_FROM && G * nu * (int64_t)sizeof(act_unit) <= PAIR_BY_CHUNK_L1);
 #endif
@@ -256,7 +271,10 @@ static inline int pair_by_chunk(int G, int64_t nu) {
         if (pair_by_chunk(G, j->nu)) PAIR_PASS_AS(T, G, 1); \
         else PAIR_PASS_AS(T, G, 0); \
         break;
-#ifndef PAIRS /* PAIR_ROWS 7 */
+#if CHUNK == 32 /* AVX-VNNI and AVX2: one row */
+#define PAIR_PASSES(T) \
+    switch (g) { PAIR_PASS(T, 1) }
+#elif !defined(PAIRS) /* PAIR_ROWS 7 */
 #define PAIR_PASSES(T) \
     switch (g) { \
         PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) PAIR_PASS(T, 6) PAIR_PASS(T, 7) \
@@ -278,12 +296,13 @@ static inline int pair_by_chunk(int G, int64_t nu) {
 
 /* Whether a one-row pass goes over two weight rows at once too (`q8_set_one_row_pairs`). The same bits either way;
  * the speed is the CPU's: on a Granite Rapids one-token passes of the 1.5B target took 0.77x the time (two memory
- * streams a thread), on a Zen 4 1.0-1.08x, so the process measures it on its model (specdec/engine/cpu/q8dot.py). */
+ * streams a thread; capped at AVX-VNNI 0.69x, at AVX2 0.82x, chunk by chunk there), on a Zen 4 1.0-1.08x, so the
+ * process measures it on its model (specdec/engine/cpu/q8dot.py). */
 static int one_row_pairs;
 
 /* Sets whether one-row passes go in pairs; returns the setting now (always 0 where the build has no pairs). */
 int q8_set_one_row_pairs(int on) {
-#if CHUNK == 64
+#if ROW_PAIRS
     one_row_pairs = on != 0;
 #else
     (void)on;
@@ -296,6 +315,9 @@ int q8_set_one_row_pairs(int on) {
 static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
 #if CHUNK == 64
     return type != Q8_0 && G >= 2 - one_row_pairs && (G <= PAIR_MAX_ROWS || chunk < nu);
+#elif ROW_PAIRS
+    (void)chunk, (void)nu;
+    return type != Q8_0 && G == 1 && one_row_pairs;
 #else
     (void)type, (void)G, (void)chunk, (void)nu;
     return 0;
@@ -318,7 +340,7 @@ typedef struct {
  * of them in memory (at 13-16 rows a 1536-wide Q4_K matrix of 107,520 columns ran 2x slower than unchunked). */
 enum { COLUMN_BLOCK = 16 };
 
-#if CHUNK == 64
+#if ROW_PAIRS
 /* Columns n and n + far for n in [begin, begin + far), two at once (`paired`), in groups of at most PAIR_ROWS
  * activation rows. Out of line: inlined in `columns`, the same code ran the 1.5B target's passes of 2-4
  * tokens 1.02-1.07x slower (three runs of `specdec bench --kernel-ab`; out of line 1.00-1.01x, as before groups). */
@@ -342,7 +364,7 @@ static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, 
 static void columns(void *ctx, int64_t begin, int64_t end) {
     job *j = ctx;
     const int G = j->G;
-#if CHUNK == 64
+#if ROW_PAIRS
     /* rows n and n + far together, an odd last row alone (below) */
     if (j->pairs) {
         const int64_t far = (end - begin) / 2;

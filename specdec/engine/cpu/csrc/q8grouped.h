@@ -74,6 +74,51 @@ static inline __attribute__((always_inline)) void unit_group_by_chunk(const int 
 static inline int unit_goes_by_chunk(const int type, const int G) {
     return type != Q8_0 && G >= 2 && G <= (sums16_of(type) == 8 ? BY_CHUNK_ROWS : BY_CHUNK_ROWS_WIDENED);
 }
+
+/* One-row passes over two weight rows at once (where the process measures them faster, `q8_set_one_row_pairs`):
+ * one unit of the rows at o and o + other against activation row a, as unit_group_by_chunk goes (two chunks at a
+ * time, a row's int16 sums, its int32 sums where they widen), each activation chunk loaded once for both weight
+ * rows; whole units of two rows would take all 16 registers. acc0 and acc1 += their terms (into `part`). */
+enum { PAIR_ROWS = 1, PAIR_MAX_ROWS = 1, PAIR_Q6_K_IN_REGISTERS = 1 };
+
+static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
+                                                                     const act_unit *a, int64_t lda, vacc *acc0,
+                                                                     vacc *acc1, int G, int part) {
+    (void)lda, (void)G; /* one activation row */
+    unit_weights u[2];
+    const int sums16 = sums16_of(type);
+    nv mult[2][2], sums[2], dot[2];
+    for (int r = 0; r < 2; r++) {
+        unpack_scales(type, o + r * other, &u[r], 0);
+        if (type == Q6_K) memcpy(mult[r], u[r].scale, sizeof mult[r]);
+        else mult[r][0] = mult[r][1] = SPLAT16(1);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 8; c += 2) { /* two chunks at a time: Q6_K widens every two */
+        const nv x0 = NV_LOAD(a->u + c * CHUNK), x1 = NV_LOAD(a->u + (c + 1) * CHUNK);
+        for (int r = 0; r < 2; r++) {
+            nv w[2];
+            for (int k = 0; k < 2; k++) {
+                const vw q = weight_chunk(type, o + r * other, c + k, SB_PER_UNIT, CHUNK);
+                memcpy(&w[k], &q, CHUNK);
+            }
+            nv p = ADD16(PAIRS(w[0], x0), PAIRS(w[1], x1));
+            if (sums16 > 2) {
+                if (c % sums16) p = ADD16(sums[r], p);
+                __asm__("" : "+x"(p));
+                sums[r] = p;
+            }
+            if ((c + 2) % sums16 == 0) {
+                const nv wide = MADD16(p, mult[r][c >= 4]);
+                dot[r] = c + 2 == sums16 ? wide : ADD32(dot[r], wide);
+            }
+        }
+    }
+    vli sum[2];
+    memcpy(sum, dot, sizeof sum);
+    *acc0 = acc_add_unit(*acc0, dot_terms(type, &u[0], sum[0], a), part);
+    *acc1 = acc_add_unit(*acc1, dot_terms(type, &u[1], sum[1], a), part);
+}
 #elif !defined(PAIRS) && CHUNK == 32 && NATIVE == 32
 /* AVX-VNNI (`vpdpbusd` on 256 bits, AVX2's 16 registers), passes of 2-8 rows, and Q6_K's of 9-16 in two groups:
  * as AVX2's above, one full unit of one weight row against the G activation rows, each weight chunk unpacked into
@@ -95,7 +140,7 @@ static inline __attribute__((always_inline)) void unit_rows_by_chunk(const int t
     unit_weights u;
     unpack_scales(type, o, &u, 0);
     nv dot[MAX_ROWS], first[MAX_ROWS]; /* first: Q6_K's first halves */
-    for (int g = 0; g < G; g++) dot[g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : _mm256_setzero_si256();
+    for (int g = 0; g < G; g++) dot[g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : NV_ZERO();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         if (type == Q6_K && c == 4) /* the first halves done, the second ones start */
@@ -195,21 +240,30 @@ static inline __attribute__((always_inline)) void unit_pair(const int type, cons
     }
 }
 
-#ifndef PAIRS
+#elif !defined(PAIRS) && NATIVE == 32
+/* AVX-VNNI: one-row passes over two weight rows at once, chunk by chunk (`unit_pair_by_chunk`; whole units of two
+ * rows would take all 16 registers), where the process measures them faster (`q8_set_one_row_pairs`). Capped at
+ * this level on a Granite Rapids, a one-token pass took longer than a two-token one (49.9 against 46.0 ms): bound
+ * by one weight stream a thread (20 GB/s), where AVX-512's pairs read two (28.5). Passes of 2 rows and more stay
+ * on single weight rows (`unit_rows_by_chunk`). */
+enum { PAIR_ROWS = 1, PAIR_MAX_ROWS = 1, PAIR_Q6_K_IN_REGISTERS = 1 };
+#endif
+
+#if !defined(PAIRS) && (NATIVE == 64 || NATIVE == 32)
 /* One unit of two weight rows (at o and o + other) against G ≤ PAIR_ROWS activation rows, chunk by chunk: each
  * weight chunk unpacked into one register per weight row and each activation chunk loaded into one register for
  * both, so that 2·G integer sums and 2·G accumulators fit in the 32 registers at up to 7 rows (Q6_K's first
  * halves take 2·G more: from 6 rows their accumulators stay in memory; whole units, 16 registers of weights,
- * spill there). acc0[g] and acc1[g] += their terms. */
+ * spill there). acc0[g] and acc1[g] += their terms (into `part`: `acc_add_unit`). */
 static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
                                                                      const act_unit *a, int64_t lda, vacc *acc0,
-                                                                     vacc *acc1, int G) {
+                                                                     vacc *acc1, int G, int part) {
     unit_weights u[2];
     unpack_scales(type, o, &u[0], 0);
     unpack_scales(type, o + other, &u[1], 0);
     nv dot[2][PAIR_ROWS], first[2][PAIR_ROWS]; /* first: Q6_K's first halves */
     for (int g = 0; g < G; g++)
-        for (int r = 0; r < 2; r++) dot[r][g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : _mm512_setzero_si512();
+        for (int r = 0; r < 2; r++) dot[r][g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : NV_ZERO();
 #pragma GCC unroll 8 /* as GCC unrolls it without the barrier below */
     for (int c = 0; c < 8; c++) {
         if (type == Q6_K && c == 4) /* the first halves done, the second ones start */
@@ -232,11 +286,18 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
         }
     }
     for (int g = 0; g < G; g++) {
-        acc0[g] = acc_add(acc0[g], by_chunk_terms(type, &u[0], &first[0][g], &dot[0][g], a + g * lda));
-        acc1[g] = acc_add(acc1[g], by_chunk_terms(type, &u[1], &first[1][g], &dot[1][g], a + g * lda));
+        acc0[g] = acc_add_unit(acc0[g], by_chunk_terms(type, &u[0], &first[0][g], &dot[0][g], a + g * lda), part);
+        acc1[g] = acc_add_unit(acc1[g], by_chunk_terms(type, &u[1], &first[1][g], &dot[1][g], a + g * lda), part);
     }
 }
 #endif
+
+/* Whether this build takes two weight rows at once: AVX-512's at 1 (where measured faster) to PAIR_MAX_ROWS rows,
+ * AVX-VNNI's and AVX2's at one row (where measured faster). */
+#if CHUNK == 64 || NATIVE == 32
+#define ROW_PAIRS 1
+#else
+#define ROW_PAIRS 0
 #endif
 
 #endif

@@ -14,6 +14,7 @@
 #define NATIVE 64
 typedef __m512i nv;
 #define NV_LOAD(p) _mm512_loadu_si512((const void *)(p))
+#define NV_ZERO() _mm512_setzero_si512()
 #define MADD16(a, b) _mm512_madd_epi16(a, b)
 #define NV_ABS(q) _mm512_abs_epi8(q)
 #define NV_SIGN_OF(q) _mm512_movm_epi8(_mm512_movepi8_mask(q)) /* −1 where q < 0 */
@@ -30,6 +31,7 @@ typedef __m512i nv;
 #define NATIVE 32
 typedef __m256i nv;
 #define NV_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define NV_ZERO() _mm256_setzero_si256()
 #define DP(acc, w, x) _mm256_dpbusd_avx_epi32(acc, w, x)
 #define MADD16(a, b) _mm256_madd_epi16(a, b)
 #define NV_ABS(q) _mm256_abs_epi8(q)
