@@ -97,14 +97,18 @@ class BlockTensor:
         return out
 
 
+def format_runs(parts: list[BlockTensor]) -> list[list[BlockTensor]]:
+    """Consecutive parts that share a format and width: each run can be one part (rows are independent)."""
+    return [list(run) for _, run in itertools.groupby(parts, key=lambda part: (part.qtype, part.cols))]
+
+
 def stack_rows(parts: list[BlockTensor]) -> list[BlockTensor]:
-    """Consecutive parts that share a format as one (rows are independent, so this is free), each run copied
-    once into advised memory (`empty_on_huge_pages`): the weights a kernel keeps, never a file's mapping."""
+    """Each run of `format_runs` as one part, copied once into advised memory (`empty_on_huge_pages`): the
+    weights a kernel keeps, never a file's mapping."""
     merged = []
-    for (qtype, cols), run in itertools.groupby(parts, key=lambda part: (part.qtype, part.cols)):
-        run = list(run)
+    for run in format_runs(parts):
         data = empty_on_huge_pages(sum(part.rows for part in run), run[0].data.shape[1])
-        merged.append(BlockTensor(qtype, torch.cat([part.data for part in run], out=data), cols))
+        merged.append(BlockTensor(run[0].qtype, torch.cat([part.data for part in run], out=data), run[0].cols))
     return merged
 
 

@@ -25,7 +25,8 @@ from typing import Callable
 import torch
 
 from specdec.engine.cpu import native
-from specdec.engine.cpu.blockquant import NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
+from specdec.engine.cpu.blockquant import (NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor,
+                                          format_runs)
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
@@ -167,9 +168,8 @@ class Q8Kernel(Kernel):
             raise ValueError("every part of a fused block kernel must have the same input width")
         self.parts: list[RepackedTensor | BlockQuantKernel] = []
         repacked_already = all(isinstance(p, RepackedTensor) for p in parts)
-        runs = [[part] for part in parts] if repacked_already else \
-            [list(run) for _, run in itertools.groupby(parts, key=lambda part: (part.qtype, part.cols))]
-        for index, run in enumerate(runs):  # consecutive parts of one format: one part (rows are independent)
+        runs = [[part] for part in parts] if repacked_already else format_runs(parts)
+        for index, run in enumerate(runs):
             if repacked_already or run[0].qtype in FORMATS:
                 repacked = run[0] if repacked_already else RepackedTensor.of(run, self.lib)
                 self.register_buffer(f"part{index}", repacked.data)
