@@ -30,7 +30,7 @@ import torch
 from specdec.engine.compute import (WEIGHT_DTYPE, PathChoice, build_runner, resolve_path, resolve_runner,
                                     runner_kernel_name)
 from specdec.engine.cpu.hugepages import return_freed_heap
-from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs, library
+from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs, set_one_row_pairs
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 from specdec.engine.profile_cache import ProfileCache, setting_key, setting_or_time
 from specdec.engine.requantize import draft_format, requantize_linears
@@ -238,7 +238,7 @@ def _one_row_pairs(runner: ModelRunner, vocab: int, settings: ProfileCache | Non
 
     timer = functools.cache(lambda: PassTimer(runner, 1, 1, vocab))
     return setting_or_time(settings, key, lambda: choose_one_row_pairs(lambda: timer().seconds(1)),
-                           lambda pairs: bool(library().q8_set_one_row_pairs(int(pairs))), "gguf-q8: one-row pairs")
+                           set_one_row_pairs, "gguf-q8: one-row pairs")
 
 
 def _into_private_memory(model: torch.nn.Module) -> None:

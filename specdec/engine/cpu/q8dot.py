@@ -83,21 +83,28 @@ def machine_variant() -> str:
 ONE_ROW_PAIRS_GAIN = 0.97  # one-row passes go in pairs only where the best of them takes at most this of the other
 
 
+def set_one_row_pairs(on: bool, lib=None) -> bool:
+    """Set whether this process's one-row passes go over two weight rows at once (`q8_set_one_row_pairs` in `lib`,
+    by default this CPU's build). The bits are the same either way. Returns the setting now: False where the
+    build has no pairs."""
+    return bool((lib or library()).q8_set_one_row_pairs(int(on)))
+
+
 def choose_one_row_pairs(one_token_pass: Callable[[], float], lib=None, repeats: int = 4) -> bool:
     """Whether this process's one-row passes go over two weight rows at once (`q8_set_one_row_pairs` in `lib`, by
     default this CPU's build): timed here on `one_token_pass` (seconds of a model's one-token forward), both
     settings alternating `repeats` times; pairs only where their best is ONE_ROW_PAIRS_GAIN of the other's or less.
     The bits are the same either way. Returns the setting taken (False where the build has no pairs)."""
     lib = lib or library()
-    if not lib.q8_set_one_row_pairs(1):
+    if not set_one_row_pairs(True, lib):
         return False
     best = {False: float("inf"), True: float("inf")}
     for _ in range(repeats):
         for pairs in (False, True):
-            lib.q8_set_one_row_pairs(int(pairs))
+            set_one_row_pairs(pairs, lib)
             best[pairs] = min(best[pairs], one_token_pass())
     taken = best[True] <= ONE_ROW_PAIRS_GAIN * best[False]
-    lib.q8_set_one_row_pairs(int(taken))
+    set_one_row_pairs(taken, lib)
     log.info("gguf-q8: one-token passes over two weight rows at once %.1f ms, one at a time %.1f ms: %s",
              best[True] * 1e3, best[False] * 1e3, "in pairs" if taken else "one at a time")
     return taken
@@ -115,7 +122,7 @@ def states_one_row_pairs(kernel: str) -> bool:
 def use_one_row_pairs_of(kernel: str) -> bool:
     """Take in this process the one-row setting a gguf-q8 `kernel` name states: a baseline on the same kernels as
     a service's, `specdec.tools.bench.baseline`. Returns the setting now."""
-    return bool(library().q8_set_one_row_pairs(int(states_one_row_pairs(kernel))))
+    return set_one_row_pairs(states_one_row_pairs(kernel))
 
 
 @lru_cache(maxsize=None)

@@ -29,7 +29,7 @@ import torch
 from specdec import weights
 from specdec.engine.cpu import native
 from specdec.engine.cpu.features import cpu_features
-from specdec.engine.cpu.q8dot import states_one_row_pairs
+from specdec.engine.cpu.q8dot import set_one_row_pairs, states_one_row_pairs
 from specdec.engine.measure import PassTimer
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
@@ -53,7 +53,7 @@ class Builds:
             raise SystemExit(f"--kernel-ab: builds of one level, the loaded model's ({loaded}); these are "
                              f"{', '.join(levels)}")
         # the one-row setting the load timed for this process, in each build that can take it
-        self.one_row_pairs = [bool(lib.q8_set_one_row_pairs(int(one_row_pairs))) for lib in self.libs]
+        self.one_row_pairs = [set_one_row_pairs(one_row_pairs, lib) for lib in self.libs]
 
     def use(self, which: int) -> None:
         for holder in self.holders:
