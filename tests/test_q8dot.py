@@ -169,21 +169,25 @@ ONE_ROW_CASES = [(Q4_K, 512), (Q4_K, 768), (Q6_K, 768), (Q6_K, 2816), (Q5_0, 896
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_one_row_passes_in_pairs_compute_the_definition(variant):
-    """One-row passes over two weight rows at once (`q8_set_one_row_pairs`, which a process takes where its CPU runs
-    them faster) give the definition's bits in every format, rows ending in a half unit (768, 2816) or a partial
-    super-block too, over 37 columns (an odd one alone); the AVX-512, AVX-VNNI and AVX2 builds can pair, the others
-    keep it off."""
+def test_passes_with_one_row_pairs_compute_the_definition(variant):
+    """With the one-row setting on (`q8_set_one_row_pairs`, which a process takes where its CPU runs one-row
+    passes over two weight rows at once faster), passes of 1-6 rows give the definition's bits in every format,
+    rows ending in a half unit (768, 2816) or a partial super-block too, over 37 columns (an odd one alone): in
+    the 256-bit builds the setting also pairs passes of a few rows, their accumulators in memory between units
+    (AVX-VNNI: 2-5 rows, Q6_K's 2-3; AVX2: Q4_K's and Q4_0's 2-4, Q5_0's and Q6_K's 2), and 6 rows stay single.
+    The AVX-512, AVX-VNNI and AVX2 builds can pair, the others keep it off."""
     lib = q8dot.library(variant)
     try:
         assert lib.q8_set_one_row_pairs(1) == can_pair(variant)
         for qtype, cols in ONE_ROW_CASES:
             raw = random_blocks(qtype, 37, cols, seed=qtype)
-            x = activations(3, cols)
+            x = activations(7, cols)
             kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, cols)], variant=variant)
             want = reference(qtype, raw, cols, x)
             for row in range(3):
                 assert torch.equal(kernel(x[row:row + 1]), want[row:row + 1]), (NAMES[qtype], cols, row)
+            for rows in range(2, 7):
+                assert torch.equal(kernel(x[1:1 + rows]), want[1:1 + rows]), (NAMES[qtype], cols, rows)
     finally:
         lib.q8_set_one_row_pairs(0)
 

@@ -85,8 +85,8 @@ ONE_ROW_PAIRS_GAIN = 0.97  # one-row passes go in pairs only where the best of t
 
 def set_one_row_pairs(on: bool, lib=None) -> bool:
     """Set whether this process's one-row passes go over two weight rows at once (`q8_set_one_row_pairs` in `lib`,
-    by default this CPU's build). The bits are the same either way. Returns the setting now: False where the
-    build has no pairs."""
+    by default this CPU's build; in the 256-bit builds, passes of a few rows too). The bits are the same either
+    way. Returns the setting now: False where the build has no pairs."""
     return bool((lib or library()).q8_set_one_row_pairs(int(on)))
 
 

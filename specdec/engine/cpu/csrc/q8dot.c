@@ -218,8 +218,8 @@ static inline __attribute__((always_inline)) void pair_unit_at(const int type, c
 #if !defined(PAIRS) || CHUNK == 32
     if (by_chunk) {
         /* Q6_K's first halves take 2·G registers more: from 6 rows the accumulators stay in memory */
-        if (type == Q6_K && G > PAIR_Q6_K_IN_REGISTERS) __asm__("" : "+m"(*(vacc(*)[PAIR_ROWS])acc0),
-                                                                 "+m"(*(vacc(*)[PAIR_ROWS])acc1));
+        if (!pair_acc_in_registers(type, G)) __asm__("" : "+m"(*(vacc(*)[PAIR_ROWS])acc0),
+                                                       "+m"(*(vacc(*)[PAIR_ROWS])acc1));
         unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G, part);
         return;
     }
@@ -271,9 +271,12 @@ static inline int pair_by_chunk(int G, int64_t nu) {
         if (pair_by_chunk(G, j->nu)) PAIR_PASS_AS(T, G, 1); \
         else PAIR_PASS_AS(T, G, 0); \
         break;
-#if CHUNK == 32 /* AVX-VNNI and AVX2: one row */
+#if CHUNK == 32 && defined(PAIRS) /* AVX2: PAIR_ROWS 4 */
 #define PAIR_PASSES(T) \
-    switch (g) { PAIR_PASS(T, 1) }
+    switch (g) { PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) }
+#elif CHUNK == 32 /* AVX-VNNI: PAIR_ROWS 5 */
+#define PAIR_PASSES(T) \
+    switch (g) { PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) }
 #elif !defined(PAIRS) /* PAIR_ROWS 7 */
 #define PAIR_PASSES(T) \
     switch (g) { \
@@ -297,7 +300,8 @@ static inline int pair_by_chunk(int G, int64_t nu) {
 /* Whether a one-row pass goes over two weight rows at once too (`q8_set_one_row_pairs`). The same bits either way;
  * the speed is the CPU's: on a Granite Rapids one-token passes of the 1.5B target took 0.77x the time (two memory
  * streams a thread; capped at AVX-VNNI 0.69x, at AVX2 0.82x, chunk by chunk there), on a Zen 4 1.0-1.08x, so the
- * process measures it on its model (specdec/engine/cpu/q8dot.py). */
+ * process measures it on its model (specdec/engine/cpu/q8dot.py). In the 256-bit builds the setting pairs passes
+ * of a few rows too (q8grouped.h): what makes one row pay there, one weight stream a thread, holds them back. */
 static int one_row_pairs;
 
 /* Sets whether one-row passes go in pairs; returns the setting now (always 0 where the build has no pairs). */
@@ -317,7 +321,7 @@ static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
     return type != Q8_0 && G >= 2 - one_row_pairs && (G <= PAIR_MAX_ROWS || chunk < nu);
 #elif ROW_PAIRS
     (void)chunk, (void)nu;
-    return type != Q8_0 && G == 1 && one_row_pairs;
+    return type != Q8_0 && one_row_pairs && G <= pair_max_rows(type);
 #else
     (void)type, (void)G, (void)chunk, (void)nu;
     return 0;
@@ -345,7 +349,7 @@ enum { COLUMN_BLOCK = 16 };
  * activation rows. Out of line: inlined in `columns`, the same code ran the 1.5B target's passes of 2-4
  * tokens 1.02-1.07x slower (three runs of `specdec bench --kernel-ab`; out of line 1.00-1.01x, as before groups). */
 static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, int64_t far) {
-    const int G = j->G, groups = (G + PAIR_ROWS - 1) / PAIR_ROWS;
+    const int G = j->G, groups = (G + pair_group_rows(j->type) - 1) / pair_group_rows(j->type);
     for (int64_t n = begin; n < begin + far; n++) {
         for (int k = 0, g0 = 0; k < groups; k++) {
             const int g = (G - g0) / (groups - k);

@@ -75,19 +75,32 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
     return type != Q8_0 && G >= 2 && G <= (sums16_of(type) == 8 ? BY_CHUNK_ROWS : BY_CHUNK_ROWS_WIDENED);
 }
 
-/* One-row passes over two weight rows at once (where the process measures them faster, `q8_set_one_row_pairs`):
- * one unit of the rows at o and o + other against activation row a, as unit_group_by_chunk goes (two chunks at a
- * time, a row's int16 sums, its int32 sums where they widen), each activation chunk loaded once for both weight
- * rows; whole units of two rows would take all 16 registers. acc0 and acc1 += their terms (into `part`). */
-enum { PAIR_ROWS = 1, PAIR_MAX_ROWS = 1, PAIR_Q6_K_IN_REGISTERS = 1 };
+/* Passes over two weight rows at once, where the process measures one-row passes faster so
+ * (`q8_set_one_row_pairs`: two weight streams a thread): one unit of the rows at o and o + other against G
+ * activation rows, as unit_group_by_chunk goes (two chunks at a time, a row's int16 sums, its int32 sums where they
+ * widen), each activation chunk loaded once for both weight rows; whole units of two rows would take all 16
+ * registers. acc0[g] and acc1[g] += their terms (into `part`). Up to 4 rows of Q4_K and Q4_0, whose sums stay int16
+ * through the unit (2·G registers of sums, 4 of weights, 2 of activations), and 2 of Q5_0 and Q6_K, which widen
+ * (their int32 sums, or Q6_K's 4 scale registers, beside them); from 2 rows the accumulators stay in memory between
+ * units. On a Granite Rapids capped at AVX2 (`specdec bench --kernel-ab`, both threads), against single weight rows:
+ * at 2 rows the down projections and the output layer (Q6_K) 0.885x the time, gate/up 0.86x, whole passes of 2
+ * tokens 0.89x; Q4_K at 3 and 4 rows too: passes of 3 and 4 tokens 0.93x and 0.94x; at 5 rows level (spilled),
+ * so not taken. */
+enum { PAIR_ROWS = 4, PAIR_MAX_ROWS = 4, PAIR_WIDENED_ROWS = 2 };
+static inline int pair_group_rows(const int type) { return sums16_of(type) == 8 ? PAIR_ROWS : PAIR_WIDENED_ROWS; }
+static inline int pair_max_rows(const int type) { return pair_group_rows(type); }
+/* Whether a pair's accumulators against G rows stay in registers between units (16 registers: at one row only). */
+static inline int pair_acc_in_registers(const int type, const int G) {
+    (void)type;
+    return G == 1;
+}
 
 static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
                                                                      const act_unit *a, int64_t lda, vacc *acc0,
                                                                      vacc *acc1, int G, int part) {
-    (void)lda, (void)G; /* one activation row */
     unit_weights u[2];
     const int sums16 = sums16_of(type);
-    nv mult[2][2], sums[2], dot[2];
+    nv mult[2][2], sums[2][PAIR_ROWS], dot[2][PAIR_ROWS];
     for (int r = 0; r < 2; r++) {
         unpack_scales(type, o + r * other, &u[r], 0);
         if (type == Q6_K) memcpy(mult[r], u[r].scale, sizeof mult[r]);
@@ -95,29 +108,35 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
     }
 #pragma GCC unroll 4
     for (int c = 0; c < 8; c += 2) { /* two chunks at a time: Q6_K widens every two */
-        const nv x0 = NV_LOAD(a->u + c * CHUNK), x1 = NV_LOAD(a->u + (c + 1) * CHUNK);
-        for (int r = 0; r < 2; r++) {
-            nv w[2];
+        nv w[2][2];
+        for (int r = 0; r < 2; r++)
             for (int k = 0; k < 2; k++) {
                 const vw q = weight_chunk(type, o + r * other, c + k, SB_PER_UNIT, CHUNK);
-                memcpy(&w[k], &q, CHUNK);
+                memcpy(&w[r][k], &q, CHUNK);
             }
-            nv p = ADD16(PAIRS(w[0], x0), PAIRS(w[1], x1));
-            if (sums16 > 2) {
-                if (c % sums16) p = ADD16(sums[r], p);
-                __asm__("" : "+x"(p));
-                sums[r] = p;
-            }
-            if ((c + 2) % sums16 == 0) {
-                const nv wide = MADD16(p, mult[r][c >= 4]);
-                dot[r] = c + 2 == sums16 ? wide : ADD32(dot[r], wide);
+        for (int g = 0; g < G; g++) {
+            const nv x0 = NV_LOAD(a[g * lda].u + c * CHUNK), x1 = NV_LOAD(a[g * lda].u + (c + 1) * CHUNK);
+            for (int r = 0; r < 2; r++) {
+                nv p = ADD16(PAIRS(w[r][0], x0), PAIRS(w[r][1], x1));
+                if (sums16 > 2) {
+                    if (c % sums16) p = ADD16(sums[r][g], p);
+                    __asm__("" : "+x"(p));
+                    sums[r][g] = p;
+                }
+                if ((c + 2) % sums16 == 0) {
+                    const nv wide = MADD16(p, mult[r][c >= 4]);
+                    dot[r][g] = c + 2 == sums16 ? wide : ADD32(dot[r][g], wide);
+                }
             }
         }
     }
-    vli sum[2];
-    memcpy(sum, dot, sizeof sum);
-    *acc0 = acc_add_unit(*acc0, dot_terms(type, &u[0], sum[0], a), part);
-    *acc1 = acc_add_unit(*acc1, dot_terms(type, &u[1], sum[1], a), part);
+    for (int g = 0; g < G; g++) {
+        vli sum[2];
+        memcpy(sum, &dot[0][g], CHUNK);
+        memcpy(sum + 1, &dot[1][g], CHUNK);
+        acc0[g] = acc_add_unit(acc0[g], dot_terms(type, &u[0], sum[0], a + g * lda), part);
+        acc1[g] = acc_add_unit(acc1[g], dot_terms(type, &u[1], sum[1], a + g * lda), part);
+    }
 }
 #elif !defined(PAIRS) && CHUNK == 32 && NATIVE == 32
 /* AVX-VNNI (`vpdpbusd` on 256 bits, AVX2's 16 registers), passes of 2-8 rows, and Q6_K's of 9-16 in two groups:
@@ -224,6 +243,15 @@ enum { PAIR_ROWS = 4, PAIR_MAX_ROWS = 4 };
        * PAIR_Q6_K_IN_REGISTERS rows a Q6_K pair's accumulators stay in memory between units */
 enum { PAIR_ROWS = 7, PAIR_MAX_ROWS = 14, PAIR_Q6_K_IN_REGISTERS = 5 };
 #endif
+static inline int pair_group_rows(const int type) { (void)type; return PAIR_ROWS; }
+static inline int pair_acc_in_registers(const int type, const int G) {
+#ifdef PAIRS
+    (void)type, (void)G;
+    return 1;
+#else
+    return type != Q6_K || G <= PAIR_Q6_K_IN_REGISTERS;
+#endif
+}
 
 /* One full unit of two weight rows (at o and o + other) against G ≤ PAIR_ROWS activation rows, both units
  * unpacked whole into registers: acc0[g] and acc1[g] += their terms. */
@@ -241,12 +269,23 @@ static inline __attribute__((always_inline)) void unit_pair(const int type, cons
 }
 
 #elif !defined(PAIRS) && NATIVE == 32
-/* AVX-VNNI: one-row passes over two weight rows at once, chunk by chunk (`unit_pair_by_chunk`; whole units of two
- * rows would take all 16 registers), where the process measures them faster (`q8_set_one_row_pairs`). Capped at
- * this level on a Granite Rapids, a one-token pass took longer than a two-token one (49.9 against 46.0 ms): bound
- * by one weight stream a thread (20 GB/s), where AVX-512's pairs read two (28.5). Passes of 2 rows and more stay
- * on single weight rows (`unit_rows_by_chunk`). */
-enum { PAIR_ROWS = 1, PAIR_MAX_ROWS = 1, PAIR_Q6_K_IN_REGISTERS = 1 };
+/* AVX-VNNI: passes over two weight rows at once, chunk by chunk (`unit_pair_by_chunk`; whole units of two rows
+ * would take all 16 registers), where the process measures one-row passes faster so (`q8_set_one_row_pairs`).
+ * Capped at this level on a Granite Rapids, a one-token pass took longer than a two-token one (49.9 against 46.0
+ * ms): bound by one weight stream a thread (20 GB/s), where AVX-512's pairs read two (28.5). So were passes of a
+ * few rows: there (`specdec bench --kernel-ab`, both threads), against single weight rows
+ * (`unit_rows_by_chunk`), passes of 2 / 3 / 4 / 5 tokens took 0.84 / 0.88 / 0.92 / 0.96x the time, gate/up at
+ * 2-5 rows 0.83-0.90x, the output layer (Q6_K) at 2-3 0.80-0.86x. Up to 5 rows (2·G int32 sums, 2 weight
+ * registers, 1 of activations), Q6_K's to 3 (its first halves take 2·G more); 6 rows level or slower, and groups of
+ * them (6-10 rows as 3-5 + 3-5, each unpacking the units again) 1.03-1.10x at 6 and 9 tokens, so not taken. */
+enum { PAIR_ROWS = 5, PAIR_MAX_ROWS = 5, PAIR_Q6_K_ROWS = 3 };
+static inline int pair_group_rows(const int type) { return type == Q6_K ? PAIR_Q6_K_ROWS : PAIR_ROWS; }
+static inline int pair_max_rows(const int type) { return pair_group_rows(type); }
+/* Whether a pair's accumulators against G rows stay in registers between units (16 registers: at one row only). */
+static inline int pair_acc_in_registers(const int type, const int G) {
+    (void)type;
+    return G == 1;
+}
 #endif
 
 #if !defined(PAIRS) && (NATIVE == 64 || NATIVE == 32)
@@ -293,7 +332,7 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
 #endif
 
 /* Whether this build takes two weight rows at once: AVX-512's at 1 (where measured faster) to PAIR_MAX_ROWS rows,
- * AVX-VNNI's and AVX2's at one row (where measured faster). */
+ * AVX-VNNI's and AVX2's at 1 to pair_max_rows(type) where the one-row setting is on. */
 #if CHUNK == 64 || NATIVE == 32
 #define ROW_PAIRS 1
 #else
