@@ -71,6 +71,6 @@ def test_ray_placed_services_generate_like_target_only(stack, ray_stack):
         for gamma in (3, None):
             out = generate(running.endpoint, make_request(prompt=prompt, max_new_tokens=40, gamma=gamma))
             assert out.token_ids == reference, (prompt, gamma)
-            if gamma is not None:
+            if gamma is not None:  # adaptive γ may rightly choose 0 on a busy machine and draft nothing
                 assert_speculated(out, f"at γ={gamma} on {prompt!r}")
-        assert out.stats["draft_replica"] == running.draft_addresses[0]
+                assert out.stats["draft_replica"] == running.draft_addresses[0]
