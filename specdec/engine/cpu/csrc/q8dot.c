@@ -217,7 +217,8 @@ static inline __attribute__((always_inline)) void pair_unit_at(const int type, c
     (void)by_chunk; /* whole units only with AVX-512 without VNNI */
 #if !defined(PAIRS) || CHUNK == 32
     if (by_chunk) {
-        /* Q6_K's first halves take 2·G registers more: from 6 rows the accumulators stay in memory */
+        /* where the registers run out (`pair_acc_in_registers`: AVX-512's Q6_K from 6 rows, 256 bits from 2 rows),
+         * the accumulators stay in memory between units */
         if (!pair_acc_in_registers(type, G)) __asm__("" : "+m"(*(vacc(*)[PAIR_ROWS])acc0),
                                                        "+m"(*(vacc(*)[PAIR_ROWS])acc1));
         unit_pair_by_chunk(type, row + i * bytes, other, a + i, nu, acc0, acc1, G, part);

@@ -88,12 +88,6 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
  * so not taken. */
 enum { PAIR_ROWS = 4, PAIR_MAX_ROWS = 4, PAIR_WIDENED_ROWS = 2 };
 static inline int pair_group_rows(const int type) { return sums16_of(type) == 8 ? PAIR_ROWS : PAIR_WIDENED_ROWS; }
-static inline int pair_max_rows(const int type) { return pair_group_rows(type); }
-/* Whether a pair's accumulators against G rows stay in registers between units (16 registers: at one row only). */
-static inline int pair_acc_in_registers(const int type, const int G) {
-    (void)type;
-    return G == 1;
-}
 
 static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
                                                                      const act_unit *a, int64_t lda, vacc *acc0,
@@ -280,12 +274,6 @@ static inline __attribute__((always_inline)) void unit_pair(const int type, cons
  * them (6-10 rows as 3-5 + 3-5, each unpacking the units again) 1.03-1.10x at 6 and 9 tokens, so not taken. */
 enum { PAIR_ROWS = 5, PAIR_MAX_ROWS = 5, PAIR_Q6_K_ROWS = 3 };
 static inline int pair_group_rows(const int type) { return type == Q6_K ? PAIR_Q6_K_ROWS : PAIR_ROWS; }
-static inline int pair_max_rows(const int type) { return pair_group_rows(type); }
-/* Whether a pair's accumulators against G rows stay in registers between units (16 registers: at one row only). */
-static inline int pair_acc_in_registers(const int type, const int G) {
-    (void)type;
-    return G == 1;
-}
 #endif
 
 #if !defined(PAIRS) && (NATIVE == 64 || NATIVE == 32)
@@ -337,6 +325,16 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
 #define ROW_PAIRS 1
 #else
 #define ROW_PAIRS 0
+#endif
+
+#if ROW_PAIRS && CHUNK == 32
+/* AVX-VNNI's and AVX2's pairs: a pass of up to one group of rows; the accumulators stay in registers between units
+ * at one row only (16 registers), from 2 rows in memory. */
+static inline int pair_max_rows(const int type) { return pair_group_rows(type); }
+static inline int pair_acc_in_registers(const int type, const int G) {
+    (void)type;
+    return G == 1;
+}
 #endif
 
 #endif
