@@ -89,7 +89,7 @@ int64_t q8_dot_peak(int threads, int64_t rounds) {
  * the time on a Zen 4 (0.56-0.69x at AVX2) and 0.68-0.83x on an Emerald Rapids; from 5 rows the two are level
  * and Q4_K's chunks the faster (32 KiB was tuned on a Zen 5 with prefetches into no cache level, where it made
  * 3 rows 1.5x faster than 48). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). With
- * AVX-512 only Q8_0 goes in chunks: the other formats' passes that would go in chunks go over two weight rows
+ * AVX-512 none goes in chunks but Q8_0 without VNNI: the passes that would go in chunks go over two weight rows
  * at once, on whole rows (`paired`; on a Zen 4 the down projections at 5 rows 0.65-0.68x the time of chunks).
  * With AVX2 and AVX-VNNI, whose units go chunk by chunk (UNIT_BY_CHUNK), only from 128 KiB: on the Zen 4 capped
  * at AVX2, the down projections at 5-9 rows then took 0.75-0.84x the time of chunks, passes of 5-9 tokens
@@ -319,10 +319,10 @@ int q8_set_one_row_pairs(int on) {
  * once (then over whole rows). */
 static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
 #if CHUNK == 64
-    return type != Q8_0 && G >= 2 - one_row_pairs && (G <= PAIR_MAX_ROWS || chunk < nu);
+    return (type != Q8_0 || Q8_0_OFFSET) && G >= 2 - one_row_pairs && (G <= PAIR_MAX_ROWS || chunk < nu);
 #elif ROW_PAIRS
     (void)chunk, (void)nu;
-    return type != Q8_0 && one_row_pairs && G <= pair_max_rows(type);
+    return (type != Q8_0 || Q8_0_OFFSET) && one_row_pairs && G <= pair_max_rows(type);
 #else
     (void)type, (void)G, (void)chunk, (void)nu;
     return 0;
@@ -358,6 +358,9 @@ static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, 
             case Q4_K: PAIR_PASSES(Q4_K); break;
             case Q6_K: PAIR_PASSES(Q6_K); break;
             case Q5_0: PAIR_PASSES(Q5_0); break;
+#if Q8_0_OFFSET /* without VNNI Q8_0 never pairs (`paired`) */
+            case Q8_0: PAIR_PASSES(Q8_0); break;
+#endif
             default: PAIR_PASSES(Q4_0); break;
             }
             g0 += g;

@@ -186,7 +186,7 @@ static inline __attribute__((always_inline)) void unit_group_by_chunk(const int 
 
 /* Whether a unit of this format goes chunk by chunk against G rows (above). */
 static inline int unit_goes_by_chunk(const int type, const int G) {
-    return type != Q8_0 && G >= 2 && (G <= BY_CHUNK_ROWS || type == Q6_K);
+    return G >= 2 && (G <= BY_CHUNK_ROWS || type == Q6_K);
 }
 #else
 #define UNIT_BY_CHUNK 0
@@ -213,8 +213,11 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
  * passes of 3 / 4 / 5 tokens 0.96 / 0.93 / 0.94x; and pairs in two groups against single rows at 6-10 rows,
  * passes 0.89-0.96x (11-16 rows level, so not taken). At one row only where the process measures it faster
  * (`q8_set_one_row_pairs`, whole units: on the Zen 4 1.0-1.08x, on a Granite Rapids 0.77x; chunk by chunk with
- * shared loads 1.27-1.37x slower on gate/up and the output layer at both threads on the Zen 4); not for Q8_0, whose weights take twice the
- * registers (their signs; 1.0-1.23x). AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower.
+ * shared loads 1.27-1.37x slower on gate/up and the output layer at both threads on the Zen 4). Q8_0 since its
+ * codes go in as q + 128 (Q8_0_OFFSET; with |q| and its sign, twice the registers, it had been 1.0-1.23x): on the
+ * Granite Rapids the 0.5B draft's output layer (Q8_0, a third of its pass) at 1 / 2 / 3 / 5 rows 0.81 / 0.76 /
+ * 0.64 / 0.60x the time, the draft's whole passes of 1-5 tokens 0.83-0.87x (at AVX-VNNI 0.87-0.89x; with single
+ * rows 0.84-0.91x). AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower.
  * Without VNNI (the avx512 build) whole units only, in groups of up to 4 rows and for at most 4 rows unless
  * chunked: on a Zen 5 capped at that level, whole passes of 2 / 3 / 4 tokens took 1.06 / 1.08 / 1.25x the time
  * without pairs, 5 and 9 tokens the same (`specdec bench --kernel-ab`). The order of every output's terms is

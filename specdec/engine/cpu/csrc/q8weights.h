@@ -89,9 +89,19 @@ static inline vl superblock_lanes(const uint8_t *p, int half) {
     return out;
 }
 
+/* With VNNI, Q8_0's codes q go in as q + 128 (unsigned: each byte's top bit flipped as it loads) and its block
+ * sums take 128 · Σu off (`centred`), as Q4_0's and Q5_0's codes do: the integer sum is the same, and no sign is
+ * moved onto the activations, so Q8_0 goes every way the other formats go (chunk by chunk, in pairs). Without
+ * VNNI vpmaddubsw's int16 pair sums would saturate (2 · 255 · 127), so there |q| and its sign stay. */
+#if !defined(PAIRS) && defined(NATIVE)
+#define Q8_0_OFFSET 1
+#else
+#define Q8_0_OFFSET 0
+#endif
+
 /* What one unit of a weight row needs, unpacked once per pass. */
 typedef struct {
-    nv w[NVS], sign[NVS]; /* sign: Q8_0 only */
+    nv w[NVS], sign[NVS]; /* sign: Q8_0 without VNNI only */
     vl s, m;              /* the blocks' scales, and Q4_K's mins */
     vli scale[2];         /* Q6_K without VNNI: the half scales as unit_dot takes them */
     vli scale_pairs;      /* Q6_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
@@ -99,9 +109,11 @@ typedef struct {
 } unit_weights;
 
 /* Chunk c's weights as unsigned bytes, of the unit at o (of sbu super-blocks, chunks of cb bytes: a half unit
- * if cb is CHUNK / 2, whose lanes past 8 read other bytes, finite, against zero activations); not Q8_0. */
+ * if cb is CHUNK / 2, whose lanes past 8 read other bytes, finite, against zero activations); Q8_0's as q + 128,
+ * with VNNI only (Q8_0_OFFSET). */
 static inline __attribute__((always_inline)) vw weight_chunk(const int type, const uint8_t *o, const int c,
                                                              const int sbu, const int cb) {
+    if (type == Q8_0) return load_chunk(o + 16 * sbu + cb * c, cb) ^ BYTES(128);
     if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
     if (type == Q6_K) {
         const uint8_t *high = o + 18 * sbu + 4 * cb;
@@ -148,7 +160,7 @@ static inline __attribute__((always_inline)) void unpack_unit(const int type, co
     const int sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
     uint8_t bytes[UNIT] __attribute__((aligned(64)));
     unpack_scales(type, o, u, half);
-    if (type == Q8_0) { /* |q| is the unsigned operand, and q's sign moves onto the activations */
+    if (type == Q8_0 && !Q8_0_OFFSET) { /* |q| is the unsigned operand, and q's sign moves onto the activations */
         if (!half) {
             load_signed_weights(u->w, u->sign, (const int8_t *)o + 16 * sbu);
             return;
@@ -204,13 +216,13 @@ static inline vl q6_k_halves_sum(const unit_weights *u, vli first, vli second) {
            __builtin_convertvector(second, vl) * u->half_scale[1];
 }
 
-/* Q5_0's and Q4_0's block sums I from Σ q·u: less 16 · Σu or 8 · Σu, their codes being q − 16 and q − 8 (a
- * shift, unsigned: defined for negative sums); the other formats' as they are. */
+/* Q5_0's, Q4_0's and (with VNNI) Q8_0's block sums I from Σ q·u: less 16, 8 or 128 times Σu, their codes being
+ * q − 16, q − 8 and q − 128 (a shift, unsigned: defined for negative sums); the other formats' as they are. */
 static inline vli centred(const int type, vli dot, const act_unit *x) {
-    if (type != Q5_0 && type != Q4_0) return dot;
+    if (type != Q5_0 && type != Q4_0 && (type != Q8_0 || !Q8_0_OFFSET)) return dot;
     vli sums;
     memcpy(&sums, x->bsum, CHUNK);
-    return dot - (vli)((vlu)sums << (type == Q5_0 ? 4 : 3));
+    return dot - (vli)((vlu)sums << (type == Q5_0 ? 4 : type == Q4_0 ? 3 : 7));
 }
 
 /* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K and Q4_0,
@@ -242,7 +254,7 @@ static inline __attribute__((always_inline)) vl unit_terms(const int type, const
         return float_steps(type, u, q6_k_halves_sum(u, half[0], half[1]), x);
     }
 #endif
-    return dot_terms(type, u, unit_dot(u->w, type == Q8_0 ? u->sign : 0, x->u, sums16_of(type),
+    return dot_terms(type, u, unit_dot(u->w, type == Q8_0 && !Q8_0_OFFSET ? u->sign : 0, x->u, sums16_of(type),
                                        type == Q6_K ? u->scale : 0), x);
 }
 
