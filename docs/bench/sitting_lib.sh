@@ -13,8 +13,8 @@ serve() {  # $1: label, $2: llama-server's -np, the rest: its extra flags; one d
 llama() {  # $1: run name
   serve "llama $1" 1
 }
-ours() {  # $1: run name, $2: --draft-weights (default auto)
-  /work/main/.venv/bin/specdec bench --paths gguf-q8 --no-hf --draft-weights ${2:-auto} --output paths_$1.json > /tmp/ours_$1.log 2>&1
+ours() {  # $1: run name, $2: --draft-weights (default auto); OURS_ARGS: more flags (e.g. --target-model $T)
+  /work/main/.venv/bin/specdec bench --paths gguf-q8 --no-hf --draft-weights ${2:-auto} $OURS_ARGS --output paths_$1.json > /tmp/ours_$1.log 2>&1
   python3 -c "import json; r=json.load(open('paths_$1.json'))['rows'][0]; print('ours $1', r['target_only_tok_s'], r['adaptive_tok_s'], r['adaptive_alpha'], r['adaptive_identical_to_target_only'], r['target_step_ms'], r['target_s5_over_s1'], r['draft_step_ms'], r['agreement_with_fp32'], r['adaptive_gammas'])"
 }
 interleave() {  # llama-server, ours, llama-server, ours, llama-server, ours, llama-server, between two dates
