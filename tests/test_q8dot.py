@@ -141,8 +141,8 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     7168 and 7200, and 8 of 7168, go in chunks of units (asked of the kernel), the partial or half one in the last;
     with AVX2 and AVX-VNNI, which chunk only from 128 KiB of activations, 13-16 rows of 7168 and 7200 alone. With VNNI,
     passes of 2-14 rows go over two weight columns at once (the two halves of each worker's 18 or 19 of the 37),
-    an odd last one alone, in groups of 4-7 from 8 rows, and so do the chunked ones, over whole rows (16 rows:
-    5-6); their units go chunk by chunk at 5-7 rows (Q6_K's accumulators in memory at 6-7), and at 3-4 unless the
+    an odd last one alone, in groups of 4-7 from 8 rows, and so do the chunked ones (Q8_0's up to 7 rows), over
+    whole rows (16 rows: 5-6); their units go chunk by chunk at 5-7 rows (Q6_K's accumulators in memory at 6-7), and at 3-4 unless the
     activations outgrow 32 KiB (3-4 rows of 7168: whole units); Q8_0 as q + 128 less 128 · Σu. AVX-512 without
     VNNI pairs 2-4 rows but Q8_0's, and the chunked ones in groups of 4. With AVX2 a unit goes chunk by chunk
     against 2-8 rows (2-5 for Q5_0 and Q6_K; not Q8_0), with AVX-VNNI against 2-8 (2-5 for Q6_K), whole from
@@ -243,7 +243,8 @@ QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q4
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("qtype", FORMATS, ids=NAMES.get)
 def test_largest_products_do_not_overflow(variant, qtype):
-    """Every quant at its largest code (Q8_0: −128, as 128 with its sign on the activations) against
+    """Every quant at its largest code (Q8_0: −128, as 128 with its sign on the activations; with VNNI every Q8_0
+    code goes in as q + 128 and int32 sums, which these cannot overflow) against
     activations at ±127: the builds without VNNI sum u8·s8 pairs in int16 (`vpmaddubsw`, saturating), whose
     bound, 2·128·127, this reaches, and add the pair sums of several chunks in int16 before widening (8 for
     Q4_K and Q4_0, 4 for Q5_0, 2 for Q6_K, 1 for Q8_0): one more chunk for Q5_0, Q6_K or Q8_0 would overflow here;
