@@ -142,11 +142,11 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     with AVX2 and AVX-VNNI, which chunk only from 128 KiB of activations, 13-16 rows of 7168 and 7200 alone. With VNNI,
     passes of 2-14 rows go over two weight columns at once (the two halves of each worker's 18 or 19 of the 37),
     an odd last one alone, in groups of 4-7 from 8 rows, and so do the chunked ones (Q8_0's up to 7 rows), over
-    whole rows (16 rows: 5-6); their units go chunk by chunk at 5-7 rows (Q6_K's accumulators in memory at 6-7), and at 3-4 unless the
-    activations outgrow 32 KiB (3-4 rows of 7168: whole units); Q8_0 as q + 128 less 128 · Σu. AVX-512 without
-    VNNI pairs 2-4 rows but Q8_0's, and the chunked ones in groups of 4. With AVX2 a unit goes chunk by chunk
-    against 2-8 rows (2-5 for Q5_0 and Q6_K; not Q8_0), with AVX-VNNI against 2-8 (2-5 for Q6_K), whole from
-    there. Every row count from 1 to 14 is checked, and 16."""
+    whole rows (16 rows: 5-6); their units go chunk by chunk at 5-7 rows (Q6_K's accumulators in memory at 6-7),
+    and at 3-4 unless the activations outgrow 32 KiB (3-4 rows of 7168: whole units); Q8_0 as q + 128 less
+    128 · Σu. AVX-512 without VNNI pairs 2-4 rows but Q8_0's, and the chunked ones in groups of 4. With AVX2 a
+    unit goes chunk by chunk against 2-8 rows (2-5 for Q5_0 and Q6_K; not Q8_0), with AVX-VNNI against 2-8 (2-5
+    for Q6_K), whole from there. Every row count from 1 to 14 is checked, and 16."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]

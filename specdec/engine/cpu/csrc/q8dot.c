@@ -89,8 +89,9 @@ int64_t q8_dot_peak(int threads, int64_t rounds) {
  * the time on a Zen 4 (0.56-0.69x at AVX2) and 0.68-0.83x on an Emerald Rapids; from 5 rows the two are level
  * and Q4_K's chunks the faster (32 KiB was tuned on a Zen 5 with prefetches into no cache level, where it made
  * 3 rows 1.5x faster than 48). A chunk is a whole number of accumulator groups (UNITS_PER_ACC units). With
- * AVX-512 none goes in chunks but Q8_0 without VNNI: the passes that would go in chunks go over two weight rows
- * at once, on whole rows (`paired`; on a Zen 4 the down projections at 5 rows 0.65-0.68x the time of chunks).
+ * AVX-512 the passes that would go in chunks go over two weight rows at once, on whole rows (`paired`; on a
+ * Zen 4 the down projections at 5 rows 0.65-0.68x the time of chunks), but Q8_0's without VNNI, and with VNNI
+ * its passes of more than PAIR_ROWS rows.
  * With AVX2 and AVX-VNNI, whose units go chunk by chunk (UNIT_BY_CHUNK), only from 128 KiB: on the Zen 4 capped
  * at AVX2, the down projections at 5-9 rows then took 0.75-0.84x the time of chunks, passes of 5-9 tokens
  * 0.87-0.95x; from 256 KiB, level at 5-9 and 0.89-0.93x at 12-16 rows, but past the L2 of some AVX2 CPUs (256
@@ -322,11 +323,11 @@ int q8_set_one_row_pairs(int on) {
  * time in chunks; at 5-7 level, at 16 1.06x). */
 static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
 #if CHUNK == 64
-    if (type == Q8_0 && (!Q8_0_OFFSET || (chunk < nu && G > PAIR_ROWS))) return 0;
+    if (sign_on_activations(type) || (type == Q8_0 && chunk < nu && G > PAIR_ROWS)) return 0;
     return G >= 2 - one_row_pairs && (G <= PAIR_MAX_ROWS || chunk < nu);
 #elif ROW_PAIRS
     (void)chunk, (void)nu;
-    return (type != Q8_0 || Q8_0_OFFSET) && one_row_pairs && G <= pair_max_rows(type);
+    return !sign_on_activations(type) && one_row_pairs && G <= pair_max_rows(type);
 #else
     (void)type, (void)G, (void)chunk, (void)nu;
     return 0;

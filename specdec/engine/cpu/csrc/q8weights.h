@@ -99,6 +99,10 @@ static inline vl superblock_lanes(const uint8_t *p, int half) {
 #define Q8_0_OFFSET 0
 #endif
 
+/* Whether this format's weights go in as |q| with their sign moved onto the activations (Q8_0 without VNNI):
+ * then a unit takes twice the registers, and never goes in pairs or chunk by chunk. */
+static inline int sign_on_activations(const int type) { return type == Q8_0 && !Q8_0_OFFSET; }
+
 /* What one unit of a weight row needs, unpacked once per pass. */
 typedef struct {
     nv w[NVS], sign[NVS]; /* sign: Q8_0 without VNNI only */
@@ -160,7 +164,7 @@ static inline __attribute__((always_inline)) void unpack_unit(const int type, co
     const int sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
     uint8_t bytes[UNIT] __attribute__((aligned(64)));
     unpack_scales(type, o, u, half);
-    if (type == Q8_0 && !Q8_0_OFFSET) { /* |q| is the unsigned operand, and q's sign moves onto the activations */
+    if (sign_on_activations(type)) { /* |q| is the unsigned operand, and q's sign moves onto the activations */
         if (!half) {
             load_signed_weights(u->w, u->sign, (const int8_t *)o + 16 * sbu);
             return;
@@ -254,7 +258,7 @@ static inline __attribute__((always_inline)) vl unit_terms(const int type, const
         return float_steps(type, u, q6_k_halves_sum(u, half[0], half[1]), x);
     }
 #endif
-    return dot_terms(type, u, unit_dot(u->w, type == Q8_0 && !Q8_0_OFFSET ? u->sign : 0, x->u, sums16_of(type),
+    return dot_terms(type, u, unit_dot(u->w, sign_on_activations(type) ? u->sign : 0, x->u, sums16_of(type),
                                        type == Q6_K ? u->scale : 0), x);
 }
 
