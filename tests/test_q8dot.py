@@ -175,7 +175,8 @@ def test_passes_with_one_row_pairs_compute_the_definition(variant):
     passes over two weight rows at once faster), passes of 1-6 rows give the definition's bits in every format,
     rows ending in a half unit (768, 2816) or a partial super-block too, over 37 columns (an odd one alone): in
     the 256-bit builds the setting also pairs passes of a few rows, their accumulators in memory between units
-    (AVX-VNNI: 2-5 rows, Q6_K's 2-3; AVX2: Q4_K's and Q4_0's 2-4, Q5_0's and Q6_K's 2), and 6 rows stay single.
+    (AVX-VNNI: 2-5 rows, Q6_K's 2-3; AVX2: Q4_K's and Q4_0's 2-4, Q5_0's, Q6_K's and Q8_0's 2, Q8_0 as |q| with its
+    sign on the activations), and 6 rows stay single.
     The AVX-512, AVX-VNNI and AVX2 builds can pair, the others keep it off."""
     lib = q8dot.library(variant)
     try:
@@ -248,7 +249,8 @@ def test_largest_products_do_not_overflow(variant, qtype):
     activations at ±127: the builds without VNNI sum u8·s8 pairs in int16 (`vpmaddubsw`, saturating), whose
     bound, 2·128·127, this reaches, and add the pair sums of several chunks in int16 before widening (8 for
     Q4_K and Q4_0, 4 for Q5_0, 2 for Q6_K, 1 for Q8_0): one more chunk for Q5_0, Q6_K or Q8_0 would overflow here;
-    Q6_K's pair sums then weighed by its int8 scales (`vpmaddwd`), the largest of them included."""
+    Q6_K's pair sums then weighed by its int8 scales (`vpmaddwd`), the largest of them included. With the one-row
+    setting too, where the build pairs (AVX2's Q8_0 pairs as |q| and its sign, widened every chunk)."""
     raw = random_blocks(qtype, 8, 512, seed=7)
     blocks = raw.reshape(8, -1, BLOCK[qtype][1])
     blocks[..., QUANT_BYTES[qtype]] = 0x80 if qtype == Q8_0 else 0xFF
@@ -258,7 +260,15 @@ def test_largest_products_do_not_overflow(variant, qtype):
     x[1] = -2.0
     x[2, ::2] = -2.0
     kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, 512)], variant=variant)
-    assert torch.equal(kernel(x), reference(qtype, raw, 512, x))
+    want = reference(qtype, raw, 512, x)
+    lib = q8dot.library(variant)
+    try:
+        for pairs in (0, 1):
+            lib.q8_set_one_row_pairs(pairs)
+            assert torch.equal(kernel(x), want), pairs
+            assert torch.equal(kernel(x[1:2]), want[1:2]), pairs
+    finally:
+        lib.q8_set_one_row_pairs(0)
 
 
 def test_each_row_is_the_same_whatever_it_is_computed_with():

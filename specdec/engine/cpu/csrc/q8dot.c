@@ -327,7 +327,7 @@ static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
     return G >= 2 - one_row_pairs && (G <= PAIR_MAX_ROWS || chunk < nu);
 #elif ROW_PAIRS
     (void)chunk, (void)nu;
-    return !sign_on_activations(type) && one_row_pairs && G <= pair_max_rows(type);
+    return one_row_pairs && G <= pair_max_rows(type); /* Q8_0 too (Q8_0_PAIRS) */
 #else
     (void)type, (void)G, (void)chunk, (void)nu;
     return 0;
@@ -363,7 +363,7 @@ static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, 
             case Q4_K: PAIR_PASSES(Q4_K); break;
             case Q6_K: PAIR_PASSES(Q6_K); break;
             case Q5_0: PAIR_PASSES(Q5_0); break;
-#if Q8_0_OFFSET /* without VNNI Q8_0 never pairs (`paired`) */
+#if Q8_0_PAIRS /* with AVX-512 without VNNI Q8_0 never pairs (`paired`) */
             case Q8_0: PAIR_PASSES(Q8_0); break;
 #endif
             default: PAIR_PASSES(Q4_0); break;

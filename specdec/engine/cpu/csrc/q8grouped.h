@@ -87,11 +87,59 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
  * tokens 0.89x; Q4_K at 3 and 4 rows too: passes of 3 and 4 tokens 0.93x and 0.94x; at 5 rows level (spilled),
  * so not taken. */
 enum { PAIR_ROWS = 4, PAIR_MAX_ROWS = 4, PAIR_WIDENED_ROWS = 2 };
-static inline int pair_group_rows(const int type) { return sums16_of(type) == 8 ? PAIR_ROWS : PAIR_WIDENED_ROWS; }
+static inline int pair_group_rows(const int type) {
+    return sums16_of(type) == 8 || sign_on_activations(type) ? PAIR_ROWS : PAIR_WIDENED_ROWS;
+}
+
+/* Q8_0 in pairs (its codes q signed, without VNNI: |q| the unsigned operand, q's sign moved onto the activations):
+ * as below, but one chunk at a time, its int16 pair sums widened at every chunk (|q|·|u| pairs reach 2 · 128 · 127),
+ * so 2 registers of |q|, 2 of q, 1 of activations and 1 of ones beside 2·G int32 sums: up to 4 rows in the 16.
+ * Before (2026-12-05), Q8_0 never paired here: a unit went whole, 8 registers of |q| and 8 of signs, and a one-token
+ * pass of the 1.5B target in Q8_0 ran at 1.3x its bandwidth floor. On the Granite Rapids capped at AVX2
+ * (`specdec bench --kernel-ab`, both threads), against that build: passes of 1 / 2 / 3 / 4 tokens 0.65 / 0.66 /
+ * 0.72 / 0.80x the time, 5 the same (single rows). 5-16 rows in groups of up to 4 (each group reading the two rows
+ * again) 0.96 / 0.99x at 5 / 6 rows and 1.04-1.14x at 8-16, so not taken: a Q8_0 row's sign and widening make
+ * each of its products twice Q4_K's work. */
+static inline __attribute__((always_inline)) void unit_pair_signed_by_chunk(const uint8_t *o, int64_t other,
+                                                                            const act_unit *a, int64_t lda,
+                                                                            vacc *acc0, vacc *acc1, int G, int part) {
+    unit_weights u[2];
+    unpack_scales(Q8_0, o, &u[0], 0);
+    unpack_scales(Q8_0, o + other, &u[1], 0);
+    const nv one = SPLAT16(1);
+    nv dot[2][PAIR_ROWS];
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        nv q[2], w[2];
+        for (int r = 0; r < 2; r++) {
+            const vw b = weight_chunk(Q8_0, o + r * other, c, SB_PER_UNIT, CHUNK);
+            memcpy(&q[r], &b, CHUNK);
+            w[r] = NV_ABS(q[r]);
+        }
+        for (int g = 0; g < G; g++) {
+            const nv x = NV_LOAD(a[g * lda].u + c * CHUNK);
+            for (int r = 0; r < 2; r++) {
+                const nv wide = MADD16(PAIRS(w[r], NV_SIGN(x, q[r])), one);
+                dot[r][g] = c ? ADD32(dot[r][g], wide) : wide;
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        vli sum[2];
+        memcpy(sum, &dot[0][g], CHUNK);
+        memcpy(sum + 1, &dot[1][g], CHUNK);
+        acc0[g] = acc_add_unit(acc0[g], dot_terms(Q8_0, &u[0], sum[0], a + g * lda), part);
+        acc1[g] = acc_add_unit(acc1[g], dot_terms(Q8_0, &u[1], sum[1], a + g * lda), part);
+    }
+}
 
 static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
                                                                      const act_unit *a, int64_t lda, vacc *acc0,
                                                                      vacc *acc1, int G, int part) {
+    if (sign_on_activations(type)) {
+        unit_pair_signed_by_chunk(o, other, a, lda, acc0, acc1, G, part);
+        return;
+    }
     unit_weights u[2];
     const int sums16 = sums16_of(type);
     nv mult[2][2], sums[2][PAIR_ROWS], dot[2][PAIR_ROWS];
@@ -328,6 +376,14 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
 #define ROW_PAIRS 1
 #else
 #define ROW_PAIRS 0
+#endif
+
+/* Whether Q8_0 pairs: in every build that pairs but AVX-512 without VNNI (with VNNI as q + 128, Q8_0_OFFSET; at
+ * AVX2 as |q| with its sign, `unit_pair_signed_by_chunk`). */
+#if ROW_PAIRS && !(defined(PAIRS) && CHUNK == 64)
+#define Q8_0_PAIRS 1
+#else
+#define Q8_0_PAIRS 0
 #endif
 
 #if ROW_PAIRS && CHUNK == 32

@@ -100,7 +100,7 @@ static inline vl superblock_lanes(const uint8_t *p, int half) {
 #endif
 
 /* Whether this format's weights go in as |q| with their sign moved onto the activations (Q8_0 without VNNI):
- * then a unit takes twice the registers, and never goes in pairs or chunk by chunk. */
+ * then a unit takes twice the registers, and goes in pairs only in the AVX2 build (q8grouped.h). */
 static inline int sign_on_activations(const int type) { return type == Q8_0 && !Q8_0_OFFSET; }
 
 /* What one unit of a weight row needs, unpacked once per pass. */
@@ -113,11 +113,11 @@ typedef struct {
 } unit_weights;
 
 /* Chunk c's weights as unsigned bytes, of the unit at o (of sbu super-blocks, chunks of cb bytes: a half unit
- * if cb is CHUNK / 2, whose lanes past 8 read other bytes, finite, against zero activations); Q8_0's as q + 128,
- * with VNNI only (Q8_0_OFFSET). */
+ * if cb is CHUNK / 2, whose lanes past 8 read other bytes, finite, against zero activations); Q8_0's as q + 128
+ * with VNNI (Q8_0_OFFSET), else its signed codes q as they are. */
 static inline __attribute__((always_inline)) vw weight_chunk(const int type, const uint8_t *o, const int c,
                                                              const int sbu, const int cb) {
-    if (type == Q8_0) return load_chunk(o + 16 * sbu + cb * c, cb) ^ BYTES(128);
+    if (type == Q8_0) return load_chunk(o + 16 * sbu + cb * c, cb) ^ BYTES(Q8_0_OFFSET ? 128 : 0);
     if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
     if (type == Q6_K) {
         const uint8_t *high = o + 18 * sbu + 4 * cb;
