@@ -31,3 +31,18 @@ full_sitting() {  # interleave, then both S-curves and 8 users (the Zen 4 sittin
   tail -12 /tmp/conc.log
   date
 }
+q8_0_target() {  # $1: the packaged 1.5B requantized to Q8_0 (../gnr_q8_0_offset/to_q8_0.py), made where it is missing
+  # (about a minute), with the packaged target's tokenizer and config beside it
+  [ -f $1 ] && return
+  P=/root/.cache/specdec/qwen2.5-coder-1.5b-instruct/bundle
+  mkdir -p $(dirname $1) && cp $P/config.json $P/tokenizer.json $P/tokenizer_config.json $(dirname $1)/
+  /work/main/.venv/bin/python ../gnr_q8_0_offset/to_q8_0.py $P/qwen2.5-coder-1.5b-instruct.Q4_K_M.gguf $1
+}
+short_sitting() {  # two of our runs between three of llama-server's, then both S-curves (ours with $OURS_ARGS)
+  date
+  llama 1; ours 1; llama 2; ours 2; llama 3
+  $BIN/llama-bench -m $T -t 2 -p 1,2,5,9 -n 0 -o json > llama_bench.json 2>/dev/null
+  /work/main/.venv/bin/specdec bench --cpu-curve gguf-q8 $OURS_ARGS --llama-bench llama_bench.json --output cpu_curve.json > /tmp/curve.log 2>&1
+  tail -12 /tmp/curve.log
+  date
+}
