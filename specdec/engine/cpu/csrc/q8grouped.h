@@ -91,6 +91,20 @@ static inline int pair_group_rows(const int type) {
     return sums16_of(type) == 8 || sign_on_activations(type) ? PAIR_ROWS : PAIR_WIDENED_ROWS;
 }
 
+/* A pair's int32 block sums against G rows, dot[r][g] of weight row r, into acc0[g] and acc1[g] (`part`) as dot_terms
+ * finishes them. */
+static inline __attribute__((always_inline)) void pair_sums_into(const int type, const unit_weights *u,
+                                                                 nv (*dot)[PAIR_ROWS], const act_unit *a, int64_t lda,
+                                                                 vacc *acc0, vacc *acc1, int G, int part) {
+    for (int g = 0; g < G; g++) {
+        vli sum[2];
+        memcpy(sum, &dot[0][g], CHUNK);
+        memcpy(sum + 1, &dot[1][g], CHUNK);
+        acc0[g] = acc_add_unit(acc0[g], dot_terms(type, &u[0], sum[0], a + g * lda), part);
+        acc1[g] = acc_add_unit(acc1[g], dot_terms(type, &u[1], sum[1], a + g * lda), part);
+    }
+}
+
 /* Q8_0 in pairs (its codes q signed, without VNNI: |q| the unsigned operand, q's sign moved onto the activations):
  * as below, but one chunk at a time, its int16 pair sums widened at every chunk (|q|·|u| pairs reach 2 · 128 · 127),
  * so 2 registers of |q|, 2 of q, 1 of activations and 1 of ones beside 2·G int32 sums: up to 4 rows in the 16.
@@ -124,13 +138,7 @@ static inline __attribute__((always_inline)) void unit_pair_signed_by_chunk(cons
             }
         }
     }
-    for (int g = 0; g < G; g++) {
-        vli sum[2];
-        memcpy(sum, &dot[0][g], CHUNK);
-        memcpy(sum + 1, &dot[1][g], CHUNK);
-        acc0[g] = acc_add_unit(acc0[g], dot_terms(Q8_0, &u[0], sum[0], a + g * lda), part);
-        acc1[g] = acc_add_unit(acc1[g], dot_terms(Q8_0, &u[1], sum[1], a + g * lda), part);
-    }
+    pair_sums_into(Q8_0, u, dot, a, lda, acc0, acc1, G, part);
 }
 
 static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
@@ -172,13 +180,7 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
             }
         }
     }
-    for (int g = 0; g < G; g++) {
-        vli sum[2];
-        memcpy(sum, &dot[0][g], CHUNK);
-        memcpy(sum + 1, &dot[1][g], CHUNK);
-        acc0[g] = acc_add_unit(acc0[g], dot_terms(type, &u[0], sum[0], a + g * lda), part);
-        acc1[g] = acc_add_unit(acc1[g], dot_terms(type, &u[1], sum[1], a + g * lda), part);
-    }
+    pair_sums_into(type, u, dot, a, lda, acc0, acc1, G, part);
 }
 #elif !defined(PAIRS) && CHUNK == 32 && NATIVE == 32
 /* AVX-VNNI (`vpdpbusd` on 256 bits, AVX2's 16 registers), passes of 2-8 rows, and Q6_K's of 9-16 in two groups:
