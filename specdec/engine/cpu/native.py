@@ -2,7 +2,7 @@
 
 Two sources: `blockquant.c` (the exact "gguf" path) and `q8dot.c` (the integer "gguf-q8" path). Each is
 plain C with GCC's generic vectors, built once per instruction-set variant with the system compiler
-(about 2-5 s) into the cache, keyed by the source's hash and flags, and loaded with ctypes: no torch
+(blockquant 3-4 s, q8dot 15-25 s) into the cache, keyed by the source's hash and flags, and loaded with ctypes: no torch
 headers, so no minute-long extension build. Their OpenMP regions run on the libgomp that torch
 already loaded (same soname), so the two share one thread pool instead of fighting over cores.
 
@@ -50,10 +50,15 @@ BLOCKQUANT = Source("blockquant", ("-ffp-contract=fast", *COMMON))
 Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON), ("q8pack", "layer_ops", "decoder", "workers"))
 
 MARCH = {"sse41": "x86-64-v2", "avx2": "x86-64-v3"}  # every AVX-512 level (and AMX): x86-64-v4
+# The fallback builds (CPUs without AVX2, and non-x86) without GCC's two global CSE passes: with them, GCC
+# spent 60% of q8dot.c's build there (52 s for SSE4.1, 40 s portable; without, 19 s and 14 s) for a pass of the
+# 1.5B target 0.2-2.8% faster at SSE4.1 (Granite Rapids class, `specdec bench --kernel-ab`). The tuned levels
+# keep them: at AVX2 they made passes 0.1-1.2% faster, for 16-25 s a build.
+FALLBACK = ("-fno-gcse", "-fno-gcse-after-reload")
 # The integer path's variants, fastest first, and what each is compiled with.
 Q8_VARIANTS = {"avx512-vnni": ("-march=x86-64-v4", "-mavx512vnni"), "avx-vnni": ("-march=x86-64-v3", "-mavxvnni"),
-               "avx512": ("-march=x86-64-v4",), "avx2": ("-march=x86-64-v3",), "sse4.1": ("-march=x86-64-v2",),
-               "portable": ("-DQ8_PORTABLE",)}
+               "avx512": ("-march=x86-64-v4",), "avx2": ("-march=x86-64-v3",),
+               "sse4.1": ("-march=x86-64-v2", *FALLBACK), "portable": ("-DQ8_PORTABLE", *FALLBACK)}
 
 
 class KernelUnavailable(RuntimeError):
@@ -80,15 +85,16 @@ def q8_variants_for(features) -> tuple[str, ...]:
     return ("sse4.1",) if features.has("sse41") else ("portable",)
 
 
-def build_digest(source: Source = BLOCKQUANT) -> str:
-    """What a build of `source` depends on here: its files, the headers beside them and the compiler flags
-    (16 hex digits)."""
+def build_digest(source: Source = BLOCKQUANT, variant: str | None = None) -> str:
+    """What a build of `source` depends on here: its files, the headers beside them and the compiler flags,
+    `variant`'s too where given (16 hex digits)."""
     text = b"".join(p.read_bytes() for p in source.paths) + b"".join(h.read_bytes() for h in sorted(CSRC.glob("*.h")))
-    return hashlib.sha256(text + " ".join(source.flags).encode()).hexdigest()[:16]
+    flags = (*source.flags, *(_target_flags(variant, source) if variant else ()))
+    return hashlib.sha256(text + " ".join(flags).encode()).hexdigest()[:16]
 
 
 def library_path(variant: str, source: Source = BLOCKQUANT) -> Path:
-    return cache_root() / "kernels" / f"{source.name}-{build_digest(source)}-{variant}.so"
+    return cache_root() / "kernels" / f"{source.name}-{build_digest(source, variant)}-{variant}.so"
 
 
 def _target_flags(variant: str, source: Source) -> tuple[str, ...]:
