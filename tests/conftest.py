@@ -106,11 +106,18 @@ def stack_on(request, path: str) -> EmbeddedStack:
 
 def pytest_configure(config):
     """Measured cost profiles go to a folder of this run's own (the services inherit it), never to
-    the user's weights cache: every run starts by measuring, as a fresh machine does."""
+    the user's weights cache: every run starts by measuring, as a fresh machine does. The kernel builds come
+    first, so that no test pays for one."""
     import os
     import tempfile
 
     os.environ["SPECDEC_PROFILE_CACHE"] = tempfile.mkdtemp(prefix="specdec-profiles-")
+    from specdec.engine.cpu import native
+
+    try:  # every kernel build this CPU runs, two compilers at once, before the tests that load them
+        native.build_every_runnable()
+    except native.KernelUnavailable:
+        pass  # the tests that need a kernel say why
 
 
 def pytest_unconfigure(config):

@@ -20,23 +20,13 @@ from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine.cpu import native, q8dot
 from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
-from specdec.engine.cpu.features import cpu_features, cpuinfo
+from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak, fastest, machine_variant
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
 FORMATS = [Q4_K, Q6_K, Q5_0, Q4_0, Q8_0]
-# What each build needs of the CPU (/proc/cpuinfo flag names).
-X86_64_V4 = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
-NEEDS = {"avx512-vnni": ("avx512_vnni", *X86_64_V4), "avx-vnni": ("avx_vnni", "avx2"), "avx512": X86_64_V4,
-         "avx2": ("avx2",), "sse4.1": ("sse4_1",), "portable": ()}
-
-
-def runnable(variant: str) -> bool:
-    return set(NEEDS[variant]) <= set(cpuinfo("flags").split())
-
-
-VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not runnable(v), reason=f"this CPU cannot run {v}"))
+VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not native.runnable(v), reason=f"this CPU cannot run {v}"))
             for v in native.Q8_VARIANTS]
 
 
@@ -333,7 +323,7 @@ def test_of_two_builds_the_faster_one_here_is_taken():
     assert fastest(("avx2",), lambda variant: pytest.fail("a lone build is not timed")) == "avx2"
 
 
-@pytest.mark.skipif(not runnable("avx512"), reason="this CPU has no AVX-512")
+@pytest.mark.skipif(not native.runnable("avx512"), reason="this CPU has no AVX-512")
 def test_a_cpu_capped_at_avx512_without_vnni_times_both_of_its_builds():
     """A process capped at `avx512` chooses between the avx512 and avx2 builds by their timing, and its kernel
     is the one it chose."""

@@ -60,6 +60,12 @@ Q8_VARIANTS = {"avx512-vnni": ("-march=x86-64-v4", "-mavx512vnni"), "avx-vnni": 
                "avx512": ("-march=x86-64-v4",), "avx2": ("-march=x86-64-v3",),
                "sse4.1": ("-march=x86-64-v2", *FALLBACK), "portable": ("-DQ8_PORTABLE", *FALLBACK)}
 
+# What each build needs of the CPU (/proc/cpuinfo flag names): q8dot's variants, and blockquant's -march levels.
+X86_64_V4 = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
+NEEDS = {"avx512-vnni": ("avx512_vnni", *X86_64_V4), "avx-vnni": ("avx_vnni", "avx2"), "avx512": X86_64_V4,
+         "avx2": ("avx2",), "sse4.1": ("sse4_1",), "portable": (),
+         "x86-64-v2": ("sse4_1",), "x86-64-v3": ("avx2",), "x86-64-v4": X86_64_V4}
+
 
 class KernelUnavailable(RuntimeError):
     """The C kernel cannot be built or loaded here (no compiler, or not an x86 CPU)."""
@@ -111,7 +117,7 @@ def build(variant: str, source: Source = BLOCKQUANT) -> Path:
     if compiler is None:
         raise KernelUnavailable("no C compiler (cc/gcc) to build the gguf kernel; install gcc or use --dtype float32")
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / ".lock", "w") as lock:
+    with open(target.parent / f".{target.name}.lock", "w") as lock:  # one build of it at a time
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.exists():  # another process built it while we waited
             return target
@@ -125,6 +131,24 @@ def build(variant: str, source: Source = BLOCKQUANT) -> Path:
             partial.rename(target)
     log.info("built the %s kernel for %s: %s", source.name, variant, target)
     return target
+
+
+def runnable(build_name: str) -> bool:
+    """Whether this CPU runs the build `build_name` (a q8dot variant or a blockquant -march level)."""
+    from specdec.engine.cpu.features import cpuinfo
+
+    return set(NEEDS[build_name]) <= set(cpuinfo("flags").split())
+
+
+def build_every_runnable(compilers: int = 2) -> None:
+    """Build every library this CPU can run, `compilers` at once (the tests' forced levels load each; one at a
+    time, inside the first test that needs it, they took about two minutes of a test run)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    builds = [(m, BLOCKQUANT) for m in sorted(set(MARCH.values()) | {"x86-64-v4"}) if runnable(m)]
+    builds += [(v, Q8DOT) for v in Q8_VARIANTS if runnable(v)]
+    with ThreadPoolExecutor(compilers) as pool:
+        list(pool.map(lambda b: build(*b), builds))
 
 
 @lru_cache(maxsize=None)
