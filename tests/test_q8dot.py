@@ -8,6 +8,7 @@ and the model on it against the exact gguf path.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -168,9 +169,8 @@ def test_passes_with_one_row_pairs_compute_the_definition(variant):
     (AVX-VNNI: 2-5 rows, Q6_K's 2-3; AVX2: Q4_K's and Q4_0's 2-4, Q5_0's, Q6_K's and Q8_0's 2, Q8_0 as |q| with its
     sign on the activations), and 6 rows stay single.
     The AVX-512, AVX-VNNI and AVX2 builds can pair, the others keep it off."""
-    lib = q8dot.library(variant)
-    try:
-        assert lib.q8_set_one_row_pairs(1) == can_pair(variant)
+    with one_row_pairs(variant) as taken:
+        assert taken == can_pair(variant)
         for qtype, cols in ONE_ROW_CASES:
             raw = random_blocks(qtype, 37, cols, seed=qtype)
             x = activations(7, cols)
@@ -180,6 +180,14 @@ def test_passes_with_one_row_pairs_compute_the_definition(variant):
                 assert torch.equal(kernel(x[row:row + 1]), want[row:row + 1]), (NAMES[qtype], cols, row)
             for rows in range(2, 7):
                 assert torch.equal(kernel(x[1:1 + rows]), want[1:1 + rows]), (NAMES[qtype], cols, rows)
+
+
+@contextlib.contextmanager
+def one_row_pairs(variant: str, on: bool = True):
+    """`variant`'s build with the one-row setting `on` (yields what the build took), set back off after."""
+    lib = q8dot.library(variant)
+    try:
+        yield lib.q8_set_one_row_pairs(int(on))
     finally:
         lib.q8_set_one_row_pairs(0)
 
@@ -251,14 +259,10 @@ def test_largest_products_do_not_overflow(variant, qtype):
     x[2, ::2] = -2.0
     kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, 512)], variant=variant)
     want = reference(qtype, raw, 512, x)
-    lib = q8dot.library(variant)
-    try:
-        for pairs in (0, 1):
-            lib.q8_set_one_row_pairs(pairs)
+    for pairs in (False, True):
+        with one_row_pairs(variant, pairs):
             assert torch.equal(kernel(x), want), pairs
             assert torch.equal(kernel(x[1:2]), want[1:2]), pairs
-    finally:
-        lib.q8_set_one_row_pairs(0)
 
 
 def test_each_row_is_the_same_whatever_it_is_computed_with():

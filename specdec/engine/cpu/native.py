@@ -145,7 +145,9 @@ def build_every_runnable(compilers: int = 2) -> None:
     time, inside the first test that needs it, they took about two minutes of a test run)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    builds = [(m, BLOCKQUANT) for m in sorted(set(MARCH.values()) | {"x86-64-v4"}) if runnable(m)]
+    from specdec.engine.cpu.features import LEVELS
+
+    builds = [(m, BLOCKQUANT) for m in sorted({march_for(level) for level in LEVELS}) if runnable(m)]
     builds += [(v, Q8DOT) for v in Q8_VARIANTS if runnable(v)]
     with ThreadPoolExecutor(compilers) as pool:
         list(pool.map(lambda b: build(*b), builds))
