@@ -7,18 +7,24 @@ in the same order and their KV caches stay identical through rollbacks and relea
 rank 0 samples: followers run `TargetEngine.score`, the forward pass without the sampler.
 
 Failure is loud: a follower that exits, or a collective that errors, marks the front failed;
-the health service turns NOT_SERVING and every call raises Unavailable.
+the health service turns NOT_SERVING and every call raises Unavailable. The commands run on one
+driver thread, in order, and a caller waits for its command's result or the front's failure,
+whichever comes first: a rank seen exiting fails the calls in flight at once, even where a
+collective waiting on it does not notice (a collective cannot be interrupted; it is left to its
+timeout on the driver thread).
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import queue
 import subprocess
 import sys
 import threading
 import time
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -67,13 +73,15 @@ class TensorParallelTarget:
         self.engine, self.group, self.tensor_parallel_size = engine, group, world
         self.failure: str | None = None
         self.on_failure: list[Callable[[str], None]] = []
-        self._lock = threading.Lock()
+        self._settled = threading.Condition()  # a command finished, or the front failed
+        self._commands: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
         self._last_command = time.monotonic()
         self._closed = threading.Event()
         self._followers = list(enumerate(followers, start=1))
+        threading.Thread(target=self._drive, daemon=True, name="tp-driver").start()
         for rank, proc in self._followers:
-            threading.Thread(target=self._watch, args=(rank, proc), daemon=True).start()
-        threading.Thread(target=self._heartbeat, daemon=True).start()
+            threading.Thread(target=self._watch, args=(rank, proc), daemon=True, name=f"tp-watch-{rank}").start()
+        threading.Thread(target=self._heartbeat, daemon=True, name="tp-heartbeat").start()
 
     # -- the engine interface ---------------------------------------------
     @property
@@ -139,23 +147,47 @@ class TensorParallelTarget:
 
     # -- replication and failure ---------------------------------------------
     def _replicate(self, command: tuple, run_here: Callable):
-        with self._lock:
+        """Have the driver thread broadcast `command` and then run `run_here`; returns its result. Raises its
+        SpecDecError (raised alike on every rank: they stay in step), or Unavailable once the front has failed,
+        whether or not the command ran."""
+        call = _Command(command, run_here)
+        with self._settled:
             if self.failure:
                 raise Unavailable(self.failure)
+            self._commands.put(call)
+            self._settled.wait_for(lambda: call.finished or self.failure is not None)
+        if not call.finished:
+            raise Unavailable(self.failure)
+        if call.error is not None:
+            raise call.error
+        return call.result
+
+    def _drive(self) -> None:
+        """The driver thread: run the commands one at a time, in the order they came."""
+        while (call := self._commands.get()) is not None:
             try:
-                dist.broadcast_object_list([command], src=0, group=self.group)
+                if self.failure:
+                    raise Unavailable(self.failure)
+                dist.broadcast_object_list([call.command], src=0, group=self.group)
                 self._last_command = time.monotonic()
-                return run_here()
-            except SpecDecError:
-                raise  # raised alike on every rank: the ranks stay in step
-            except Exception as exc:  # noqa: BLE001 - a collective failed: a rank is gone
+                call.result = call.run_here()
+            except SpecDecError as exc:
+                call.error = exc
+            except BaseException as exc:  # noqa: BLE001 - a collective failed (a rank is gone), or worse
                 self.fail(f"tensor-parallel {self._lost_ranks()}; the collective failed: {exc}")
-                raise Unavailable(self.failure) from exc
+                call.error = Unavailable(self.failure or f"target unavailable: the service is stopping ({exc})")
+                call.error.__cause__ = exc
+            with self._settled:
+                call.finished = True
+                self._settled.notify_all()
+            del call  # the result may hold a session's tensors
 
     def fail(self, reason: str) -> None:
-        if self.failure or self._closed.is_set():
-            return
-        self.failure = f"target unavailable: {reason}; restart the target service"
+        with self._settled:
+            if self.failure or self._closed.is_set():
+                return
+            self.failure = f"target unavailable: {reason}; restart the target service"
+            self._settled.notify_all()  # the calls waiting fail now, whatever their commands are doing
         log.error("%s", self.failure)
         for callback in self.on_failure:
             callback(self.failure)
@@ -197,7 +229,19 @@ class TensorParallelTarget:
             except Unavailable:
                 pass
         self._closed.set()
+        self._commands.put(None)
         self.engine.close()
+
+
+@dataclass(eq=False)
+class _Command:
+    """One command for every rank, and what running it on rank 0 gave."""
+
+    command: tuple
+    run_here: Callable[[], Any]
+    finished: bool = False
+    result: Any = None
+    error: BaseException | None = field(default=None, repr=False)
 
 
 def follow(engine: TargetEngine, rank: int, group) -> None:

@@ -6,7 +6,10 @@ import contextlib
 import json
 import multiprocessing as mp
 import os
+import queue
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -21,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
+from specdec.core.errors import Unavailable
 from specdec.engine.model_engine import PREFILL_CHUNK, SHARED_PREFILL_CHUNK, SHARED_SLOWDOWN
 from specdec.engine.models import build_tiny_model
 from specdec.engine.profile_cache import weights_fingerprint
@@ -29,7 +33,7 @@ from specdec.engine.tp import check_shardable, shard_model
 from specdec.launch.stack import EmbeddedStack
 from specdec.planning.cost import CostProfile, shared_prompt_chunk
 from specdec.runtime.server import free_port
-from target_service.tensor_parallel import StartupError, rendezvous
+from target_service.tensor_parallel import StartupError, TensorParallelTarget, rendezvous
 
 PROMPTS = ["def fib(n):", "The quick brown fox", "tensor parallel"]
 STEPS = [[5, 17, 101, 3, 250, 42], [7], [9, 11, 13]]  # prefill, decode, a verify-sized chunk
@@ -87,6 +91,59 @@ def test_sharded_logits_match_unsharded_through_the_kv_cache():
     # Each rank keeps half of every attention and MLP projection and of the LM head; embeddings and
     # norms stay whole.
     assert got[0][1] == got[1][1] == whole.weight_bytes() - _kernel_bytes(whole) // 2
+
+
+def _stuck_command_and_an_exiting_rank(results) -> None:
+    """In a process of its own, rank 0 of a world of one: its engine's `open` never returns, as a collective
+    that does not notice its peer is gone; then the (pretend) follower rank exits."""
+    rendezvous(0, 1, f"127.0.0.1:{free_port()}", torch.device("cpu"), timeout_s=60)
+    entered, never = threading.Event(), threading.Event()
+
+    class StuckEngine:
+        def open(self, session_id, params):
+            entered.set()
+            never.wait()
+
+    follower = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    front = TensorParallelTarget(StuckEngine(), torch.distributed.group.WORLD, 2, [follower])
+    told: list[str] = []
+    front.on_failure.append(told.append)
+
+    def call(session_id: str) -> tuple[str, float]:
+        try:
+            front.open(session_id, None)
+            return "returned", time.monotonic()
+        except Unavailable as exc:
+            return str(exc), time.monotonic()
+
+    stuck: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: stuck.put(call("stuck")), daemon=True).start()
+    assert entered.wait(60)
+    follower.kill()
+    killed = time.monotonic()
+    message, failed_at = stuck.get(timeout=60)
+    after, after_at = call("after")
+    results.put((message, failed_at - killed, after, after_at - failed_at, told))
+    results.close()
+    results.join_thread()
+    os._exit(0)  # the driver thread is still inside the stuck command
+
+
+def test_a_rank_seen_exiting_fails_the_command_in_flight_even_where_its_collective_waits_on():
+    """Rank 0's callers wait for their command or the front's failure: a follower's exit fails the call in
+    flight at once (a collective can wait out its timeout on a peer's death: CI once saw a stream end after
+    30 s, the orchestrator's deadline), and every call after it."""
+    results = mp.get_context("spawn").Queue()
+    proc = mp.get_context("spawn").Process(target=_stuck_command_and_an_exiting_rank, args=(results,))
+    proc.start()
+    try:
+        message, failed_after_s, after, after_s, told = results.get(timeout=120)
+    finally:
+        proc.join(30)
+        proc.kill()
+    assert "rank 1 exited with code -9" in message and failed_after_s < 5, (message, failed_after_s)
+    assert after == message and after_s < 1
+    assert told == [message]
 
 
 def test_unshardable_config_is_refused():
@@ -250,7 +307,8 @@ def test_killed_worker_rank_fails_the_stream_fast_and_marks_target_not_serving()
             with pytest.raises(grpc.RpcError) as failure:
                 for _ in stream:
                     pass
-            assert time.monotonic() - killed < 10
+            took = time.monotonic() - killed
+            assert took < 10, f"failed after {took:.1f} s: {failure.value.code()}: {failure.value.details()}"
         assert failure.value.code() == grpc.StatusCode.UNAVAILABLE, failure.value.details()
         assert "rank 1 exited" in failure.value.details(), failure.value.details()
         with grpc.insecure_channel(stack.target_address) as channel:
