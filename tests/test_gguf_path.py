@@ -7,6 +7,9 @@ themselves computed alone; and the model built on it against the float32 path on
 
 from __future__ import annotations
 
+import os
+import time
+
 import gguf
 import numpy as np
 import pytest
@@ -230,6 +233,38 @@ def test_without_a_compiler_the_kernel_is_refused_clearly(tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", "")
     with pytest.raises(native.KernelUnavailable, match="no C compiler"):
         native.build("x86-64-v2")
+
+
+def test_a_new_kernel_build_removes_old_builds_long_unused(tmp_path, monkeypatch):
+    """Every change of the C files makes a new build; one leaves the builds of its library and variant past the
+    last three used where no one loaded them for a week, and nothing else."""
+    from specdec.engine.cpu import native
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    week = 7 * 24 * 3600
+    ages = {"0" * 16: 2 * week, "1" * 16: 3 * week, "2" * 16: 60.0, "3" * 16: 4 * week}  # by digest: seconds unused
+    for digest, age in ages.items():
+        for name in (f"blockquant-{digest}-x86-64-v2.so", f".blockquant-{digest}-x86-64-v2.so.lock"):
+            (folder / name).touch()
+            os.utime(folder / name, (time.time() - age,) * 2)
+    others = [folder / f"blockquant-{'3' * 16}-x86-64-v3.so", folder / f"q8dot-{'3' * 16}-x86-64-v2.so"]
+    for other in others:  # another variant's, and another library's
+        other.touch()
+        os.utime(other, (time.time() - 5 * week,) * 2)
+    built = native.build("x86-64-v2")
+
+    def files(digest: str) -> set[str]:
+        return {f"blockquant-{digest}-x86-64-v2.so", f".blockquant-{digest}-x86-64-v2.so.lock"}
+
+    # kept: the new build, the one used a minute ago, the next most recent (two weeks); gone: three and four weeks
+    kept = files(built.name.split("-")[1]) | files("2" * 16) | files("0" * 16)
+    assert {p.name for p in folder.glob("*blockquant-*-x86-64-v2.so*")} == kept
+    assert all(other.exists() for other in others)
+    before = built.stat().st_mtime
+    os.utime(built, (before - week,) * 2)
+    assert native.build("x86-64-v2") == built and built.stat().st_mtime > before - 60, "a load marks it used"
 
 
 def test_without_the_kernel_a_gguf_model_runs_on_fp32_with_the_same_weights(monkeypatch, caplog):

@@ -2,9 +2,10 @@
 
 Two sources: `blockquant.c` (the exact "gguf" path) and `q8dot.c` (the integer "gguf-q8" path). Each is
 plain C with GCC's generic vectors, built once per instruction-set variant with the system compiler
-(blockquant 3-4 s, q8dot 15-25 s) into the cache, keyed by the source's hash and flags, and loaded with ctypes: no torch
-headers, so no minute-long extension build. Their OpenMP regions run on the libgomp that torch
-already loaded (same soname), so the two share one thread pool instead of fighting over cores.
+(blockquant 3-4 s, q8dot 15-25 s) into the cache, keyed by the source's hash and flags (old builds long unused
+are pruned: `prune`), and loaded with ctypes: no torch headers, so no minute-long extension build. Their OpenMP
+regions run on the libgomp that torch already loaded (same soname), so the two share one thread pool instead of
+fighting over cores.
 
 `scripts/setup.sh` builds this machine's variants; a missing one is built on first use.
 """
@@ -19,6 +20,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -55,6 +57,9 @@ MARCH = {"sse41": "x86-64-v2", "avx2": "x86-64-v3"}  # every AVX-512 level (and 
 # 1.5B target 0.2-2.8% faster at SSE4.1 (Granite Rapids class, `specdec bench --kernel-ab`). The tuned levels
 # keep them: at AVX2 they made passes 0.1-1.2% faster, for 16-25 s a build.
 FALLBACK = ("-fno-gcse", "-fno-gcse-after-reload")
+# A new build removes the builds of its library and variant past the last KEEP_BUILDS used that no one has loaded
+# for PRUNE_IDLE_S (`prune`).
+KEEP_BUILDS, PRUNE_IDLE_S = 3, 7 * 24 * 3600.0
 # The integer path's variants, fastest first, and what each is compiled with.
 Q8_VARIANTS = {"avx512-vnni": ("-march=x86-64-v4", "-mavx512vnni"), "avx-vnni": ("-march=x86-64-v3", "-mavxvnni"),
                "avx512": ("-march=x86-64-v4",), "avx2": ("-march=x86-64-v3",),
@@ -109,9 +114,10 @@ def _target_flags(variant: str, source: Source) -> tuple[str, ...]:
 
 def build(variant: str, source: Source = BLOCKQUANT) -> Path:
     """Compile `source` for `variant` (a -march for blockquant, a Q8_VARIANTS key for q8dot) into the
-    cache unless it is there; returns the library's path."""
+    cache unless it is there; returns the library's path. A new build prunes the old ones (`prune`)."""
     target = library_path(variant, source)
     if target.exists():
+        _used(target)
         return target
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
@@ -130,7 +136,38 @@ def build(variant: str, source: Source = BLOCKQUANT) -> Path:
                 raise KernelUnavailable(f"building the {source.name} kernel for {variant} failed:\n{run.stderr[-2000:]}")
             partial.rename(target)
     log.info("built the %s kernel for %s: %s", source.name, variant, target)
+    prune(variant, source)
     return target
+
+
+def _used(library: Path) -> None:
+    """Mark a build as just used: its modification time is what `prune` keeps the recent ones by."""
+    try:
+        os.utime(library)
+    except OSError:
+        pass  # a read-only cache is never pruned either
+
+
+def prune(variant: str, source: Source = BLOCKQUANT, keep: int = KEEP_BUILDS,
+          idle_s: float = PRUNE_IDLE_S) -> list[Path]:
+    """Remove the builds of `source` for `variant` other than the `keep` last used (every change of the C
+    files or flags makes a new one: a checkout that moves along leaves a trail of libraries), where unused for
+    `idle_s` too: another checkout or version may still load one. Returns the libraries removed."""
+    folder = cache_root() / "kernels"
+    used = {}
+    for library in folder.glob(f"{source.name}-{'?' * 16}-{variant}.so"):
+        try:
+            used[library] = library.stat().st_mtime
+        except FileNotFoundError:  # another process pruned it
+            pass
+    now = time.time()
+    removed = [old for old in sorted(used, key=used.get, reverse=True)[keep:] if now - used[old] > idle_s]
+    for old in removed:
+        old.unlink(missing_ok=True)  # a process that loaded it keeps its mapping
+        (folder / f".{old.name}.lock").unlink(missing_ok=True)
+    if removed:
+        log.info("removed %d old build(s) of the %s kernel for %s", len(removed), source.name, variant)
+    return removed
 
 
 def runnable(build_name: str) -> bool:
