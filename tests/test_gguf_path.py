@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import BLOCK, NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
+from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
@@ -188,6 +188,36 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
     for (name, mine), (_, hf) in zip(sorted(floats.state_dict().items()), sorted(theirs.state_dict().items()),
                                      strict=True):
         assert torch.equal(mine, hf), name
+
+
+def q5_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random Q5_K blocks [rows, cols / 256 · 176] (a format the kernels do not read) with small finite scales."""
+    blocks = np.random.default_rng(seed).integers(0, 256, (rows, cols // 256, 176), dtype=np.uint8)
+    blocks[..., 0:2] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)  # d
+    blocks[..., 2:4] = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)  # dmin
+    return blocks.reshape(rows, -1)
+
+
+def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_said(tmp_path, caplog):
+    """A Q5_K linear (Q5_K_M files hold many) loads on the packed paths as float32 with gguf-py's values, and the
+    load says which formats and how many MiB went that way."""
+    from types import SimpleNamespace
+
+    model = build_tiny_model(TINY_GGUF)
+    q_proj = model.model.layers[0].self_attn.q_proj
+    blocks = q5_k_blocks(*q_proj.weight.shape)
+    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(gguf.GGMLQuantizationType.Q5_K))
+    write_gguf(model, tmp_path / "q5_k.gguf")
+    with caplog.at_level("WARNING", logger="specdec.engine.gguf_model"):
+        loaded = load_model(str(tmp_path / "q5_k.gguf"), "cpu", dtype="gguf-q8")
+    assert loaded.choice.path == "gguf-q8" and "F32" in loaded.choice.kernel.split("-")[-1].split("+")
+    mib = q_proj.weight.numel() * 4 / 2**20
+    assert "formats the gguf kernels do not read" in caplog.text and f"Q5_K ×1, held as float32 ({mib:.1f} MiB)" \
+        in caplog.text, caplog.text
+    held = load_gguf_model(tmp_path / "q5_k.gguf", model.config).model.layers[0].self_attn.q_proj.block_weight
+    assert held.qtype == F32
+    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q5_K).reshape(q_proj.weight.shape)
+    assert torch.equal(held.dequantize(), torch.from_numpy(expected.astype(np.float32)))
 
 
 def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):

@@ -13,6 +13,8 @@ others load through transformers (`specdec.engine.models`).
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +26,7 @@ from specdec.engine.cpu.blockquant import BLOCK, F32, BlockTensor
 from specdec.engine.gguf_file import GgufFormatError, GgufTensor, read_gguf
 
 ARCHITECTURES = ("qwen2", "qwen3")
+log = logging.getLogger(__name__)
 
 
 class UnsupportedGguf(ValueError):
@@ -69,6 +72,8 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     modules = dict(model.named_modules())
+    as_float: Counter[str] = Counter()  # the formats no kernel reads, held as float32: tensors of each
+    float_bytes = 0
     with torch.no_grad():
         for name, param in list(model.named_parameters()):
             owner_name, _, kind = name.rpartition(".")
@@ -80,6 +85,9 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
                 raise UnsupportedGguf(f"{file.name}: no tensor for {name}")
             if kind == "weight" and isinstance(owner, (nn.Linear, nn.Embedding)):
                 block = _block_tensor(tensor)
+                if block.qtype == F32 and int(tensor.tensor_type) != F32:
+                    as_float[tensor.tensor_type.name] += 1
+                    float_bytes += block.data.numel() * block.data.element_size()
                 if (block.rows, block.cols) != tuple(param.shape):
                     raise UnsupportedGguf(f"{tensor.name}: shape {(block.rows, block.cols)}, model wants "
                                           f"{tuple(param.shape)}")
@@ -93,6 +101,11 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
             else:
                 head.weight = model.model.embed_tokens.weight
     _materialize_buffers(model)
+    if as_float and packed:
+        held = ", ".join(f"{name} ×{n}" for name, n in sorted(as_float.items()))
+        read = ", ".join(blockquant.NAMES[t] for t in BLOCK if t != F32)
+        log.warning("%s: tensors in formats the gguf kernels do not read (they read %s): %s, held as float32 "
+                    "(%.1f MiB) and multiplied as such", file.name, read, held, float_bytes / 2**20)
     return model.eval()
 
 
