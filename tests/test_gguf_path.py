@@ -18,12 +18,13 @@ import torch.nn.functional as F
 
 from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockQuantKernel, BlockTensor
+from specdec.engine.cpu.blockquant import (BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, BlockQuantKernel,
+                                           BlockTensor)
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q6_K, Q8_0, Q5_0, Q4_0]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q4_0]
 TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
 # |y − x·Wᵀ| ≤ TOLERANCE · Σ_k |x_k·w_k|: float32 rounding of K products summed in 16 lanes (a
 # 512-term sum's worst case is about 32·2⁻²⁴ of that; typical errors are far smaller).
@@ -36,7 +37,7 @@ def random_blocks(qtype: int, rows: int, cols: int, seed: int = 0) -> np.ndarray
     per, size = BLOCK[qtype]
     raw = rng.integers(0, 256, size=(rows, cols // per, size), dtype=np.uint8)
     scales = (rng.random((rows, cols // per, 2)) * 0.02 + 1e-4).astype(np.float16).view(np.uint8)
-    offsets = {Q4_K: (0, 2), Q6_K: (208,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,)}[qtype]
+    offsets = {Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,)}[qtype]
     for offset, which in zip(offsets, range(2)):
         raw[..., offset:offset + 2] = scales[..., 2 * which:2 * which + 2].reshape(rows, cols // per, 2)
     return raw.reshape(rows, -1)
@@ -86,7 +87,7 @@ def assert_rows_invariant(kernel, x: torch.Tensor) -> None:
 def test_quantizers_round_trip_through_gguf():
     """The test-model quantizers write blocks gguf-py reads back to nearly the same weights."""
     weight = torch.randn(32, 512)
-    for qtype, worst in ((Q4_K, 0.15), (Q6_K, 0.04)):
+    for qtype, worst in ((Q4_K, 0.15), (Q5_K, 0.08), (Q6_K, 0.04)):
         tensor = blockquant.quantize(weight, qtype)
         back = gguf_dequantize(qtype, tensor.data.numpy(), 512)
         assert torch.equal(back, tensor.dequantize())
@@ -190,33 +191,32 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
         assert torch.equal(mine, hf), name
 
 
-def q5_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:
-    """Random Q5_K blocks [rows, cols / 256 · 176] (a format the kernels do not read) with small finite scales."""
-    blocks = np.random.default_rng(seed).integers(0, 256, (rows, cols // 256, 176), dtype=np.uint8)
-    blocks[..., 0:2] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)  # d
-    blocks[..., 2:4] = np.frombuffer(np.float16(1e-3).tobytes(), np.uint8)  # dmin
+def q3_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random Q3_K blocks [rows, cols / 256 · 110] (a format the kernels do not read) with a small finite scale."""
+    blocks = np.random.default_rng(seed).integers(0, 256, (rows, cols // 256, 110), dtype=np.uint8)
+    blocks[..., 108:110] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)  # d
     return blocks.reshape(rows, -1)
 
 
 def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_said(tmp_path, caplog):
-    """A Q5_K linear (Q5_K_M files hold many) loads on the packed paths as float32 with gguf-py's values, and the
+    """A Q3_K linear (Q3_K_M files hold many) loads on the packed paths as float32 with gguf-py's values, and the
     load says which formats and how many MiB went that way."""
     from types import SimpleNamespace
 
     model = build_tiny_model(TINY_GGUF)
     q_proj = model.model.layers[0].self_attn.q_proj
-    blocks = q5_k_blocks(*q_proj.weight.shape)
-    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(gguf.GGMLQuantizationType.Q5_K))
-    write_gguf(model, tmp_path / "q5_k.gguf")
+    blocks = q3_k_blocks(*q_proj.weight.shape)
+    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(gguf.GGMLQuantizationType.Q3_K))
+    write_gguf(model, tmp_path / "q3_k.gguf")
     with caplog.at_level("WARNING", logger="specdec.engine.gguf_model"):
-        loaded = load_model(str(tmp_path / "q5_k.gguf"), "cpu", dtype="gguf-q8")
+        loaded = load_model(str(tmp_path / "q3_k.gguf"), "cpu", dtype="gguf-q8")
     assert loaded.choice.path == "gguf-q8" and "F32" in loaded.choice.kernel.split("-")[-1].split("+")
     mib = q_proj.weight.numel() * 4 / 2**20
-    assert "formats the gguf kernels do not read" in caplog.text and f"Q5_K ×1, held as float32 ({mib:.1f} MiB)" \
+    assert "formats the gguf kernels do not read" in caplog.text and f"Q3_K ×1, held as float32 ({mib:.1f} MiB)" \
         in caplog.text, caplog.text
-    held = load_gguf_model(tmp_path / "q5_k.gguf", model.config).model.layers[0].self_attn.q_proj.block_weight
+    held = load_gguf_model(tmp_path / "q3_k.gguf", model.config).model.layers[0].self_attn.q_proj.block_weight
     assert held.qtype == F32
-    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q5_K).reshape(q_proj.weight.shape)
+    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q3_K).reshape(q_proj.weight.shape)
     assert torch.equal(held.dequantize(), torch.from_numpy(expected.astype(np.float32)))
 
 

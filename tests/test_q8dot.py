@@ -20,13 +20,13 @@ from conftest import GGUF_TARGET
 from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine.cpu import native, q8dot
-from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor, quantize
+from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, BlockTensor, quantize
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak, fastest, machine_variant
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q6_K, Q5_0, Q4_0, Q8_0]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q5_0, Q4_0, Q8_0]
 VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not native.runnable(v), reason=f"this CPU cannot run {v}"))
             for v in native.Q8_VARIANTS]
 
@@ -38,18 +38,22 @@ def _half(raw: np.ndarray, offset: int) -> np.ndarray:
 
 def integer_weights(qtype: int, raw: np.ndarray, cols: int):
     """From GGUF bytes [N, row bytes]: quants q [N, K] (offset removed), every 32-weight block's float scale s
-    and min m [N, K/32] (m only for Q4_K), and Q6_K's int8 scale of every 16-weight half [N, K/16] (else
+    and min m [N, K/32] (m only for Q4_K and Q5_K), and Q6_K's int8 scale of every 16-weight half [N, K/16] (else
     None), all as the definition has them."""
     n = raw.shape[0]
-    if qtype == Q4_K:
-        b = raw.reshape(n, -1, 144)
+    if qtype in (Q4_K, Q5_K):
+        b = raw.reshape(n, -1, BLOCK[qtype][1])
         d, dmin, packed = _half(b, 0), _half(b, 2), b[..., 4:16].astype(np.int32)
         sc, mn = np.empty(b.shape[:2] + (8,), np.int32), np.empty(b.shape[:2] + (8,), np.int32)
         sc[..., :4], mn[..., :4] = packed[..., 0:4] & 63, packed[..., 4:8] & 63
         sc[..., 4:] = (packed[..., 8:12] & 15) | ((packed[..., 0:4] >> 6) << 4)
         mn[..., 4:] = (packed[..., 8:12] >> 4) | ((packed[..., 4:8] >> 6) << 4)
-        qs = b[..., 16:].reshape(n, -1, 4, 32).astype(np.int32)
-        q = np.stack([qs & 15, qs >> 4], axis=3).reshape(n, cols)  # chunk j: 32 low nibbles, then 32 high
+        qs = b[..., -128:].reshape(n, -1, 4, 32).astype(np.int32)
+        q = np.stack([qs & 15, qs >> 4], axis=3)  # chunk j: 32 low nibbles, then 32 high
+        if qtype == Q5_K:  # bit 2j of qh[l]: the fifth of chunk j's low nibble l, bit 2j + 1 of its high one's
+            qh = b[..., 16:48].astype(np.int32)[:, :, None, None, :]
+            q = q | (((qh >> np.arange(8).reshape(4, 2, 1)) & 1) << 4)
+        q = q.reshape(n, cols)
         s = (d[..., None] * sc.astype(np.float32)).reshape(n, -1)
         m = (dmin[..., None] * mn.astype(np.float32)).reshape(n, -1)
         return q, s, m, None
@@ -118,7 +122,8 @@ BIT_FOR_BIT_CASES = [(Q4_K, 512, 8), (Q6_K, 768, 8), (Q5_0, 896, 8), (Q8_0, 896,
                      (Q5_0, 160, 8), (Q8_0, 544, 8), (Q5_0, 672, 8), (Q8_0, 1248, 8),
                      (Q5_0, 2688, 16), (Q8_0, 2656, 16), (Q4_K, 2816, 16), (Q6_K, 2816, 16),
                      (Q4_0, 896, 8), (Q4_0, 160, 8), (Q4_0, 1248, 8), (Q4_0, 2688, 16),
-                     (Q4_K, 7168, 8), (Q6_K, 7168, 8), (Q4_K, 7168, 16), (Q6_K, 7168, 16), (Q8_0, 7200, 16)]
+                     (Q4_K, 7168, 8), (Q6_K, 7168, 8), (Q4_K, 7168, 16), (Q6_K, 7168, 16), (Q8_0, 7200, 16),
+                     (Q5_K, 512, 8), (Q5_K, 768, 8), (Q5_K, 2816, 16), (Q5_K, 7168, 16)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -157,7 +162,7 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
 
 
 ONE_ROW_CASES = [(Q4_K, 512), (Q4_K, 768), (Q6_K, 768), (Q6_K, 2816), (Q5_0, 896), (Q5_0, 160), (Q4_0, 1248),
-                 (Q8_0, 544)]
+                 (Q8_0, 544), (Q5_K, 768)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -236,7 +241,7 @@ def test_one_row_pairs_are_taken_where_they_time_faster(paired_ms, taken):
     assert q8dot.choose_one_row_pairs(lambda: pytest.fail("not timed"), no_pairs) is False and no_pairs.on == 0
 
 
-QUANT_BYTES = {Q4_K: slice(16, 144), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q4_0: slice(2, 18), Q8_0: slice(2, 34)}
+QUANT_BYTES = {Q4_K: slice(16, 144), Q5_K: slice(16, 176), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q4_0: slice(2, 18), Q8_0: slice(2, 34)}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -270,7 +275,7 @@ def test_each_row_is_the_same_whatever_it_is_computed_with():
     parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
     parts.append(BlockTensor.from_float(torch.randn(8, 512)))
     kernel = Q8Kernel(parts, torch.randn(16 * len(FORMATS) + 8))
-    assert kernel.name == "gguf-q8-Q4_K+Q6_K+Q5_0+Q4_0+Q8_0+F32"
+    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q5_0+Q4_0+Q8_0+F32"
     assert_rows_invariant(kernel, torch.randn(17, 512))
 
 

@@ -5,9 +5,9 @@ dequantizer gives it, multiplied by float32 activations and summed in float32 (`
 Its results are the float32 path's on the same dequantized weights, up to summation order, and
 each row's result is the same whatever it is computed with (row invariance).
 
-Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold), Q4_0 (many other published GGUFs, and
-what a draft is requantized to: `specdec.engine.requantize`) and F32 (for tensors of any other type,
-dequantized once at load).
+Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold), Q5_K (with Q6_K, a Q5_K_M file's), Q4_0 (many
+other published GGUFs, and what a draft is requantized to: `specdec.engine.requantize`) and F32 (for tensors of
+any other type, dequantized once at load).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
-F32, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K = 0, 2, 6, 8, 12, 14  # GGML's type numbers
-NAMES = {F32: "F32", Q4_0: "Q4_0", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q6_K: "Q6_K"}
+F32, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K = 0, 2, 6, 8, 12, 13, 14  # GGML's type numbers
+NAMES = {F32: "F32", Q4_0: "Q4_0", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
 BLOCK = {F32: (16, 64), Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34),  # weights, bytes a block
-         Q4_K: (256, 144), Q6_K: (256, 210)}
+         Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
 
 
 def library():
@@ -160,25 +160,28 @@ def _f16_bytes(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float16).view(np.uint8).reshape(*values.shape[:-1], -1)
 
 
-def quantize_q4_k(weight: np.ndarray) -> np.ndarray:
-    """A plain Q4_K quantizer (min/max per 32 weights; llama.cpp's searches harder), [N, K] -> bytes."""
+def quantize_q4_k(weight: np.ndarray, bits: int = 4) -> np.ndarray:
+    """A plain Q4_K quantizer (min/max per 32 weights; llama.cpp's searches harder), [N, K] -> bytes; with
+    `bits` 5, Q5_K (the same scales, and each quant's fifth bit in qh)."""
+    top = 2**bits - 1
     w = weight.astype(np.float32).reshape(-1, 8, 32)  # [blocks, groups, 32]
     low, high = np.minimum(w.min(-1), 0), np.maximum(w.max(-1), 0)
-    scale, minimum = (high - low) / 15, -low  # per group: w ≈ scale·q − minimum
+    scale, minimum = (high - low) / top, -low  # per group: w ≈ scale·q − minimum
     d = (scale.max(-1, keepdims=True) / 63).astype(np.float16).astype(np.float32)
     dmin = (minimum.max(-1, keepdims=True) / 63).astype(np.float16).astype(np.float32)
     sc = np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d > 0)), 0, 63).astype(np.uint8)
     m = np.clip(np.round(np.divide(minimum, dmin, out=np.zeros_like(minimum), where=dmin > 0)), 0, 63).astype(np.uint8)
     step, offset = d * sc, dmin * m
     q = np.clip(np.round(np.divide(w + offset[..., None], step[..., None], out=np.zeros_like(w),
-                                   where=step[..., None] > 0)), 0, 15).astype(np.uint8)
+                                   where=step[..., None] > 0)), 0, top).astype(np.uint8)
     packed = np.zeros((w.shape[0], 12), dtype=np.uint8)  # 6-bit scales and mins, GGML's packing
     packed[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
     packed[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
     packed[:, 8:12] = (sc[:, 4:8] & 15) | ((m[:, 4:8] & 15) << 4)
     q = q.reshape(-1, 4, 2, 32)  # 64 weights a chunk: the first 32 in low nibbles, the next in high
-    qs = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(-1, 128)
-    blocks = np.concatenate([_f16_bytes(d), _f16_bytes(dmin), packed, qs], axis=1)
+    qs = ((q[:, :, 0] & 15) | ((q[:, :, 1] & 15) << 4)).reshape(-1, 128)
+    fifth = [] if bits == 4 else [(q >> 4).reshape(-1, 8, 32).transpose(0, 2, 1) @ (1 << np.arange(8, dtype=np.uint8))]
+    blocks = np.concatenate([_f16_bytes(d), _f16_bytes(dmin), packed, *fifth, qs], axis=1)
     return blocks.reshape(weight.shape[0], -1)
 
 
@@ -203,8 +206,8 @@ def quantize(weight: torch.Tensor, qtype: int) -> BlockTensor:
     w = weight.detach().float().cpu().numpy()
     if qtype == F32:
         return BlockTensor.from_float(weight)
-    if qtype == Q4_K:
-        raw = quantize_q4_k(w)
+    if qtype in (Q4_K, Q5_K):
+        raw = quantize_q4_k(w, bits=4 if qtype == Q4_K else 5)
     elif qtype == Q6_K:
         raw = quantize_q6_k(w)
     else:

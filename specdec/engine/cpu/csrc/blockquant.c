@@ -1,9 +1,10 @@
 /* y[S, N] = x[S, K] · W[N, K]ᵀ with W kept in its GGML block format, x and y float32.
  *
  * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
- * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K, d·sc·(q − 32) for Q6_K, d·(q − 16)
- * for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those products are exact in float32, so a fused multiply-add
- * rounds like gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed in float32.
+ * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K and Q5_K, d·sc·(q − 32) for Q6_K,
+ * d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those products are exact in float32, so a fused
+ * multiply-add rounds like gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed
+ * in float32.
  *
  * Row invariance: each output y[s, n] is summed in one fixed order (V lanes over the row's blocks in
  * storage order, then the lanes by a fixed tree) whatever S is and whichever rows share the pass, so
@@ -98,17 +99,26 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
     const int64_t bytes = block_bytes(type);
     for (int64_t i = 0; i < blocks; i++) {
         const uint8_t *b = row + i * bytes;
-        if (type == Q4_K) { /* 64 weights per 32 bytes: low nibbles the first 32, high nibbles the next */
+        if (type == Q4_K || type == Q5_K) { /* 64 weights per 32 bytes: low nibbles the first 32, high nibbles
+                                               * the next; Q5_K's fifth bits in qh[32]: bit 2j of qh[l] the low
+                                               * nibble's, 2j + 1 the high one's */
             const float d = half_to_float(b), dmin = half_to_float(b + 2);
+            const uint8_t *qs = b + (type == Q5_K ? 48 : 16);
             const int64_t k0 = i * 256;
             for (int j = 0; j < 4; j++) {
                 float s_lo, m_lo, s_hi, m_hi;
                 q4_k_step_offset(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
                 q4_k_step_offset(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
                 for (int l = 0; l < 32; l += V) {
-                    const vi q = widen_u8(b + 16 + 32 * j + l);
-                    FEED(to_float(q & 15) * splat(s_lo) - splat(m_lo), k0 + 64 * j + l);
-                    FEED(to_float(q >> 4) * splat(s_hi) - splat(m_hi), k0 + 64 * j + 32 + l);
+                    const vi q = widen_u8(qs + 32 * j + l);
+                    vi low = q & 15, high = q >> 4;
+                    if (type == Q5_K) {
+                        const vi h = widen_u8(b + 16 + l);
+                        low |= ((h >> (2 * j)) & 1) << 4;
+                        high |= ((h >> (2 * j + 1)) & 1) << 4;
+                    }
+                    FEED(to_float(low) * splat(s_lo) - splat(m_lo), k0 + 64 * j + l);
+                    FEED(to_float(high) * splat(s_hi) - splat(m_hi), k0 + 64 * j + 32 + l);
                 }
             }
         } else if (type == Q6_K) { /* 128 weights from ql[64] (low 4 bits) and qh[32] (high 2 bits) */
@@ -220,6 +230,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             const int G = S - s0 < ROWS_PER_PASS ? (int)(S - s0) : ROWS_PER_PASS;
             switch (type) { /* each (type, G) pair compiles to its own loop */
             case Q4_K: PASSES(Q4_K); break;
+            case Q5_K: PASSES(Q5_K); break;
             case Q6_K: PASSES(Q6_K); break;
             case Q8_0: PASSES(Q8_0); break;
             case Q5_0: PASSES(Q5_0); break;
@@ -243,16 +254,17 @@ int bq_matmul(int type, const uint8_t *w, int64_t N, int64_t K, const float *x, 
 
 /* One block of W (at b) dequantized into ob: the exact values both kernels compute with. */
 static void dequantize_block(const int type, const uint8_t *b, float *ob) {
-    if (type == Q4_K) {
+    if (type == Q4_K || type == Q5_K) {
         const float d = half_to_float(b), dmin = half_to_float(b + 2);
+        const uint8_t *qs = b + (type == Q5_K ? 48 : 16);
         for (int j = 0; j < 4; j++) {
             float s_lo, m_lo, s_hi, m_hi;
             q4_k_step_offset(b + 4, 2 * j, d, dmin, &s_lo, &m_lo);
             q4_k_step_offset(b + 4, 2 * j + 1, d, dmin, &s_hi, &m_hi);
             for (int l = 0; l < 32; l++) {
-                const uint8_t q = b[16 + 32 * j + l];
-                ob[64 * j + l] = (float)(q & 15) * s_lo - m_lo;
-                ob[64 * j + 32 + l] = (float)(q >> 4) * s_hi - m_hi;
+                const uint8_t q = qs[32 * j + l], h = type == Q5_K ? b[16 + l] : 0;
+                ob[64 * j + l] = (float)((q & 15) | (((h >> (2 * j)) & 1) << 4)) * s_lo - m_lo;
+                ob[64 * j + 32 + l] = (float)((q >> 4) | (((h >> (2 * j + 1)) & 1) << 4)) * s_hi - m_hi;
             }
         }
     } else if (type == Q6_K) {

@@ -10,7 +10,7 @@
 #endif
 
 /* GGML's type numbers (F32: 16 floats a "block") */
-enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
+enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 
 /* Bytes one block occupies, and weights it holds (0 for a type neither kernel reads). */
 static inline int64_t block_bytes(int type) {
@@ -20,6 +20,7 @@ static inline int64_t block_bytes(int type) {
     case Q5_0: return 22;
     case Q8_0: return 34;
     case Q4_K: return 144;
+    case Q5_K: return 176;
     case Q6_K: return 210;
     default: return 0;
     }
@@ -29,7 +30,7 @@ static inline int64_t block_weights(int type) {
     switch (type) {
     case F32: return 16;
     case Q4_0: case Q5_0: case Q8_0: return 32;
-    case Q4_K: case Q6_K: return 256;
+    case Q4_K: case Q5_K: case Q6_K: return 256;
     default: return 0;
     }
 }
@@ -46,7 +47,7 @@ static inline float half_to_float(const uint8_t *p) { /* exact either way */
 #endif
 }
 
-/* Sub-block j's (of 8) 6-bit scale and minimum from a Q4_K block's 12 packed bytes s. */
+/* Sub-block j's (of 8) 6-bit scale and minimum from a Q4_K (or Q5_K) block's 12 packed bytes s. */
 static inline void q4_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = s[j] & 63;

@@ -12,11 +12,13 @@ int64_t q8_act_bytes(int64_t K) { return units(K) * (int64_t)sizeof(act_unit); }
 
 /* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
 static void decode_block(int type, const uint8_t *b, int8_t *q) {
-    if (type == Q4_K) {
+    if (type == Q4_K || type == Q5_K) { /* Q5_K: qh[32] before the nibbles, bit 2j of qh[l] the low one's 5th */
+        const uint8_t *qs = b + (type == Q5_K ? 48 : 16);
         for (int j = 0; j < 4; j++)
             for (int l = 0; l < 32; l++) {
-                q[64 * j + l] = b[16 + 32 * j + l] & 15;
-                q[64 * j + 32 + l] = b[16 + 32 * j + l] >> 4;
+                const uint8_t h = type == Q5_K ? b[16 + l] : 0;
+                q[64 * j + l] = (qs[32 * j + l] & 15) | (((h >> (2 * j)) & 1) << 4);
+                q[64 * j + 32 + l] = (qs[32 * j + l] >> 4) | (((h >> (2 * j + 1)) & 1) << 4);
             }
     } else if (type == Q6_K) {
         for (int c = 0; c < 2; c++)
@@ -51,8 +53,15 @@ static void pack_nibbles(const int8_t *ordered, uint8_t *out, int cb) {
         for (int p = 0; p < cb; p++) out[cb * h + p] = (ordered[2 * cb * h + p] & 15) | ((ordered[2 * cb * h + cb + p] & 15) << 4);
 }
 
-/* Q5_0's 5th bits: a 64-bit word holds 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) +
- * p / 8 of the word's byte p % 8 (so one shift a 64-bit lane spreads them). */
+/* The 5th bits of a unit's quants in unit order (Q5_0's and Q5_K's, after their nibbles): a 64-bit word holds
+ * 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) + p / 8 of the word's byte p % 8 (so one
+ * shift a 64-bit lane spreads them). */
+static void pack_fifth_bits(const int8_t *ordered, uint8_t *fifth, int cb) {
+    const int per_word = 64 / cb;
+    for (int c = 0; c < 8; c++)
+        for (int p = 0; p < cb; p++)
+            fifth[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> 4) & 1) << ((cb / 8) * (c % per_word) + p / 8);
+}
 
 /* W [N, K] in GGML blocks -> the unit layout of q8unit.h (`q8_row_bytes(type, K)` bytes a row).
  * Returns 0, or -1 for a type this path does not take or a K that is not a whole number of blocks. */
@@ -69,11 +78,11 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
             const int half = half_tail(K) && i == nu - 1, sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
             int8_t natural[UNIT] = {0}, ordered[UNIT];
             uint8_t *o = dst + i * unit_bytes(type);
-            if (type == Q4_K || type == Q6_K) {
+            if (type == Q4_K || type == Q5_K || type == Q6_K) {
                 for (int s = 0; s < sbu && i * SB_PER_UNIT + s < blocks_in; s++) {
                     const uint8_t *b = src + (i * SB_PER_UNIT + s) * block_bytes(type);
                     decode_block(type, b, natural + SB * s);
-                    if (type == Q4_K) {
+                    if (type != Q6_K) {
                         memcpy(o + 2 * s, b, 2);               /* d */
                         memcpy(o + 2 * sbu + 2 * s, b + 2, 2); /* dmin */
                         for (int j = 0; j < 8; j++)
@@ -91,8 +100,9 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                 }
             }
             to_unit_order(natural, ordered, cb);
-            if (type == Q4_K) {
+            if (type == Q4_K || type == Q5_K) {
                 pack_nibbles(ordered, o + 20 * sbu, cb);
+                if (type == Q5_K) pack_fifth_bits(ordered, o + 20 * sbu + 4 * cb, cb);
             } else if (type == Q6_K) {
                 pack_nibbles(ordered, o + 18 * sbu, cb);
                 uint8_t *high = o + 18 * sbu + 4 * cb;
@@ -100,11 +110,7 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                     for (int p = 0; p < cb; p++) high[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> 4) & 3) << (2 * (c % 4));
             } else if (type == Q4_0 || type == Q5_0) { /* Q5_0: Q4_0's layout, then the fifth bits */
                 pack_nibbles(ordered, o + 16 * sbu, cb);
-                uint8_t *fifth = o + 16 * sbu + 4 * cb;
-                const int per_word = 64 / cb;
-                for (int c = 0; c < 8 && type == Q5_0; c++)
-                    for (int p = 0; p < cb; p++)
-                        fifth[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> 4) & 1) << ((cb / 8) * (c % per_word) + p / 8);
+                if (type == Q5_0) pack_fifth_bits(ordered, o + 16 * sbu + 4 * cb, cb);
             } else {
                 memcpy(o + 16 * sbu, ordered, 8 * cb);
             }

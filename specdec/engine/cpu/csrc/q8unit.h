@@ -49,7 +49,7 @@ typedef struct act_unit {
     int8_t u[UNIT];
     float dx[BLOCKS];
     int32_t bsum[BLOCKS];
-    float dx_bsum[BLOCKS]; /* dx · Σu, the factor of Q4_K's min term */
+    float dx_bsum[BLOCKS]; /* dx · Σu, the factor of Q4_K's and Q5_K's min term */
 #if SCALE_PAIRS
     int32_t halves[BLOCKS]; /* Σu of the first and second 16 values, as int16: first low, second high */
 #else
@@ -60,6 +60,7 @@ typedef struct act_unit {
 /* ---- repacked units ----
  * A unit holds SB_PER_UNIT super-blocks' bytes (8 · SB_PER_UNIT blocks of the 32-weight formats):
  * Q4_K: d[n], dmin[n] (f16), sc[8n], m[8n] (6-bit values in bytes), then 4 · CHUNK bytes of nibbles;
+ * Q5_K: Q4_K's layout, then CHUNK bytes of 5th bits (as Q5_0's);
  * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
  * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_0: d[8n] (f16), 4 · CHUNK bytes of
  * nibbles; Q8_0: d[8n] (f16), UNIT int8.
@@ -67,6 +68,7 @@ typedef struct act_unit {
 static inline int64_t sb_bytes(int type) {
     switch (type) {
     case Q4_K: return 148;
+    case Q5_K: return 180;
     case Q6_K: return 210;
     case Q5_0: return 176;
     case Q4_0: return 144;

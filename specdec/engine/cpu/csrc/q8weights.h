@@ -24,6 +24,17 @@ static inline vw nibbles(const uint8_t *p, int high, int cb) {
     return (high ? load_chunk(p, cb) >> 4 : load_chunk(p, cb)) & BYTES(15);
 }
 
+/* Chunk c's 5th bits, as 16s, from a unit's 5th-bit words at p (Q5_0's and Q5_K's; q8pack.c lays them out). */
+static inline vw fifth_bits(const uint8_t *p, int c, int cb) {
+    const int per_word = 64 / cb;
+    vw lane;
+    for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
+    uint64_t word;
+    memcpy(&word, p + 8 * (c / per_word), 8);
+    const vw shift = lane + (uint64_t)((cb / 8) * (c % per_word));
+    return ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
+}
+
 /* The unit's BLOCKS bytes at p (unsigned), one a lane, as int32. */
 static inline vli byte_lanes(const uint8_t *p) {
     vli out;
@@ -106,7 +117,7 @@ static inline int sign_on_activations(const int type) { return type == Q8_0 && !
 /* What one unit of a weight row needs, unpacked once per pass. */
 typedef struct {
     nv w[NVS], sign[NVS]; /* sign: Q8_0 without VNNI only */
-    vl s, m;              /* the blocks' scales, and Q4_K's mins */
+    vl s, m;              /* the blocks' scales, and Q4_K's and Q5_K's mins */
     vli scale[2];         /* Q6_K without VNNI: the half scales as unit_dot takes them */
     vli scale_pairs;      /* Q6_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
     vl half_scale[2];     /* Q6_K with VNNI: sc₁ and sc₂ as floats */
@@ -119,27 +130,22 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
                                                              const int sbu, const int cb) {
     if (type == Q8_0) return load_chunk(o + 16 * sbu + cb * c, cb) ^ BYTES(Q8_0_OFFSET ? 128 : 0);
     if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
+    if (type == Q5_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb) | fifth_bits(o + 20 * sbu + 4 * cb, c, cb);
     if (type == Q6_K) {
         const uint8_t *high = o + 18 * sbu + 4 * cb;
         return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) |
                (((load_chunk(high + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3)) << 4);
     }
     const vw low = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb); /* Q4_0's codes, Q5_0's low four bits */
-    if (type == Q4_0) return low;
-    const int per_word = 64 / cb; /* Q5_0's fifth bits */
-    vw lane;
-    for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
-    uint64_t word;
-    memcpy(&word, o + 16 * sbu + 4 * cb + 8 * (c / per_word), 8);
-    const vw shift = lane + (uint64_t)((cb / 8) * (c % per_word));
-    return low | ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
+    return type == Q4_0 ? low : low | fifth_bits(o + 16 * sbu + 4 * cb, c, cb);
 }
 
 /* The scales of the unit at o (a half unit if `half`): s, and m, scale, scale_pairs or half_scale by type. */
 static inline __attribute__((always_inline)) void unpack_scales(const int type, const uint8_t *o, unit_weights *u,
                                                                 const int half) {
     const int sbu = half ? 1 : SB_PER_UNIT;
-    if (type == Q4_K) { /* a half unit's lanes past 8 read the mins' and quants' bytes: finite, against zeros */
+    if (type == Q4_K || type == Q5_K) { /* a half unit's lanes past 8 read the mins' and quants' bytes: finite,
+                                           * against zeros */
         u->s = __builtin_convertvector(byte_lanes(o + 4 * sbu), vl) * superblock_lanes(o, half);           /* d · sc */
         u->m = __builtin_convertvector(byte_lanes(o + 12 * sbu), vl) * superblock_lanes(o + 2 * sbu, half); /* dmin · m */
     } else if (type == Q6_K) {
@@ -199,13 +205,14 @@ static inline vacc acc_add_unit(vacc a, vl t, int part) {
 
 enum { MAX_ROWS = 16 };
 
-/* A unit's terms against activation row x from its exact block sums: (s·dx)·I, less m·(dx·Σu) for Q4_K. */
+/* A unit's terms against activation row x from its exact block sums: (s·dx)·I, less m·(dx·Σu) for Q4_K and
+ * Q5_K. */
 static inline __attribute__((always_inline)) vl float_steps(const int type, const unit_weights *u, vl exact,
                                                             const act_unit *x) {
     vl dx;
     memcpy(&dx, x->dx, CHUNK);
     vl term = (u->s * dx) * exact;
-    if (type == Q4_K) {
+    if (type == Q4_K || type == Q5_K) {
         vl dx_bsum;
         memcpy(&dx_bsum, x->dx_bsum, CHUNK);
         term = term - u->m * dx_bsum;
@@ -230,9 +237,9 @@ static inline vli centred(const int type, vli dot, const act_unit *x) {
 }
 
 /* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K and Q4_0,
- * 31 for Q5_0, 63 for Q6_K, 128 for Q8_0. */
+ * 31 for Q5_0 and Q5_K, 63 for Q6_K, 128 for Q8_0. */
 static inline int sums16_of(const int type) {
-    return type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 ? 4 : type == Q6_K ? 2 : 1;
+    return type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 || type == Q5_K ? 4 : type == Q6_K ? 2 : 1;
 }
 
 /* The terms of a unit against activation row x from unit_dot's sums: I as floats, then the float steps. */
