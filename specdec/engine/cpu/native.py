@@ -104,8 +104,14 @@ def build_digest(source: Source = BLOCKQUANT, variant: str | None = None) -> str
     return hashlib.sha256(text + " ".join(flags).encode()).hexdigest()[:16]
 
 
+def library_name(source: Source, digest: str, variant: str) -> str:
+    """The file name of `source`'s build for `variant` from files and flags of `digest` (a glob pattern where
+    `digest` is one)."""
+    return f"{source.name}-{digest}-{variant}.so"
+
+
 def library_path(variant: str, source: Source = BLOCKQUANT) -> Path:
-    return cache_root() / "kernels" / f"{source.name}-{build_digest(source, variant)}-{variant}.so"
+    return cache_root() / "kernels" / library_name(source, build_digest(source, variant), variant)
 
 
 def _target_flags(variant: str, source: Source) -> tuple[str, ...]:
@@ -155,7 +161,7 @@ def prune(variant: str, source: Source = BLOCKQUANT, keep: int = KEEP_BUILDS,
     `idle_s` too: another checkout or version may still load one. Returns the libraries removed."""
     folder = cache_root() / "kernels"
     used = {}
-    for library in folder.glob(f"{source.name}-{'?' * 16}-{variant}.so"):
+    for library in folder.glob(library_name(source, "?" * 16, variant)):
         try:
             used[library] = library.stat().st_mtime
         except FileNotFoundError:  # another process pruned it
