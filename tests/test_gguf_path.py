@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import (BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, BlockQuantKernel,
-                                           BlockTensor)
+from specdec.engine.cpu.blockquant import (BLOCK, F32, NAMES, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0,
+                                           BlockQuantKernel, BlockTensor)
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
@@ -92,6 +92,27 @@ def test_quantizers_round_trip_through_gguf():
         back = gguf_dequantize(qtype, tensor.data.numpy(), 512)
         assert torch.equal(back, tensor.dequantize())
         assert (back - weight).abs().mean() / weight.abs().mean() < worst, NAMES[qtype]
+    raw = blockquant.quantize_q3_k(weight.numpy())  # Q3_K is read as Q6_K: no BlockTensor of its own
+    back = gguf_dequantize(Q3_K, raw, 512)
+    assert (back - weight).abs().mean() / weight.abs().mean() < 0.25
+    assert torch.equal(BlockTensor.from_numpy(Q6_K, blockquant.q3_k_as_q6_k(raw), 512).dequantize(), back)
+
+
+def test_q3_k_is_read_as_q6_k_blocks_of_the_same_values():
+    """Q3_K blocks (a Q3_K_M file's most tensors) become Q6_K blocks whose every weight is gguf-py's Q3_K value, bit
+    for bit, on gguf-py's Q6_K dequantizer and on the exact kernel's expansion: every code, the scales at both ends
+    (−32 and 31), d of either sign."""
+    rng = np.random.default_rng(3)
+    raw = rng.integers(0, 256, (24, 2, 110), dtype=np.uint8)
+    raw[..., 108:110] = (rng.standard_normal((24, 2)) * 0.01).astype(np.float16).view(np.uint8).reshape(24, 2, 2)
+    raw[0, 0, :108], raw[1, 0, :108] = 255, 0  # every code 7 and scale 31; every code 0 and scale −32
+    raw = raw.reshape(24, -1)
+    carried = blockquant.q3_k_as_q6_k(raw)
+    assert carried.shape == (24, 2 * BLOCK[Q6_K][1])
+    values = gguf_dequantize(Q3_K, raw, 512)
+    assert values[0, :256].abs().min() > 0 and values[1, :256].abs().min() > 0  # the ends are really in it
+    assert torch.equal(gguf_dequantize(Q6_K, carried, 512), values)
+    assert torch.equal(BlockTensor.from_numpy(Q6_K, carried, 512).dequantize(), values)
 
 
 def test_tiny_gguf_model_on_both_paths():
@@ -191,33 +212,70 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
         assert torch.equal(mine, hf), name
 
 
-def q3_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:
-    """Random Q3_K blocks [rows, cols / 256 · 110] (a format the kernels do not read) with a small finite scale."""
-    blocks = np.random.default_rng(seed).integers(0, 256, (rows, cols // 256, 110), dtype=np.uint8)
-    blocks[..., 108:110] = np.frombuffer(np.float16(2e-3).tobytes(), np.uint8)  # d
+def q2_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:
+    """Random Q2_K blocks [rows, cols / 256 · 84] (a format the kernels do not read) with small finite scales."""
+    blocks = np.random.default_rng(seed).integers(0, 256, (rows, cols // 256, 84), dtype=np.uint8)
+    blocks[..., 80:84] = np.frombuffer(np.float16([2e-3, 1e-3]).tobytes(), np.uint8)  # d, dmin
     return blocks.reshape(rows, -1)
 
 
 def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_said(tmp_path, caplog):
-    """A Q3_K linear (Q3_K_M files hold many) loads on the packed paths as float32 with gguf-py's values, and the
-    load says which formats and how many MiB went that way."""
+    """A Q2_K linear loads on the packed paths as float32 with gguf-py's values, and the load says which formats
+    and how many MiB went that way."""
     from types import SimpleNamespace
 
     model = build_tiny_model(TINY_GGUF)
     q_proj = model.model.layers[0].self_attn.q_proj
-    blocks = q3_k_blocks(*q_proj.weight.shape)
-    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(gguf.GGMLQuantizationType.Q3_K))
-    write_gguf(model, tmp_path / "q3_k.gguf")
+    blocks = q2_k_blocks(*q_proj.weight.shape)
+    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(gguf.GGMLQuantizationType.Q2_K))
+    write_gguf(model, tmp_path / "q2_k.gguf")
     with caplog.at_level("WARNING", logger="specdec.engine.gguf_model"):
-        loaded = load_model(str(tmp_path / "q3_k.gguf"), "cpu", dtype="gguf-q8")
+        loaded = load_model(str(tmp_path / "q2_k.gguf"), "cpu", dtype="gguf-q8")
     assert loaded.choice.path == "gguf-q8" and "F32" in loaded.choice.kernel.split("-")[-1].split("+")
     mib = q_proj.weight.numel() * 4 / 2**20
-    assert "formats the gguf kernels do not read" in caplog.text and f"Q3_K ×1, held as float32 ({mib:.1f} MiB)" \
+    assert "formats the gguf kernels do not read" in caplog.text and f"Q2_K ×1, held as float32 ({mib:.1f} MiB)" \
         in caplog.text, caplog.text
-    held = load_gguf_model(tmp_path / "q3_k.gguf", model.config).model.layers[0].self_attn.q_proj.block_weight
+    held = load_gguf_model(tmp_path / "q2_k.gguf", model.config).model.layers[0].self_attn.q_proj.block_weight
     assert held.qtype == F32
-    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q3_K).reshape(q_proj.weight.shape)
+    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q2_K).reshape(q_proj.weight.shape)
     assert torch.equal(held.dequantize(), torch.from_numpy(expected.astype(np.float32)))
+
+
+def test_a_q3_k_gguf_runs_on_both_block_paths_as_q6_k(tmp_path, caplog):
+    """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are) holds them as Q6_K blocks of gguf-py's Q3_K
+    values on both block paths, with nothing in float32, says so, and the exact path computes what the float32 path
+    computes with the same file."""
+    from types import SimpleNamespace
+
+    model = build_tiny_model(TINY_GGUF)
+    q3_k = {}
+    for name, module in model.named_modules():
+        block = getattr(module, "block_weight", None)
+        if block is not None and block.qtype == Q4_K:
+            raw = blockquant.quantize_q3_k(block.dequantize().numpy())
+            module.block_weight = q3_k[name] = SimpleNamespace(data=torch.from_numpy(raw), qtype=Q3_K)
+    assert len(q3_k) >= 4 * model.config.num_hidden_layers
+    write_gguf(model, tmp_path / "q3_k.gguf")
+    tokens = [5, 17, 101, 3, 250, 42, 7, 9, 33, 64, 128, 11]
+    logits = {}
+    for path in ("gguf", "gguf-q8", "fp32"):
+        with caplog.at_level("INFO", logger="specdec.engine.gguf_model"):
+            loaded = load_model(str(tmp_path / "q3_k.gguf"), "cpu", dtype=path)
+        assert loaded.choice.path == path
+        if path != "fp32":
+            assert loaded.choice.kernel.endswith("-Q6_K"), loaded.choice.kernel  # Q6_K alone: nothing in float32
+        logits[path] = loaded.runner.forward([Step(loaded.runner.new_cache(), tokens, logits=len(tokens))])[0]
+    assert f"{len(q3_k)} Q3_K tensors held as Q6_K blocks of the same values" in caplog.text, caplog.text
+    assert "do not read" not in caplog.text
+    held = load_gguf_model(tmp_path / "q3_k.gguf", model.config)
+    for name, written in q3_k.items():
+        block = held.get_submodule(name).block_weight
+        assert block.qtype == Q6_K, name
+        assert torch.equal(block.dequantize(), gguf_dequantize(Q3_K, written.data.numpy(), block.cols)), name
+    torch.testing.assert_close(logits["gguf"], logits["fp32"], rtol=1e-4, atol=1e-4)
+    # the integer path tracks the exact one (8-bit activations: a near tie of random weights may flip)
+    assert bool((F.cosine_similarity(logits["gguf-q8"], logits["gguf"], dim=-1) > 0.995).all())
+    assert (logits["gguf-q8"].argmax(-1) == logits["gguf"].argmax(-1)).float().mean() >= 0.75
 
 
 def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
