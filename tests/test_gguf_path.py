@@ -98,10 +98,10 @@ def test_quantizers_round_trip_through_gguf():
     assert torch.equal(BlockTensor.from_numpy(Q6_K, blockquant.q3_k_as_q6_k(raw), 512).dequantize(), back)
 
 
-def test_q3_k_is_read_as_q6_k_blocks_of_the_same_values():
+def test_q3_k_is_read_as_q6_k_blocks_of_the_same_values(monkeypatch):
     """Q3_K blocks (a Q3_K_M file's most tensors) become Q6_K blocks whose every weight is gguf-py's Q3_K value, bit
     for bit, on gguf-py's Q6_K dequantizer and on the exact kernel's expansion: every code, the scales at both ends
-    (−32 and 31), d of either sign."""
+    (−32 and 31), d of either sign; converted a few blocks at a time, the same bytes."""
     rng = np.random.default_rng(3)
     raw = rng.integers(0, 256, (24, 2, 110), dtype=np.uint8)
     raw[..., 108:110] = (rng.standard_normal((24, 2)) * 0.01).astype(np.float16).view(np.uint8).reshape(24, 2, 2)
@@ -113,6 +113,8 @@ def test_q3_k_is_read_as_q6_k_blocks_of_the_same_values():
     assert values[0, :256].abs().min() > 0 and values[1, :256].abs().min() > 0  # the ends are really in it
     assert torch.equal(gguf_dequantize(Q6_K, carried, 512), values)
     assert torch.equal(BlockTensor.from_numpy(Q6_K, carried, 512).dequantize(), values)
+    monkeypatch.setattr(blockquant, "Q3_K_CONVERT_BLOCKS", 5)  # 48 blocks in 10 pieces, one of them short
+    assert np.array_equal(blockquant.q3_k_as_q6_k(raw), carried)
 
 
 def test_tiny_gguf_model_on_both_paths():

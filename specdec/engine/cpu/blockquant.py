@@ -216,6 +216,10 @@ def _q6_k_bytes(q: np.ndarray, sc: np.ndarray, d: np.ndarray) -> np.ndarray:
 # (float16). Weight j is d·(sc − 32)·(q − 4), q its three bits, sc its 16-weight group's scale.
 
 
+Q3_K_CONVERT_BLOCKS = 1 << 14  # blocks converted at once: the temporaries stay near 30 MB (a 1.5B model's Q3_K
+                                # embedding at once took 650 MB more than its input and output)
+
+
 def q3_k_codes(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Q3_K blocks [n, 110] as codes q [n, 256] (0..7), group scales sc − 32 [n, 16] (int8) and d's bytes [n, 2]."""
     hmask, qs, scales, d = np.split(blocks, [32, 96, 108], axis=1)
@@ -233,9 +237,12 @@ def q3_k_as_q6_k(raw: np.ndarray) -> np.ndarray:
     d·sc'·(q' − 32) with sc' = sc − 32 and q' = q + 28, computed in the same float32 steps ((d·sc')·(q' − 32), as
     GGML and gguf-py dequantize either), so both gguf paths compute a Q3_K tensor exactly by their definitions, on
     the Q6_K kernels. It reads 1.9x the bytes a Q3_K kernel of its own would, and a quarter of float32's."""
-    rows = raw.shape[0]
-    q, sc, d = q3_k_codes(np.asarray(raw, dtype=np.uint8).reshape(-1, 110))
-    return _q6_k_bytes(q + np.uint8(28), sc, d).reshape(rows, -1)
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, 110)
+    out = np.empty((len(blocks), BLOCK[Q6_K][1]), dtype=np.uint8)
+    for start in range(0, len(blocks), Q3_K_CONVERT_BLOCKS):
+        q, sc, d = q3_k_codes(blocks[start:start + Q3_K_CONVERT_BLOCKS])
+        out[start:start + len(q)] = _q6_k_bytes(q + np.uint8(28), sc, d)
+    return out.reshape(raw.shape[0], -1)
 
 
 def quantize_q3_k(weight: np.ndarray) -> np.ndarray:
