@@ -77,7 +77,7 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
     modules = dict(model.named_modules())
     as_float: Counter[str] = Counter()  # the formats no kernel reads, held as float32: tensors of each
     float_bytes = 0
-    carried = []  # Q3_K tensors, held as Q6_K blocks: their bytes in the file
+    carried: list[tuple[int, int]] = []  # Q3_K tensors, held as Q6_K blocks: their bytes in the file, and held
     with torch.no_grad():
         for name, param in list(model.named_parameters()):
             owner_name, _, kind = name.rpartition(".")
@@ -89,11 +89,12 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
                 raise UnsupportedGguf(f"{file.name}: no tensor for {name}")
             if kind == "weight" and isinstance(owner, (nn.Linear, nn.Embedding)):
                 block = _block_tensor(tensor)
+                block_bytes = block.data.numel() * block.data.element_size()
                 if int(tensor.tensor_type) == Q3_K:
-                    carried.append(tensor.data.nbytes)
+                    carried.append((tensor.data.nbytes, block_bytes))
                 if block.qtype == F32 and int(tensor.tensor_type) != F32:
                     as_float[tensor.tensor_type.name] += 1
-                    float_bytes += block.data.numel() * block.data.element_size()
+                    float_bytes += block_bytes
                 if (block.rows, block.cols) != tuple(param.shape):
                     raise UnsupportedGguf(f"{tensor.name}: shape {(block.rows, block.cols)}, model wants "
                                           f"{tuple(param.shape)}")
@@ -109,7 +110,7 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
     _materialize_buffers(model)
     if carried:
         log.info("%s: %d Q3_K tensors held as Q6_K blocks of the same values (%.1f MiB, %.1f in the file)", file.name,
-                 len(carried), sum(carried) * 210 / 110 / 2**20, sum(carried) / 2**20)
+                 len(carried), sum(b for _, b in carried) / 2**20, sum(b for b, _ in carried) / 2**20)
     if as_float and packed:
         held = ", ".join(f"{name} ×{n}" for name, n in sorted(as_float.items()))
         read = ", ".join(blockquant.NAMES[t] for t in BLOCK if t != F32)

@@ -27,7 +27,7 @@ from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
 F32, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K = 0, 2, 6, 8, 12, 13, 14  # GGML's type numbers
-Q3_K = 11  # read as Q6_K blocks of the same values (`q3_k_as_q6_k`)
+Q3_K, Q3_K_BYTES = 11, 110  # read as Q6_K blocks of the same values (`q3_k_as_q6_k`); bytes a super-block
 NAMES = {F32: "F32", Q4_0: "Q4_0", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
 BLOCK = {F32: (16, 64), Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34),  # weights, bytes a block
          Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
@@ -237,7 +237,7 @@ def q3_k_as_q6_k(raw: np.ndarray) -> np.ndarray:
     d·sc'·(q' − 32) with sc' = sc − 32 and q' = q + 28, computed in the same float32 steps ((d·sc')·(q' − 32), as
     GGML and gguf-py dequantize either), so both gguf paths compute a Q3_K tensor exactly by their definitions, on
     the Q6_K kernels. It reads 1.9x the bytes a Q3_K kernel of its own would, and a quarter of float32's."""
-    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, 110)
+    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, Q3_K_BYTES)
     out = np.empty((len(blocks), BLOCK[Q6_K][1]), dtype=np.uint8)
     for start in range(0, len(blocks), Q3_K_CONVERT_BLOCKS):
         q, sc, d = q3_k_codes(blocks[start:start + Q3_K_CONVERT_BLOCKS])
