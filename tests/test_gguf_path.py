@@ -24,7 +24,7 @@ from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q4_0]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0]
 TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
 # |y − x·Wᵀ| ≤ TOLERANCE · Σ_k |x_k·w_k|: float32 rounding of K products summed in 16 lanes (a
 # 512-term sum's worst case is about 32·2⁻²⁴ of that; typical errors are far smaller).
@@ -37,7 +37,7 @@ def random_blocks(qtype: int, rows: int, cols: int, seed: int = 0) -> np.ndarray
     per, size = BLOCK[qtype]
     raw = rng.integers(0, 256, size=(rows, cols // per, size), dtype=np.uint8)
     scales = (rng.random((rows, cols // per, 2)) * 0.02 + 1e-4).astype(np.float16).view(np.uint8)
-    offsets = {Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,)}[qtype]
+    offsets = {Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), Q3_K: (108,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,)}[qtype]
     for offset, which in zip(offsets, range(2)):
         raw[..., offset:offset + 2] = scales[..., 2 * which:2 * which + 2].reshape(rows, cols // per, 2)
     return raw.reshape(rows, -1)
@@ -92,29 +92,26 @@ def test_quantizers_round_trip_through_gguf():
         back = gguf_dequantize(qtype, tensor.data.numpy(), 512)
         assert torch.equal(back, tensor.dequantize())
         assert (back - weight).abs().mean() / weight.abs().mean() < worst, NAMES[qtype]
-    raw = blockquant.quantize_q3_k(weight.numpy())  # Q3_K is read as Q6_K: no BlockTensor of its own
-    back = gguf_dequantize(Q3_K, raw, 512)
+    tensor = blockquant.quantize(weight, Q3_K)
+    back = gguf_dequantize(Q3_K, tensor.data.numpy(), 512)
+    assert torch.equal(back, tensor.dequantize())
     assert (back - weight).abs().mean() / weight.abs().mean() < 0.25
-    assert torch.equal(BlockTensor.from_numpy(Q6_K, blockquant.q3_k_as_q6_k(raw), 512).dequantize(), back)
 
 
-def test_q3_k_is_read_as_q6_k_blocks_of_the_same_values(monkeypatch):
-    """Q3_K blocks (a Q3_K_M file's most tensors) become Q6_K blocks whose every weight is gguf-py's Q3_K value, bit
-    for bit, on gguf-py's Q6_K dequantizer and on the exact kernel's expansion: every code, the scales at both ends
-    (−32 and 31), d of either sign; converted a few blocks at a time, the same bytes."""
+def test_q3_k_expands_to_gguf_values_at_its_ends():
+    """Q3_K (a Q3_K_M file's most tensors) bit for bit against gguf-py at every code and both ends of its scales
+    (−32 and 31), d of either sign, on the dequantizer and through the exact kernel's products."""
     rng = np.random.default_rng(3)
     raw = rng.integers(0, 256, (24, 2, 110), dtype=np.uint8)
     raw[..., 108:110] = (rng.standard_normal((24, 2)) * 0.01).astype(np.float16).view(np.uint8).reshape(24, 2, 2)
     raw[0, 0, :108], raw[1, 0, :108] = 255, 0  # every code 7 and scale 31; every code 0 and scale −32
     raw = raw.reshape(24, -1)
-    carried = blockquant.q3_k_as_q6_k(raw)
-    assert carried.shape == (24, 2 * BLOCK[Q6_K][1])
     values = gguf_dequantize(Q3_K, raw, 512)
     assert values[0, :256].abs().min() > 0 and values[1, :256].abs().min() > 0  # the ends are really in it
-    assert torch.equal(gguf_dequantize(Q6_K, carried, 512), values)
-    assert torch.equal(BlockTensor.from_numpy(Q6_K, carried, 512).dequantize(), values)
-    monkeypatch.setattr(blockquant, "Q3_K_CONVERT_BLOCKS", 5)  # 48 blocks in 10 pieces, one of them short
-    assert np.array_equal(blockquant.q3_k_as_q6_k(raw), carried)
+    tensor = BlockTensor.from_numpy(Q3_K, raw, 512)
+    assert torch.equal(tensor.dequantize(), values)
+    for k in range(0, 512, 37):  # one weight at a time: the kernel's product with a unit vector is the weight
+        assert torch.equal(BlockQuantKernel([tensor])(torch.eye(512)[k:k + 1])[0], values[:, k]), k
 
 
 def test_tiny_gguf_model_on_both_paths():
@@ -243,37 +240,31 @@ def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_sai
     assert torch.equal(held.dequantize(), torch.from_numpy(expected.astype(np.float32)))
 
 
-def test_a_q3_k_gguf_runs_on_both_block_paths_as_q6_k(tmp_path, caplog):
-    """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are) holds them as Q6_K blocks of gguf-py's Q3_K
-    values on both block paths, with nothing in float32, says so, and the exact path computes what the float32 path
-    computes with the same file."""
-    from types import SimpleNamespace
-
+def test_a_q3_k_gguf_runs_on_both_block_paths_as_it_ships(tmp_path, caplog):
+    """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are) keeps them in Q3_K's own blocks on both block
+    paths, with nothing in float32, and the exact path computes what the float32 path computes with the same file."""
     model = build_tiny_model(TINY_GGUF)
     q3_k = {}
     for name, module in model.named_modules():
         block = getattr(module, "block_weight", None)
         if block is not None and block.qtype == Q4_K:
-            raw = blockquant.quantize_q3_k(block.dequantize().numpy())
-            module.block_weight = q3_k[name] = SimpleNamespace(data=torch.from_numpy(raw), qtype=Q3_K)
+            module.block_weight = q3_k[name] = blockquant.quantize(block.dequantize(), Q3_K)
     assert len(q3_k) >= 4 * model.config.num_hidden_layers
     write_gguf(model, tmp_path / "q3_k.gguf")
     tokens = [5, 17, 101, 3, 250, 42, 7, 9, 33, 64, 128, 11]
     logits = {}
     for path in ("gguf", "gguf-q8", "fp32"):
-        with caplog.at_level("INFO", logger="specdec.engine.gguf_model"):
+        with caplog.at_level("WARNING", logger="specdec.engine.gguf_model"):
             loaded = load_model(str(tmp_path / "q3_k.gguf"), "cpu", dtype=path)
         assert loaded.choice.path == path
-        if path != "fp32":
-            assert loaded.choice.kernel.endswith("-Q6_K"), loaded.choice.kernel  # Q6_K alone: nothing in float32
+        if path != "fp32":  # nothing in float32
+            assert loaded.choice.kernel.endswith("-Q3_K+Q6_K"), loaded.choice.kernel
         logits[path] = loaded.runner.forward([Step(loaded.runner.new_cache(), tokens, logits=len(tokens))])[0]
-    assert f"{len(q3_k)} Q3_K tensors held as Q6_K blocks of the same values" in caplog.text, caplog.text
     assert "do not read" not in caplog.text
     held = load_gguf_model(tmp_path / "q3_k.gguf", model.config)
     for name, written in q3_k.items():
         block = held.get_submodule(name).block_weight
-        assert block.qtype == Q6_K, name
-        assert torch.equal(block.dequantize(), gguf_dequantize(Q3_K, written.data.numpy(), block.cols)), name
+        assert block.qtype == Q3_K and torch.equal(block.data, written.data), name
     torch.testing.assert_close(logits["gguf"], logits["fp32"], rtol=1e-4, atol=1e-4)
     # the integer path tracks the exact one (8-bit activations: a near tie of random weights may flip)
     assert bool((F.cosine_similarity(logits["gguf-q8"], logits["gguf"], dim=-1) > 0.995).all())

@@ -20,13 +20,14 @@ from conftest import GGUF_TARGET
 from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine.cpu import native, q8dot
-from specdec.engine.cpu.blockquant import BLOCK, F32, NAMES, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, BlockTensor, quantize
+from specdec.engine.cpu.blockquant import (BLOCK, F32, NAMES, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, BlockTensor,
+                                           quantize)
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak, fastest, machine_variant
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q5_0, Q4_0, Q8_0]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0]
 VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not native.runnable(v), reason=f"this CPU cannot run {v}"))
             for v in native.Q8_VARIANTS]
 
@@ -38,8 +39,8 @@ def _half(raw: np.ndarray, offset: int) -> np.ndarray:
 
 def integer_weights(qtype: int, raw: np.ndarray, cols: int):
     """From GGUF bytes [N, row bytes]: quants q [N, K] (offset removed), every 32-weight block's float scale s
-    and min m [N, K/32] (m only for Q4_K and Q5_K), and Q6_K's int8 scale of every 16-weight half [N, K/16] (else
-    None), all as the definition has them."""
+    and min m [N, K/32] (m only for Q4_K and Q5_K), and the int8 scale of every 16-weight half [N, K/16] of Q6_K
+    and Q3_K (else None), all as the definition has them."""
     n = raw.shape[0]
     if qtype in (Q4_K, Q5_K):
         b = raw.reshape(n, -1, BLOCK[qtype][1])
@@ -65,6 +66,15 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         q = (low | (high << 4)).reshape(n, cols) - 32
         s = np.repeat(_half(b, 208), 8, axis=-1)  # d, for each of the super-block's 8 blocks
         return q, s, None, b[..., 192:208].view(np.int8).astype(np.int64).reshape(n, -1)
+    if qtype == Q3_K:  # weight 128c + 32r + l: bits 2r of qs[32c + l], bit 4c + r of hmask[l] its third
+        b = raw.reshape(n, -1, 110)
+        hmask, packed = b[..., :32].astype(np.int32), b[..., 96:108].astype(np.int32)
+        low = (b[..., 32:96].reshape(n, -1, 2, 1, 32).astype(np.int32) >> (2 * np.arange(4)).reshape(4, 1)) & 3
+        third = (hmask[:, :, None, None, :] >> (4 * np.arange(2).reshape(2, 1, 1) + np.arange(4).reshape(4, 1))) & 1
+        q = (low | (third << 2)).reshape(n, cols) - 4
+        j = np.arange(16)  # scale j: low four bits in byte j % 8 at 4·(j / 8), high two in byte 8 + j % 4 at 2·(j / 4)
+        sc = ((packed[..., j % 8] >> (4 * (j // 8))) & 15) | (((packed[..., 8 + j % 4] >> (2 * (j // 4))) & 3) << 4)
+        return q, np.repeat(_half(b, 108), 8, axis=-1), None, (sc - 32).astype(np.int64).reshape(n, -1)
     b = raw.reshape(n, -1, BLOCK[qtype][1])
     d = _half(b, 0)
     if qtype == Q4_0:
@@ -92,7 +102,7 @@ def reference(qtype: int, raw: np.ndarray, cols: int, x: torch.Tensor) -> torch.
     dx = dx[..., 0]  # [S, K/32]
     q16 = torch.from_numpy(q).view(q.shape[0], -1, 2, 16).to(torch.int64)  # [N, K/32, half, 16]
     halves = torch.einsum("sjhk,njhk->snjh", u, q16)  # exact integer sums of the 16-weight halves
-    if half_scales is not None:  # Q6_K: each half times its int8 scale, in integers
+    if half_scales is not None:  # Q6_K and Q3_K: each half times its int8 scale, in integers
         halves = halves * torch.from_numpy(half_scales).view(q.shape[0], -1, 2)[None]
     sums = halves.sum(-1).float()  # [S, N, K/32], exact: |I| < 2^24
     terms = (torch.from_numpy(s)[None] * dx[:, None]) * sums
@@ -123,7 +133,8 @@ BIT_FOR_BIT_CASES = [(Q4_K, 512, 8), (Q6_K, 768, 8), (Q5_0, 896, 8), (Q8_0, 896,
                      (Q5_0, 2688, 16), (Q8_0, 2656, 16), (Q4_K, 2816, 16), (Q6_K, 2816, 16),
                      (Q4_0, 896, 8), (Q4_0, 160, 8), (Q4_0, 1248, 8), (Q4_0, 2688, 16),
                      (Q4_K, 7168, 8), (Q6_K, 7168, 8), (Q4_K, 7168, 16), (Q6_K, 7168, 16), (Q8_0, 7200, 16),
-                     (Q5_K, 512, 8), (Q5_K, 768, 8), (Q5_K, 2816, 16), (Q5_K, 7168, 16)]
+                     (Q5_K, 512, 8), (Q5_K, 768, 8), (Q5_K, 2816, 16), (Q5_K, 7168, 16),
+                     (Q3_K, 512, 8), (Q3_K, 768, 8), (Q3_K, 2816, 16), (Q3_K, 7168, 16)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -162,7 +173,7 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
 
 
 ONE_ROW_CASES = [(Q4_K, 512), (Q4_K, 768), (Q6_K, 768), (Q6_K, 2816), (Q5_0, 896), (Q5_0, 160), (Q4_0, 1248),
-                 (Q8_0, 544), (Q5_K, 768)]
+                 (Q8_0, 544), (Q5_K, 768), (Q3_K, 768), (Q3_K, 2816)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -241,7 +252,8 @@ def test_one_row_pairs_are_taken_where_they_time_faster(paired_ms, taken):
     assert q8dot.choose_one_row_pairs(lambda: pytest.fail("not timed"), no_pairs) is False and no_pairs.on == 0
 
 
-QUANT_BYTES = {Q4_K: slice(16, 144), Q5_K: slice(16, 176), Q6_K: slice(0, 192), Q5_0: slice(2, 22), Q4_0: slice(2, 18), Q8_0: slice(2, 34)}
+QUANT_BYTES = {Q4_K: slice(16, 144), Q5_K: slice(16, 176), Q6_K: slice(0, 192), Q3_K: slice(0, 96), Q5_0: slice(2, 22),
+               Q4_0: slice(2, 18), Q8_0: slice(2, 34)}
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -259,6 +271,8 @@ def test_largest_products_do_not_overflow(variant, qtype):
     blocks[..., QUANT_BYTES[qtype]] = 0x80 if qtype == Q8_0 else 0xFF
     if qtype == Q6_K:  # the int8 scales at their extremes, 127 and −128
         blocks[..., 192:208] = np.resize(np.array([0x7F, 0x80], np.uint8), 16)
+    if qtype == Q3_K:  # the scales at their extremes, 31 and −32 (even and odd j)
+        blocks[..., 96:108] = np.resize(np.array([0xFF, 0x00], np.uint8), 12)
     x = torch.full((3, 512), 2.0)
     x[1] = -2.0
     x[2, ::2] = -2.0
@@ -275,7 +289,7 @@ def test_each_row_is_the_same_whatever_it_is_computed_with():
     parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
     parts.append(BlockTensor.from_float(torch.randn(8, 512)))
     kernel = Q8Kernel(parts, torch.randn(16 * len(FORMATS) + 8))
-    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q5_0+Q4_0+Q8_0+F32"
+    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q3_K+Q5_0+Q4_0+Q8_0+F32"
     assert_rows_invariant(kernel, torch.randn(17, 512))
 
 

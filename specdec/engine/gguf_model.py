@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import BLOCK, F32, Q3_K, Q6_K, BlockTensor
+from specdec.engine.cpu.blockquant import BLOCK, F32, BlockTensor
 from specdec.engine.gguf_file import GgufFormatError, GgufTensor, read_gguf
 
 ARCHITECTURES = ("qwen2", "qwen3")
@@ -34,16 +34,13 @@ class UnsupportedGguf(ValueError):
 
 
 def _block_tensor(tensor: GgufTensor) -> BlockTensor:
-    """A GGUF tensor as a `BlockTensor`: its own bytes where the kernel reads its format, Q3_K's as Q6_K blocks of
-    the same values (`blockquant.q3_k_as_q6_k`), else float32."""
+    """A GGUF tensor as a `BlockTensor`: its own bytes where the kernels read its format, else float32."""
     import gguf
 
     cols = int(tensor.shape[0])  # GGUF lists dimensions innermost first
     qtype = int(tensor.tensor_type)
     if qtype in BLOCK and qtype != F32:
         return BlockTensor.from_numpy(qtype, tensor.data, cols)
-    if qtype == Q3_K:
-        return BlockTensor.from_numpy(Q6_K, blockquant.q3_k_as_q6_k(np.asarray(tensor.data)), cols)
     values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).reshape(-1, cols)
     if cols % BLOCK[F32][0]:
         raise UnsupportedGguf(f"{tensor.name}: {cols} columns is not a multiple of {BLOCK[F32][0]}")
@@ -77,7 +74,6 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
     modules = dict(model.named_modules())
     as_float: Counter[str] = Counter()  # the formats no kernel reads, held as float32: tensors of each
     float_bytes = 0
-    carried: list[tuple[int, int]] = []  # Q3_K tensors, held as Q6_K blocks: their bytes in the file, and held
     with torch.no_grad():
         for name, param in list(model.named_parameters()):
             owner_name, _, kind = name.rpartition(".")
@@ -89,12 +85,9 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
                 raise UnsupportedGguf(f"{file.name}: no tensor for {name}")
             if kind == "weight" and isinstance(owner, (nn.Linear, nn.Embedding)):
                 block = _block_tensor(tensor)
-                block_bytes = block.data.numel() * block.data.element_size()
-                if int(tensor.tensor_type) == Q3_K:
-                    carried.append((tensor.data.nbytes, block_bytes))
                 if block.qtype == F32 and int(tensor.tensor_type) != F32:
                     as_float[tensor.tensor_type.name] += 1
-                    float_bytes += block_bytes
+                    float_bytes += block.data.numel() * block.data.element_size()
                 if (block.rows, block.cols) != tuple(param.shape):
                     raise UnsupportedGguf(f"{tensor.name}: shape {(block.rows, block.cols)}, model wants "
                                           f"{tuple(param.shape)}")
@@ -108,9 +101,6 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
             else:
                 head.weight = model.model.embed_tokens.weight
     _materialize_buffers(model)
-    if carried:
-        log.info("%s: %d Q3_K tensors held as Q6_K blocks of the same values (%.1f MiB, %.1f in the file)", file.name,
-                 len(carried), sum(b for _, b in carried) / 2**20, sum(b for b, _ in carried) / 2**20)
     if as_float and packed:
         held = ", ".join(f"{name} ×{n}" for name, n in sorted(as_float.items()))
         read = ", ".join(blockquant.NAMES[t] for t in BLOCK if t != F32)

@@ -5,10 +5,9 @@ dequantizer gives it, multiplied by float32 activations and summed in float32 (`
 Its results are the float32 path's on the same dequantized weights, up to summation order, and
 each row's result is the same whatever it is computed with (row invariance).
 
-Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold), Q5_K (with Q6_K, a Q5_K_M file's), Q4_0 (many
-other published GGUFs, and what a draft is requantized to: `specdec.engine.requantize`) and F32 (for tensors of
-any other type, dequantized once at load). Q3_K (a Q3_K_M file's) is read as Q6_K blocks of the same values
-(`q3_k_as_q6_k`).
+Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold), Q5_K (with Q6_K, a Q5_K_M file's), Q3_K (with
+Q4_K, Q5_K and Q6_K, a Q3_K_M file's), Q4_0 (many other published GGUFs, and what a draft is requantized to:
+`specdec.engine.requantize`) and F32 (for tensors of any other type, dequantized once at load).
 """
 
 from __future__ import annotations
@@ -26,11 +25,10 @@ from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
-F32, Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K = 0, 2, 6, 8, 12, 13, 14  # GGML's type numbers
-Q3_K, Q3_K_BYTES = 11, 110  # read as Q6_K blocks of the same values (`q3_k_as_q6_k`); bytes a super-block
-NAMES = {F32: "F32", Q4_0: "Q4_0", Q5_0: "Q5_0", Q8_0: "Q8_0", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
+F32, Q4_0, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K = 0, 2, 6, 8, 11, 12, 13, 14  # GGML's type numbers
+NAMES = {F32: "F32", Q4_0: "Q4_0", Q5_0: "Q5_0", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
 BLOCK = {F32: (16, 64), Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34),  # weights, bytes a block
-         Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
+         Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
 
 
 def library():
@@ -209,42 +207,6 @@ def _q6_k_bytes(q: np.ndarray, sc: np.ndarray, d: np.ndarray) -> np.ndarray:
     return np.concatenate([ql, qh, sc.view(np.uint8), d], axis=1)
 
 
-# -- Q3_K, read as Q6_K -------------------------------------------------------------------------------------
-# A Q3_K super-block (110 bytes): hmask[32] (weight j's third bit at byte j % 32, bit j / 32), qs[64] (its low two
-# bits at byte 32·(j / 128) + j % 32, bits 2·((j / 32) % 4)), scales[12] (16 six-bit values, GGML's packing:
-# scale j's low four bits in byte j % 8 at bit 4·(j / 8), its high two in byte 8 + j % 4 at bit 2·(j / 4)), d
-# (float16). Weight j is d·(sc − 32)·(q − 4), q its three bits, sc its 16-weight group's scale.
-
-
-Q3_K_CONVERT_BLOCKS = 1 << 14  # blocks converted at once: the temporaries stay near 30 MB (a 1.5B model's Q3_K
-                                # embedding at once took 650 MB more than its input and output)
-
-
-def q3_k_codes(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Q3_K blocks [n, 110] as codes q [n, 256] (0..7), group scales sc − 32 [n, 16] (int8) and d's bytes [n, 2]."""
-    hmask, qs, scales, d = np.split(blocks, [32, 96, 108], axis=1)
-    high = (hmask[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1  # [n, bit, 32]
-    low = (qs.reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]) & 3
-    q = low.reshape(-1, 256) | (high.reshape(-1, 256) << 2)
-    low4 = (scales[:, None, :8] >> np.array([0, 4], dtype=np.uint8)[None, :, None]) & 15  # [n, j / 8, j % 8]
-    high2 = (scales[:, None, 8:] >> np.array([0, 2, 4, 6], dtype=np.uint8)[None, :, None]) & 3  # [n, j / 4, j % 4]
-    sc = (low4.reshape(-1, 16) | (high2.reshape(-1, 16) << 4)).astype(np.int8) - np.int8(32)
-    return q, sc, np.ascontiguousarray(d)
-
-
-def q3_k_as_q6_k(raw: np.ndarray) -> np.ndarray:
-    """Q3_K rows [rows, n·110] as Q6_K rows [rows, n·210] of the same values. Q3_K's d·(sc − 32)·(q − 4) is Q6_K's
-    d·sc'·(q' − 32) with sc' = sc − 32 and q' = q + 28, computed in the same float32 steps ((d·sc')·(q' − 32), as
-    GGML and gguf-py dequantize either), so both gguf paths compute a Q3_K tensor exactly by their definitions, on
-    the Q6_K kernels. It reads 1.9x the bytes a Q3_K kernel of its own would, and a quarter of float32's."""
-    blocks = np.asarray(raw, dtype=np.uint8).reshape(-1, Q3_K_BYTES)
-    out = np.empty((len(blocks), BLOCK[Q6_K][1]), dtype=np.uint8)
-    for start in range(0, len(blocks), Q3_K_CONVERT_BLOCKS):
-        q, sc, d = q3_k_codes(blocks[start:start + Q3_K_CONVERT_BLOCKS])
-        out[start:start + len(q)] = _q6_k_bytes(q + np.uint8(28), sc, d)
-    return out.reshape(raw.shape[0], -1)
-
-
 def quantize_q3_k(weight: np.ndarray) -> np.ndarray:
     """A plain Q3_K quantizer (per 16 weights the one of largest magnitude at code −4, as GGML's reference does
     without its search), [N, K] -> bytes."""
@@ -277,6 +239,8 @@ def quantize(weight: torch.Tensor, qtype: int) -> BlockTensor:
         raw = quantize_q4_k(w, bits=4 if qtype == Q4_K else 5)
     elif qtype == Q6_K:
         raw = quantize_q6_k(w)
+    elif qtype == Q3_K:
+        raw = quantize_q3_k(w)
     else:
         import gguf
 

@@ -2,7 +2,7 @@
  *
  * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
  * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K and Q5_K, d·sc·(q − 32) for Q6_K,
- * d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those products are exact in float32, so a fused
+ * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those products are exact in float32, so a fused
  * multiply-add rounds like gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed
  * in float32.
  *
@@ -137,6 +137,21 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
                     }
                 }
             }
+        } else if (type == Q3_K) { /* 128 weights from qs[32] (low 2 bits) and hmask[32] (third bits) */
+            int8_t sc[16];
+            q3_k_scales(b + Q3_K_SCALES, sc);
+            const float d = half_to_float(b + Q3_K_D);
+            const int64_t k0 = i * 256;
+            for (int c = 0; c < 2; c++) {
+                for (int l = 0; l < 32; l += V) {
+                    const vi low = widen_u8(b + Q3_K_QS + 32 * c + l), third = widen_u8(b + Q3_K_HMASK + l);
+                    for (int r = 0; r < 4; r++) {
+                        const vi q = ((low >> (2 * r)) & 3) | (((third >> (4 * c + r)) & 1) << 2);
+                        const float s = d * (float)sc[8 * c + 2 * r + l / 16];
+                        FEED(to_float(q) * splat(s) - splat(4.0f * s), k0 + 128 * c + 32 * r + l); /* s·(q − 4) */
+                    }
+                }
+            }
         } else if (type == Q8_0) {
             const float d = half_to_float(b);
             for (int l = 0; l < 32; l += V) FEED(to_float(widen_s8(b + 2 + l)) * splat(d), i * 32 + l);
@@ -232,6 +247,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             case Q4_K: PASSES(Q4_K); break;
             case Q5_K: PASSES(Q5_K); break;
             case Q6_K: PASSES(Q6_K); break;
+            case Q3_K: PASSES(Q3_K); break;
             case Q8_0: PASSES(Q8_0); break;
             case Q5_0: PASSES(Q5_0); break;
             case Q4_0: PASSES(Q4_0); break;
@@ -278,6 +294,16 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
                 for (int r4 = 0; r4 < 4; r4++)
                     ob[128 * c + 32 * r4 + l] = (d * (float)sc[8 * c + 2 * r4 + l / 16]) * (float)(q[r4] - 32);
             }
+    } else if (type == Q3_K) {
+        int8_t sc[16];
+        q3_k_scales(b + Q3_K_SCALES, sc);
+        const float d = half_to_float(b + Q3_K_D);
+        for (int c = 0; c < 2; c++)
+            for (int r = 0; r < 4; r++)
+                for (int l = 0; l < 32; l++) {
+                    const int q = ((b[Q3_K_QS + 32 * c + l] >> (2 * r)) & 3) | (((b[Q3_K_HMASK + l] >> (4 * c + r)) & 1) << 2);
+                    ob[128 * c + 32 * r + l] = (d * (float)sc[8 * c + 2 * r + l / 16]) * (float)(q - 4);
+                }
     } else if (type == Q8_0) {
         const float d = half_to_float(b);
         for (int l = 0; l < 32; l++) ob[l] = (float)(int8_t)b[2 + l] * d;

@@ -1,5 +1,5 @@
-/* GGML's block formats as both kernels read them: type numbers, block sizes, float16 scales and Q4_K's
- * packed 6-bit scales and minimums. */
+/* GGML's block formats as both kernels read them: type numbers, block sizes, float16 scales, Q4_K's packed
+ * 6-bit scales and minimums and Q3_K's packed 6-bit scales. */
 #ifndef SPECDEC_GGML_BLOCKS_H
 #define SPECDEC_GGML_BLOCKS_H
 
@@ -10,7 +10,7 @@
 #endif
 
 /* GGML's type numbers (F32: 16 floats a "block") */
-enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 
 /* Bytes one block occupies, and weights it holds (0 for a type neither kernel reads). */
 static inline int64_t block_bytes(int type) {
@@ -19,6 +19,7 @@ static inline int64_t block_bytes(int type) {
     case Q4_0: return 18;
     case Q5_0: return 22;
     case Q8_0: return 34;
+    case Q3_K: return 110;
     case Q4_K: return 144;
     case Q5_K: return 176;
     case Q6_K: return 210;
@@ -30,7 +31,7 @@ static inline int64_t block_weights(int type) {
     switch (type) {
     case F32: return 16;
     case Q4_0: case Q5_0: case Q8_0: return 32;
-    case Q4_K: case Q5_K: case Q6_K: return 256;
+    case Q3_K: case Q4_K: case Q5_K: case Q6_K: return 256;
     default: return 0;
     }
 }
@@ -56,6 +57,18 @@ static inline void q4_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t 
         *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* A Q3_K block (110 bytes): hmask[32], qs[64], scales[12], d (float16). Weight 128c + 32r + l (c < 2, r < 4,
+ * l < 32) has the code q = its low two bits, (qs[32c + l] >> 2r) & 3, and its third bit, (hmask[l] >> (4c + r)) & 1,
+ * as bit 2 (0..7), and the value d·(sc − 32)·(q − 4), sc the 6-bit scale of its 16 weights, 8c + 2r + l / 16. */
+enum { Q3_K_HMASK = 0, Q3_K_QS = 32, Q3_K_SCALES = 96, Q3_K_D = 108 };
+
+/* The 16 scales sc − 32 of a Q3_K block from its 12 packed bytes s: scale j's low four bits in byte j % 8 at bit
+ * 4·(j / 8), its high two in byte 8 + j % 4 at bit 2·(j / 4). */
+static inline void q3_k_scales(const uint8_t *s, int8_t *sc) {
+    for (int j = 0; j < 16; j++)
+        sc[j] = (int8_t)((((s[j % 8] >> (4 * (j / 8))) & 15) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
 }
 
 #endif

@@ -6,15 +6,24 @@
 
 #if !defined(PAIRS) && defined(NATIVE)
 /* With VNNI, the terms of a unit against activation row x from the int32 sums a chunk-by-chunk loop kept: `dot`, and
- * for Q6_K `first`, its first halves (`dot` then holds the second ones); each block sum I as unit_terms finishes it. */
+ * for Q6_K and Q3_K `first`, their first halves (`dot` then holds the second ones); each block sum I as unit_terms
+ * finishes it. */
 static inline __attribute__((always_inline)) vl by_chunk_terms(const int type, const unit_weights *u, const nv *first,
                                                                const nv *dot, const act_unit *x) {
     vli sum;
     memcpy(&sum, dot, CHUNK);
-    if (type != Q6_K) return float_steps(type, u, __builtin_convertvector(centred(type, sum, x), vl), x);
+    if (!half_scaled(type)) return float_steps(type, u, __builtin_convertvector(centred(type, sum, x), vl), x);
     vli first_half;
     memcpy(&first_half, first, CHUNK);
-    return float_steps(type, u, q6_k_halves_sum(u, first_half, sum), x);
+    return float_steps(type, u, scaled_halves_sum(u, first_half, sum), x);
+}
+
+/* Row x's half sums' start (`half_start_of`) in a register. */
+static inline nv half_start_nv(const int type, const act_unit *x, int h) {
+    const vli start = half_start_of(type, x, h);
+    nv out;
+    memcpy(&out, &start, CHUNK);
+    return out;
 }
 #endif
 
@@ -38,7 +47,7 @@ static inline __attribute__((always_inline)) void unit_group_by_chunk(const int 
     unpack_scales(type, o, &u, 0);
     const int sums16 = sums16_of(type);
     nv mult[2], pairs[MAX_ROWS], dot[MAX_ROWS];
-    if (type == Q6_K) memcpy(mult, u.scale, sizeof mult);
+    if (half_scaled(type)) memcpy(mult, u.scale, sizeof mult);
     else mult[0] = mult[1] = SPLAT16(1);
 #pragma GCC unroll 4
     for (int c = 0; c < 8; c += 2) { /* two chunks at a time: Q6_K widens every two */
@@ -153,7 +162,7 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
     nv mult[2][2], sums[2][PAIR_ROWS], dot[2][PAIR_ROWS];
     for (int r = 0; r < 2; r++) {
         unpack_scales(type, o + r * other, &u[r], 0);
-        if (type == Q6_K) memcpy(mult[r], u[r].scale, sizeof mult[r]);
+        if (half_scaled(type)) memcpy(mult[r], u[r].scale, sizeof mult[r]);
         else mult[r][0] = mult[r][1] = SPLAT16(1);
     }
 #pragma GCC unroll 4
@@ -202,14 +211,14 @@ static inline __attribute__((always_inline)) void unit_rows_by_chunk(const int t
                                                                      int64_t lda, vacc *acc, int G, int part) {
     unit_weights u;
     unpack_scales(type, o, &u, 0);
-    nv dot[MAX_ROWS], first[MAX_ROWS]; /* first: Q6_K's first halves */
-    for (int g = 0; g < G; g++) dot[g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : NV_ZERO();
+    nv dot[MAX_ROWS], first[MAX_ROWS]; /* first: the first halves of Q6_K and Q3_K */
+    for (int g = 0; g < G; g++) dot[g] = half_scaled(type) ? half_start_nv(type, a + g * lda, 0) : NV_ZERO();
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
-        if (type == Q6_K && c == 4) /* the first halves done, the second ones start */
+        if (half_scaled(type) && c == 4) /* the first halves done, the second ones start */
             for (int g = 0; g < G; g++) {
                 first[g] = dot[g];
-                dot[g] = NV_LOAD(a[g * lda].half_start[1]);
+                dot[g] = half_start_nv(type, a + g * lda, 1);
             }
         const vw q = weight_chunk(type, o, c, SB_PER_UNIT, CHUNK);
         nv w;
@@ -236,7 +245,7 @@ static inline __attribute__((always_inline)) void unit_group_by_chunk(const int 
 
 /* Whether a unit of this format goes chunk by chunk against G rows (above). */
 static inline int unit_goes_by_chunk(const int type, const int G) {
-    return G >= 2 && (G <= BY_CHUNK_ROWS || type == Q6_K);
+    return G >= 2 && (G <= BY_CHUNK_ROWS || half_scaled(type));
 }
 #else
 #define UNIT_BY_CHUNK 0
@@ -296,7 +305,7 @@ static inline int pair_acc_in_registers(const int type, const int G) {
     (void)type, (void)G;
     return 1;
 #else
-    return type != Q6_K || G <= PAIR_Q6_K_IN_REGISTERS;
+    return !half_scaled(type) || G <= PAIR_Q6_K_IN_REGISTERS;
 #endif
 }
 
@@ -326,7 +335,7 @@ static inline __attribute__((always_inline)) void unit_pair(const int type, cons
  * registers, 1 of activations), Q6_K's to 3 (its first halves take 2·G more); 6 rows level or slower, and groups of
  * them (6-10 rows as 3-5 + 3-5, each unpacking the units again) 1.03-1.10x at 6 and 9 tokens, so not taken. */
 enum { PAIR_ROWS = 5, PAIR_MAX_ROWS = 5, PAIR_Q6_K_ROWS = 3 };
-static inline int pair_group_rows(const int type) { return type == Q6_K ? PAIR_Q6_K_ROWS : PAIR_ROWS; }
+static inline int pair_group_rows(const int type) { return half_scaled(type) ? PAIR_Q6_K_ROWS : PAIR_ROWS; }
 #endif
 
 #if !defined(PAIRS) && (NATIVE == 64 || NATIVE == 32)
@@ -341,16 +350,16 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
     unit_weights u[2];
     unpack_scales(type, o, &u[0], 0);
     unpack_scales(type, o + other, &u[1], 0);
-    nv dot[2][PAIR_ROWS], first[2][PAIR_ROWS]; /* first: Q6_K's first halves */
+    nv dot[2][PAIR_ROWS], first[2][PAIR_ROWS]; /* first: the first halves of Q6_K and Q3_K */
     for (int g = 0; g < G; g++)
-        for (int r = 0; r < 2; r++) dot[r][g] = type == Q6_K ? NV_LOAD(a[g * lda].half_start[0]) : NV_ZERO();
+        for (int r = 0; r < 2; r++) dot[r][g] = half_scaled(type) ? half_start_nv(type, a + g * lda, 0) : NV_ZERO();
 #pragma GCC unroll 8 /* as GCC unrolls it without the barrier below */
     for (int c = 0; c < 8; c++) {
-        if (type == Q6_K && c == 4) /* the first halves done, the second ones start */
+        if (half_scaled(type) && c == 4) /* the first halves done, the second ones start */
             for (int g = 0; g < G; g++)
                 for (int r = 0; r < 2; r++) {
                     first[r][g] = dot[r][g];
-                    dot[r][g] = NV_LOAD(a[g * lda].half_start[1]);
+                    dot[r][g] = half_start_nv(type, a + g * lda, 1);
                 }
         nv w[2];
         for (int r = 0; r < 2; r++) {

@@ -29,6 +29,12 @@ static void decode_block(int type, const uint8_t *b, int8_t *q) {
                 q[128 * c + 64 + l] = (a >> 4) | (((hi >> 4) & 3) << 4);
                 q[128 * c + 96 + l] = (e >> 4) | (((hi >> 6) & 3) << 4);
             }
+    } else if (type == Q3_K) {
+        for (int c = 0; c < 2; c++)
+            for (int r = 0; r < 4; r++)
+                for (int l = 0; l < 32; l++)
+                    q[128 * c + 32 * r + l] = ((b[Q3_K_QS + 32 * c + l] >> (2 * r)) & 3) |
+                                              (((b[Q3_K_HMASK + l] >> (4 * c + r)) & 1) << 2);
     } else if (type == Q4_0) {
         for (int l = 0; l < 16; l++) {
             q[l] = b[2 + l] & 15;
@@ -53,14 +59,21 @@ static void pack_nibbles(const int8_t *ordered, uint8_t *out, int cb) {
         for (int p = 0; p < cb; p++) out[cb * h + p] = (ordered[2 * cb * h + p] & 15) | ((ordered[2 * cb * h + cb + p] & 15) << 4);
 }
 
-/* The 5th bits of a unit's quants in unit order (Q5_0's and Q5_K's, after their nibbles): a 64-bit word holds
- * 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) + p / 8 of the word's byte p % 8 (so one
- * shift a 64-bit lane spreads them). */
-static void pack_fifth_bits(const int8_t *ordered, uint8_t *fifth, int cb) {
+/* Bit `bit` of a unit's quants in unit order (the 5th of Q5_0's and Q5_K's, after their nibbles; Q3_K's 3rd): a
+ * 64-bit word holds 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) + p / 8 of the word's byte
+ * p % 8 (so one shift a 64-bit lane spreads them). */
+static void pack_bit_plane(const int8_t *ordered, uint8_t *plane, int cb, int bit) {
     const int per_word = 64 / cb;
     for (int c = 0; c < 8; c++)
         for (int p = 0; p < cb; p++)
-            fifth[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> 4) & 1) << ((cb / 8) * (c % per_word) + p / 8);
+            plane[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> bit) & 1) << ((cb / 8) * (c % per_word) + p / 8);
+}
+
+/* Two bits of a unit's quants in unit order, from bit `bit` (Q6_K's high pair, Q3_K's low one): byte p of
+ * piece c / 4 holds chunk c's at bit 2 · (c % 4). */
+static void pack_bit_pairs(const int8_t *ordered, uint8_t *pairs, int cb, int bit) {
+    for (int c = 0; c < 8; c++)
+        for (int p = 0; p < cb; p++) pairs[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> bit) & 3) << (2 * (c % 4));
 }
 
 /* W [N, K] in GGML blocks -> the unit layout of q8unit.h (`q8_row_bytes(type, K)` bytes a row).
@@ -78,18 +91,21 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
             const int half = half_tail(K) && i == nu - 1, sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
             int8_t natural[UNIT] = {0}, ordered[UNIT];
             uint8_t *o = dst + i * unit_bytes(type);
-            if (type == Q4_K || type == Q5_K || type == Q6_K) {
+            if (type == Q4_K || type == Q5_K || type == Q6_K || type == Q3_K) {
                 for (int s = 0; s < sbu && i * SB_PER_UNIT + s < blocks_in; s++) {
                     const uint8_t *b = src + (i * SB_PER_UNIT + s) * block_bytes(type);
                     decode_block(type, b, natural + SB * s);
-                    if (type != Q6_K) {
+                    if (type == Q6_K) {
+                        memcpy(o + 2 * s, b + 208, 2);
+                        memcpy(o + 2 * sbu + 16 * s, b + 192, 16);
+                    } else if (type == Q3_K) {
+                        memcpy(o + 2 * s, b + Q3_K_D, 2);
+                        q3_k_scales(b + Q3_K_SCALES, (int8_t *)o + 2 * sbu + 16 * s);
+                    } else {
                         memcpy(o + 2 * s, b, 2);               /* d */
                         memcpy(o + 2 * sbu + 2 * s, b + 2, 2); /* dmin */
                         for (int j = 0; j < 8; j++)
                             q4_k_scale_min(b + 4, j, o + 4 * sbu + 8 * s + j, o + 12 * sbu + 8 * s + j);
-                    } else {
-                        memcpy(o + 2 * s, b + 208, 2);
-                        memcpy(o + 2 * sbu + 16 * s, b + 192, 16);
                     }
                 }
             } else {
@@ -102,15 +118,16 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
             to_unit_order(natural, ordered, cb);
             if (type == Q4_K || type == Q5_K) {
                 pack_nibbles(ordered, o + 20 * sbu, cb);
-                if (type == Q5_K) pack_fifth_bits(ordered, o + 20 * sbu + 4 * cb, cb);
+                if (type == Q5_K) pack_bit_plane(ordered, o + 20 * sbu + 4 * cb, cb, 4);
             } else if (type == Q6_K) {
                 pack_nibbles(ordered, o + 18 * sbu, cb);
-                uint8_t *high = o + 18 * sbu + 4 * cb;
-                for (int c = 0; c < 8; c++)
-                    for (int p = 0; p < cb; p++) high[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> 4) & 3) << (2 * (c % 4));
+                pack_bit_pairs(ordered, o + 18 * sbu + 4 * cb, cb, 4);
+            } else if (type == Q3_K) {
+                pack_bit_pairs(ordered, o + 18 * sbu, cb, 0);
+                pack_bit_plane(ordered, o + 18 * sbu + 2 * cb, cb, 2);
             } else if (type == Q4_0 || type == Q5_0) { /* Q5_0: Q4_0's layout, then the fifth bits */
                 pack_nibbles(ordered, o + 16 * sbu, cb);
-                if (type == Q5_0) pack_fifth_bits(ordered, o + 16 * sbu + 4 * cb, cb);
+                if (type == Q5_0) pack_bit_plane(ordered, o + 16 * sbu + 4 * cb, cb, 4);
             } else {
                 memcpy(o + 16 * sbu, ordered, 8 * cb);
             }

@@ -34,17 +34,18 @@ typedef uint32_t vlu __attribute__((vector_size(CHUNK)));
 typedef uint64_t vw __attribute__((vector_size(CHUNK))); /* a chunk's bytes, for byte arithmetic */
 #define BYTES(b) (0x0101010101010101ull * (b))
 
-/* How Q6_K's two half scales reach a block's sum: without VNNI as the int16 pair (sc, sc) a lane that vpmaddwd
- * widens the pair sums with (the activations carry their halves' Σu as int16 pairs); with VNNI, and in
- * portable C, the two half sums start at −32·Σu and are converted and multiplied in float32, exact because
- * every product and the sum are integers below 2^24 (no vpmulld). */
+/* How the two half scales of Q6_K and Q3_K reach a block's sum: without VNNI as the int16 pair (sc, sc) a lane
+ * that vpmaddwd widens the pair sums with (the activations carry their halves' Σu as int16 pairs); with VNNI, and
+ * in portable C, the two half sums start at −32·Σu (Q3_K's at −4·Σu) and are converted and multiplied in float32,
+ * exact because every product and the sum are integers below 2^24 (no vpmulld). */
 #if defined(Q8_PORTABLE) || defined(__AVX512VNNI__) || defined(__AVXVNNI__)
 #define SCALE_PAIRS 0
 #else
 #define SCALE_PAIRS 1
 #endif
 
-/* One activation unit: its quants in unit order, and per block dx, Σu, dx·Σu and what Q6_K's offsets need. */
+/* One activation unit: its quants in unit order, and per block dx, Σu, dx·Σu and what the offsets of Q6_K and
+ * Q3_K need (their codes less 32 and 4, a half at a time). */
 typedef struct act_unit {
     int8_t u[UNIT];
     float dx[BLOCKS];
@@ -53,7 +54,8 @@ typedef struct act_unit {
 #if SCALE_PAIRS
     int32_t halves[BLOCKS]; /* Σu of the first and second 16 values, as int16: first low, second high */
 #else
-    int32_t half_start[2][BLOCKS]; /* −32 · Σu of the first and second 16 values: Q6_K's half sums start there */
+    int32_t half_start[2][BLOCKS]; /* −32 · Σu of the first and second 16 values: Q6_K's half sums start there,
+                                    * Q3_K's at an eighth of it */
 #endif
 } act_unit;
 
@@ -62,6 +64,8 @@ typedef struct act_unit {
  * Q4_K: d[n], dmin[n] (f16), sc[8n], m[8n] (6-bit values in bytes), then 4 · CHUNK bytes of nibbles;
  * Q5_K: Q4_K's layout, then CHUNK bytes of 5th bits (as Q5_0's);
  * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
+ * Q3_K: Q6_K's d[n] and sc[16n] (its scales less 32), then 2 · CHUNK bytes of low bit pairs (laid out as Q6_K's
+ * high ones), CHUNK of third bits (as Q5_0's fifth);
  * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_0: d[8n] (f16), 4 · CHUNK bytes of
  * nibbles; Q8_0: d[8n] (f16), UNIT int8.
  * A half unit is the same with n = 1 and chunks of CHUNK / 2 bytes. */
@@ -70,6 +74,7 @@ static inline int64_t sb_bytes(int type) {
     case Q4_K: return 148;
     case Q5_K: return 180;
     case Q6_K: return 210;
+    case Q3_K: return 114;
     case Q5_0: return 176;
     case Q4_0: return 144;
     case Q8_0: return 272;

@@ -24,16 +24,28 @@ static inline vw nibbles(const uint8_t *p, int high, int cb) {
     return (high ? load_chunk(p, cb) >> 4 : load_chunk(p, cb)) & BYTES(15);
 }
 
-/* Chunk c's 5th bits, as 16s, from a unit's 5th-bit words at p (Q5_0's and Q5_K's; q8pack.c lays them out). */
-static inline vw fifth_bits(const uint8_t *p, int c, int cb) {
+/* Chunk c's bits of one plane, as 0 or 1 a byte, from a unit's words at p (the 5th bits of Q5_0 and Q5_K, Q3_K's
+ * 3rd; q8pack.c lays them out). */
+static inline vw plane_bits(const uint8_t *p, int c, int cb) {
     const int per_word = 64 / cb;
     vw lane;
     for (int i = 0; i < CHUNK / 8; i++) lane[i] = i;
     uint64_t word;
     memcpy(&word, p + 8 * (c / per_word), 8);
     const vw shift = lane + (uint64_t)((cb / 8) * (c % per_word));
-    return ((((vw){0} + word) >> shift) & BYTES(1)) << 4;
+    return (((vw){0} + word) >> shift) & BYTES(1);
 }
+
+/* Chunk c's two bits of a pair (Q6_K's high pair, Q3_K's low one), as 0..3 a byte, from the pair bytes at p. */
+static inline vw pair_bits(const uint8_t *p, int c, int cb) {
+    return (load_chunk(p + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3);
+}
+
+/* Whether a format's block sums are two 16-weight halves weighed by int8 scales: Q6_K's and Q3_K's. */
+static inline int half_scaled(const int type) { return type == Q6_K || type == Q3_K; }
+
+/* Their codes' offset, 32 for Q6_K and 4 for Q3_K, as a shift. */
+static inline int half_offset_shift(const int type) { return type == Q6_K ? 5 : 2; }
 
 /* The unit's BLOCKS bytes at p (unsigned), one a lane, as int32. */
 static inline vli byte_lanes(const uint8_t *p) {
@@ -118,9 +130,9 @@ static inline int sign_on_activations(const int type) { return type == Q8_0 && !
 typedef struct {
     nv w[NVS], sign[NVS]; /* sign: Q8_0 without VNNI only */
     vl s, m;              /* the blocks' scales, and Q4_K's and Q5_K's mins */
-    vli scale[2];         /* Q6_K without VNNI: the half scales as unit_dot takes them */
-    vli scale_pairs;      /* Q6_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
-    vl half_scale[2];     /* Q6_K with VNNI: sc₁ and sc₂ as floats */
+    vli scale[2];         /* Q6_K and Q3_K without VNNI: the half scales as unit_dot takes them */
+    vli scale_pairs;      /* Q6_K and Q3_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
+    vl half_scale[2];     /* Q6_K and Q3_K with VNNI: sc₁ and sc₂ as floats */
 } unit_weights;
 
 /* Chunk c's weights as unsigned bytes, of the unit at o (of sbu super-blocks, chunks of cb bytes: a half unit
@@ -130,14 +142,11 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
                                                              const int sbu, const int cb) {
     if (type == Q8_0) return load_chunk(o + 16 * sbu + cb * c, cb) ^ BYTES(Q8_0_OFFSET ? 128 : 0);
     if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
-    if (type == Q5_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb) | fifth_bits(o + 20 * sbu + 4 * cb, c, cb);
-    if (type == Q6_K) {
-        const uint8_t *high = o + 18 * sbu + 4 * cb;
-        return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) |
-               (((load_chunk(high + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3)) << 4);
-    }
+    if (type == Q5_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb) | plane_bits(o + 20 * sbu + 4 * cb, c, cb) << 4;
+    if (type == Q6_K) return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) | pair_bits(o + 18 * sbu + 4 * cb, c, cb) << 4;
+    if (type == Q3_K) return pair_bits(o + 18 * sbu, c, cb) | plane_bits(o + 18 * sbu + 2 * cb, c, cb) << 2;
     const vw low = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb); /* Q4_0's codes, Q5_0's low four bits */
-    return type == Q4_0 ? low : low | fifth_bits(o + 16 * sbu + 4 * cb, c, cb);
+    return type == Q4_0 ? low : low | plane_bits(o + 16 * sbu + 4 * cb, c, cb) << 4;
 }
 
 /* The scales of the unit at o (a half unit if `half`): s, and m, scale, scale_pairs or half_scale by type. */
@@ -148,7 +157,7 @@ static inline __attribute__((always_inline)) void unpack_scales(const int type, 
                                            * against zeros */
         u->s = __builtin_convertvector(byte_lanes(o + 4 * sbu), vl) * superblock_lanes(o, half);           /* d · sc */
         u->m = __builtin_convertvector(byte_lanes(o + 12 * sbu), vl) * superblock_lanes(o + 2 * sbu, half); /* dmin · m */
-    } else if (type == Q6_K) {
+    } else if (half_scaled(type)) {
         u->s = superblock_lanes(o, half);
         const vli pairs = byte_pairs((const int8_t *)o + 2 * sbu);
         u->scale_pairs = pairs;
@@ -220,9 +229,9 @@ static inline __attribute__((always_inline)) vl float_steps(const int type, cons
     return term;
 }
 
-/* Q6_K's block sums I from its two half sums (each started at −32·Σu), with VNNI and in portable C:
- * sc₁·I₁ + sc₂·I₂ in float32, exact: |sc·I| ≤ 128 · 16 · 32 · 127 and the sum < 2^24. */
-static inline vl q6_k_halves_sum(const unit_weights *u, vli first, vli second) {
+/* The block sums I of Q6_K and Q3_K from their two half sums (started at `half_start_of`), with VNNI and in
+ * portable C: sc₁·I₁ + sc₂·I₂ in float32, exact: |sc·I| ≤ 128 · 16 · 32 · 127 and the sum < 2^24. */
+static inline vl scaled_halves_sum(const unit_weights *u, vli first, vli second) {
     return __builtin_convertvector(first, vl) * u->half_scale[0] +
            __builtin_convertvector(second, vl) * u->half_scale[1];
 }
@@ -237,19 +246,29 @@ static inline vli centred(const int type, vli dot, const act_unit *x) {
 }
 
 /* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K and Q4_0,
- * 31 for Q5_0 and Q5_K, 63 for Q6_K, 128 for Q8_0. */
+ * 31 for Q5_0 and Q5_K, 63 for Q6_K, 128 for Q8_0; Q3_K's 7 would take 8, but its halves' scales take 4. */
 static inline int sums16_of(const int type) {
-    return type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 || type == Q5_K ? 4 : type == Q6_K ? 2 : 1;
+    return type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 || type == Q5_K || type == Q3_K ? 4 : type == Q6_K ? 2 : 1;
 }
+
+#if !SCALE_PAIRS
+/* Row x's half sums' start for half h of each block: −32·Σu for Q6_K, −4·Σu for Q3_K (a shift, exact: −32·Σu is a
+ * multiple of 8). */
+static inline vli half_start_of(const int type, const act_unit *x, int h) {
+    vli start;
+    memcpy(&start, x->half_start[h], CHUNK);
+    return type == Q3_K ? start >> 3 : start;
+}
+#endif
 
 /* The terms of a unit against activation row x from unit_dot's sums: I as floats, then the float steps. */
 static inline __attribute__((always_inline)) vl dot_terms(const int type, const unit_weights *u, vli dot,
                                                           const act_unit *x) {
 #if SCALE_PAIRS
-    if (type == Q6_K) { /* less 32 · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
+    if (half_scaled(type)) { /* less 32 (Q3_K: 4) · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
         vli sums;
         memcpy(&sums, x->halves, CHUNK);
-        dot -= (vli)((vlu)madd_pairs(sums, u->scale_pairs) << 5);
+        dot -= (vli)((vlu)madd_pairs(sums, u->scale_pairs) << half_offset_shift(type));
     }
 #endif
     return float_steps(type, u, __builtin_convertvector(centred(type, dot, x), vl), x);
@@ -258,15 +277,14 @@ static inline __attribute__((always_inline)) vl dot_terms(const int type, const 
 /* The terms of one unpacked unit against one activation row x: its BLOCKS lanes. */
 static inline __attribute__((always_inline)) vl unit_terms(const int type, const unit_weights *u, const act_unit *x) {
 #if !SCALE_PAIRS
-    if (type == Q6_K) {
-        vli half[2];
-        memcpy(half, x->half_start, sizeof half);
+    if (half_scaled(type)) {
+        vli half[2] = {half_start_of(type, x, 0), half_start_of(type, x, 1)};
         unit_halves(u->w, x->u, half);
-        return float_steps(type, u, q6_k_halves_sum(u, half[0], half[1]), x);
+        return float_steps(type, u, scaled_halves_sum(u, half[0], half[1]), x);
     }
 #endif
     return dot_terms(type, u, unit_dot(u->w, sign_on_activations(type) ? u->sign : 0, x->u, sums16_of(type),
-                                       type == Q6_K ? u->scale : 0), x);
+                                       half_scaled(type) ? u->scale : 0), x);
 }
 
 /* One unit of one weight row (a half unit if `half`) against G activation rows: acc[g] += its terms, at
