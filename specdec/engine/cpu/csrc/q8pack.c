@@ -59,9 +59,9 @@ static void pack_nibbles(const int8_t *ordered, uint8_t *out, int cb) {
         for (int p = 0; p < cb; p++) out[cb * h + p] = (ordered[2 * cb * h + p] & 15) | ((ordered[2 * cb * h + cb + p] & 15) << 4);
 }
 
-/* Bit `bit` of a unit's quants in unit order (the 5th of Q5_0's and Q5_K's, after their nibbles; Q3_K's 3rd): a
- * 64-bit word holds 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) + p / 8 of the word's byte
- * p % 8 (so one shift a 64-bit lane spreads them). */
+/* Bit `bit` of a unit's quants in unit order (the 5th of Q5_0's and Q5_K's, after their nibbles): a 64-bit word
+ * holds 64 / cb chunks; byte p of chunk c is bit (cb / 8) · (c % (64 / cb)) + p / 8 of the word's byte p % 8 (so one
+ * shift a 64-bit lane spreads them). */
 static void pack_bit_plane(const int8_t *ordered, uint8_t *plane, int cb, int bit) {
     const int per_word = 64 / cb;
     for (int c = 0; c < 8; c++)
@@ -69,11 +69,14 @@ static void pack_bit_plane(const int8_t *ordered, uint8_t *plane, int cb, int bi
             plane[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> bit) & 1) << ((cb / 8) * (c % per_word) + p / 8);
 }
 
-/* Two bits of a unit's quants in unit order, from bit `bit` (Q6_K's high pair, Q3_K's low one): byte p of
- * piece c / 4 holds chunk c's at bit 2 · (c % 4). */
-static void pack_bit_pairs(const int8_t *ordered, uint8_t *pairs, int cb, int bit) {
+/* `width` bits (1 or 2) of a unit's quants in unit order, from bit `bit` (Q6_K's high pair, Q3_K's low pair and its
+ * third bit): byte p of piece c / (8 / width) holds chunk c's at bit width · (c % (8 / width)), so that a chunk's
+ * come from one load, one shift and one mask. */
+static void pack_bit_slices(const int8_t *ordered, uint8_t *out, int cb, int bit, int width) {
+    const int per_byte = 8 / width, mask = (1 << width) - 1;
     for (int c = 0; c < 8; c++)
-        for (int p = 0; p < cb; p++) pairs[cb * (c / 4) + p] |= ((ordered[cb * c + p] >> bit) & 3) << (2 * (c % 4));
+        for (int p = 0; p < cb; p++)
+            out[cb * (c / per_byte) + p] |= ((ordered[cb * c + p] >> bit) & mask) << (width * (c % per_byte));
 }
 
 /* W [N, K] in GGML blocks -> the unit layout of q8unit.h (`q8_row_bytes(type, K)` bytes a row).
@@ -121,10 +124,10 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                 if (type == Q5_K) pack_bit_plane(ordered, o + 20 * sbu + 4 * cb, cb, 4);
             } else if (type == Q6_K) {
                 pack_nibbles(ordered, o + 18 * sbu, cb);
-                pack_bit_pairs(ordered, o + 18 * sbu + 4 * cb, cb, 4);
+                pack_bit_slices(ordered, o + 18 * sbu + 4 * cb, cb, 4, 2);
             } else if (type == Q3_K) {
-                pack_bit_pairs(ordered, o + 18 * sbu, cb, 0);
-                pack_bit_plane(ordered, o + 18 * sbu + 2 * cb, cb, 2);
+                pack_bit_slices(ordered, o + 18 * sbu, cb, 0, 2);
+                pack_bit_slices(ordered, o + 18 * sbu + 2 * cb, cb, 2, 1);
             } else if (type == Q4_0 || type == Q5_0) { /* Q5_0: Q4_0's layout, then the fifth bits */
                 pack_nibbles(ordered, o + 16 * sbu, cb);
                 if (type == Q5_0) pack_bit_plane(ordered, o + 16 * sbu + 4 * cb, cb, 4);

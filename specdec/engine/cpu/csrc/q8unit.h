@@ -65,7 +65,7 @@ typedef struct act_unit {
  * Q5_K: Q4_K's layout, then CHUNK bytes of 5th bits (as Q5_0's);
  * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
  * Q3_K: Q6_K's d[n] and sc[16n] (its scales less 32), then 2 · CHUNK bytes of low bit pairs (laid out as Q6_K's
- * high ones), CHUNK of third bits (as Q5_0's fifth);
+ * high ones), CHUNK of third bits (bit c of byte p: chunk c's);
  * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_0: d[8n] (f16), 4 · CHUNK bytes of
  * nibbles; Q8_0: d[8n] (f16), UNIT int8.
  * A half unit is the same with n = 1 and chunks of CHUNK / 2 bytes. */

@@ -24,8 +24,8 @@ static inline vw nibbles(const uint8_t *p, int high, int cb) {
     return (high ? load_chunk(p, cb) >> 4 : load_chunk(p, cb)) & BYTES(15);
 }
 
-/* Chunk c's bits of one plane, as 0 or 1 a byte, from a unit's words at p (the 5th bits of Q5_0 and Q5_K, Q3_K's
- * 3rd; q8pack.c lays them out). */
+/* Chunk c's bits of one plane, as 0 or 1 a byte, from a unit's words at p (the 5th bits of Q5_0 and Q5_K; q8pack.c
+ * lays them out). */
 static inline vw plane_bits(const uint8_t *p, int c, int cb) {
     const int per_word = 64 / cb;
     vw lane;
@@ -39,6 +39,13 @@ static inline vw plane_bits(const uint8_t *p, int c, int cb) {
 /* Chunk c's two bits of a pair (Q6_K's high pair, Q3_K's low one), as 0..3 a byte, from the pair bytes at p. */
 static inline vw pair_bits(const uint8_t *p, int c, int cb) {
     return (load_chunk(p + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3);
+}
+
+/* Chunk c's Q3_K third bits, as 0 or 4 a byte, from the bytes at p (bit c of byte p is chunk c's): one shift, one
+ * mask (a 64-bit lane's shift moves the neighbouring bytes' bits only into bits the mask clears). */
+static inline vw third_bits(const uint8_t *p, int c, int cb) {
+    const vw bits = load_chunk(p, cb);
+    return (c >= 2 ? bits >> (c - 2) : bits << (2 - c)) & BYTES(4);
 }
 
 /* Whether a format's block sums are two 16-weight halves weighed by int8 scales: Q6_K's and Q3_K's. */
@@ -144,7 +151,7 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
     if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
     if (type == Q5_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb) | plane_bits(o + 20 * sbu + 4 * cb, c, cb) << 4;
     if (type == Q6_K) return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) | pair_bits(o + 18 * sbu + 4 * cb, c, cb) << 4;
-    if (type == Q3_K) return pair_bits(o + 18 * sbu, c, cb) | plane_bits(o + 18 * sbu + 2 * cb, c, cb) << 2;
+    if (type == Q3_K) return pair_bits(o + 18 * sbu, c, cb) | third_bits(o + 18 * sbu + 2 * cb, c, cb);
     const vw low = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb); /* Q4_0's codes, Q5_0's low four bits */
     return type == Q4_0 ? low : low | plane_bits(o + 16 * sbu + 4 * cb, c, cb) << 4;
 }
