@@ -40,10 +40,12 @@ class GgufTensor:
 
 @dataclass(frozen=True)
 class GgufFile:
-    """The metadata scalars and strings (arrays skipped) and the tensors, in the file's order."""
+    """The metadata scalars and strings, the arrays' lengths (their elements skipped) and the tensors, in the
+    file's order."""
 
     fields: dict[str, object]
     tensors: list[GgufTensor]
+    array_lengths: dict[str, int]
 
     @property
     def architecture(self) -> str:
@@ -74,17 +76,17 @@ class _Cursor:
         return text
 
     def value(self, kind: int):
-        """A scalar or string; an array is stepped over (None)."""
+        """A scalar or string; an array is stepped over (its length)."""
         if kind in SCALARS:
             return self.take(SCALARS[kind])
         if kind == STRING:
             return self.string()
         if kind == ARRAY:
-            self.skip_array()
-            return None
+            return self.skip_array()
         raise GgufFormatError(f"{self.path.name}: unknown metadata value type {kind} at byte {self.offset}")
 
-    def skip_array(self) -> None:
+    def skip_array(self) -> int:
+        """Steps over an array; returns its length."""
         kind, count = self.take("I"), self.take("Q")
         if kind in SCALARS:
             self.offset += count * struct.calcsize("<" + SCALARS[kind])
@@ -99,6 +101,7 @@ class _Cursor:
                 self.value(kind)
         if self.offset > len(self.buffer):
             self._past_end()
+        return count
 
     def _past_end(self) -> None:
         raise GgufFormatError(f"{self.path.name}: a metadata array runs past the end of the file")
@@ -118,10 +121,11 @@ def read_gguf(path: str | Path) -> GgufFile:
     if version not in VERSIONS:
         raise GgufFormatError(f"{path.name}: GGUF version {version} (big-endian, or not one of {VERSIONS})")
     n_tensors, n_fields = cursor.take("Q"), cursor.take("Q")
-    fields = {}
+    fields, array_lengths = {}, {}
     for _ in range(n_fields):
         key = cursor.string()
-        fields[key] = cursor.value(cursor.take("I"))
+        kind = cursor.take("I")
+        (array_lengths if kind == ARRAY else fields)[key] = cursor.value(kind)
     infos = []
     for _ in range(n_tensors):
         name = cursor.string()
@@ -141,4 +145,4 @@ def read_gguf(path: str | Path) -> GgufFile:
             raise GgufFormatError(f"{path.name}: tensor {name} runs past the end of the file")
         data = buffer[begin:begin + rows * row_bytes].reshape(rows, row_bytes)
         tensors.append(GgufTensor(name, dims, tensor_type, data))
-    return GgufFile(fields, tensors)
+    return GgufFile(fields, tensors, array_lengths)

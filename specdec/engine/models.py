@@ -31,7 +31,7 @@ from specdec.engine.compute import (WEIGHT_DTYPE, PathChoice, build_runner, reso
                                     runner_kernel_name)
 from specdec.engine.cpu.hugepages import return_freed_heap
 from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs, set_one_row_pairs
-from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
+from specdec.engine.gguf_model import UnsupportedGguf, gguf_config, load_gguf_model
 from specdec.engine.profile_cache import ProfileCache, setting_key, setting_or_time
 from specdec.engine.requantize import draft_format, requantize_linears
 from specdec.engine.runner import Collectives, ModelRunner
@@ -131,7 +131,7 @@ def _gguf_config(spec: str, file: Path):
     path = Path(spec)
     if path.is_dir() and (path / "config.json").exists():
         return AutoConfig.from_pretrained(path, local_files_only=True)
-    return AutoConfig.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True)
+    return gguf_config(file) or AutoConfig.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True)
 
 
 def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = torch.float32,

@@ -74,8 +74,20 @@ def load_tokenizer(spec: str):
         return build_byte_tokenizer()
     path = model_path(spec)
     if path.suffix == ".gguf":
-        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True,
+                                             **_gguf_tokenizer_type(path))
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def _gguf_tokenizer_type(file: Path) -> dict:
+    """For a GGUF of an architecture the gguf loader reads, its tokenizer's type from our header reader: without it
+    transformers builds the file's whole config through gguf-py's reader to learn the class (12 s for the 1.5B
+    target); the tokenizer itself it reads with its own fast reader either way."""
+    from specdec.engine.gguf_file import read_gguf
+    from specdec.engine.gguf_model import ARCHITECTURES
+
+    architecture = read_gguf(file).architecture
+    return {"tokenizer_type": architecture} if architecture in ARCHITECTURES else {}
 
 
 # Tokens that end a generation wherever a model's vocabulary has them as special tokens, as llama.cpp's end-of-

@@ -1,0 +1,109 @@
+"""A bare GGUF file's model config, read from its header by our reader: the config transformers builds from the same
+file (through gguf-py's reader, seconds over a real vocabulary), and what `load_model` uses."""
+
+from __future__ import annotations
+
+import gguf
+import pytest
+import torch
+import transformers.modeling_gguf_pytorch_utils as hf_gguf
+from test_gguf_path import TINY_GGUF, write_gguf
+from transformers import AutoConfig
+
+from specdec.engine.gguf_model import gguf_config
+from specdec.engine.models import build_tiny_model, load_model
+from specdec.engine.runner import Step
+
+
+def write_full_gguf(path, arch: str, tied: bool) -> None:
+    """A tiny model's GGUF with what a converted file's header carries beside its sizes: a name, a token list (no
+    vocab_size key: the list's length is the vocabulary, as llama.cpp's files have it), special token ids; and
+    without output.weight where the embedding is tied."""
+    model = build_tiny_model(TINY_GGUF)
+    real_add = gguf.GGUFWriter.add_vocab_size
+    real_tensor = gguf.GGUFWriter.add_tensor
+
+    def header_extras(writer, size):
+        writer.add_name("Tiny Test Model")
+        writer.add_token_list([f"t{i}" for i in range(size)])
+        writer.add_eos_token_id(size - 1)
+        writer.add_bos_token_id(size - 2)
+        writer.add_pad_token_id(size - 2)
+
+    def tensor(writer, name, *args, **kwargs):
+        if not (tied and name == "output.weight"):
+            real_tensor(writer, name, *args, **kwargs)
+
+    try:
+        gguf.GGUFWriter.add_vocab_size, gguf.GGUFWriter.add_tensor = header_extras, tensor
+        write_gguf(model, path, arch=arch)
+    finally:
+        gguf.GGUFWriter.add_vocab_size, gguf.GGUFWriter.add_tensor = real_add, real_tensor
+
+
+@pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", False)])
+def test_the_header_gives_transformers_config(tmp_path, arch, tied):
+    file = tmp_path / "model.gguf"
+    write_full_gguf(file, arch, tied)
+    theirs = AutoConfig.from_pretrained(tmp_path, gguf_file=file.name, local_files_only=True)
+    ours = gguf_config(file)
+    assert type(ours) is type(theirs) and ours.to_dict() == theirs.to_dict()
+    assert ours.tie_word_embeddings is tied and ours.vocab_size == build_tiny_model(TINY_GGUF).config.vocab_size
+    assert ours.eos_token_id == ours.vocab_size - 1
+
+
+def test_a_bare_gguf_loads_without_gguf_pys_reader(tmp_path, monkeypatch):
+    """`load_model` on a .gguf file with no config.json beside it never reads the file through transformers' GGUF
+    checkpoint reader, and builds the model the file holds; another architecture still goes to transformers."""
+    file = tmp_path / "model.gguf"
+    write_full_gguf(file, "qwen2", tied=False)
+    monkeypatch.setattr(hf_gguf, "load_gguf_checkpoint", lambda *a, **k: pytest.fail("gguf-py's reader was used"))
+    tokens = [5, 17, 101, 3, 250]
+    logits = [m.runner.forward([Step(m.runner.new_cache(), tokens, logits=len(tokens))])[0]
+              for m in (load_model(spec, "cpu", dtype="gguf-q8") for spec in (str(file), TINY_GGUF))]
+    assert torch.equal(logits[0], logits[1])
+    other = tmp_path / "other.gguf"
+    write_gguf(build_tiny_model(TINY_GGUF), other, arch="llama")
+    assert gguf_config(other) is None
+
+
+def write_tokenizer_gguf(path) -> None:
+    """A tiny model's GGUF with a byte-level BPE vocabulary in its header, as llama.cpp's converter writes a Qwen's."""
+    real_add = gguf.GGUFWriter.add_vocab_size
+    size = build_tiny_model(TINY_GGUF).config.vocab_size
+
+    def vocabulary(writer, _):
+        letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+        merged = ["ab", "abc", "Ġa", "Ġab"]
+        tokens = letters + ["Ġ"] + merged + [f"<|pad{i}|>" for i in range(size - len(letters) - len(merged) - 2)]
+        tokens.append("<|endoftext|>")
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("qwen2")
+        writer.add_token_list(tokens)
+        writer.add_token_types([1] * (size - 1) + [3])
+        writer.add_token_merges(["a b", "ab c", "Ġ a", "Ġa b"])
+        writer.add_eos_token_id(size - 1)
+
+    try:
+        gguf.GGUFWriter.add_vocab_size = vocabulary
+        write_gguf(build_tiny_model(TINY_GGUF), path)
+    finally:
+        gguf.GGUFWriter.add_vocab_size = real_add
+
+
+def test_a_bare_ggufs_tokenizer_is_transformers_without_gguf_pys_reader(tmp_path, monkeypatch):
+    """The tokenizer of a .gguf file: transformers' own from its header, the same class, vocabulary and encodings as
+    `AutoTokenizer` builds by itself, without reading the file through gguf-py's checkpoint reader."""
+    from transformers import AutoTokenizer
+
+    from specdec.weights.sources import load_tokenizer
+
+    file = tmp_path / "model.gguf"
+    write_tokenizer_gguf(file)
+    theirs = AutoTokenizer.from_pretrained(tmp_path, gguf_file=file.name, local_files_only=True)
+    monkeypatch.setattr(hf_gguf, "load_gguf_checkpoint", lambda *a, **k: pytest.fail("gguf-py's reader was used"))
+    ours = load_tokenizer(str(file))
+    assert type(ours) is type(theirs) and ours.get_vocab() == theirs.get_vocab()
+    for text in ("abc ab a", "zab c<|endoftext|>", ""):
+        assert ours.encode(text) == theirs.encode(text), text
+    assert ours.eos_token == theirs.eos_token == "<|endoftext|>"
