@@ -17,6 +17,12 @@ ours() {  # $1: run name, $2: --draft-weights (default auto); OURS_ARGS: more fl
   /work/main/.venv/bin/specdec bench --paths gguf-q8 --no-hf --draft-weights ${2:-auto} $OURS_ARGS --output paths_$1.json > /tmp/ours_$1.log 2>&1
   python3 -c "import json; r=json.load(open('paths_$1.json'))['rows'][0]; print('ours $1', r['target_only_tok_s'], r['adaptive_tok_s'], r['adaptive_alpha'], r['adaptive_identical_to_target_only'], r['target_step_ms'], r['target_s5_over_s1'], r['draft_step_ms'], r['agreement_with_fp32'], r['adaptive_gammas'])"
 }
+ours_at() {  # $1: run name, $2: PYTHONPATH (a checkout) or empty; MODEL: the target's folder; ISA: a SPECDEC_CPU_ISA
+  # cap (none: this CPU's level); PREFIX: the JSON's name before _$1 (paths)
+  env ${ISA:+SPECDEC_CPU_ISA=$ISA} PYTHONPATH=$2 /work/main/.venv/bin/specdec bench --paths gguf-q8 --no-hf \
+    --target-model $MODEL --output ${PREFIX:-paths}_$1.json > /tmp/ours_$1.log 2>&1
+  python3 -c "import json; r=json.load(open('${PREFIX:-paths}_$1.json'))['rows'][0]; print('ours $1', r['target_only_tok_s'], r['adaptive_tok_s'], r['adaptive_alpha'], r['adaptive_identical_to_target_only'], r['target_step_ms'], r['target_s5_over_s1'], r.get('target_rss_mib'), r['agreement_with_fp32'], r['adaptive_gammas'])"
+}
 interleave() {  # llama-server, ours, llama-server, ours, llama-server, ours, llama-server, between two dates
   date
   llama 1; ours 1; llama 2; ours 2; llama 3; ours 3; llama 4

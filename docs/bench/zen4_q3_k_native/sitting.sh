@@ -6,10 +6,7 @@
 cd "$(dirname "$0")" && source ../sitting_lib.sh
 Q3=${Q3:-/tmp/q3model}; OLD=${OLD:-/tmp/wt_old}
 T=$Q3/qwen2.5-coder-1.5b-instruct.Q3_K_M.gguf
-ours_at() {  # $1: run name, $2: PYTHONPATH (a checkout) or empty
-  PYTHONPATH=$2 /work/main/.venv/bin/specdec bench --paths gguf-q8 --no-hf --target-model $Q3 --output paths_$1.json > /tmp/ours_$1.log 2>&1
-  python3 -c "import json; r=json.load(open('paths_$1.json'))['rows'][0]; print('ours $1', r['target_only_tok_s'], r['adaptive_tok_s'], r['adaptive_alpha'], r['adaptive_identical_to_target_only'], r['target_step_ms'], r['target_s5_over_s1'], r.get('target_rss_mib'), r['agreement_with_fp32'], r['adaptive_gammas'])"
-}
+MODEL=$Q3
 date
 llama 1; ours_at before $OLD; ours_at after ""; llama 2; ours_at after2 ""; llama 3
 date
