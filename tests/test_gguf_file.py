@@ -1,4 +1,4 @@
-"""The GGUF header reader (`specdec.engine.gguf_file`) against gguf-py's own reader, on files gguf-py writes."""
+"""The GGUF header reader (`specdec.weights.gguf_file`) against gguf-py's own reader, on files gguf-py writes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gguf
 import numpy as np
 import pytest
 
-from specdec.engine.gguf_file import GgufFormatError, read_gguf
+from specdec.weights.gguf_file import GgufFormatError, read_gguf
 from specdec.engine.gguf_model import UnsupportedGguf, load_gguf_model
 
 TOKENS = ["", "a", "Ġthe", "é", "日本語", "\n\n", *(f"tok{i}" for i in range(3000))]  # empty, multi-byte
@@ -44,17 +44,21 @@ def write_file(path, alignment: int | None = None) -> None:
 
 @pytest.mark.parametrize("alignment", [None, 4096])
 def test_the_header_reads_as_gguf_py_reads_it(tmp_path, alignment):
-    """Every scalar and string field, the tensors' names, shapes and formats, and each tensor's bytes, as
-    gguf-py's reader has them; arrays are stepped over, strings of several bytes a character included."""
+    """Every scalar and string field, each array's length, the tensors' names, shapes and formats, and each
+    tensor's bytes, as gguf-py's reader has them; arrays are stepped over, strings of several bytes a character
+    included."""
     path = tmp_path / "t.gguf"
     write_file(path, alignment)
     ours, theirs = read_gguf(path), gguf.GGUFReader(path)
     assert ours.architecture == "qwen2"
     fields = {key: field for key, field in theirs.fields.items() if not key.startswith("GGUF.")}  # theirs: + 3
-    assert set(ours.fields) == set(fields)
+    assert set(ours.fields) | set(ours.array_lengths) == set(fields) and not set(ours.fields) & set(ours.array_lengths)
     for key, field in fields.items():
-        arrays = field.types[0] == gguf.GGUFValueType.ARRAY
-        assert ours.fields[key] == (None if arrays else field.contents()), key
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            assert ours.array_lengths[key] == len(field.data), key
+        else:
+            assert ours.fields[key] == field.contents(), key
+    assert ours.array_lengths["tokenizer.ggml.tokens"] == len(TOKENS)
     assert ours.fields["test.after_arrays"] == "still read" and ours.fields["test.big"] == 2 ** 40 + 3
     assert [(t.name, t.shape, t.tensor_type) for t in ours.tensors] == \
         [(t.name, tuple(int(d) for d in t.shape), t.tensor_type) for t in theirs.tensors]

@@ -23,9 +23,8 @@ from torch import nn
 
 from specdec.engine.cpu import blockquant
 from specdec.engine.cpu.blockquant import BLOCK, F32, BlockTensor
-from specdec.engine.gguf_file import GgufFormatError, GgufTensor, read_gguf
+from specdec.weights.gguf_file import ARCHITECTURES, GgufFormatError, GgufTensor, read_gguf
 
-ARCHITECTURES = ("qwen2", "qwen3")
 log = logging.getLogger(__name__)
 
 

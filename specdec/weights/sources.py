@@ -83,8 +83,7 @@ def _gguf_tokenizer_type(file: Path) -> dict:
     """For a GGUF of an architecture the gguf loader reads, its tokenizer's type from our header reader: without it
     transformers builds the file's whole config through gguf-py's reader to learn the class (12 s for the 1.5B
     target); the tokenizer itself it reads with its own fast reader either way."""
-    from specdec.engine.gguf_file import read_gguf
-    from specdec.engine.gguf_model import ARCHITECTURES
+    from specdec.weights.gguf_file import ARCHITECTURES, read_gguf
 
     architecture = read_gguf(file).architecture
     return {"tokenizer_type": architecture} if architecture in ARCHITECTURES else {}

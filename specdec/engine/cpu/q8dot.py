@@ -8,8 +8,8 @@ accumulators are summed by halves. Each output is that one sequence of operation
 path is row-invariant, and it is the same on every CPU level: the AVX-512 VNNI, AVX-VNNI, AVX-512 (BW,
 without VNNI), AVX2, SSE4.1 and portable builds give identical bits.
 
-Formats: Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, repacked at load (the same bytes, reordered so that each lane of a 4-byte
-integer dot stays inside one 32-weight block). A tensor in any other format runs on the exact gguf kernel
+Formats: Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, repacked at load (the same bytes, reordered so that each lane
+of a 4-byte integer dot stays inside one 32-weight block). A tensor in any other format runs on the exact gguf kernel
 (`specdec.engine.cpu.blockquant`), float32 activations.
 """
 

@@ -2,9 +2,9 @@
  *
  * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
  * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K and Q5_K, d·sc·(q − 32) for Q6_K,
- * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those products are exact in float32, so a fused
- * multiply-add rounds like gguf-py's multiply-then-subtract), then multiplied by float32 activations and summed
- * in float32.
+ * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those
+ * products are exact in float32, so a fused multiply-add rounds like gguf-py's multiply-then-subtract), then
+ * multiplied by float32 activations and summed in float32.
  *
  * Row invariance: each output y[s, n] is summed in one fixed order (V lanes over the row's blocks in
  * storage order, then the lanes by a fixed tree) whatever S is and whichever rows share the pass, so
@@ -301,7 +301,8 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
         for (int c = 0; c < 2; c++)
             for (int r = 0; r < 4; r++)
                 for (int l = 0; l < 32; l++) {
-                    const int q = ((b[Q3_K_QS + 32 * c + l] >> (2 * r)) & 3) | (((b[Q3_K_HMASK + l] >> (4 * c + r)) & 1) << 2);
+                    const int q = ((b[Q3_K_QS + 32 * c + l] >> (2 * r)) & 3) |
+                                  (((b[Q3_K_HMASK + l] >> (4 * c + r)) & 1) << 2);
                     ob[128 * c + 32 * r + l] = (d * (float)sc[8 * c + 2 * r + l / 16]) * (float)(q - 4);
                 }
     } else if (type == Q8_0) {

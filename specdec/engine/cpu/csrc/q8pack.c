@@ -66,7 +66,8 @@ static void pack_bit_plane(const int8_t *ordered, uint8_t *plane, int cb, int bi
     const int per_word = 64 / cb;
     for (int c = 0; c < 8; c++)
         for (int p = 0; p < cb; p++)
-            plane[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> bit) & 1) << ((cb / 8) * (c % per_word) + p / 8);
+            plane[8 * (c / per_word) + p % 8] |= ((ordered[cb * c + p] >> bit) & 1)
+                                                 << ((cb / 8) * (c % per_word) + p / 8);
 }
 
 /* `width` bits (1 or 2) of a unit's quants in unit order, from bit `bit` (Q6_K's high pair, Q3_K's low pair and its

@@ -149,8 +149,10 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
                                                              const int sbu, const int cb) {
     if (type == Q8_0) return load_chunk(o + 16 * sbu + cb * c, cb) ^ BYTES(Q8_0_OFFSET ? 128 : 0);
     if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
-    if (type == Q5_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb) | plane_bits(o + 20 * sbu + 4 * cb, c, cb) << 4;
-    if (type == Q6_K) return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) | pair_bits(o + 18 * sbu + 4 * cb, c, cb) << 4;
+    if (type == Q5_K)
+        return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb) | plane_bits(o + 20 * sbu + 4 * cb, c, cb) << 4;
+    if (type == Q6_K)
+        return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) | pair_bits(o + 18 * sbu + 4 * cb, c, cb) << 4;
     if (type == Q3_K) return pair_bits(o + 18 * sbu, c, cb) | third_bits(o + 18 * sbu + 2 * cb, c, cb);
     const vw low = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb); /* Q4_0's codes, Q5_0's low four bits */
     return type == Q4_0 ? low : low | plane_bits(o + 16 * sbu + 4 * cb, c, cb) << 4;

@@ -1,10 +1,10 @@
-"""A GGUF file's header, read for what the loader needs: its architecture and its tensors, memory-mapped.
+"""A GGUF file's header, read for what the loader needs: its architecture, scalars and tensors, memory-mapped.
 
 gguf-py's `GGUFReader` builds numpy views of every element of every metadata array, the vocabulary's
-151,936 tokens and 151,387 merges among them: 6.7 s a file on a Zen 4, for one string and the
-tensor table that `specdec.engine.gguf_model` reads (the tokenizer and config come from the bundle beside
-the file). This walks the same layout (GGUF v2 and v3, little-endian; spec: ggml's docs/gguf.md) and steps
-over each array by its lengths. The data stay in the file: a tensor's `data` is a read-only view of its bytes.
+151,936 tokens and 151,387 merges among them: 6.7 s a file on a Zen 4, for the scalars and the tensor table that
+`specdec.engine.gguf_model` reads (the model, and the config of a file with no bundle beside it) and the
+architecture that names a bare file's tokenizer (`specdec.weights.sources`). This walks the same layout (GGUF v2
+and v3, little-endian; spec: ggml's docs/gguf.md) and steps over each array by its lengths. The data stay in the file: a tensor's `data` is a read-only view of its bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
+# The architectures the gguf loader reads (`specdec.engine.gguf_model`): their tensors need no reordering, and each
+# name is transformers' model type for it.
+ARCHITECTURES = ("qwen2", "qwen3")
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
