@@ -13,6 +13,7 @@ from transformers import AutoConfig
 from specdec.engine.gguf_model import gguf_config
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
+from specdec.weights.sources import _gguf_tokenizer_type
 
 
 def write_full_gguf(path, arch: str, tied: bool) -> None:
@@ -65,6 +66,8 @@ def test_a_bare_gguf_loads_without_gguf_pys_reader(tmp_path, monkeypatch):
     other = tmp_path / "other.gguf"
     write_gguf(build_tiny_model(TINY_GGUF), other, arch="llama")
     assert gguf_config(other) is None
+    other.write_bytes(b"GGUF" + (3 << 24).to_bytes(4, "little") + bytes(64))  # version 3, big-endian
+    assert gguf_config(other) is None and _gguf_tokenizer_type(other) == {}  # transformers' reader may take it
 
 
 def write_tokenizer_gguf(path) -> None:

@@ -54,14 +54,17 @@ def _float_tensor(tensor: GgufTensor, shape: torch.Size) -> torch.Tensor:
 
 
 def gguf_config(file: Path):
-    """The transformers config of a GGUF file of an architecture this loader reads (None for another), from its
-    header: transformers' own key mapping (`GGUF_CONFIG_MAPPING`), its tied-embedding rule (no output.weight) and
-    its vocabulary size (the token list's length), applied to our reader's fields. transformers builds the same config
-    through gguf-py's reader, which takes 12 s over the 1.5B target's vocabulary for a dozen scalars."""
+    """The transformers config of a GGUF file of an architecture this loader reads (None for another, or a file our
+    reader does not take), from its header: transformers' own key mapping (`GGUF_CONFIG_MAPPING`), its tied-embedding
+    rule (no output.weight) and its vocabulary size (the token list's length), applied to our reader's fields.
+    transformers builds the same config through gguf-py's reader: 12 s over the 1.5B target's vocabulary."""
     from transformers import AutoConfig
     from transformers.integrations.ggml import GGUF_CONFIG_DEFAULTS_MAPPING, GGUF_CONFIG_MAPPING
 
-    header = read_gguf(file)
+    try:
+        header = read_gguf(file)
+    except GgufFormatError:  # e.g. big-endian: transformers' reader may still take it
+        return None
     arch = header.architecture
     if arch not in ARCHITECTURES:
         return None

@@ -83,9 +83,12 @@ def _gguf_tokenizer_type(file: Path) -> dict:
     """For a GGUF of an architecture the gguf loader reads, its tokenizer's type from our header reader: without it
     transformers builds the file's whole config through gguf-py's reader to learn the class (12 s for the 1.5B
     target); the tokenizer itself it reads with its own fast reader either way."""
-    from specdec.weights.gguf_file import ARCHITECTURES, read_gguf
+    from specdec.weights.gguf_file import ARCHITECTURES, GgufFormatError, read_gguf
 
-    architecture = read_gguf(file).architecture
+    try:
+        architecture = read_gguf(file).architecture
+    except GgufFormatError:  # e.g. big-endian: transformers' reader may still take it
+        return {}
     return {"tokenizer_type": architecture} if architecture in ARCHITECTURES else {}
 
 
