@@ -301,9 +301,8 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
         for (int c = 0; c < 2; c++)
             for (int r = 0; r < 4; r++)
                 for (int l = 0; l < 32; l++) {
-                    const int q = ((b[Q3_K_QS + 32 * c + l] >> (2 * r)) & 3) |
-                                  (((b[Q3_K_HMASK + l] >> (4 * c + r)) & 1) << 2);
-                    ob[128 * c + 32 * r + l] = (d * (float)sc[8 * c + 2 * r + l / 16]) * (float)(q - 4);
+                    const float s = d * (float)sc[8 * c + 2 * r + l / 16];
+                    ob[128 * c + 32 * r + l] = s * (float)(q3_k_code(b, c, r, l) - 4);
                 }
     } else if (type == Q8_0) {
         const float d = half_to_float(b);

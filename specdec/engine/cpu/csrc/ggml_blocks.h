@@ -64,6 +64,11 @@ static inline void q4_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t 
  * as bit 2 (0..7), and the value d·(sc − 32)·(q − 4), sc the 6-bit scale of its 16 weights, 8c + 2r + l / 16. */
 enum { Q3_K_HMASK = 0, Q3_K_QS = 32, Q3_K_SCALES = 96, Q3_K_D = 108 };
 
+/* The code q (0..7) of weight 128c + 32r + l of the Q3_K block at b. */
+static inline int q3_k_code(const uint8_t *b, int c, int r, int l) {
+    return ((b[Q3_K_QS + 32 * c + l] >> (2 * r)) & 3) | (((b[Q3_K_HMASK + l] >> (4 * c + r)) & 1) << 2);
+}
+
 /* The 16 scales sc − 32 of a Q3_K block from its 12 packed bytes s: scale j's low four bits in byte j % 8 at bit
  * 4·(j / 8), its high two in byte 8 + j % 4 at bit 2·(j / 4). */
 static inline void q3_k_scales(const uint8_t *s, int8_t *sc) {

@@ -32,9 +32,7 @@ static void decode_block(int type, const uint8_t *b, int8_t *q) {
     } else if (type == Q3_K) {
         for (int c = 0; c < 2; c++)
             for (int r = 0; r < 4; r++)
-                for (int l = 0; l < 32; l++)
-                    q[128 * c + 32 * r + l] = ((b[Q3_K_QS + 32 * c + l] >> (2 * r)) & 3) |
-                                              (((b[Q3_K_HMASK + l] >> (4 * c + r)) & 1) << 2);
+                for (int l = 0; l < 32; l++) q[128 * c + 32 * r + l] = (int8_t)q3_k_code(b, c, r, l);
     } else if (type == Q4_0) {
         for (int l = 0; l < 16; l++) {
             q[l] = b[2 + l] & 15;

@@ -266,7 +266,7 @@ static inline int sums16_of(const int type) {
 static inline vli half_start_of(const int type, const act_unit *x, int h) {
     vli start;
     memcpy(&start, x->half_start[h], CHUNK);
-    return type == Q3_K ? start >> 3 : start;
+    return start >> (half_offset_shift(Q6_K) - half_offset_shift(type));
 }
 #endif
 
