@@ -126,12 +126,14 @@ def is_packed_source(spec: str) -> bool:
 
 
 def _gguf_config(spec: str, file: Path):
+    """The config beside `file`, else from its header; None where the gguf loader refuses the file (its
+    architecture, or a header our reader does not take), which then goes to transformers whole."""
     from transformers import AutoConfig
 
     path = Path(spec)
     if path.is_dir() and (path / "config.json").exists():
         return AutoConfig.from_pretrained(path, local_files_only=True)
-    return gguf_config(file) or AutoConfig.from_pretrained(file.parent, gguf_file=file.name, local_files_only=True)
+    return gguf_config(file)
 
 
 def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = torch.float32,
