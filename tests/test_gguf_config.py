@@ -3,7 +3,6 @@ file (through gguf-py's reader, seconds over a real vocabulary), and what `load_
 
 from __future__ import annotations
 
-import gguf
 import pytest
 import torch
 import transformers.modeling_gguf_pytorch_utils as hf_gguf
@@ -20,9 +19,6 @@ def write_full_gguf(path, arch: str, tied: bool) -> None:
     """A tiny model's GGUF with what a converted file's header carries beside its sizes: a name, a token list (no
     vocab_size key: the list's length is the vocabulary, as llama.cpp's files have it), special token ids; and
     without output.weight where the embedding is tied."""
-    model = build_tiny_model(TINY_GGUF)
-    real_add = gguf.GGUFWriter.add_vocab_size
-    real_tensor = gguf.GGUFWriter.add_tensor
 
     def header_extras(writer, size):
         writer.add_name("Tiny Test Model")
@@ -31,15 +27,8 @@ def write_full_gguf(path, arch: str, tied: bool) -> None:
         writer.add_bos_token_id(size - 2)
         writer.add_pad_token_id(size - 2)
 
-    def tensor(writer, name, *args, **kwargs):
-        if not (tied and name == "output.weight"):
-            real_tensor(writer, name, *args, **kwargs)
-
-    try:
-        gguf.GGUFWriter.add_vocab_size, gguf.GGUFWriter.add_tensor = header_extras, tensor
-        write_gguf(model, path, arch=arch)
-    finally:
-        gguf.GGUFWriter.add_vocab_size, gguf.GGUFWriter.add_tensor = real_add, real_tensor
+    write_gguf(build_tiny_model(TINY_GGUF), path, arch=arch, vocabulary=header_extras,
+               leave_out=("output.weight",) if tied else ())
 
 
 @pytest.mark.parametrize("arch,tied", [("qwen2", False), ("qwen2", True), ("qwen3", False)])
@@ -72,10 +61,7 @@ def test_a_bare_gguf_loads_without_gguf_pys_reader(tmp_path, monkeypatch):
 
 def write_tokenizer_gguf(path) -> None:
     """A tiny model's GGUF with a byte-level BPE vocabulary in its header, as llama.cpp's converter writes a Qwen's."""
-    real_add = gguf.GGUFWriter.add_vocab_size
-    size = build_tiny_model(TINY_GGUF).config.vocab_size
-
-    def vocabulary(writer, _):
+    def vocabulary(writer, size):
         letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
         merged = ["ab", "abc", "Ġa", "Ġab"]
         tokens = letters + ["Ġ"] + merged + [f"<|pad{i}|>" for i in range(size - len(letters) - len(merged) - 2)]
@@ -87,11 +73,7 @@ def write_tokenizer_gguf(path) -> None:
         writer.add_token_merges(["a b", "ab c", "Ġ a", "Ġa b"])
         writer.add_eos_token_id(size - 1)
 
-    try:
-        gguf.GGUFWriter.add_vocab_size = vocabulary
-        write_gguf(build_tiny_model(TINY_GGUF), path)
-    finally:
-        gguf.GGUFWriter.add_vocab_size = real_add
+    write_gguf(build_tiny_model(TINY_GGUF), path, vocabulary=vocabulary)
 
 
 def test_a_bare_ggufs_tokenizer_is_transformers_without_gguf_pys_reader(tmp_path, monkeypatch):

@@ -141,8 +141,10 @@ def test_tiny_gguf_model_on_both_paths():
     assert torch.equal(logits[0].argmax(-1), logits[1].argmax(-1))
 
 
-def write_gguf(model, path, arch: str = "qwen2") -> None:
-    """`model` (a tiny one, packed or not) as a GGUF file as llama.cpp's converter lays it out."""
+def write_gguf(model, path, arch: str = "qwen2", vocabulary=None, leave_out: tuple[str, ...] = ()) -> None:
+    """`model` (a tiny one, packed or not) as a GGUF file as llama.cpp's converter lays it out. vocabulary(writer,
+    size), if given, writes the header's vocabulary in place of a vocab_size key; the tensors named in leave_out are
+    not written."""
     config = model.config
     writer = gguf.GGUFWriter(path, arch)
     writer.add_context_length(config.max_position_embeddings)
@@ -154,12 +156,17 @@ def write_gguf(model, path, arch: str = "qwen2") -> None:
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_rope_freq_base(config.rope_parameters["rope_theta"] if hasattr(config, "rope_parameters")
                               else config.rope_theta)
-    writer.add_vocab_size(config.vocab_size)
+    if vocabulary is None:
+        writer.add_vocab_size(config.vocab_size)
+    else:
+        vocabulary(writer, config.vocab_size)
     names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
                                      config.num_hidden_layers)
     for name, param in model.named_parameters():
         owner, _, kind = name.rpartition(".")
         target = f"{names.get_name(owner)}.{kind}"
+        if target in leave_out:
+            continue
         block = getattr(model.get_submodule(owner), "block_weight", None) if kind == "weight" else None
         if block is None:
             writer.add_tensor(target, param.detach().float().numpy())

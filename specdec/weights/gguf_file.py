@@ -4,7 +4,8 @@ gguf-py's `GGUFReader` builds numpy views of every element of every metadata arr
 151,936 tokens and 151,387 merges among them: 6.7 s a file on a Zen 4, for the scalars and the tensor table that
 `specdec.engine.gguf_model` reads (the model, and the config of a file with no bundle beside it) and the
 architecture that names a bare file's tokenizer (`specdec.weights.sources`). This walks the same layout (GGUF v2
-and v3, little-endian; spec: ggml's docs/gguf.md) and steps over each array by its lengths. The data stay in the file: a tensor's `data` is a read-only view of its bytes.
+and v3, little-endian; spec: ggml's docs/gguf.md) and steps over each array by its lengths. The data stay in the
+file: a tensor's `data` is a read-only view of its bytes.
 """
 
 from __future__ import annotations

@@ -193,18 +193,11 @@ def quantize_q6_k(weight: np.ndarray) -> np.ndarray:
     sc = np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d > 0)), -128, 127).astype(np.int8)
     step = d * sc
     q = np.clip(np.round(np.divide(w, step[..., None], out=np.zeros_like(w), where=step[..., None] != 0)) + 32,
-                0, 63).astype(np.uint8)
-    return _q6_k_bytes(q.reshape(-1, 256), sc, _f16_bytes(d)).reshape(weight.shape[0], -1)
-
-
-def _q6_k_bytes(q: np.ndarray, sc: np.ndarray, d: np.ndarray) -> np.ndarray:
-    """Q6_K blocks [blocks, 210] from their codes q [blocks, 256] (0..63, natural order), int8 scales sc
-    [blocks, 16] and float16 d as bytes [blocks, 2]."""
-    q = q.reshape(-1, 2, 4, 32)  # [blocks, halves, quarter, 32]
+                0, 63).astype(np.uint8).reshape(-1, 2, 4, 32)  # [blocks, halves, quarter, 32]
     ql = np.concatenate([q[:, :, 0] & 15 | ((q[:, :, 2] & 15) << 4), q[:, :, 1] & 15 | ((q[:, :, 3] & 15) << 4)],
                         axis=2).reshape(-1, 128)
     qh = (q[:, :, 0] >> 4 | (q[:, :, 1] >> 4) << 2 | (q[:, :, 2] >> 4) << 4 | (q[:, :, 3] >> 4) << 6).reshape(-1, 64)
-    return np.concatenate([ql, qh, sc.view(np.uint8), d], axis=1)
+    return np.concatenate([ql, qh, sc.view(np.uint8), _f16_bytes(d)], axis=1).reshape(weight.shape[0], -1)
 
 
 def quantize_q3_k(weight: np.ndarray) -> np.ndarray:
