@@ -18,13 +18,13 @@ import torch.nn.functional as F
 
 from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import (BLOCK, F32, NAMES, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0,
+from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0,
                                            BlockQuantKernel, BlockTensor)
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0, IQ4_XS, IQ4_NL]
 TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
 # |y − x·Wᵀ| ≤ TOLERANCE · Σ_k |x_k·w_k|: float32 rounding of K products summed in 16 lanes (a
 # 512-term sum's worst case is about 32·2⁻²⁴ of that; typical errors are far smaller).
@@ -37,7 +37,8 @@ def random_blocks(qtype: int, rows: int, cols: int, seed: int = 0) -> np.ndarray
     per, size = BLOCK[qtype]
     raw = rng.integers(0, 256, size=(rows, cols // per, size), dtype=np.uint8)
     scales = (rng.random((rows, cols // per, 2)) * 0.02 + 1e-4).astype(np.float16).view(np.uint8)
-    offsets = {Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), Q3_K: (108,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,)}[qtype]
+    offsets = {Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), Q3_K: (108,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,), IQ4_XS: (0,),
+               IQ4_NL: (0,)}[qtype]
     for offset, which in zip(offsets, range(2)):
         raw[..., offset:offset + 2] = scales[..., 2 * which:2 * which + 2].reshape(rows, cols // per, 2)
     return raw.reshape(rows, -1)
@@ -92,10 +93,11 @@ def test_quantizers_round_trip_through_gguf():
         back = gguf_dequantize(qtype, tensor.data.numpy(), 512)
         assert torch.equal(back, tensor.dequantize())
         assert (back - weight).abs().mean() / weight.abs().mean() < worst, NAMES[qtype]
-    tensor = blockquant.quantize(weight, Q3_K)
-    back = gguf_dequantize(Q3_K, tensor.data.numpy(), 512)
-    assert torch.equal(back, tensor.dequantize())
-    assert (back - weight).abs().mean() / weight.abs().mean() < 0.25
+    for qtype, worst in ((Q3_K, 0.25), (IQ4_XS, 0.12), (IQ4_NL, 0.12)):
+        tensor = blockquant.quantize(weight, qtype)
+        back = gguf_dequantize(qtype, tensor.data.numpy(), 512)
+        assert torch.equal(back, tensor.dequantize())
+        assert (back - weight).abs().mean() / weight.abs().mean() < worst, NAMES[qtype]
 
 
 def test_q3_k_expands_to_gguf_values_at_its_ends():
@@ -247,31 +249,36 @@ def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_sai
     assert torch.equal(held.dequantize(), torch.from_numpy(expected.astype(np.float32)))
 
 
-def test_a_q3_k_gguf_runs_on_both_block_paths_as_it_ships(tmp_path, caplog):
-    """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are) keeps them in Q3_K's own blocks on both block
+@pytest.mark.parametrize("formats", [{Q4_K: Q3_K}, {Q4_K: IQ4_XS, Q6_K: IQ4_NL}],
+                         ids=["Q3_K", "IQ4_XS+IQ4_NL"])
+def test_a_gguf_in_other_formats_runs_on_both_block_paths_as_it_ships(tmp_path, caplog, formats):
+    """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are), or IQ4_XS with IQ4_NL (an IQ4_XS file's, the
+    latter where a width is not a multiple of 256: here the Q6_K ones), keeps them in their own blocks on both block
     paths, with nothing in float32, and the exact path computes what the float32 path computes with the same file."""
     model = build_tiny_model(TINY_GGUF)
-    q3_k = {}
+    written = {}
     for name, module in model.named_modules():
         block = getattr(module, "block_weight", None)
-        if block is not None and block.qtype == Q4_K:
-            module.block_weight = q3_k[name] = blockquant.quantize(block.dequantize(), Q3_K)
-    assert len(q3_k) >= 4 * model.config.num_hidden_layers
-    write_gguf(model, tmp_path / "q3_k.gguf")
+        if block is not None and block.qtype in formats:
+            module.block_weight = written[name] = blockquant.quantize(block.dequantize(), formats[block.qtype])
+    assert len(written) >= 4 * model.config.num_hidden_layers
+    file = tmp_path / "other.gguf"
+    write_gguf(model, file)
+    kept = {NAMES[qtype] for qtype in formats.values()} | ({"Q6_K"} if Q6_K not in formats else set())
     tokens = [5, 17, 101, 3, 250, 42, 7, 9, 33, 64, 128, 11]
     logits = {}
     for path in ("gguf", "gguf-q8", "fp32"):
         with caplog.at_level("WARNING", logger="specdec.engine.gguf_model"):
-            loaded = load_model(str(tmp_path / "q3_k.gguf"), "cpu", dtype=path)
+            loaded = load_model(str(file), "cpu", dtype=path)
         assert loaded.choice.path == path
         if path != "fp32":  # nothing in float32
-            assert loaded.choice.kernel.endswith("-Q3_K+Q6_K"), loaded.choice.kernel
+            assert set(loaded.choice.kernel.split("-")[-1].split("+")) == kept, loaded.choice.kernel
         logits[path] = loaded.runner.forward([Step(loaded.runner.new_cache(), tokens, logits=len(tokens))])[0]
     assert "do not read" not in caplog.text
-    held = load_gguf_model(tmp_path / "q3_k.gguf", model.config)
-    for name, written in q3_k.items():
+    held = load_gguf_model(file, model.config)
+    for name, block_written in written.items():
         block = held.get_submodule(name).block_weight
-        assert block.qtype == Q3_K and torch.equal(block.data, written.data), name
+        assert block.qtype == block_written.qtype and torch.equal(block.data, block_written.data), name
     torch.testing.assert_close(logits["gguf"], logits["fp32"], rtol=1e-4, atol=1e-4)
     # the integer path tracks the exact one (8-bit activations: a near tie of random weights may flip)
     assert bool((F.cosine_similarity(logits["gguf-q8"], logits["gguf"], dim=-1) > 0.995).all())

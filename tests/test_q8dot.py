@@ -20,19 +20,29 @@ from conftest import GGUF_TARGET
 from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine.cpu import native, q8dot
-from specdec.engine.cpu.blockquant import (BLOCK, F32, NAMES, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0, BlockTensor,
-                                           quantize)
+from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0,
+                                           BlockTensor, quantize)
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak, fastest, machine_variant
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL]
 VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not native.runnable(v), reason=f"this CPU cannot run {v}"))
             for v in native.Q8_VARIANTS]
 
 
 # -- the definition, transcribed -------------------------------------------------------------------
+KVALUES_IQ4NL = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113])  # GGML's
+
+
+def _iq4_values(qs: np.ndarray, n: int, cols: int) -> np.ndarray:
+    """IQ4's 16 index bytes of each 32-weight block (l in the low nibble of byte l, 16 + l in its high one) as the
+    table's values [N, K]."""
+    qs = qs.reshape(n, -1, 16).astype(np.int64)
+    return KVALUES_IQ4NL[np.concatenate([qs & 15, qs >> 4], axis=-1)].reshape(n, cols)
+
+
 def _half(raw: np.ndarray, offset: int) -> np.ndarray:
     return raw[..., offset:offset + 2].copy().view(np.float16)[..., 0].astype(np.float32)
 
@@ -77,7 +87,15 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         return q, np.repeat(_half(b, 108), 8, axis=-1), None, (sc - 32).astype(np.int64).reshape(n, -1)
     b = raw.reshape(n, -1, BLOCK[qtype][1])
     d = _half(b, 0)
-    if qtype == Q4_0:
+    if qtype == IQ4_XS:  # block j of 32: its indices at qs + 16j, its scale d·(ls − 32), ls 6 bits: low four in
+        # scales_l[j / 2] at 4·(j % 2), high two in scales_h (16 bits) at 2j
+        j = np.arange(8)
+        high = b[..., 2].astype(np.int64) | (b[..., 3].astype(np.int64) << 8)
+        ls = ((b[..., 4 + j // 2] >> (4 * (j % 2))) & 15) | (((high[..., None] >> (2 * j)) & 3) << 4)
+        return _iq4_values(b[..., 8:], n, cols), (d[..., None] * (ls - 32).astype(np.float32)).reshape(n, -1), None, None
+    if qtype == IQ4_NL:
+        q = _iq4_values(b[..., 2:], n, cols)
+    elif qtype == Q4_0:
         nibbles = b[..., 2:18].astype(np.int32)
         q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1).reshape(n, cols) - 8
     elif qtype == Q5_0:
@@ -134,7 +152,9 @@ BIT_FOR_BIT_CASES = [(Q4_K, 512, 8), (Q6_K, 768, 8), (Q5_0, 896, 8), (Q8_0, 896,
                      (Q4_0, 896, 8), (Q4_0, 160, 8), (Q4_0, 1248, 8), (Q4_0, 2688, 16),
                      (Q4_K, 7168, 8), (Q6_K, 7168, 8), (Q4_K, 7168, 16), (Q6_K, 7168, 16), (Q8_0, 7200, 16),
                      (Q5_K, 512, 8), (Q5_K, 768, 8), (Q5_K, 2816, 16), (Q5_K, 7168, 16),
-                     (Q3_K, 512, 8), (Q3_K, 768, 8), (Q3_K, 2816, 16), (Q3_K, 7168, 16)]
+                     (Q3_K, 512, 8), (Q3_K, 768, 8), (Q3_K, 2816, 16), (Q3_K, 7168, 16),
+                     (IQ4_XS, 512, 8), (IQ4_XS, 768, 8), (IQ4_XS, 2816, 16), (IQ4_XS, 7168, 16),
+                     (IQ4_NL, 896, 8), (IQ4_NL, 160, 8), (IQ4_NL, 1248, 8), (IQ4_NL, 2688, 16), (IQ4_NL, 7200, 16)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -151,9 +171,10 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     an odd last one alone, in groups of 4-7 from 8 rows, and so do the chunked ones (Q8_0's up to 7 rows), over
     whole rows (16 rows: 5-6); their units go chunk by chunk at 5-7 rows (Q6_K's accumulators in memory at 6-7),
     and at 3-4 unless the activations outgrow 32 KiB (3-4 rows of 7168: whole units); Q8_0 as q + 128 less
-    128 · Σu. AVX-512 without VNNI pairs 2-4 rows but Q8_0's, and the chunked ones in groups of 4. With AVX2 a
-    unit goes chunk by chunk against 2-8 rows (2-5 for Q5_0 and Q6_K; not Q8_0), with AVX-VNNI against 2-8 (2-5
-    for Q6_K), whole from there. Every row count from 1 to 14 is checked, and 16."""
+    128 · Σu, and IQ4's values the same way. AVX-512 without VNNI pairs 2-4 rows but Q8_0's and IQ4's (signed: |q|
+    with its sign on the activations), and the chunked ones in groups of 4. With AVX2 a unit goes chunk by chunk
+    against 2-8 rows (2-5 for Q5_0 and Q6_K; not Q8_0 or IQ4), with AVX-VNNI against 2-8 (2-5 for Q6_K), whole from
+    there. Every row count from 1 to 14 is checked, and 16."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]
@@ -173,7 +194,7 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
 
 
 ONE_ROW_CASES = [(Q4_K, 512), (Q4_K, 768), (Q6_K, 768), (Q6_K, 2816), (Q5_0, 896), (Q5_0, 160), (Q4_0, 1248),
-                 (Q8_0, 544), (Q5_K, 768), (Q3_K, 768), (Q3_K, 2816)]
+                 (Q8_0, 544), (Q5_K, 768), (Q3_K, 768), (Q3_K, 2816), (IQ4_XS, 768), (IQ4_XS, 2816), (IQ4_NL, 1248)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -182,8 +203,8 @@ def test_passes_with_one_row_pairs_compute_the_definition(variant):
     passes over two weight rows at once faster), passes of 1-6 rows give the definition's bits in every format,
     rows ending in a half unit (768, 2816) or a partial super-block too, over 37 columns (an odd one alone): in
     the 256-bit builds the setting also pairs passes of a few rows, their accumulators in memory between units
-    (AVX-VNNI: 2-5 rows, Q6_K's 2-3; AVX2: Q4_K's and Q4_0's 2-4, Q5_0's, Q6_K's and Q8_0's 2, Q8_0 as |q| with its
-    sign on the activations), and 6 rows stay single.
+    (AVX-VNNI: 2-5 rows, Q6_K's 2-3; AVX2: Q4_K's, Q4_0's and the signed codes' (Q8_0, IQ4) 2-4, Q5_0's and Q6_K's
+    2, the signed ones as |q| with its sign on the activations), and 6 rows stay single.
     The AVX-512, AVX-VNNI and AVX2 builds can pair, the others keep it off."""
     with one_row_pairs(variant) as taken:
         assert taken == can_pair(variant)
@@ -253,14 +274,15 @@ def test_one_row_pairs_are_taken_where_they_time_faster(paired_ms, taken):
 
 
 QUANT_BYTES = {Q4_K: slice(16, 144), Q5_K: slice(16, 176), Q6_K: slice(0, 192), Q3_K: slice(0, 96), Q5_0: slice(2, 22),
-               Q4_0: slice(2, 18), Q8_0: slice(2, 34)}
+               Q4_0: slice(2, 18), Q8_0: slice(2, 34), IQ4_XS: slice(8, 136), IQ4_NL: slice(2, 18)}
+LARGEST_CODE = {Q8_0: 0x80, IQ4_XS: 0x00, IQ4_NL: 0x00}  # −128; IQ4's index 0 (−127) in both nibbles; else 0xFF
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("qtype", FORMATS, ids=NAMES.get)
 def test_largest_products_do_not_overflow(variant, qtype):
-    """Every quant at its largest code (Q8_0: −128, as 128 with its sign on the activations; with VNNI every Q8_0
-    code goes in as q + 128 and int32 sums, which these cannot overflow) against
+    """Every quant at its largest code (Q8_0: −128, IQ4: −127, as 128 and 127 with their sign on the activations; with
+    VNNI every Q8_0 code and IQ4 value goes in as q + 128 and int32 sums, which these cannot overflow) against
     activations at ±127: the builds without VNNI sum u8·s8 pairs in int16 (`vpmaddubsw`, saturating), whose
     bound, 2·128·127, this reaches, and add the pair sums of several chunks in int16 before widening (8 for
     Q4_K and Q4_0, 4 for Q5_0, 2 for Q6_K, 1 for Q8_0): one more chunk for Q5_0, Q6_K or Q8_0 would overflow here;
@@ -268,11 +290,13 @@ def test_largest_products_do_not_overflow(variant, qtype):
     setting too, where the build pairs (AVX2's Q8_0 pairs as |q| and its sign, widened every chunk)."""
     raw = random_blocks(qtype, 8, 512, seed=7)
     blocks = raw.reshape(8, -1, BLOCK[qtype][1])
-    blocks[..., QUANT_BYTES[qtype]] = 0x80 if qtype == Q8_0 else 0xFF
+    blocks[..., QUANT_BYTES[qtype]] = LARGEST_CODE.get(qtype, 0xFF)
     if qtype == Q6_K:  # the int8 scales at their extremes, 127 and −128
         blocks[..., 192:208] = np.resize(np.array([0x7F, 0x80], np.uint8), 16)
     if qtype == Q3_K:  # the scales at their extremes, 31 and −32 (even and odd j)
         blocks[..., 96:108] = np.resize(np.array([0xFF, 0x00], np.uint8), 12)
+    if qtype == IQ4_XS:  # the scale codes at their extremes, 63 and 0 (ls − 32: 31 and −32; even and odd j)
+        blocks[..., 2:8] = [0x33, 0x33, 0x0F, 0x0F, 0x0F, 0x0F]
     x = torch.full((3, 512), 2.0)
     x[1] = -2.0
     x[2, ::2] = -2.0
@@ -289,7 +313,7 @@ def test_each_row_is_the_same_whatever_it_is_computed_with():
     parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
     parts.append(BlockTensor.from_float(torch.randn(8, 512)))
     kernel = Q8Kernel(parts, torch.randn(16 * len(FORMATS) + 8))
-    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q3_K+Q5_0+Q4_0+Q8_0+F32"
+    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q3_K+Q5_0+Q4_0+Q8_0+IQ4_XS+IQ4_NL+F32"
     assert_rows_invariant(kernel, torch.randn(17, 512))
 
 

@@ -7,7 +7,8 @@ each row's result is the same whatever it is computed with (row invariance).
 
 Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold), Q5_K (with Q6_K, a Q5_K_M file's), Q3_K (with
 Q4_K, Q5_K and Q6_K, a Q3_K_M file's), Q4_0 (many other published GGUFs, and what a draft is requantized to:
-`specdec.engine.requantize`) and F32 (for tensors of any other type, dequantized once at load).
+`specdec.engine.requantize`), IQ4_XS and IQ4_NL (an IQ4_XS file's: 4-bit indices into a table of 16 values, IQ4_NL
+where a width is not a multiple of 256) and F32 (for tensors of any other type, dequantized once at load).
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
-F32, Q4_0, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K = 0, 2, 6, 8, 11, 12, 13, 14  # GGML's type numbers
-NAMES = {F32: "F32", Q4_0: "Q4_0", Q5_0: "Q5_0", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
-BLOCK = {F32: (16, 64), Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34),  # weights, bytes a block
-         Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
+F32, Q4_0, Q5_0, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS = 0, 2, 6, 8, 11, 12, 13, 14, 20, 23  # GGML's numbers
+NAMES = {F32: "F32", Q4_0: "Q4_0", Q5_0: "Q5_0", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K",
+         IQ4_NL: "IQ4_NL", IQ4_XS: "IQ4_XS"}
+BLOCK = {F32: (16, 64), Q4_0: (32, 18), Q5_0: (32, 22), Q8_0: (32, 34), IQ4_NL: (32, 18),  # weights, bytes a block
+         Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210), IQ4_XS: (256, 136)}
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 
 
 def library():
@@ -223,6 +226,31 @@ def quantize_q3_k(weight: np.ndarray) -> np.ndarray:
     return np.concatenate([hmask, qs, scales, _f16_bytes(d)], axis=1).reshape(weight.shape[0], -1)
 
 
+def quantize_iq4(weight: np.ndarray, per_256: bool) -> np.ndarray:
+    """A plain IQ4_NL quantizer, or IQ4_XS with `per_256` (per 32 weights the one of largest magnitude at the
+    table's −127, each weight at its nearest table value; GGML's searches harder), [N, K] -> bytes."""
+    w = weight.astype(np.float32).reshape(-1, 32)  # [blocks of 32, 32]
+    scale = np.take_along_axis(w, np.abs(w).argmax(-1)[:, None], -1)[:, 0] / -127
+    if per_256:  # d per 256 weights, the block scales as 6-bit codes ls: d·(ls − 32)
+        scale = scale.reshape(-1, 8)
+        top = np.take_along_axis(scale, np.abs(scale).argmax(-1)[:, None], -1)  # [super-blocks, 1]
+        d = (top / -32).astype(np.float16).astype(np.float32)
+        ls = (np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d != 0)), -32, 31) + 32).astype(np.uint8)
+        step = (d * (ls.astype(np.float32) - 32)).reshape(-1)
+    else:
+        d = scale.astype(np.float16).astype(np.float32)[:, None]
+        step = d[:, 0]
+    ratio = np.divide(w, step[:, None], out=np.zeros_like(w), where=step[:, None] != 0)
+    index = np.abs(ratio[..., None] - IQ4_VALUES).argmin(-1).astype(np.uint8)  # [blocks of 32, 32]
+    qs = (index[:, :16] | (index[:, 16:] << 4))  # [blocks of 32, 16]: Q4_0's nibble order
+    if not per_256:
+        return np.concatenate([_f16_bytes(d), qs], axis=1).reshape(weight.shape[0], -1)
+    high = (ls.astype(np.uint16) >> 4 << (2 * np.arange(8, dtype=np.uint16))).sum(-1, dtype=np.uint16)
+    low = (ls & 15).reshape(-1, 4, 2)
+    return np.concatenate([_f16_bytes(d), high[:, None].view(np.uint8), low[..., 0] | (low[..., 1] << 4),
+                           qs.reshape(-1, 128)], axis=1).reshape(weight.shape[0], -1)
+
+
 def quantize(weight: torch.Tensor, qtype: int) -> BlockTensor:
     """`weight` [N, K] in `qtype` (K a whole number of blocks)."""
     w = weight.detach().float().cpu().numpy()
@@ -234,6 +262,8 @@ def quantize(weight: torch.Tensor, qtype: int) -> BlockTensor:
         raw = quantize_q6_k(w)
     elif qtype == Q3_K:
         raw = quantize_q3_k(w)
+    elif qtype in (IQ4_NL, IQ4_XS):
+        raw = quantize_iq4(w, per_256=qtype == IQ4_XS)
     else:
         import gguf
 

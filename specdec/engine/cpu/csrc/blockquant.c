@@ -2,8 +2,9 @@
  *
  * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
  * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K and Q5_K, d·sc·(q − 32) for Q6_K,
- * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0; those
- * products are exact in float32, so a fused multiply-add rounds like gguf-py's multiply-then-subtract), then
+ * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0,
+ * s·v for IQ4_NL and IQ4_XS (v the table value of its index, s = d or d·(ls − 32)); those products are exact in
+ * float32, so a fused multiply-add rounds like gguf-py's multiply-then-subtract), then
  * multiplied by float32 activations and summed in float32.
  *
  * Row invariance: each output y[s, n] is summed in one fixed order (V lanes over the row's blocks in
@@ -55,6 +56,23 @@ static inline __m128i load4(const uint8_t *p) {
 
 static inline vi widen_u8(const uint8_t *p) { return (vi)WIDEN_U8(LOAD_BYTES(p)); } /* zero-extended */
 static inline vi widen_s8(const uint8_t *p) { return (vi)WIDEN_S8(LOAD_BYTES(p)); } /* sign-extended */
+
+/* The IQ4 table values (IQ4_VALUES) of the low nibbles of V bytes at p, or of their high ones, as int32 lanes. */
+static inline vi iq4_values(const uint8_t *p, int high) {
+    const __m128i table = _mm_loadu_si128((const __m128i *)IQ4_VALUES);
+    const __m128i bytes = high ? _mm_srli_epi16(LOAD_BYTES(p), 4) : LOAD_BYTES(p);
+    return (vi)WIDEN_S8(_mm_shuffle_epi8(table, _mm_and_si128(bytes, _mm_set1_epi8(15))));
+}
+
+/* Block j's scale of an IQ4_NL or IQ4_XS block at b (d, or d·(ls − 32): exact), and its 16 index bytes. */
+static inline float iq4_scale(const int type, const uint8_t *b, int j) {
+    const float d = half_to_float(b);
+    return type == IQ4_XS ? d * (float)(iq4_xs_scale_code(b, j) - 32) : d;
+}
+
+static inline const uint8_t *iq4_indices(const int type, const uint8_t *b, int j) {
+    return b + (type == IQ4_XS ? IQ4_XS_QS + 16 * j : 2);
+}
 
 
 static inline vf load_f32(const float *p) {
@@ -150,6 +168,16 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
                         const float s = d * (float)sc[8 * c + 2 * r + l / 16];
                         FEED(to_float(q) * splat(s) - splat(4.0f * s), k0 + 128 * c + 32 * r + l); /* s·(q − 4) */
                     }
+                }
+            }
+        } else if (type == IQ4_NL || type == IQ4_XS) { /* per 32 weights Q4_0's layout, table values */
+            for (int j = 0; j < block_weights(type) / 32; j++) {
+                const float s = iq4_scale(type, b, j);
+                const uint8_t *qs = iq4_indices(type, b, j);
+                const int64_t k0 = i * block_weights(type) + 32 * j;
+                for (int l = 0; l < 16; l += V) {
+                    FEED(to_float(iq4_values(qs + l, 0)) * splat(s), k0 + l);
+                    FEED(to_float(iq4_values(qs + l, 1)) * splat(s), k0 + 16 + l);
                 }
             }
         } else if (type == Q8_0) {
@@ -251,6 +279,8 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             case Q8_0: PASSES(Q8_0); break;
             case Q5_0: PASSES(Q5_0); break;
             case Q4_0: PASSES(Q4_0); break;
+            case IQ4_NL: PASSES(IQ4_NL); break;
+            case IQ4_XS: PASSES(IQ4_XS); break;
             default: PASSES(F32); break;
             }
         }
@@ -304,6 +334,15 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
                     const float s = d * (float)sc[8 * c + 2 * r + l / 16];
                     ob[128 * c + 32 * r + l] = s * (float)(q3_k_code(b, c, r, l) - 4);
                 }
+    } else if (type == IQ4_NL || type == IQ4_XS) {
+        for (int j = 0; j < block_weights(type) / 32; j++) {
+            const float s = iq4_scale(type, b, j);
+            const uint8_t *qs = iq4_indices(type, b, j);
+            for (int l = 0; l < 16; l++) {
+                ob[32 * j + l] = s * (float)IQ4_VALUES[qs[l] & 15];
+                ob[32 * j + 16 + l] = s * (float)IQ4_VALUES[qs[l] >> 4];
+            }
+        }
     } else if (type == Q8_0) {
         const float d = half_to_float(b);
         for (int l = 0; l < 32; l++) ob[l] = (float)(int8_t)b[2 + l] * d;

@@ -1,5 +1,5 @@
 /* GGML's block formats as both kernels read them: type numbers, block sizes, float16 scales, Q4_K's packed
- * 6-bit scales and minimums and Q3_K's packed 6-bit scales. */
+ * 6-bit scales and minimums, Q3_K's packed 6-bit scales, and IQ4's table and IQ4_XS's scales. */
 #ifndef SPECDEC_GGML_BLOCKS_H
 #define SPECDEC_GGML_BLOCKS_H
 
@@ -10,7 +10,7 @@
 #endif
 
 /* GGML's type numbers (F32: 16 floats a "block") */
-enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+enum { F32 = 0, Q4_0 = 2, Q5_0 = 6, Q8_0 = 8, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23 };
 
 /* Bytes one block occupies, and weights it holds (0 for a type neither kernel reads). */
 static inline int64_t block_bytes(int type) {
@@ -23,6 +23,8 @@ static inline int64_t block_bytes(int type) {
     case Q4_K: return 144;
     case Q5_K: return 176;
     case Q6_K: return 210;
+    case IQ4_NL: return 18;
+    case IQ4_XS: return 136;
     default: return 0;
     }
 }
@@ -30,8 +32,8 @@ static inline int64_t block_bytes(int type) {
 static inline int64_t block_weights(int type) {
     switch (type) {
     case F32: return 16;
-    case Q4_0: case Q5_0: case Q8_0: return 32;
-    case Q3_K: case Q4_K: case Q5_K: case Q6_K: return 256;
+    case Q4_0: case Q5_0: case Q8_0: case IQ4_NL: return 32;
+    case Q3_K: case Q4_K: case Q5_K: case Q6_K: case IQ4_XS: return 256;
     default: return 0;
     }
 }
@@ -74,6 +76,20 @@ static inline int q3_k_code(const uint8_t *b, int c, int r, int l) {
 static inline void q3_k_scales(const uint8_t *s, int8_t *sc) {
     for (int j = 0; j < 16; j++)
         sc[j] = (int8_t)((((s[j % 8] >> (4 * (j / 8))) & 15) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
+}
+
+/* IQ4_NL and IQ4_XS: each weight a 4-bit index into one table of 16 int8 values (GGML's kvalues_iq4nl), times its
+ * block's scale. IQ4_NL's block (18 bytes): d (float16), qs[16], index l in qs[l]'s low nibble, 16 + l in its high
+ * one: Q4_0's layout. IQ4_XS's (136 bytes): d (float16), scales_h (16 bits), scales_l[4], qs[128]; block j of 32
+ * has Q4_0's layout at qs + 16j and the scale d·(ls − 32), ls its 6-bit code. */
+static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+enum { IQ4_XS_SCALES_H = 2, IQ4_XS_SCALES_L = 4, IQ4_XS_QS = 8 };
+
+/* Block j's (of 8) 6-bit scale code ls of the IQ4_XS block at b: low four bits in scales_l[j / 2] at 4·(j % 2),
+ * high two in scales_h at 2j. */
+static inline int iq4_xs_scale_code(const uint8_t *b, int j) {
+    const int high = b[IQ4_XS_SCALES_H] | b[IQ4_XS_SCALES_H + 1] << 8;
+    return ((b[IQ4_XS_SCALES_L + j / 2] >> (4 * (j % 2))) & 15) | (((high >> (2 * j)) & 3) << 4);
 }
 
 #endif

@@ -81,7 +81,7 @@ static inline __attribute__((always_inline)) void unit_group_by_chunk(const int 
 
 /* Whether a unit of this format goes chunk by chunk against G rows (above). */
 static inline int unit_goes_by_chunk(const int type, const int G) {
-    return type != Q8_0 && G >= 2 && G <= (sums16_of(type) == 8 ? BY_CHUNK_ROWS : BY_CHUNK_ROWS_WIDENED);
+    return !sign_on_activations(type) && G >= 2 && G <= (sums16_of(type) == 8 ? BY_CHUNK_ROWS : BY_CHUNK_ROWS_WIDENED);
 }
 
 /* Passes over two weight rows at once, where the process measures one-row passes faster so
@@ -114,7 +114,8 @@ static inline __attribute__((always_inline)) void pair_sums_into(const int type,
     }
 }
 
-/* Q8_0 in pairs (its codes q signed, without VNNI: |q| the unsigned operand, q's sign moved onto the activations):
+/* Signed codes in pairs (Q8_0's, IQ4's values; without VNNI |q| the unsigned operand, q's sign moved onto the
+ * activations):
  * as below, but one chunk at a time, its int16 pair sums widened at every chunk (|q|·|u| pairs reach 2 · 128 · 127),
  * so 2 registers of |q|, 2 of q, 1 of activations and 1 of ones beside 2·G int32 sums: up to 4 rows in the 16.
  * Before (2026-12-05), Q8_0 never paired here: a unit went whole, 8 registers of |q| and 8 of signs, and a one-token
@@ -123,19 +124,20 @@ static inline __attribute__((always_inline)) void pair_sums_into(const int type,
  * 0.72 / 0.80x the time, 5 the same (single rows). 5-16 rows in groups of up to 4 (each group reading the two rows
  * again) 0.96 / 0.99x at 5 / 6 rows and 1.04-1.14x at 8-16, so not taken: a Q8_0 row's sign and widening make
  * each of its products twice Q4_K's work. */
-static inline __attribute__((always_inline)) void unit_pair_signed_by_chunk(const uint8_t *o, int64_t other,
-                                                                            const act_unit *a, int64_t lda,
-                                                                            vacc *acc0, vacc *acc1, int G, int part) {
+static inline __attribute__((always_inline)) void unit_pair_signed_by_chunk(const int type, const uint8_t *o,
+                                                                            int64_t other, const act_unit *a,
+                                                                            int64_t lda, vacc *acc0, vacc *acc1,
+                                                                            int G, int part) {
     unit_weights u[2];
-    unpack_scales(Q8_0, o, &u[0], 0);
-    unpack_scales(Q8_0, o + other, &u[1], 0);
+    unpack_scales(type, o, &u[0], 0);
+    unpack_scales(type, o + other, &u[1], 0);
     const nv one = SPLAT16(1);
     nv dot[2][PAIR_ROWS];
 #pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         nv q[2], w[2];
         for (int r = 0; r < 2; r++) {
-            const vw b = weight_chunk(Q8_0, o + r * other, c, SB_PER_UNIT, CHUNK);
+            const vw b = weight_chunk(type, o + r * other, c, SB_PER_UNIT, CHUNK);
             memcpy(&q[r], &b, CHUNK);
             w[r] = NV_ABS(q[r]);
         }
@@ -147,14 +149,14 @@ static inline __attribute__((always_inline)) void unit_pair_signed_by_chunk(cons
             }
         }
     }
-    pair_sums_into(Q8_0, u, dot, a, lda, acc0, acc1, G, part);
+    pair_sums_into(type, u, dot, a, lda, acc0, acc1, G, part);
 }
 
 static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int type, const uint8_t *o, int64_t other,
                                                                      const act_unit *a, int64_t lda, vacc *acc0,
                                                                      vacc *acc1, int G, int part) {
     if (sign_on_activations(type)) {
-        unit_pair_signed_by_chunk(o, other, a, lda, acc0, acc1, G, part);
+        unit_pair_signed_by_chunk(type, o, other, a, lda, acc0, acc1, G, part);
         return;
     }
     unit_weights u[2];
@@ -273,7 +275,7 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
  * passes 0.89-0.96x (11-16 rows level, so not taken). At one row only where the process measures it faster
  * (`q8_set_one_row_pairs`, whole units: on the Zen 4 1.0-1.08x, on a Granite Rapids 0.77x; chunk by chunk with
  * shared loads 1.27-1.37x slower on gate/up and the output layer at both threads on the Zen 4). Q8_0 since its
- * codes go in as q + 128 (Q8_0_OFFSET; with |q| and its sign, twice the registers, it had been 1.0-1.23x): on the
+ * codes go in as q + 128 (SIGNED_OFFSET; with |q| and its sign, twice the registers, it had been 1.0-1.23x): on the
  * Granite Rapids the 0.5B draft's output layer (Q8_0, a third of its pass) at 1 / 2 / 3 / 5 rows 0.81 / 0.76 /
  * 0.64 / 0.60x the time, the draft's whole passes of 1-5 tokens 0.83-0.87x (at AVX-VNNI 0.87-0.89x; with single
  * rows 0.84-0.91x). AVX-512 only: with AVX2's 16 registers the spills made it 1.3-3x slower.
@@ -389,12 +391,12 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
 #define ROW_PAIRS 0
 #endif
 
-/* Whether Q8_0 pairs: in every build that pairs but AVX-512 without VNNI (with VNNI as q + 128, Q8_0_OFFSET; at
- * AVX2 as |q| with its sign, `unit_pair_signed_by_chunk`). */
+/* Whether signed codes (Q8_0, IQ4) pair: in every build that pairs but AVX-512 without VNNI (with VNNI as q + 128,
+ * SIGNED_OFFSET; at AVX2 as |q| with its sign, `unit_pair_signed_by_chunk`). */
 #if ROW_PAIRS && !(defined(PAIRS) && CHUNK == 64)
-#define Q8_0_PAIRS 1
+#define SIGNED_PAIRS 1
 #else
-#define Q8_0_PAIRS 0
+#define SIGNED_PAIRS 0
 #endif
 
 #if ROW_PAIRS && CHUNK == 32

@@ -10,7 +10,7 @@
 int64_t q8_row_bytes(int type, int64_t K) { return repacked_row_bytes(type, K); }
 int64_t q8_act_bytes(int64_t K) { return units(K) * (int64_t)sizeof(act_unit); }
 
-/* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset). */
+/* The quants of one GGML block (256 or 32 weights) as integers q[k] (before any offset; IQ4's table indices). */
 static void decode_block(int type, const uint8_t *b, int8_t *q) {
     if (type == Q4_K || type == Q5_K) { /* Q5_K: qh[32] before the nibbles, bit 2j of qh[l] the low one's 5th */
         const uint8_t *qs = b + (type == Q5_K ? 48 : 16);
@@ -33,7 +33,13 @@ static void decode_block(int type, const uint8_t *b, int8_t *q) {
         for (int c = 0; c < 2; c++)
             for (int r = 0; r < 4; r++)
                 for (int l = 0; l < 32; l++) q[128 * c + 32 * r + l] = (int8_t)q3_k_code(b, c, r, l);
-    } else if (type == Q4_0) {
+    } else if (type == IQ4_XS) { /* block j of 32: Q4_0's layout at qs + 16j */
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 16; l++) {
+                q[32 * j + l] = b[IQ4_XS_QS + 16 * j + l] & 15;
+                q[32 * j + 16 + l] = b[IQ4_XS_QS + 16 * j + l] >> 4;
+            }
+    } else if (type == Q4_0 || type == IQ4_NL) {
         for (int l = 0; l < 16; l++) {
             q[l] = b[2 + l] & 15;
             q[16 + l] = b[2 + l] >> 4;
@@ -93,7 +99,7 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
             const int half = half_tail(K) && i == nu - 1, sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
             int8_t natural[UNIT] = {0}, ordered[UNIT];
             uint8_t *o = dst + i * unit_bytes(type);
-            if (type == Q4_K || type == Q5_K || type == Q6_K || type == Q3_K) {
+            if (block_weights(type) == SB) {
                 for (int s = 0; s < sbu && i * SB_PER_UNIT + s < blocks_in; s++) {
                     const uint8_t *b = src + (i * SB_PER_UNIT + s) * block_bytes(type);
                     decode_block(type, b, natural + SB * s);
@@ -103,6 +109,9 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                     } else if (type == Q3_K) {
                         memcpy(o + 2 * s, b + Q3_K_D, 2);
                         q3_k_scales(b + Q3_K_SCALES, (int8_t *)o + 2 * sbu + 16 * s);
+                    } else if (type == IQ4_XS) {
+                        memcpy(o + 2 * s, b, 2);
+                        for (int j = 0; j < 8; j++) o[2 * sbu + 8 * s + j] = (uint8_t)iq4_xs_scale_code(b, j);
                     } else {
                         memcpy(o + 2 * s, b, 2);               /* d */
                         memcpy(o + 2 * sbu + 2 * s, b + 2, 2); /* dmin */
@@ -127,7 +136,9 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
             } else if (type == Q3_K) {
                 pack_bit_slices(ordered, o + 18 * sbu, cb, 0, 2);
                 pack_bit_slices(ordered, o + 18 * sbu + 2 * cb, cb, 2, 1);
-            } else if (type == Q4_0 || type == Q5_0) { /* Q5_0: Q4_0's layout, then the fifth bits */
+            } else if (type == IQ4_XS) {
+                pack_nibbles(ordered, o + 10 * sbu, cb);
+            } else if (type == Q4_0 || type == Q5_0 || type == IQ4_NL) { /* Q5_0: Q4_0's layout, then the fifth bits */
                 pack_nibbles(ordered, o + 16 * sbu, cb);
                 if (type == Q5_0) pack_bit_plane(ordered, o + 16 * sbu + 4 * cb, cb, 4);
             } else {

@@ -66,8 +66,9 @@ typedef struct act_unit {
  * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
  * Q3_K: Q6_K's d[n] and sc[16n] (its scales less 32), then 2 · CHUNK bytes of low bit pairs (laid out as Q6_K's
  * high ones), CHUNK of third bits (bit c of byte p: chunk c's);
- * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_0: d[8n] (f16), 4 · CHUNK bytes of
- * nibbles; Q8_0: d[8n] (f16), UNIT int8.
+ * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_0 and IQ4_NL: d[8n] (f16), 4 · CHUNK
+ * bytes of nibbles (IQ4_NL's table indices); IQ4_XS: d[n] (f16), ls[8n] (its 6-bit scale codes in bytes), 4 · CHUNK
+ * bytes of table indices; Q8_0: d[8n] (f16), UNIT int8.
  * A half unit is the same with n = 1 and chunks of CHUNK / 2 bytes. */
 static inline int64_t sb_bytes(int type) {
     switch (type) {
@@ -76,7 +77,8 @@ static inline int64_t sb_bytes(int type) {
     case Q6_K: return 210;
     case Q3_K: return 114;
     case Q5_0: return 176;
-    case Q4_0: return 144;
+    case Q4_0: case IQ4_NL: return 144;
+    case IQ4_XS: return 138;
     case Q8_0: return 272;
     default: return 0;
     }

@@ -119,23 +119,52 @@ static inline vl superblock_lanes(const uint8_t *p, int half) {
     return out;
 }
 
-/* With VNNI, Q8_0's codes q go in as q + 128 (unsigned: each byte's top bit flipped as it loads) and its block
- * sums take 128 · Σu off (`centred`), as Q4_0's and Q5_0's codes do: the integer sum is the same, and no sign is
- * moved onto the activations, so Q8_0 goes every way the other formats go (chunk by chunk, in pairs). Without
- * VNNI vpmaddubsw's int16 pair sums would saturate (2 · 255 · 127), so there |q| and its sign stay. */
+/* The formats whose codes are signed bytes: Q8_0's, and IQ4_NL's and IQ4_XS's table values (-127..113). */
+static inline int signed_codes(const int type) { return type == Q8_0 || type == IQ4_NL || type == IQ4_XS; }
+
+/* With VNNI, signed codes q go in as q + 128 (unsigned: each byte's top bit flipped) and their block sums take
+ * 128 · Σu off (`centred`), as Q4_0's and Q5_0's codes do: the integer sum is the same, and no sign is moved onto
+ * the activations, so they go every way the other formats go (chunk by chunk, in pairs). Without VNNI
+ * vpmaddubsw's int16 pair sums would saturate (2 · 255 · 127), so there |q| and its sign stay. */
 #if !defined(PAIRS) && defined(NATIVE)
-#define Q8_0_OFFSET 1
+#define SIGNED_OFFSET 1
 #else
-#define Q8_0_OFFSET 0
+#define SIGNED_OFFSET 0
 #endif
 
-/* Whether this format's weights go in as |q| with their sign moved onto the activations (Q8_0 without VNNI):
- * then a unit takes twice the registers, and goes in pairs only in the AVX2 build (q8grouped.h). */
-static inline int sign_on_activations(const int type) { return type == Q8_0 && !Q8_0_OFFSET; }
+/* Whether this format's weights go in as |q| with their sign moved onto the activations (signed codes without
+ * VNNI): then a unit takes twice the registers, and goes in pairs only in the AVX2 build (q8grouped.h). */
+static inline int sign_on_activations(const int type) { return signed_codes(type) && !SIGNED_OFFSET; }
+
+/* A chunk's table indices (0..15 a byte) as IQ4's values: + 128 where signed codes go in offset (SIGNED_OFFSET),
+ * else as int8 bytes. One byte shuffle a 16-byte lane. */
+static inline vw iq4_values(vw index) {
+    vw out;
+#if defined(Q8_PORTABLE)
+    uint8_t bytes[CHUNK];
+    memcpy(bytes, &index, CHUNK);
+    for (int k = 0; k < CHUNK; k++) bytes[k] = (uint8_t)IQ4_VALUES[bytes[k]];
+    memcpy(&out, bytes, CHUNK);
+#else
+    const __m128i table = _mm_xor_si128(_mm_loadu_si128((const __m128i *)IQ4_VALUES),
+                                        _mm_set1_epi8(SIGNED_OFFSET ? (char)0x80 : 0));
+#if CHUNK == 64
+    const __m512i v = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(table), (__m512i)index);
+#elif defined(__AVX2__)
+    const __m256i v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), (__m256i)index);
+#else /* SSE4.1: two 16-byte halves */
+    __m128i v[2];
+    memcpy(v, &index, CHUNK);
+    for (int h = 0; h < 2; h++) v[h] = _mm_shuffle_epi8(table, v[h]);
+#endif
+    memcpy(&out, &v, CHUNK);
+#endif
+    return out;
+}
 
 /* What one unit of a weight row needs, unpacked once per pass. */
 typedef struct {
-    nv w[NVS], sign[NVS]; /* sign: Q8_0 without VNNI only */
+    nv w[NVS], sign[NVS]; /* sign: signed codes without VNNI only */
     vl s, m;              /* the blocks' scales, and Q4_K's and Q5_K's mins */
     vli scale[2];         /* Q6_K and Q3_K without VNNI: the half scales as unit_dot takes them */
     vli scale_pairs;      /* Q6_K and Q3_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
@@ -143,11 +172,13 @@ typedef struct {
 } unit_weights;
 
 /* Chunk c's weights as unsigned bytes, of the unit at o (of sbu super-blocks, chunks of cb bytes: a half unit
- * if cb is CHUNK / 2, whose lanes past 8 read other bytes, finite, against zero activations); Q8_0's as q + 128
- * with VNNI (Q8_0_OFFSET), else its signed codes q as they are. */
+ * if cb is CHUNK / 2, whose lanes past 8 read other bytes, finite, against zero activations); signed codes (Q8_0's,
+ * IQ4's values) as q + 128 with VNNI (SIGNED_OFFSET), else as they are. */
 static inline __attribute__((always_inline)) vw weight_chunk(const int type, const uint8_t *o, const int c,
                                                              const int sbu, const int cb) {
-    if (type == Q8_0) return load_chunk(o + 16 * sbu + cb * c, cb) ^ BYTES(Q8_0_OFFSET ? 128 : 0);
+    if (type == Q8_0) return load_chunk(o + 16 * sbu + cb * c, cb) ^ BYTES(SIGNED_OFFSET ? 128 : 0);
+    if (type == IQ4_NL) return iq4_values(nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb));
+    if (type == IQ4_XS) return iq4_values(nibbles(o + 10 * sbu + cb * (c / 2), c % 2, cb));
     if (type == Q4_K) return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb);
     if (type == Q5_K)
         return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb) | plane_bits(o + 20 * sbu + 4 * cb, c, cb) << 4;
@@ -177,7 +208,9 @@ static inline __attribute__((always_inline)) void unpack_scales(const int type, 
             u->half_scale[0] = __builtin_convertvector((vli)((vlu)pairs << 16) >> 16, vl);
             u->half_scale[1] = __builtin_convertvector(pairs >> 16, vl);
         }
-    } else { /* Q5_0, Q4_0 and Q8_0 */
+    } else if (type == IQ4_XS) { /* d · (ls − 32); a half unit's lanes past 8 read its indices: finite */
+        u->s = __builtin_convertvector(byte_lanes(o + 2 * sbu) - 32, vl) * superblock_lanes(o, half);
+    } else { /* Q5_0, Q4_0, Q8_0 and IQ4_NL */
         u->s = half_lanes(o, half);
     }
 }
@@ -188,23 +221,18 @@ static inline __attribute__((always_inline)) void unpack_unit(const int type, co
     const int sbu = half ? 1 : SB_PER_UNIT, cb = half ? CHUNK / 2 : CHUNK;
     uint8_t bytes[UNIT] __attribute__((aligned(64)));
     unpack_scales(type, o, u, half);
-    if (sign_on_activations(type)) { /* |q| is the unsigned operand, and q's sign moves onto the activations */
-        if (!half) {
-            load_signed_weights(u->w, u->sign, (const int8_t *)o + 16 * sbu);
-            return;
-        }
-        for (int c = 0; c < 8; c++) {
-            const vw q = load_chunk(o + 16 * sbu + cb * c, cb);
-            memcpy(bytes + CHUNK * c, &q, CHUNK);
-        }
-        load_signed_weights(u->w, u->sign, (const int8_t *)bytes);
+    if (type == Q8_0 && sign_on_activations(type) && !half) { /* its codes where they lie */
+        load_signed_weights(u->w, u->sign, (const int8_t *)o + 16 * sbu);
         return;
     }
     for (int c = 0; c < 8; c++) {
         const vw q = weight_chunk(type, o, c, sbu, cb);
         memcpy(bytes + CHUNK * c, &q, CHUNK);
     }
-    load_weights(u->w, bytes);
+    if (sign_on_activations(type)) /* |q| is the unsigned operand, and q's sign moves onto the activations */
+        load_signed_weights(u->w, u->sign, (const int8_t *)bytes);
+    else
+        load_weights(u->w, bytes);
 }
 
 /* A unit's terms t (its BLOCKS lanes) into accumulators [BLOCKS · part, BLOCKS · (part + 1)) of acc. */
@@ -245,17 +273,19 @@ static inline vl scaled_halves_sum(const unit_weights *u, vli first, vli second)
            __builtin_convertvector(second, vl) * u->half_scale[1];
 }
 
-/* Q5_0's, Q4_0's and (with VNNI) Q8_0's block sums I from Σ q·u: less 16, 8 or 128 times Σu, their codes being
- * q − 16, q − 8 and q − 128 (a shift, unsigned: defined for negative sums); the other formats' as they are. */
+/* Q5_0's, Q4_0's and (with VNNI) signed codes' block sums I from Σ q·u: less 16, 8 or 128 times Σu, their codes
+ * being q − 16, q − 8 and q − 128 (a shift, unsigned: defined for negative sums); the other formats' as they are. */
 static inline vli centred(const int type, vli dot, const act_unit *x) {
-    if (type != Q5_0 && type != Q4_0 && (type != Q8_0 || !Q8_0_OFFSET)) return dot;
+    const int shift = type == Q5_0 ? 4 : type == Q4_0 ? 3 : signed_codes(type) && SIGNED_OFFSET ? 7 : 0;
+    if (!shift) return dot;
     vli sums;
     memcpy(&sums, x->bsum, CHUNK);
-    return dot - (vli)((vlu)sums << (type == Q5_0 ? 4 : type == Q4_0 ? 3 : 7));
+    return dot - (vli)((vlu)sums << shift);
 }
 
 /* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K and Q4_0,
- * 31 for Q5_0 and Q5_K, 63 for Q6_K, 128 for Q8_0; Q3_K's 7 would take 8, but its halves' scales take 4. */
+ * 31 for Q5_0 and Q5_K, 63 for Q6_K, 128 for Q8_0, 127 for IQ4's values; Q3_K's 7 would take 8, but its halves'
+ * scales take 4. */
 static inline int sums16_of(const int type) {
     return type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 || type == Q5_K || type == Q3_K ? 4 : type == Q6_K ? 2 : 1;
 }
