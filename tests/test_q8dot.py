@@ -173,8 +173,8 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
     and at 3-4 unless the activations outgrow 32 KiB (3-4 rows of 7168: whole units); Q8_0 as q + 128 less
     128 · Σu, and IQ4's values the same way. AVX-512 without VNNI pairs 2-4 rows but Q8_0's and IQ4's (signed: |q|
     with its sign on the activations), and the chunked ones in groups of 4. With AVX2 a unit goes chunk by chunk
-    against 2-8 rows (2-5 for Q5_0 and Q6_K; not Q8_0 or IQ4), with AVX-VNNI against 2-8 (2-5 for Q6_K), whole from
-    there. Every row count from 1 to 14 is checked, and 16."""
+    against 2-8 rows (2-5 for Q5_0 and Q6_K; the signed codes, Q8_0's and IQ4's, one chunk at a time), with AVX-VNNI
+    against 2-8 (2-5 for Q6_K), whole from there. Every row count from 1 to 14 is checked, and 16."""
     raw = random_blocks(qtype, 37, cols, seed=qtype)
     if qtype == Q8_0:  # every int8 code, −128 included
         codes = raw.reshape(37, -1, 34)[..., 2:]
