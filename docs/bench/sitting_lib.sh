@@ -52,3 +52,9 @@ short_sitting() {  # two of our runs between three of llama-server's, then both 
   tail -12 /tmp/curve.log
   date
 }
+before_after() {  # llama-server, ours before (a checkout in $OLD) and after (this one), llama-server, ours after
+  # again, llama-server again, between two dates; T: the file, MODEL: its folder (a new format's sitting)
+  date
+  llama 1; ours_at before $OLD; ours_at after ""; llama 2; ours_at after2 ""; llama 3
+  date
+}

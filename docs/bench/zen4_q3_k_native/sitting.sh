@@ -7,6 +7,4 @@ cd "$(dirname "$0")" && source ../sitting_lib.sh
 Q3=${Q3:-/tmp/q3model}; OLD=${OLD:-/tmp/wt_old}
 T=$Q3/qwen2.5-coder-1.5b-instruct.Q3_K_M.gguf
 MODEL=$Q3
-date
-llama 1; ours_at before $OLD; ours_at after ""; llama 2; ours_at after2 ""; llama 3
-date
+before_after
