@@ -18,13 +18,13 @@ import torch.nn.functional as F
 
 from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0,
-                                           BlockQuantKernel, BlockTensor)
+from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
+                                           Q6_K, Q8_0, BlockQuantKernel, BlockTensor)
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0, IQ4_XS, IQ4_NL]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1]
 TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
 # |y − x·Wᵀ| ≤ TOLERANCE · Σ_k |x_k·w_k|: float32 rounding of K products summed in 16 lanes (a
 # 512-term sum's worst case is about 32·2⁻²⁴ of that; typical errors are far smaller).
@@ -38,7 +38,7 @@ def random_blocks(qtype: int, rows: int, cols: int, seed: int = 0) -> np.ndarray
     raw = rng.integers(0, 256, size=(rows, cols // per, size), dtype=np.uint8)
     scales = (rng.random((rows, cols // per, 2)) * 0.02 + 1e-4).astype(np.float16).view(np.uint8)
     offsets = {Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), Q3_K: (108,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,), IQ4_XS: (0,),
-               IQ4_NL: (0,)}[qtype]
+               IQ4_NL: (0,), Q5_1: (0, 2), Q4_1: (0, 2)}[qtype]
     for offset, which in zip(offsets, range(2)):
         raw[..., offset:offset + 2] = scales[..., 2 * which:2 * which + 2].reshape(rows, cols // per, 2)
     return raw.reshape(rows, -1)
@@ -249,12 +249,13 @@ def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_sai
     assert torch.equal(held.dequantize(), torch.from_numpy(expected.astype(np.float32)))
 
 
-@pytest.mark.parametrize("formats", [{Q4_K: Q3_K}, {Q4_K: IQ4_XS, Q6_K: IQ4_NL}],
-                         ids=["Q3_K", "IQ4_XS+IQ4_NL"])
+@pytest.mark.parametrize("formats", [{Q4_K: Q3_K}, {Q4_K: IQ4_XS, Q6_K: IQ4_NL}, {Q4_K: Q4_1, Q6_K: Q5_1}],
+                         ids=["Q3_K", "IQ4_XS+IQ4_NL", "Q4_1+Q5_1"])
 def test_a_gguf_in_other_formats_runs_on_both_block_paths_as_it_ships(tmp_path, caplog, formats):
     """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are), or IQ4_XS with IQ4_NL (an IQ4_XS file's, the
-    latter where a width is not a multiple of 256: here the Q6_K ones), keeps them in their own blocks on both block
-    paths, with nothing in float32, and the exact path computes what the float32 path computes with the same file."""
+    latter where a width is not a multiple of 256: here the Q6_K ones), or Q4_1 with Q5_1 (older files'; Q5_1 is a
+    Q5_K_M file's where a width is not a multiple of 256), keeps them in their own blocks on both block paths, with
+    nothing in float32, and the exact path computes what the float32 path computes with the same file."""
     model = build_tiny_model(TINY_GGUF)
     written = {}
     for name, module in model.named_modules():

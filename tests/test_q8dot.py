@@ -20,14 +20,14 @@ from conftest import GGUF_TARGET
 from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine.cpu import native, q8dot
-from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0,
-                                           BlockTensor, quantize)
+from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
+                                           Q6_K, Q8_0, BlockTensor, quantize)
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak, fastest, machine_variant
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1]
 VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not native.runnable(v), reason=f"this CPU cannot run {v}"))
             for v in native.Q8_VARIANTS]
 
@@ -49,7 +49,7 @@ def _half(raw: np.ndarray, offset: int) -> np.ndarray:
 
 def integer_weights(qtype: int, raw: np.ndarray, cols: int):
     """From GGUF bytes [N, row bytes]: quants q [N, K] (offset removed), every 32-weight block's float scale s
-    and min m [N, K/32] (m only for Q4_K and Q5_K), and the int8 scale of every 16-weight half [N, K/16] of Q6_K
+    and min m [N, K/32] (m only for Q4_K and Q5_K; Q4_1's and Q5_1's m negated, their min term being added), and the int8 scale of every 16-weight half [N, K/16] of Q6_K
     and Q3_K (else None), all as the definition has them."""
     n = raw.shape[0]
     if qtype in (Q4_K, Q5_K):
@@ -93,6 +93,12 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         high = b[..., 2].astype(np.int64) | (b[..., 3].astype(np.int64) << 8)
         ls = ((b[..., 4 + j // 2] >> (4 * (j % 2))) & 15) | (((high[..., None] >> (2 * j)) & 3) << 4)
         return _iq4_values(b[..., 8:], n, cols), (d[..., None] * (ls - 32).astype(np.float32)).reshape(n, -1), None, None
+    if qtype in (Q4_1, Q5_1):  # d, m, (Q5_1: qh as Q5_0's), then Q4_0's nibbles: d·q + m
+        nibbles = b[..., -16:].astype(np.int32)
+        q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)
+        if qtype == Q5_1:
+            q = q | (np.unpackbits(b[..., 4:8], axis=-1, bitorder="little").astype(np.int32) << 4)
+        return q.reshape(n, cols), d.reshape(n, -1), -_half(b, 2).reshape(n, -1), None
     if qtype == IQ4_NL:
         q = _iq4_values(b[..., 2:], n, cols)
     elif qtype == Q4_0:
@@ -154,7 +160,9 @@ BIT_FOR_BIT_CASES = [(Q4_K, 512, 8), (Q6_K, 768, 8), (Q5_0, 896, 8), (Q8_0, 896,
                      (Q5_K, 512, 8), (Q5_K, 768, 8), (Q5_K, 2816, 16), (Q5_K, 7168, 16),
                      (Q3_K, 512, 8), (Q3_K, 768, 8), (Q3_K, 2816, 16), (Q3_K, 7168, 16),
                      (IQ4_XS, 512, 8), (IQ4_XS, 768, 8), (IQ4_XS, 2816, 16), (IQ4_XS, 7168, 16),
-                     (IQ4_NL, 896, 8), (IQ4_NL, 160, 8), (IQ4_NL, 1248, 8), (IQ4_NL, 2688, 16), (IQ4_NL, 7200, 16)]
+                     (IQ4_NL, 896, 8), (IQ4_NL, 160, 8), (IQ4_NL, 1248, 8), (IQ4_NL, 2688, 16), (IQ4_NL, 7200, 16),
+                     (Q5_1, 896, 8), (Q5_1, 160, 8), (Q5_1, 2688, 16), (Q4_1, 896, 8), (Q4_1, 1248, 8),
+                     (Q4_1, 2656, 16), (Q5_1, 7200, 16)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -194,7 +202,8 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
 
 
 ONE_ROW_CASES = [(Q4_K, 512), (Q4_K, 768), (Q6_K, 768), (Q6_K, 2816), (Q5_0, 896), (Q5_0, 160), (Q4_0, 1248),
-                 (Q8_0, 544), (Q5_K, 768), (Q3_K, 768), (Q3_K, 2816), (IQ4_XS, 768), (IQ4_XS, 2816), (IQ4_NL, 1248)]
+                 (Q8_0, 544), (Q5_K, 768), (Q3_K, 768), (Q3_K, 2816), (IQ4_XS, 768), (IQ4_XS, 2816), (IQ4_NL, 1248),
+                 (Q5_1, 896), (Q4_1, 160)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -274,7 +283,8 @@ def test_one_row_pairs_are_taken_where_they_time_faster(paired_ms, taken):
 
 
 QUANT_BYTES = {Q4_K: slice(16, 144), Q5_K: slice(16, 176), Q6_K: slice(0, 192), Q3_K: slice(0, 96), Q5_0: slice(2, 22),
-               Q4_0: slice(2, 18), Q8_0: slice(2, 34), IQ4_XS: slice(8, 136), IQ4_NL: slice(2, 18)}
+               Q4_0: slice(2, 18), Q8_0: slice(2, 34), IQ4_XS: slice(8, 136), IQ4_NL: slice(2, 18), Q5_1: slice(4, 24),
+               Q4_1: slice(4, 20)}
 LARGEST_CODE = {Q8_0: 0x80, IQ4_XS: 0x00, IQ4_NL: 0x00}  # −128; IQ4's index 0 (−127) in both nibbles; else 0xFF
 
 
@@ -313,7 +323,7 @@ def test_each_row_is_the_same_whatever_it_is_computed_with():
     parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
     parts.append(BlockTensor.from_float(torch.randn(8, 512)))
     kernel = Q8Kernel(parts, torch.randn(16 * len(FORMATS) + 8))
-    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q3_K+Q5_0+Q4_0+Q8_0+IQ4_XS+IQ4_NL+F32"
+    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q3_K+Q5_0+Q4_0+Q8_0+IQ4_XS+IQ4_NL+Q5_1+Q4_1+F32"
     assert_rows_invariant(kernel, torch.randn(17, 512))
 
 

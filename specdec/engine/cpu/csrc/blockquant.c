@@ -2,7 +2,8 @@
  *
  * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
  * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K and Q5_K, d·sc·(q − 32) for Q6_K,
- * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q for Q8_0,
+ * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q + m for Q4_1 and
+ * Q5_1 (one rounding, the sum's), d·q for Q8_0,
  * s·v for IQ4_NL and IQ4_XS (v the table value of its index, s = d or d·(ls − 32)); those products are exact in
  * float32, so a fused multiply-add rounds like gguf-py's multiply-then-subtract), then
  * multiplied by float32 activations and summed in float32.
@@ -183,23 +184,25 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
         } else if (type == Q8_0) {
             const float d = half_to_float(b);
             for (int l = 0; l < 32; l += V) FEED(to_float(widen_s8(b + 2 + l)) * splat(d), i * 32 + l);
-        } else if (type == Q4_0) { /* low nibbles weights 0-15, high nibbles 16-31 */
-            const float d = half_to_float(b);
+        } else if (type == Q4_0 || type == Q4_1) { /* low nibbles weights 0-15, high nibbles 16-31; d·q + add */
+            const float d = half_to_float(b), add = type == Q4_1 ? half_to_float(b + 2) : -8.0f * d;
+            const uint8_t *qs = b + (type == Q4_1 ? 4 : 2);
             for (int l = 0; l < 16; l += V) {
-                const vi q = widen_u8(b + 2 + l);
-                FEED(to_float(q & 15) * splat(d) - splat(8.0f * d), i * 32 + l);
-                FEED(to_float(q >> 4) * splat(d) - splat(8.0f * d), i * 32 + 16 + l);
+                const vi q = widen_u8(qs + l);
+                FEED(to_float(q & 15) * splat(d) + splat(add), i * 32 + l);
+                FEED(to_float(q >> 4) * splat(d) + splat(add), i * 32 + 16 + l);
             }
-        } else if (type == Q5_0) { /* low nibbles weights 0-15, high nibbles 16-31; bit j of qh: weight j's 5th */
-            const float d = half_to_float(b);
+        } else if (type == Q5_0 || type == Q5_1) { /* Q4_0's layout after qh, bit j of qh weight j's 5th; d·q + add */
+            const float d = half_to_float(b), add = type == Q5_1 ? half_to_float(b + 2) : -16.0f * d;
+            const uint8_t *h = b + (type == Q5_1 ? 4 : 2);
             uint32_t high;
-            memcpy(&high, b + 2, 4);
+            memcpy(&high, h, 4);
             for (int l = 0; l < 16; l += V) {
-                const vi q = widen_u8(b + 6 + l);
+                const vi q = widen_u8(h + 4 + l);
                 const vi bits_lo = ((vi){0} + (int32_t)(high >> l)) >> lane_index();
                 const vi bits_hi = ((vi){0} + (int32_t)(high >> (16 + l))) >> lane_index();
-                FEED(to_float((q & 15) | ((bits_lo & 1) << 4)) * splat(d) - splat(16.0f * d), i * 32 + l);
-                FEED(to_float((q >> 4) | ((bits_hi & 1) << 4)) * splat(d) - splat(16.0f * d), i * 32 + 16 + l);
+                FEED(to_float((q & 15) | ((bits_lo & 1) << 4)) * splat(d) + splat(add), i * 32 + l);
+                FEED(to_float((q >> 4) | ((bits_hi & 1) << 4)) * splat(d) + splat(add), i * 32 + 16 + l);
             }
         } else { /* F32 */
             for (int l = 0; l < 16; l += V) FEED(load_f32((const float *)b + l), i * 16 + l);
@@ -279,6 +282,8 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             case Q8_0: PASSES(Q8_0); break;
             case Q5_0: PASSES(Q5_0); break;
             case Q4_0: PASSES(Q4_0); break;
+            case Q4_1: PASSES(Q4_1); break;
+            case Q5_1: PASSES(Q5_1); break;
             case IQ4_NL: PASSES(IQ4_NL); break;
             case IQ4_XS: PASSES(IQ4_XS); break;
             default: PASSES(F32); break;
@@ -360,6 +365,15 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
             const uint8_t q = b[6 + l];
             ob[l] = d * (float)((int)((q & 15) | (((high >> l) & 1) << 4)) - 16);
             ob[l + 16] = d * (float)((int)((q >> 4) | (((high >> (l + 16)) & 1) << 4)) - 16);
+        }
+    } else if (type == Q4_1 || type == Q5_1) { /* d·q + m, as gguf-py: the product exact, one rounding */
+        const float d = half_to_float(b), m = half_to_float(b + 2);
+        uint32_t high = 0;
+        if (type == Q5_1) memcpy(&high, b + 4, 4);
+        const uint8_t *qs = b + (type == Q5_1 ? 8 : 4);
+        for (int l = 0; l < 16; l++) {
+            ob[l] = d * (float)((qs[l] & 15) | (((high >> l) & 1) << 4)) + m;
+            ob[l + 16] = d * (float)((qs[l] >> 4) | (((high >> (l + 16)) & 1) << 4)) + m;
         }
     } else {
         memcpy(ob, b, 64);

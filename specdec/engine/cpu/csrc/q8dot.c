@@ -4,12 +4,13 @@
  * Definition (specdec/engine/cpu/q8dot.py states it in one sentence; tests/test_q8dot.py transcribes it):
  * - Activations: each row in blocks of 32 values; dx = amax / 127, u = round-half-even(x · (127 / amax))
  *   clamped to ±127 (all zero where amax is 0).
- * - Weights: integers q. Per block j of 32 weights the integer sum I is exact: Σ q·u for Q4_K, Q5_K and Q8_0,
- *   and for IQ4_NL and IQ4_XS with q the table value of each index, Σ (q − 16)·u for Q5_0, Σ (q − 8)·u for Q4_0,
+ * - Weights: integers q. Per block j of 32 weights the integer sum I is exact: Σ q·u for Q4_K, Q5_K, Q4_1, Q5_1
+ *   and Q8_0, and for IQ4_NL and IQ4_XS with q the table value of each index, Σ (q − 16)·u for Q5_0, Σ (q − 8)·u for Q4_0,
  *   and for Q6_K sc₁·Σ₁ (q − 32)·u + sc₂·Σ₂ (q − 32)·u over its two 16-weight halves with their int8 scales (Q3_K
  *   the same with q − 4, its scales less 32). The block's float scale s is d·sc for Q4_K and Q5_K, d·(ls − 32) for
- *   IQ4_XS, d for the others (exact in float32), and Q4_K's and Q5_K's min m = dmin·min.
- * - Float steps, each rounded to float32, no fused multiply-add: t = (s·dx)·I, minus m·(dx·Σu) for Q4_K and Q5_K;
+ *   IQ4_XS, d for the others (exact in float32), and Q4_K's and Q5_K's min m = dmin·min, Q4_1's and Q5_1's m.
+ * - Float steps, each rounded to float32, no fused multiply-add: t = (s·dx)·I, minus m·(dx·Σu) for Q4_K and Q5_K,
+ *   plus m·(dx·Σu) for Q4_1 and Q5_1;
  *   block j feeds accumulator j mod 16 in order (acc += t); y = the 16 accumulators summed by halves
  *   ((a[i] + a[i + 8]), then + 4, + 2, + 1).
  * Every output is that fixed sequence whatever the rows beside it: the path is row-invariant.
@@ -154,6 +155,8 @@ static __attribute__((noinline)) void half_unit(int type, const uint8_t *o, cons
     case Q3_K: unit(Q3_K, o, a, lda, acc, G, 0, 1); break;
     case Q5_0: unit(Q5_0, o, a, lda, acc, G, 0, 1); break;
     case Q4_0: unit(Q4_0, o, a, lda, acc, G, 0, 1); break;
+    case Q4_1: unit(Q4_1, o, a, lda, acc, G, 0, 1); break;
+    case Q5_1: unit(Q5_1, o, a, lda, acc, G, 0, 1); break;
     case IQ4_NL: unit(IQ4_NL, o, a, lda, acc, G, 0, 1); break;
     case IQ4_XS: unit(IQ4_XS, o, a, lda, acc, G, 0, 1); break;
     default: unit(Q8_0, o, a, lda, acc, G, 0, 1); break;
@@ -370,6 +373,8 @@ static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, 
             case Q6_K: PAIR_PASSES(Q6_K); break;
             case Q3_K: PAIR_PASSES(Q3_K); break;
             case Q5_0: PAIR_PASSES(Q5_0); break;
+            case Q4_1: PAIR_PASSES(Q4_1); break;
+            case Q5_1: PAIR_PASSES(Q5_1); break;
 #if SIGNED_PAIRS /* with AVX-512 without VNNI signed codes never pair (`paired`) */
             case Q8_0: PAIR_PASSES(Q8_0); break;
             case IQ4_NL: PAIR_PASSES(IQ4_NL); break;
@@ -412,6 +417,8 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
                 case Q3_K: PASSES(Q3_K); break;
                 case Q5_0: PASSES(Q5_0); break;
                 case Q4_0: PASSES(Q4_0); break;
+                case Q4_1: PASSES(Q4_1); break;
+                case Q5_1: PASSES(Q5_1); break;
                 case IQ4_NL: PASSES(IQ4_NL); break;
                 case IQ4_XS: PASSES(IQ4_XS); break;
                 default: PASSES(Q8_0); break;

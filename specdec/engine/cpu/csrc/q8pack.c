@@ -39,17 +39,19 @@ static void decode_block(int type, const uint8_t *b, int8_t *q) {
                 q[32 * j + l] = b[IQ4_XS_QS + 16 * j + l] & 15;
                 q[32 * j + 16 + l] = b[IQ4_XS_QS + 16 * j + l] >> 4;
             }
-    } else if (type == Q4_0 || type == IQ4_NL) {
+    } else if (type == Q4_0 || type == IQ4_NL || type == Q4_1) { /* Q4_1: d and m before the nibbles */
+        const uint8_t *qs = b + (type == Q4_1 ? 4 : 2);
         for (int l = 0; l < 16; l++) {
-            q[l] = b[2 + l] & 15;
-            q[16 + l] = b[2 + l] >> 4;
+            q[l] = qs[l] & 15;
+            q[16 + l] = qs[l] >> 4;
         }
-    } else if (type == Q5_0) {
+    } else if (type == Q5_0 || type == Q5_1) { /* Q5_1: d and m before qh */
+        const uint8_t *h = b + (type == Q5_1 ? 4 : 2);
         uint32_t high;
-        memcpy(&high, b + 2, 4);
+        memcpy(&high, h, 4);
         for (int l = 0; l < 16; l++) {
-            q[l] = (b[6 + l] & 15) | (((high >> l) & 1) << 4);
-            q[16 + l] = (b[6 + l] >> 4) | (((high >> (16 + l)) & 1) << 4);
+            q[l] = (h[4 + l] & 15) | (((high >> l) & 1) << 4);
+            q[16 + l] = (h[4 + l] >> 4) | (((high >> (16 + l)) & 1) << 4);
         }
     } else { /* Q8_0 */
         memcpy(q, b + 2, 32);
@@ -124,6 +126,7 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                     const uint8_t *b = src + (i * 8 * SB_PER_UNIT + j) * block_bytes(type);
                     decode_block(type, b, natural + 32 * j);
                     memcpy(o + 2 * j, b, 2);
+                    if (type == Q4_1 || type == Q5_1) memcpy(o + 16 * sbu + 2 * j, b + 2, 2); /* m */
                 }
             }
             to_unit_order(natural, ordered, cb);
@@ -138,9 +141,10 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                 pack_bit_slices(ordered, o + 18 * sbu + 2 * cb, cb, 2, 1);
             } else if (type == IQ4_XS) {
                 pack_nibbles(ordered, o + 10 * sbu, cb);
-            } else if (type == Q4_0 || type == Q5_0 || type == IQ4_NL) { /* Q5_0: Q4_0's layout, then the fifth bits */
-                pack_nibbles(ordered, o + 16 * sbu, cb);
-                if (type == Q5_0) pack_bit_plane(ordered, o + 16 * sbu + 4 * cb, cb, 4);
+            } else if (type != Q8_0) { /* Q4_0's layout (Q4_1, Q5_1: after m), then Q5_0's and Q5_1's fifth bits */
+                const int64_t at = (type == Q4_1 || type == Q5_1 ? 32 : 16) * sbu;
+                pack_nibbles(ordered, o + at, cb);
+                if (type == Q5_0 || type == Q5_1) pack_bit_plane(ordered, o + at + 4 * cb, cb, 4);
             } else {
                 memcpy(o + 16 * sbu, ordered, 8 * cb);
             }

@@ -66,7 +66,8 @@ typedef struct act_unit {
  * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
  * Q3_K: Q6_K's d[n] and sc[16n] (its scales less 32), then 2 · CHUNK bytes of low bit pairs (laid out as Q6_K's
  * high ones), CHUNK of third bits (bit c of byte p: chunk c's);
- * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_0 and IQ4_NL: d[8n] (f16), 4 · CHUNK
+ * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_1 and Q5_1: Q4_0's and Q5_0's with
+ * m[8n] (f16) after d; Q4_0 and IQ4_NL: d[8n] (f16), 4 · CHUNK
  * bytes of nibbles (IQ4_NL's table indices); IQ4_XS: d[n] (f16), ls[8n] (its 6-bit scale codes in bytes), 4 · CHUNK
  * bytes of table indices; Q8_0: d[8n] (f16), UNIT int8.
  * A half unit is the same with n = 1 and chunks of CHUNK / 2 bytes. */
@@ -78,6 +79,8 @@ static inline int64_t sb_bytes(int type) {
     case Q3_K: return 114;
     case Q5_0: return 176;
     case Q4_0: case IQ4_NL: return 144;
+    case Q4_1: return 160;
+    case Q5_1: return 192;
     case IQ4_XS: return 138;
     case Q8_0: return 272;
     default: return 0;

@@ -165,7 +165,7 @@ static inline vw iq4_values(vw index) {
 /* What one unit of a weight row needs, unpacked once per pass. */
 typedef struct {
     nv w[NVS], sign[NVS]; /* sign: signed codes without VNNI only */
-    vl s, m;              /* the blocks' scales, and Q4_K's and Q5_K's mins */
+    vl s, m;              /* the blocks' scales, and Q4_K's and Q5_K's mins (Q4_1's and Q5_1's, negated) */
     vli scale[2];         /* Q6_K and Q3_K without VNNI: the half scales as unit_dot takes them */
     vli scale_pairs;      /* Q6_K and Q3_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
     vl half_scale[2];     /* Q6_K and Q3_K with VNNI: sc₁ and sc₂ as floats */
@@ -185,8 +185,9 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
     if (type == Q6_K)
         return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) | pair_bits(o + 18 * sbu + 4 * cb, c, cb) << 4;
     if (type == Q3_K) return pair_bits(o + 18 * sbu, c, cb) | third_bits(o + 18 * sbu + 2 * cb, c, cb);
-    const vw low = nibbles(o + 16 * sbu + cb * (c / 2), c % 2, cb); /* Q4_0's codes, Q5_0's low four bits */
-    return type == Q4_0 ? low : low | plane_bits(o + 16 * sbu + 4 * cb, c, cb) << 4;
+    const int64_t at = (type == Q4_1 || type == Q5_1 ? 32 : 16) * sbu; /* after d (and m) */
+    const vw low = nibbles(o + at + cb * (c / 2), c % 2, cb); /* Q4_0's and Q4_1's codes, Q5_0's and Q5_1's low bits */
+    return type == Q4_0 || type == Q4_1 ? low : low | plane_bits(o + at + 4 * cb, c, cb) << 4;
 }
 
 /* The scales of the unit at o (a half unit if `half`): s, and m, scale, scale_pairs or half_scale by type. */
@@ -210,8 +211,9 @@ static inline __attribute__((always_inline)) void unpack_scales(const int type, 
         }
     } else if (type == IQ4_XS) { /* d · (ls − 32); a half unit's lanes past 8 read its indices: finite */
         u->s = __builtin_convertvector(byte_lanes(o + 2 * sbu) - 32, vl) * superblock_lanes(o, half);
-    } else { /* Q5_0, Q4_0, Q8_0 and IQ4_NL */
+    } else { /* Q5_0, Q4_0, Q8_0 and IQ4_NL; Q4_1's and Q5_1's m negated: their min term is added */
         u->s = half_lanes(o, half);
+        if (type == Q4_1 || type == Q5_1) u->m = -half_lanes(o + 16 * sbu, half);
     }
 }
 
@@ -251,14 +253,17 @@ static inline vacc acc_add_unit(vacc a, vl t, int part) {
 
 enum { MAX_ROWS = 16 };
 
+/* Whether a format's blocks have a min term m·(dx·Σu): Q4_K's and Q5_K's (less), Q4_1's and Q5_1's (plus). */
+static inline int has_min(const int type) { return type == Q4_K || type == Q5_K || type == Q4_1 || type == Q5_1; }
+
 /* A unit's terms against activation row x from its exact block sums: (s·dx)·I, less m·(dx·Σu) for Q4_K and
- * Q5_K. */
+ * Q5_K, plus it for Q4_1 and Q5_1 (u->m holds their m negated: a − (−b) is a + b, exactly). */
 static inline __attribute__((always_inline)) vl float_steps(const int type, const unit_weights *u, vl exact,
                                                             const act_unit *x) {
     vl dx;
     memcpy(&dx, x->dx, CHUNK);
     vl term = (u->s * dx) * exact;
-    if (type == Q4_K || type == Q5_K) {
+    if (has_min(type)) {
         vl dx_bsum;
         memcpy(&dx_bsum, x->dx_bsum, CHUNK);
         term = term - u->m * dx_bsum;
@@ -284,10 +289,12 @@ static inline vli centred(const int type, vli dot, const act_unit *x) {
 }
 
 /* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K and Q4_0,
- * 31 for Q5_0 and Q5_K, 63 for Q6_K, 128 for Q8_0, 127 for IQ4's values; Q3_K's 7 would take 8, but its halves'
+ * 31 for Q5_0, Q5_1 and Q5_K (Q4_1: 15), 63 for Q6_K, 128 for Q8_0, 127 for IQ4's values; Q3_K's 7 would take 8, but its halves'
  * scales take 4. */
 static inline int sums16_of(const int type) {
-    return type == Q4_K || type == Q4_0 ? 8 : type == Q5_0 || type == Q5_K || type == Q3_K ? 4 : type == Q6_K ? 2 : 1;
+    return type == Q4_K || type == Q4_0 || type == Q4_1 ? 8
+           : type == Q5_0 || type == Q5_1 || type == Q5_K || type == Q3_K ? 4
+           : type == Q6_K ? 2 : 1;
 }
 
 #if !SCALE_PAIRS
