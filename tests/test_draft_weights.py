@@ -16,7 +16,7 @@ from test_lossless_e2e import SAMPLES, assert_follows, first_tokens
 from orchestrator.clients import draft_client, target_client
 from specdec.core.sampling import SamplingParams, probs_from_logits
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import BLOCK, Q4_0, Q4_K, Q5_0, Q6_K, Q8_0, BlockTensor
+from specdec.engine.cpu.blockquant import BLOCK, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, Q8_0, BlockTensor
 from specdec.engine.models import load_model
 from specdec.engine.requantize import draft_format, requantize
 from specdec.engine.runner import Step
@@ -57,20 +57,21 @@ def edge_blocks(qtype: int, raw: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "gguf-py"])
-@pytest.mark.parametrize("qtype", [Q5_0, Q8_0])
+@pytest.mark.parametrize("qtype", [Q5_0, Q8_0, Q5_1, Q4_1])
 def test_the_wide_32_weight_formats_become_ggmls_q4_0_of_their_values(qtype, kernel, monkeypatch):
-    """Q5_0 and Q8_0 blocks become the Q4_0 blocks gguf-py's quantizer gives their exact values, by the C kernel
-    and by gguf-py where there is none, edge cases included; the kernel then computes with those blocks'
-    values."""
+    """Q5_0, Q8_0, Q5_1 and Q4_1 blocks become the Q4_0 blocks gguf-py's quantizer gives their exact values, by the
+    C kernel and by gguf-py where there is none, edge cases included (Q5_0's and Q8_0's); the kernel then computes
+    with those blocks' values."""
     if not kernel:
         monkeypatch.setattr(blockquant, "available", lambda: False)
-    block = BlockTensor.from_numpy(qtype, edge_blocks(qtype, random_blocks(qtype, 12, 896, seed=qtype)), 896)
+    raw = random_blocks(qtype, 12, 896, seed=qtype)
+    block = BlockTensor.from_numpy(qtype, edge_blocks(qtype, raw) if qtype in (Q5_0, Q8_0) else raw, 896)
     new = requantize(block, Q4_0)
     want = gguf.quants.quantize(block.dequantize().numpy(), gguf.GGMLQuantizationType.Q4_0)
     assert new.qtype == Q4_0 and new.cols == 896 and np.array_equal(new.data.numpy(), want)
     values = gguf.quants.dequantize(want, gguf.GGMLQuantizationType.Q4_0).reshape(12, 896)
     assert torch.equal(new.dequantize(), torch.from_numpy(np.asarray(values, dtype=np.float32)))
-    assert new.data.numel() == block.data.numel() * 18 // (22 if qtype == Q5_0 else 34)
+    assert new.data.numel() == block.data.numel() * 18 // BLOCK[qtype][1]
 
 
 @pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q4_0])

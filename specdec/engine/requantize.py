@@ -4,9 +4,9 @@ A draft's proposals may follow any law: the rejection sampler makes the output t
 and greedy verification keeps the target's argmax. So a draft may read fewer bytes a step than its file
 ships, and on a CPU, where a draft step is bound by the bytes it reads, that is what it costs.
 
-What is requantized: the linears in GGML's 32-weight formats wider than Q4_0 (Q5_0, Q8_0). A Q4_K_M file
-puts them where its 4-bit k-quant cannot go (rows of 896 weights are not whole 256-weight super-blocks)
-and in its output layer; the k-quants, Q6_K included, which the recipe gives the tensors that matter most
+What is requantized: the linears in GGML's 32-weight formats wider than Q4_0 (Q5_0, Q8_0, Q5_1, Q4_1). A
+Q4_K_M file puts Q5_0 and Q8_0 where its 4-bit k-quant cannot go (rows of 896 weights are not whole 256-weight
+super-blocks) and in its output layer, a Q5_K_M file Q5_1; the k-quants, Q6_K included, which the recipe gives the tensors that matter most
 (half the down projections), stay as shipped. The packaged 0.5B draft then reads 0.80x the bytes a step
 (344 -> 274 MB), and its teacher-forced greedy agreement with the target is the same within a token (0.852
 against 0.848 on the benchmark prompts; requantizing its Q6_K too cost 0.02-0.03; docs/PERFORMANCE.md,
@@ -22,14 +22,14 @@ import numpy as np
 from torch import nn
 
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import BLOCK, NAMES, Q4_0, Q5_0, Q8_0, BlockTensor
+from specdec.engine.cpu.blockquant import BLOCK, NAMES, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BlockTensor
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 
 log = logging.getLogger(__name__)
 
 DRAFT_WEIGHTS = ("auto", "as-shipped", "q4_0")  # auto: q4_0 on the gguf-q8 path, as shipped elsewhere
 FORMAT = {"q4_0": Q4_0}
-REQUANTIZED = (Q5_0, Q8_0)  # the formats a draft's linears leave (see above)
+REQUANTIZED = (Q5_0, Q8_0, Q5_1, Q4_1)  # the formats a draft's linears leave (see above)
 
 
 def draft_format(setting: str, path: str) -> int | None:
