@@ -49,8 +49,9 @@ def _half(raw: np.ndarray, offset: int) -> np.ndarray:
 
 def integer_weights(qtype: int, raw: np.ndarray, cols: int):
     """From GGUF bytes [N, row bytes]: quants q [N, K] (offset removed), every 32-weight block's float scale s
-    and min m [N, K/32] (m only for Q4_K and Q5_K; Q4_1's and Q5_1's m negated, their min term being added), and the int8 scale of every 16-weight half [N, K/16] of Q6_K
-    and Q3_K (else None), all as the definition has them."""
+    and min m [N, K/32] (m only for Q4_K and Q5_K; Q4_1's and Q5_1's m negated, their min term being added),
+    and the int8 scale of every 16-weight half [N, K/16] of Q6_K and Q3_K (else None), all as the definition has
+    them."""
     n = raw.shape[0]
     if qtype in (Q4_K, Q5_K):
         b = raw.reshape(n, -1, BLOCK[qtype][1])
@@ -92,7 +93,8 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         j = np.arange(8)
         high = b[..., 2].astype(np.int64) | (b[..., 3].astype(np.int64) << 8)
         ls = ((b[..., 4 + j // 2] >> (4 * (j % 2))) & 15) | (((high[..., None] >> (2 * j)) & 3) << 4)
-        return _iq4_values(b[..., 8:], n, cols), (d[..., None] * (ls - 32).astype(np.float32)).reshape(n, -1), None, None
+        s = (d[..., None] * (ls - 32).astype(np.float32)).reshape(n, -1)
+        return _iq4_values(b[..., 8:], n, cols), s, None, None
     if qtype in (Q4_1, Q5_1):  # d, m, (Q5_1: qh as Q5_0's), then Q4_0's nibbles: d·q + m
         nibbles = b[..., -16:].astype(np.int32)
         q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)

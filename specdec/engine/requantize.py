@@ -6,11 +6,11 @@ ships, and on a CPU, where a draft step is bound by the bytes it reads, that is 
 
 What is requantized: the linears in GGML's 32-weight formats wider than Q4_0 (Q5_0, Q8_0, Q5_1, Q4_1). A
 Q4_K_M file puts Q5_0 and Q8_0 where its 4-bit k-quant cannot go (rows of 896 weights are not whole 256-weight
-super-blocks) and in its output layer, a Q5_K_M file Q5_1; the k-quants, Q6_K included, which the recipe gives the tensors that matter most
-(half the down projections), stay as shipped. The packaged 0.5B draft then reads 0.80x the bytes a step
-(344 -> 274 MB), and its teacher-forced greedy agreement with the target is the same within a token (0.852
-against 0.848 on the benchmark prompts; requantizing its Q6_K too cost 0.02-0.03; docs/PERFORMANCE.md,
-"A draft in 4 bits").
+super-blocks) and in its output layer, a Q5_K_M file Q5_1; the k-quants, Q6_K included, which the recipe gives
+the tensors that matter most (half the down projections), stay as shipped. The packaged 0.5B draft then reads
+0.80x the bytes a step (344 -> 274 MB), and its teacher-forced greedy agreement with the target is the same within
+a token (0.852 against 0.848 on the benchmark prompts; requantizing its Q6_K too cost 0.02-0.03;
+docs/PERFORMANCE.md, "A draft in 4 bits").
 The embedding is looked up, not read whole, and stays. The target is never requantized.
 """
 

@@ -238,7 +238,8 @@ def quantize_iq4(weight: np.ndarray, per_256: bool) -> np.ndarray:
         scale = scale.reshape(-1, 8)
         top = np.take_along_axis(scale, np.abs(scale).argmax(-1)[:, None], -1)  # [super-blocks, 1]
         d = (top / -32).astype(np.float16).astype(np.float32)
-        ls = (np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d != 0)), -32, 31) + 32).astype(np.uint8)
+        ratio = np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d != 0))
+        ls = (np.clip(ratio, -32, 31) + 32).astype(np.uint8)
         step = (d * (ls.astype(np.float32) - 32)).reshape(-1)
     else:
         d = scale.astype(np.float16).astype(np.float32)[:, None]

@@ -5,10 +5,11 @@
  * - Activations: each row in blocks of 32 values; dx = amax / 127, u = round-half-even(x · (127 / amax))
  *   clamped to ±127 (all zero where amax is 0).
  * - Weights: integers q. Per block j of 32 weights the integer sum I is exact: Σ q·u for Q4_K, Q5_K, Q4_1, Q5_1
- *   and Q8_0, and for IQ4_NL and IQ4_XS with q the table value of each index, Σ (q − 16)·u for Q5_0, Σ (q − 8)·u for Q4_0,
- *   and for Q6_K sc₁·Σ₁ (q − 32)·u + sc₂·Σ₂ (q − 32)·u over its two 16-weight halves with their int8 scales (Q3_K
- *   the same with q − 4, its scales less 32). The block's float scale s is d·sc for Q4_K and Q5_K, d·(ls − 32) for
- *   IQ4_XS, d for the others (exact in float32), and Q4_K's and Q5_K's min m = dmin·min, Q4_1's and Q5_1's m.
+ *   and Q8_0, and for IQ4_NL and IQ4_XS with q the table value of each index, Σ (q − 16)·u for Q5_0,
+ *   Σ (q − 8)·u for Q4_0, and for Q6_K sc₁·Σ₁ (q − 32)·u + sc₂·Σ₂ (q − 32)·u over its two 16-weight halves with
+ *   their int8 scales (Q3_K the same with q − 4, its scales less 32). The block's float scale s is d·sc for Q4_K
+ *   and Q5_K, d·(ls − 32) for IQ4_XS, d for the others (exact in float32), and Q4_K's and Q5_K's min m = dmin·min,
+ *   Q4_1's and Q5_1's m.
  * - Float steps, each rounded to float32, no fused multiply-add: t = (s·dx)·I, minus m·(dx·Σu) for Q4_K and Q5_K,
  *   plus m·(dx·Σu) for Q4_1 and Q5_1;
  *   block j feeds accumulator j mod 16 in order (acc += t); y = the 16 accumulators summed by halves

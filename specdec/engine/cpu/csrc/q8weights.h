@@ -288,9 +288,9 @@ static inline vli centred(const int type, vli dot, const act_unit *x) {
     return dot - (vli)((vlu)sums << shift);
 }
 
-/* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K and Q4_0,
- * 31 for Q5_0, Q5_1 and Q5_K (Q4_1: 15), 63 for Q6_K, 128 for Q8_0, 127 for IQ4's values; Q3_K's 7 would take 8, but its halves'
- * scales take 4. */
+/* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K, Q4_0
+ * and Q4_1, 31 for Q5_0, Q5_1 and Q5_K, 63 for Q6_K, 128 for Q8_0, 127 for IQ4's values; Q3_K's 7 would take 8, but
+ * its halves' scales take 4. */
 static inline int sums16_of(const int type) {
     return type == Q4_K || type == Q4_0 || type == Q4_1 ? 8
            : type == Q5_0 || type == Q5_1 || type == Q5_K || type == Q3_K ? 4
