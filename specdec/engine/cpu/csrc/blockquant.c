@@ -185,20 +185,20 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
             const float d = half_to_float(b);
             for (int l = 0; l < 32; l += V) FEED(to_float(widen_s8(b + 2 + l)) * splat(d), i * 32 + l);
         } else if (type == Q4_0 || type == Q4_1) { /* low nibbles weights 0-15, high nibbles 16-31; d·q + add */
-            const float d = half_to_float(b), add = type == Q4_1 ? half_to_float(b + 2) : -8.0f * d;
-            const uint8_t *qs = b + (type == Q4_1 ? 4 : 2);
+            float d, add;
+            uint32_t high;
+            const uint8_t *qs = legacy_block(type, b, &d, &add, &high);
             for (int l = 0; l < 16; l += V) {
                 const vi q = widen_u8(qs + l);
                 FEED(to_float(q & 15) * splat(d) + splat(add), i * 32 + l);
                 FEED(to_float(q >> 4) * splat(d) + splat(add), i * 32 + 16 + l);
             }
         } else if (type == Q5_0 || type == Q5_1) { /* Q4_0's layout after qh, bit j of qh weight j's 5th; d·q + add */
-            const float d = half_to_float(b), add = type == Q5_1 ? half_to_float(b + 2) : -16.0f * d;
-            const uint8_t *h = b + (type == Q5_1 ? 4 : 2);
+            float d, add;
             uint32_t high;
-            memcpy(&high, h, 4);
+            const uint8_t *qs = legacy_block(type, b, &d, &add, &high);
             for (int l = 0; l < 16; l += V) {
-                const vi q = widen_u8(h + 4 + l);
+                const vi q = widen_u8(qs + l);
                 const vi bits_lo = ((vi){0} + (int32_t)(high >> l)) >> lane_index();
                 const vi bits_hi = ((vi){0} + (int32_t)(high >> (16 + l))) >> lane_index();
                 FEED(to_float((q & 15) | ((bits_lo & 1) << 4)) * splat(d) + splat(add), i * 32 + l);
@@ -351,29 +351,13 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
     } else if (type == Q8_0) {
         const float d = half_to_float(b);
         for (int l = 0; l < 32; l++) ob[l] = (float)(int8_t)b[2 + l] * d;
-    } else if (type == Q4_0) {
-        const float d = half_to_float(b);
-        for (int l = 0; l < 16; l++) {
-            ob[l] = d * (float)((int)(b[2 + l] & 15) - 8);
-            ob[l + 16] = d * (float)((int)(b[2 + l] >> 4) - 8);
-        }
-    } else if (type == Q5_0) {
-        const float d = half_to_float(b);
+    } else if (type == Q4_0 || type == Q4_1 || type == Q5_0 || type == Q5_1) { /* d·q + add: one rounding */
+        float d, add;
         uint32_t high;
-        memcpy(&high, b + 2, 4);
+        const uint8_t *qs = legacy_block(type, b, &d, &add, &high);
         for (int l = 0; l < 16; l++) {
-            const uint8_t q = b[6 + l];
-            ob[l] = d * (float)((int)((q & 15) | (((high >> l) & 1) << 4)) - 16);
-            ob[l + 16] = d * (float)((int)((q >> 4) | (((high >> (l + 16)) & 1) << 4)) - 16);
-        }
-    } else if (type == Q4_1 || type == Q5_1) { /* d·q + m, as gguf-py: the product exact, one rounding */
-        const float d = half_to_float(b), m = half_to_float(b + 2);
-        uint32_t high = 0;
-        if (type == Q5_1) memcpy(&high, b + 4, 4);
-        const uint8_t *qs = b + (type == Q5_1 ? 8 : 4);
-        for (int l = 0; l < 16; l++) {
-            ob[l] = d * (float)((qs[l] & 15) | (((high >> l) & 1) << 4)) + m;
-            ob[l + 16] = d * (float)((qs[l] >> 4) | (((high >> (l + 16)) & 1) << 4)) + m;
+            ob[l] = d * (float)((qs[l] & 15) | (((high >> l) & 1) << 4)) + add;
+            ob[l + 16] = d * (float)((qs[l] >> 4) | (((high >> (l + 16)) & 1) << 4)) + add;
         }
     } else {
         memcpy(ob, b, 64);

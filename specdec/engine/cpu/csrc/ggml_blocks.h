@@ -1,5 +1,6 @@
 /* GGML's block formats as both kernels read them: type numbers, block sizes, float16 scales, Q4_K's packed
- * 6-bit scales and minimums, Q3_K's packed 6-bit scales, and IQ4's table and IQ4_XS's scales. */
+ * 6-bit scales and minimums, Q3_K's packed 6-bit scales, the 32-weight legacy blocks, IQ4's table and IQ4_XS's
+ * scales. */
 #ifndef SPECDEC_GGML_BLOCKS_H
 #define SPECDEC_GGML_BLOCKS_H
 
@@ -79,6 +80,18 @@ static inline int q3_k_code(const uint8_t *b, int c, int r, int l) {
 static inline void q3_k_scales(const uint8_t *s, int8_t *sc) {
     for (int j = 0; j < 16; j++)
         sc[j] = (int8_t)((((s[j % 8] >> (4 * (j / 8))) & 15) | (((s[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
+}
+
+/* A Q4_0, Q4_1, Q5_0 or Q5_1 block at b: weight l (of 32) is d·q + add, q its nibble (l in the low nibble of byte
+ * l, 16 + l in its high one) with bit l of *high as its fifth (Q5_0, Q5_1; 0 for the others), add −8d, −16d or m
+ * (Q4_1, Q5_1; exact either way: d·q and 8d are, and so is their difference). Returns the 16 nibble bytes. */
+static inline const uint8_t *legacy_block(const int type, const uint8_t *b, float *d, float *add, uint32_t *high) {
+    const int with_m = type == Q4_1 || type == Q5_1, fifth = type == Q5_0 || type == Q5_1;
+    *d = half_to_float(b);
+    *add = with_m ? half_to_float(b + 2) : (fifth ? -16.0f : -8.0f) * *d;
+    *high = 0;
+    if (fifth) memcpy(high, b + (with_m ? 4 : 2), 4);
+    return b + (with_m ? 4 : 2) + (fifth ? 4 : 0);
 }
 
 /* IQ4_NL and IQ4_XS: each weight a 4-bit index into one table of 16 int8 values (GGML's kvalues_iq4nl), times its

@@ -39,19 +39,13 @@ static void decode_block(int type, const uint8_t *b, int8_t *q) {
                 q[32 * j + l] = b[IQ4_XS_QS + 16 * j + l] & 15;
                 q[32 * j + 16 + l] = b[IQ4_XS_QS + 16 * j + l] >> 4;
             }
-    } else if (type == Q4_0 || type == IQ4_NL || type == Q4_1) { /* Q4_1: d and m before the nibbles */
-        const uint8_t *qs = b + (type == Q4_1 ? 4 : 2);
+    } else if (type != Q8_0) { /* Q4_0's layout: Q4_0, Q4_1, Q5_0, Q5_1 (with their fifth bits), IQ4_NL */
+        float d, add;
+        uint32_t high = 0;
+        const uint8_t *qs = type == IQ4_NL ? b + 2 : legacy_block(type, b, &d, &add, &high);
         for (int l = 0; l < 16; l++) {
-            q[l] = qs[l] & 15;
-            q[16 + l] = qs[l] >> 4;
-        }
-    } else if (type == Q5_0 || type == Q5_1) { /* Q5_1: d and m before qh */
-        const uint8_t *h = b + (type == Q5_1 ? 4 : 2);
-        uint32_t high;
-        memcpy(&high, h, 4);
-        for (int l = 0; l < 16; l++) {
-            q[l] = (h[4 + l] & 15) | (((high >> l) & 1) << 4);
-            q[16 + l] = (h[4 + l] >> 4) | (((high >> (16 + l)) & 1) << 4);
+            q[l] = (qs[l] & 15) | (((high >> l) & 1) << 4);
+            q[16 + l] = (qs[l] >> 4) | (((high >> (16 + l)) & 1) << 4);
         }
     } else { /* Q8_0 */
         memcpy(q, b + 2, 32);
