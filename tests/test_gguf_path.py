@@ -18,13 +18,13 @@ import torch.nn.functional as F
 
 from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
-                                           Q6_K, Q8_0, BlockQuantKernel, BlockTensor)
+from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
+                                           Q5_K, Q6_K, Q8_0, BlockQuantKernel, BlockTensor)
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1, Q2_K]
 TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
 # |y − x·Wᵀ| ≤ TOLERANCE · Σ_k |x_k·w_k|: float32 rounding of K products summed in 16 lanes (a
 # 512-term sum's worst case is about 32·2⁻²⁴ of that; typical errors are far smaller).
@@ -38,7 +38,7 @@ def random_blocks(qtype: int, rows: int, cols: int, seed: int = 0) -> np.ndarray
     raw = rng.integers(0, 256, size=(rows, cols // per, size), dtype=np.uint8)
     scales = (rng.random((rows, cols // per, 2)) * 0.02 + 1e-4).astype(np.float16).view(np.uint8)
     offsets = {Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), Q3_K: (108,), Q8_0: (0,), Q5_0: (0,), Q4_0: (0,), IQ4_XS: (0,),
-               IQ4_NL: (0,), Q5_1: (0, 2), Q4_1: (0, 2)}[qtype]
+               IQ4_NL: (0,), Q5_1: (0, 2), Q4_1: (0, 2), Q2_K: (80, 82)}[qtype]
     for offset, which in zip(offsets, range(2)):
         raw[..., offset:offset + 2] = scales[..., 2 * which:2 * which + 2].reshape(rows, cols // per, 2)
     return raw.reshape(rows, -1)
@@ -93,7 +93,7 @@ def test_quantizers_round_trip_through_gguf():
         back = gguf_dequantize(qtype, tensor.data.numpy(), 512)
         assert torch.equal(back, tensor.dequantize())
         assert (back - weight).abs().mean() / weight.abs().mean() < worst, NAMES[qtype]
-    for qtype, worst in ((Q3_K, 0.25), (IQ4_XS, 0.12), (IQ4_NL, 0.12)):
+    for qtype, worst in ((Q3_K, 0.25), (IQ4_XS, 0.12), (IQ4_NL, 0.12), (Q2_K, 0.4)):
         tensor = blockquant.quantize(weight, qtype)
         back = gguf_dequantize(qtype, tensor.data.numpy(), 512)
         assert torch.equal(back, tensor.dequantize())
@@ -220,42 +220,38 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
         assert torch.equal(mine, hf), name
 
 
-def q2_k_blocks(rows: int, cols: int, seed: int = 0) -> np.ndarray:
-    """Random Q2_K blocks [rows, cols / 256 · 84] (a format the kernels do not read) with small finite scales."""
-    blocks = np.random.default_rng(seed).integers(0, 256, (rows, cols // 256, 84), dtype=np.uint8)
-    blocks[..., 80:84] = np.frombuffer(np.float16([2e-3, 1e-3]).tobytes(), np.uint8)  # d, dmin
-    return blocks.reshape(rows, -1)
-
-
 def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_said(tmp_path, caplog):
-    """A Q2_K linear loads on the packed paths as float32 with gguf-py's values, and the load says which formats
-    and how many MiB went that way."""
+    """A TQ2_0 linear (ternary) loads on the packed paths as float32 with gguf-py's values, and the load says which
+    formats and how many MiB went that way."""
     from types import SimpleNamespace
 
     model = build_tiny_model(TINY_GGUF)
     q_proj = model.model.layers[0].self_attn.q_proj
-    blocks = q2_k_blocks(*q_proj.weight.shape)
-    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(gguf.GGMLQuantizationType.Q2_K))
-    write_gguf(model, tmp_path / "q2_k.gguf")
+    ternary = gguf.GGMLQuantizationType.TQ2_0
+    blocks = gguf.quants.quantize(q_proj.weight.detach().numpy(), ternary)
+    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(ternary))
+    write_gguf(model, tmp_path / "tq2_0.gguf")
     with caplog.at_level("WARNING", logger="specdec.engine.gguf_model"):
-        loaded = load_model(str(tmp_path / "q2_k.gguf"), "cpu", dtype="gguf-q8")
+        loaded = load_model(str(tmp_path / "tq2_0.gguf"), "cpu", dtype="gguf-q8")
     assert loaded.choice.path == "gguf-q8" and "F32" in loaded.choice.kernel.split("-")[-1].split("+")
     mib = q_proj.weight.numel() * 4 / 2**20
-    assert "formats the gguf kernels do not read" in caplog.text and f"Q2_K ×1, held as float32 ({mib:.1f} MiB)" \
+    assert "formats the gguf kernels do not read" in caplog.text and f"TQ2_0 ×1, held as float32 ({mib:.1f} MiB)" \
         in caplog.text, caplog.text
-    held = load_gguf_model(tmp_path / "q2_k.gguf", model.config).model.layers[0].self_attn.q_proj.block_weight
+    held = load_gguf_model(tmp_path / "tq2_0.gguf", model.config).model.layers[0].self_attn.q_proj.block_weight
     assert held.qtype == F32
-    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType.Q2_K).reshape(q_proj.weight.shape)
+    expected = gguf.quants.dequantize(blocks, ternary).reshape(q_proj.weight.shape)
     assert torch.equal(held.dequantize(), torch.from_numpy(expected.astype(np.float32)))
 
 
-@pytest.mark.parametrize("formats", [{Q4_K: Q3_K}, {Q4_K: IQ4_XS, Q6_K: IQ4_NL}, {Q4_K: Q4_1, Q6_K: Q5_1}],
-                         ids=["Q3_K", "IQ4_XS+IQ4_NL", "Q4_1+Q5_1"])
+@pytest.mark.parametrize("formats",
+                         [{Q4_K: Q3_K}, {Q4_K: IQ4_XS, Q6_K: IQ4_NL}, {Q4_K: Q4_1, Q6_K: Q5_1}, {Q4_K: Q2_K}],
+                         ids=["Q3_K", "IQ4_XS+IQ4_NL", "Q4_1+Q5_1", "Q2_K"])
 def test_a_gguf_in_other_formats_runs_on_both_block_paths_as_it_ships(tmp_path, caplog, formats):
-    """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are), or IQ4_XS with IQ4_NL (an IQ4_XS file's, the
-    latter where a width is not a multiple of 256: here the Q6_K ones), or Q4_1 with Q5_1 (older files'; Q5_1 is a
-    Q5_K_M file's where a width is not a multiple of 256), keeps them in their own blocks on both block paths, with
-    nothing in float32, and the exact path computes what the float32 path computes with the same file."""
+    """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are) or Q2_K (a Q2_K file's), or IQ4_XS with
+    IQ4_NL (an IQ4_XS file's, the latter where a width is not a multiple of 256: here the Q6_K ones), or Q4_1 with
+    Q5_1 (older files'; Q5_1 is a Q5_K_M file's where a width is not a multiple of 256), keeps them in their own
+    blocks on both block paths, with nothing in float32, and the exact path computes what the float32 path computes
+    with the same file."""
     model = build_tiny_model(TINY_GGUF)
     written = {}
     for name, module in model.named_modules():

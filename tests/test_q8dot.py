@@ -20,14 +20,14 @@ from conftest import GGUF_TARGET
 from test_gguf_path import assert_rows_invariant, random_blocks
 
 from specdec.engine.cpu import native, q8dot
-from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
-                                           Q6_K, Q8_0, BlockTensor, quantize)
+from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
+                                           Q5_K, Q6_K, Q8_0, BlockTensor, quantize)
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.q8dot import Q8Kernel, dot_peak, fastest, machine_variant
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1, Q2_K]
 VARIANTS = [pytest.param(v, marks=pytest.mark.skipif(not native.runnable(v), reason=f"this CPU cannot run {v}"))
             for v in native.Q8_VARIANTS]
 
@@ -49,10 +49,16 @@ def _half(raw: np.ndarray, offset: int) -> np.ndarray:
 
 def integer_weights(qtype: int, raw: np.ndarray, cols: int):
     """From GGUF bytes [N, row bytes]: quants q [N, K] (offset removed), every 32-weight block's float scale s
-    and min m [N, K/32] (m only for Q4_K and Q5_K; Q4_1's and Q5_1's m negated, their min term being added),
-    and the int8 scale of every 16-weight half [N, K/16] of Q6_K and Q3_K (else None), all as the definition has
-    them."""
+    and min m [N, K/32] (m only for Q4_K, Q5_K and Q2_K (its dmin); Q4_1's and Q5_1's m negated, their min term
+    being added), the integer scale of every 16-weight half [N, K/16] of Q6_K, Q3_K and Q2_K, and Q2_K's integer min
+    of each half [N, K/16] (else None), all as the definition has them."""
     n = raw.shape[0]
+    if qtype == Q2_K:  # weight 128c + 32r + l: bits 2r of qs[32c + l], its 16's scale and min in scales[8c + 2r + l/16]
+        b = raw.reshape(n, -1, 84)
+        scales = b[..., :16].astype(np.int64).reshape(n, -1)
+        q = (b[..., 16:80].reshape(n, -1, 2, 1, 32).astype(np.int32) >> (2 * np.arange(4)).reshape(4, 1)) & 3
+        s, m = np.repeat(_half(b, 80), 8, axis=-1), np.repeat(_half(b, 82), 8, axis=-1)
+        return q.reshape(n, cols), s, m, scales & 15, scales >> 4
     if qtype in (Q4_K, Q5_K):
         b = raw.reshape(n, -1, BLOCK[qtype][1])
         d, dmin, packed = _half(b, 0), _half(b, 2), b[..., 4:16].astype(np.int32)
@@ -68,7 +74,7 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         q = q.reshape(n, cols)
         s = (d[..., None] * sc.astype(np.float32)).reshape(n, -1)
         m = (dmin[..., None] * mn.astype(np.float32)).reshape(n, -1)
-        return q, s, m, None
+        return q, s, m, None, None
     if qtype == Q6_K:
         b = raw.reshape(n, -1, 210)
         ql, qh = b[..., :128].reshape(n, -1, 2, 64).astype(np.int32), b[..., 128:192].reshape(n, -1, 2, 32).astype(np.int32)
@@ -76,7 +82,7 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         high = np.stack([(qh >> shift) & 3 for shift in (0, 2, 4, 6)], axis=3)
         q = (low | (high << 4)).reshape(n, cols) - 32
         s = np.repeat(_half(b, 208), 8, axis=-1)  # d, for each of the super-block's 8 blocks
-        return q, s, None, b[..., 192:208].view(np.int8).astype(np.int64).reshape(n, -1)
+        return q, s, None, b[..., 192:208].view(np.int8).astype(np.int64).reshape(n, -1), None
     if qtype == Q3_K:  # weight 128c + 32r + l: bits 2r of qs[32c + l], bit 4c + r of hmask[l] its third
         b = raw.reshape(n, -1, 110)
         hmask, packed = b[..., :32].astype(np.int32), b[..., 96:108].astype(np.int32)
@@ -85,7 +91,7 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         q = (low | (third << 2)).reshape(n, cols) - 4
         j = np.arange(16)  # scale j: low four bits in byte j % 8 at 4·(j / 8), high two in byte 8 + j % 4 at 2·(j / 4)
         sc = ((packed[..., j % 8] >> (4 * (j // 8))) & 15) | (((packed[..., 8 + j % 4] >> (2 * (j // 4))) & 3) << 4)
-        return q, np.repeat(_half(b, 108), 8, axis=-1), None, (sc - 32).astype(np.int64).reshape(n, -1)
+        return q, np.repeat(_half(b, 108), 8, axis=-1), None, (sc - 32).astype(np.int64).reshape(n, -1), None
     b = raw.reshape(n, -1, BLOCK[qtype][1])
     d = _half(b, 0)
     if qtype == IQ4_XS:  # block j of 32: its indices at qs + 16j, its scale d·(ls − 32), ls 6 bits: low four in
@@ -94,13 +100,13 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         high = b[..., 2].astype(np.int64) | (b[..., 3].astype(np.int64) << 8)
         ls = ((b[..., 4 + j // 2] >> (4 * (j % 2))) & 15) | (((high[..., None] >> (2 * j)) & 3) << 4)
         s = (d[..., None] * (ls - 32).astype(np.float32)).reshape(n, -1)
-        return _iq4_values(b[..., 8:], n, cols), s, None, None
+        return _iq4_values(b[..., 8:], n, cols), s, None, None, None
     if qtype in (Q4_1, Q5_1):  # d, m, (Q5_1: qh as Q5_0's), then Q4_0's nibbles: d·q + m
         nibbles = b[..., -16:].astype(np.int32)
         q = np.concatenate([nibbles & 15, nibbles >> 4], axis=-1)
         if qtype == Q5_1:
             q = q | (np.unpackbits(b[..., 4:8], axis=-1, bitorder="little").astype(np.int32) << 4)
-        return q.reshape(n, cols), d.reshape(n, -1), -_half(b, 2).reshape(n, -1), None
+        return q.reshape(n, cols), d.reshape(n, -1), -_half(b, 2).reshape(n, -1), None, None
     if qtype == IQ4_NL:
         q = _iq4_values(b[..., 2:], n, cols)
     elif qtype == Q4_0:
@@ -113,12 +119,12 @@ def integer_weights(qtype: int, raw: np.ndarray, cols: int):
         q = q.reshape(n, cols) - 16
     else:
         q = b[..., 2:34].view(np.int8).astype(np.int32).reshape(n, cols)
-    return q, d.reshape(n, -1), None, None
+    return q, d.reshape(n, -1), None, None, None
 
 
 def reference(qtype: int, raw: np.ndarray, cols: int, x: torch.Tensor) -> torch.Tensor:
     """y [S, N] by the definition: every float step rounded to float32, in the stated order."""
-    q, s, m, half_scales = integer_weights(qtype, raw, cols)
+    q, s, m, half_scales, half_mins = integer_weights(qtype, raw, cols)
     rows = x.shape[0]
     blocks = x.float().view(rows, -1, 32)
     amax = blocks.abs().amax(-1, keepdim=True)
@@ -128,11 +134,14 @@ def reference(qtype: int, raw: np.ndarray, cols: int, x: torch.Tensor) -> torch.
     dx = dx[..., 0]  # [S, K/32]
     q16 = torch.from_numpy(q).view(q.shape[0], -1, 2, 16).to(torch.int64)  # [N, K/32, half, 16]
     halves = torch.einsum("sjhk,njhk->snjh", u, q16)  # exact integer sums of the 16-weight halves
-    if half_scales is not None:  # Q6_K and Q3_K: each half times its int8 scale, in integers
+    if half_scales is not None:  # Q6_K, Q3_K and Q2_K: each half times its integer scale
         halves = halves * torch.from_numpy(half_scales).view(q.shape[0], -1, 2)[None]
     sums = halves.sum(-1).float()  # [S, N, K/32], exact: |I| < 2^24
     terms = (torch.from_numpy(s)[None] * dx[:, None]) * sums
-    if m is not None:
+    if half_mins is not None:  # Q2_K: M = m₁·Σ₁u + m₂·Σ₂u in integers, then less dmin·(dx·M)
+        mins = torch.einsum("sjh,njh->snj", u.sum(-1), torch.from_numpy(half_mins).view(q.shape[0], -1, 2))
+        terms = terms - torch.from_numpy(m)[None] * (dx[:, None] * mins.float())
+    elif m is not None:
         dx_sum = dx * u.sum((-1, -2)).float()  # [S, K/32]
         terms = terms - torch.from_numpy(m)[None] * dx_sum[:, None]
     lanes = torch.zeros(rows, q.shape[0], 16)
@@ -164,7 +173,8 @@ BIT_FOR_BIT_CASES = [(Q4_K, 512, 8), (Q6_K, 768, 8), (Q5_0, 896, 8), (Q8_0, 896,
                      (IQ4_XS, 512, 8), (IQ4_XS, 768, 8), (IQ4_XS, 2816, 16), (IQ4_XS, 7168, 16),
                      (IQ4_NL, 896, 8), (IQ4_NL, 160, 8), (IQ4_NL, 1248, 8), (IQ4_NL, 2688, 16), (IQ4_NL, 7200, 16),
                      (Q5_1, 896, 8), (Q5_1, 160, 8), (Q5_1, 2688, 16), (Q4_1, 896, 8), (Q4_1, 1248, 8),
-                     (Q4_1, 2656, 16), (Q5_1, 7200, 16)]
+                     (Q4_1, 2656, 16), (Q5_1, 7200, 16), (Q2_K, 512, 8), (Q2_K, 768, 8), (Q2_K, 2816, 16),
+                     (Q2_K, 7168, 16)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -205,7 +215,7 @@ def test_kernel_computes_its_definition_bit_for_bit(variant, qtype, cols, rows):
 
 ONE_ROW_CASES = [(Q4_K, 512), (Q4_K, 768), (Q6_K, 768), (Q6_K, 2816), (Q5_0, 896), (Q5_0, 160), (Q4_0, 1248),
                  (Q8_0, 544), (Q5_K, 768), (Q3_K, 768), (Q3_K, 2816), (IQ4_XS, 768), (IQ4_XS, 2816), (IQ4_NL, 1248),
-                 (Q5_1, 896), (Q4_1, 160)]
+                 (Q5_1, 896), (Q4_1, 160), (Q2_K, 768), (Q2_K, 2816)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -286,7 +296,7 @@ def test_one_row_pairs_are_taken_where_they_time_faster(paired_ms, taken):
 
 QUANT_BYTES = {Q4_K: slice(16, 144), Q5_K: slice(16, 176), Q6_K: slice(0, 192), Q3_K: slice(0, 96), Q5_0: slice(2, 22),
                Q4_0: slice(2, 18), Q8_0: slice(2, 34), IQ4_XS: slice(8, 136), IQ4_NL: slice(2, 18), Q5_1: slice(4, 24),
-               Q4_1: slice(4, 20)}
+               Q4_1: slice(4, 20), Q2_K: slice(16, 80)}
 LARGEST_CODE = {Q8_0: 0x80, IQ4_XS: 0x00, IQ4_NL: 0x00}  # −128; IQ4's index 0 (−127) in both nibbles; else 0xFF
 
 
@@ -307,6 +317,8 @@ def test_largest_products_do_not_overflow(variant, qtype):
         blocks[..., 192:208] = np.resize(np.array([0x7F, 0x80], np.uint8), 16)
     if qtype == Q3_K:  # the scales at their extremes, 31 and −32 (even and odd j)
         blocks[..., 96:108] = np.resize(np.array([0xFF, 0x00], np.uint8), 12)
+    if qtype == Q2_K:  # every half's scale and min at 15
+        blocks[..., 0:16] = 0xFF
     if qtype == IQ4_XS:  # the scale codes at their extremes, 63 and 0 (ls − 32: 31 and −32; even and odd j)
         blocks[..., 2:8] = [0x33, 0x33, 0x0F, 0x0F, 0x0F, 0x0F]
     x = torch.full((3, 512), 2.0)
@@ -325,7 +337,7 @@ def test_each_row_is_the_same_whatever_it_is_computed_with():
     parts = [BlockTensor.from_numpy(q, random_blocks(q, 16, 512, seed=q), 512) for q in FORMATS]
     parts.append(BlockTensor.from_float(torch.randn(8, 512)))
     kernel = Q8Kernel(parts, torch.randn(16 * len(FORMATS) + 8))
-    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q3_K+Q5_0+Q4_0+Q8_0+IQ4_XS+IQ4_NL+Q5_1+Q4_1+F32"
+    assert kernel.name == "gguf-q8-Q4_K+Q5_K+Q6_K+Q3_K+Q5_0+Q4_0+Q8_0+IQ4_XS+IQ4_NL+Q5_1+Q4_1+Q2_K+F32"
     assert_rows_invariant(kernel, torch.randn(17, 512))
 
 

@@ -9,7 +9,8 @@ Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold), Q5_K (with Q6_K,
 Q4_K, Q5_K and Q6_K, a Q3_K_M file's), Q4_0 (many other published GGUFs, and what a draft is requantized to:
 `specdec.engine.requantize`), IQ4_XS and IQ4_NL (an IQ4_XS file's: 4-bit indices into a table of 16 values, IQ4_NL
 where a width is not a multiple of 256), Q5_1 and Q4_1 (a Q5_K_M file's where a width is not a multiple of 256, and
-older files) and F32 (for tensors of any other type, dequantized once at load).
+older files), Q2_K (with Q3_K, Q4_K and Q6_K, a Q2_K file's) and F32 (for tensors of any other type, dequantized
+once at load).
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
-F32, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K = 0, 2, 3, 6, 7, 8, 11, 12, 13, 14  # GGML's numbers
+F32, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 0, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14  # GGML's
 IQ4_NL, IQ4_XS = 20, 23
-NAMES = {F32: "F32", Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q3_K: "Q3_K", Q4_K: "Q4_K",
-         Q5_K: "Q5_K", Q6_K: "Q6_K", IQ4_NL: "IQ4_NL", IQ4_XS: "IQ4_XS"}
+NAMES = {F32: "F32", Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q2_K: "Q2_K", Q3_K: "Q3_K",
+         Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K", IQ4_NL: "IQ4_NL", IQ4_XS: "IQ4_XS"}
 BLOCK = {F32: (16, 64), Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
-         IQ4_NL: (32, 18), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
+         IQ4_NL: (32, 18), Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
          IQ4_XS: (256, 136)}  # weights, bytes a block
 IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 
@@ -166,21 +167,27 @@ def _f16_bytes(values: np.ndarray) -> np.ndarray:
     return values.astype(np.float16).view(np.uint8).reshape(*values.shape[:-1], -1)
 
 
-def quantize_q4_k(weight: np.ndarray, bits: int = 4) -> np.ndarray:
-    """A plain Q4_K quantizer (min/max per 32 weights; llama.cpp's searches harder), [N, K] -> bytes; with
-    `bits` 5, Q5_K (the same scales, and each quant's fifth bit in qh)."""
-    top = 2**bits - 1
-    w = weight.astype(np.float32).reshape(-1, 8, 32)  # [blocks, groups, 32]
+def _codes_with_mins(w: np.ndarray, top: int, scale_top: int):
+    """Min/max codes per group of w [blocks, groups, size] (w ≈ d·sc·q − dmin·m, q ≤ top, sc and m ≤ scale_top):
+    d and dmin [blocks, 1] (float16 values), sc and m [blocks, groups], q [blocks, groups, size]."""
     low, high = np.minimum(w.min(-1), 0), np.maximum(w.max(-1), 0)
     scale, minimum = (high - low) / top, -low  # per group: w ≈ scale·q − minimum
-    d = (scale.max(-1, keepdims=True) / 63).astype(np.float16).astype(np.float32)
-    dmin = (minimum.max(-1, keepdims=True) / 63).astype(np.float16).astype(np.float32)
-    sc = np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d > 0)), 0, 63).astype(np.uint8)
-    m = np.clip(np.round(np.divide(minimum, dmin, out=np.zeros_like(minimum), where=dmin > 0)), 0, 63).astype(np.uint8)
+    d = (scale.max(-1, keepdims=True) / scale_top).astype(np.float16).astype(np.float32)
+    dmin = (minimum.max(-1, keepdims=True) / scale_top).astype(np.float16).astype(np.float32)
+    sc = np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d > 0)), 0, scale_top).astype(np.uint8)
+    m = np.clip(np.round(np.divide(minimum, dmin, out=np.zeros_like(minimum), where=dmin > 0)), 0,
+                scale_top).astype(np.uint8)
     step, offset = d * sc, dmin * m
     q = np.clip(np.round(np.divide(w + offset[..., None], step[..., None], out=np.zeros_like(w),
                                    where=step[..., None] > 0)), 0, top).astype(np.uint8)
-    packed = np.zeros((w.shape[0], 12), dtype=np.uint8)  # 6-bit scales and mins, GGML's packing
+    return d, dmin, sc, m, q
+
+
+def quantize_q4_k(weight: np.ndarray, bits: int = 4) -> np.ndarray:
+    """A plain Q4_K quantizer (min/max per 32 weights; llama.cpp's searches harder), [N, K] -> bytes; with
+    `bits` 5, Q5_K (the same scales, and each quant's fifth bit in qh)."""
+    d, dmin, sc, m, q = _codes_with_mins(weight.astype(np.float32).reshape(-1, 8, 32), 2**bits - 1, 63)
+    packed = np.zeros((q.shape[0], 12), dtype=np.uint8)  # 6-bit scales and mins, GGML's packing
     packed[:, 0:4] = sc[:, 0:4] | ((sc[:, 4:8] >> 4) << 6)
     packed[:, 4:8] = m[:, 0:4] | ((m[:, 4:8] >> 4) << 6)
     packed[:, 8:12] = (sc[:, 4:8] & 15) | ((m[:, 4:8] & 15) << 4)
@@ -188,6 +195,15 @@ def quantize_q4_k(weight: np.ndarray, bits: int = 4) -> np.ndarray:
     qs = ((q[:, :, 0] & 15) | ((q[:, :, 1] & 15) << 4)).reshape(-1, 128)
     fifth = [] if bits == 4 else [(q >> 4).reshape(-1, 8, 32).transpose(0, 2, 1) @ (1 << np.arange(8, dtype=np.uint8))]
     blocks = np.concatenate([_f16_bytes(d), _f16_bytes(dmin), packed, *fifth, qs], axis=1)
+    return blocks.reshape(weight.shape[0], -1)
+
+
+def quantize_q2_k(weight: np.ndarray) -> np.ndarray:
+    """A plain Q2_K quantizer (min/max per 16 weights; llama.cpp's searches harder), [N, K] -> bytes."""
+    d, dmin, sc, m, q = _codes_with_mins(weight.astype(np.float32).reshape(-1, 16, 16), 3, 15)
+    shifts = np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]  # weight 128c + 32r + l: bits 2r of l
+    qs = (q.reshape(-1, 2, 4, 32) << shifts).sum(2, dtype=np.uint8).reshape(-1, 64)
+    blocks = np.concatenate([sc | (m << 4), qs, _f16_bytes(d), _f16_bytes(dmin)], axis=1)
     return blocks.reshape(weight.shape[0], -1)
 
 
@@ -266,6 +282,8 @@ def quantize(weight: torch.Tensor, qtype: int) -> BlockTensor:
         raw = quantize_q6_k(w)
     elif qtype == Q3_K:
         raw = quantize_q3_k(w)
+    elif qtype == Q2_K:
+        raw = quantize_q2_k(w)
     elif qtype in (IQ4_NL, IQ4_XS):
         raw = quantize_iq4(w, per_256=qtype == IQ4_XS)
     else:

@@ -2,14 +2,15 @@
 
 Definition (`csrc/q8dot.c` states every step): each activation row is quantized per 32 values
 (dx = amax / 127, u = round-half-even(x · 127 / amax)); each 32-weight block's dot of its integer quants
-with u is exact (Q6_K's and Q3_K's two 16-weight halves weighed by their int8 scales in integers), scaled in float32
-by (s·dx) (less m·(dx·Σu) for Q4_K's and Q5_K's mins, plus it for Q4_1's and Q5_1's), and fed to accumulator j mod
-16 in order; the 16 accumulators are summed by halves. Each output is that one sequence of operations whatever rows
+with u is exact (Q6_K's, Q3_K's and Q2_K's two 16-weight halves weighed by their integer scales), scaled in float32
+by (s·dx) (less m·(dx·Σu) for Q4_K's and Q5_K's mins, plus it for Q4_1's and Q5_1's, less dmin·(dx·M) for Q2_K's,
+M its halves' mins against their Σu in integers), and fed to accumulator j mod 16 in order; the 16 accumulators
+are summed by halves. Each output is that one sequence of operations whatever rows
 share the pass, so the path is row-invariant, and it is the same on every CPU level: the AVX-512 VNNI, AVX-VNNI,
 AVX-512 (BW, without VNNI), AVX2, SSE4.1 and portable builds give identical bits.
 
 Formats: Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL (their integer quants IQ4's table values), Q5_1,
-Q4_1, repacked at load (the same bytes, reordered so that each lane of a 4-byte integer dot stays inside one
+Q4_1, Q2_K, repacked at load (the same bytes, reordered so that each lane of a 4-byte integer dot stays inside one
 32-weight block). A tensor in any other format runs on the exact gguf kernel (`specdec.engine.cpu.blockquant`),
 float32 activations.
 """
@@ -26,15 +27,15 @@ from typing import Callable
 import torch
 
 from specdec.engine.cpu import native
-from specdec.engine.cpu.blockquant import (IQ4_NL, IQ4_XS, NAMES, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
-                                          Q8_0, BlockQuantKernel, BlockTensor, format_runs)
+from specdec.engine.cpu.blockquant import (IQ4_NL, IQ4_XS, NAMES, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
+                                          Q6_K, Q8_0, BlockQuantKernel, BlockTensor, format_runs)
 from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
 log = logging.getLogger(__name__)
 
-FORMATS = (Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1)  # what the integer kernel takes
+FORMATS = (Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1, Q2_K)  # what the integer kernel takes
 
 
 def library(variant: str | None = None):

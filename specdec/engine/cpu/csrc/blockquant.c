@@ -1,7 +1,7 @@
 /* y[S, N] = x[S, K] · W[N, K]ᵀ with W kept in its GGML block format, x and y float32.
  *
  * Numerics (the "gguf" compute path): every weight is expanded, in registers, to exactly the float32
- * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K and Q5_K, d·sc·(q − 32) for Q6_K,
+ * value gguf-py's dequantizer gives it (d·sc·q − dmin·m for Q4_K, Q5_K and Q2_K, d·sc·(q − 32) for Q6_K,
  * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q + m for Q4_1 and
  * Q5_1 (one rounding, the sum's), d·q for Q8_0,
  * s·v for IQ4_NL and IQ4_XS (v the table value of its index, s = d or d·(ls − 32)); those products are exact in
@@ -104,6 +104,12 @@ static inline void q4_k_step_offset(const uint8_t *s, int j, float d, float dmin
     *offset = dmin * (float)m;
 }
 
+/* Q2_K's step d·sc and offset dmin·m of its 16 weights j (of 16) in the block at b, as gguf-py computes them. */
+static inline void q2_k_step_offset(const uint8_t *b, int j, float *step, float *offset) {
+    *step = half_to_float(b + Q2_K_D) * (float)(b[Q2_K_SCALES + j] & 15);
+    *offset = half_to_float(b + Q2_K_DMIN) * (float)(b[Q2_K_SCALES + j] >> 4);
+}
+
 /* Feed one weight vector w (V consecutive weights at column k) to every activation row. */
 #define FEED(w, k)                                                                   \
     do {                                                                             \
@@ -168,6 +174,18 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
                         const vi q = ((low >> (2 * r)) & 3) | (((third >> (4 * c + r)) & 1) << 2);
                         const float s = d * (float)sc[8 * c + 2 * r + l / 16];
                         FEED(to_float(q) * splat(s) - splat(4.0f * s), k0 + 128 * c + 32 * r + l); /* s·(q − 4) */
+                    }
+                }
+            }
+        } else if (type == Q2_K) { /* 128 weights from qs[32]: bits 2r of byte l, weight 32r + l */
+            const int64_t k0 = i * 256;
+            for (int c = 0; c < 2; c++) {
+                for (int l = 0; l < 32; l += V) {
+                    const vi q = widen_u8(b + Q2_K_QS + 32 * c + l);
+                    for (int r = 0; r < 4; r++) {
+                        float step, offset;
+                        q2_k_step_offset(b, 8 * c + 2 * r + l / 16, &step, &offset);
+                        FEED(to_float((q >> (2 * r)) & 3) * splat(step) - splat(offset), k0 + 128 * c + 32 * r + l);
                     }
                 }
             }
@@ -279,6 +297,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             case Q5_K: PASSES(Q5_K); break;
             case Q6_K: PASSES(Q6_K); break;
             case Q3_K: PASSES(Q3_K); break;
+            case Q2_K: PASSES(Q2_K); break;
             case Q8_0: PASSES(Q8_0); break;
             case Q5_0: PASSES(Q5_0); break;
             case Q4_0: PASSES(Q4_0); break;
@@ -338,6 +357,14 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
                 for (int l = 0; l < 32; l++) {
                     const float s = d * (float)sc[8 * c + 2 * r + l / 16];
                     ob[128 * c + 32 * r + l] = s * (float)(q3_k_code(b, c, r, l) - 4);
+                }
+    } else if (type == Q2_K) {
+        for (int c = 0; c < 2; c++)
+            for (int r = 0; r < 4; r++)
+                for (int l = 0; l < 32; l++) {
+                    float step, offset;
+                    q2_k_step_offset(b, 8 * c + 2 * r + l / 16, &step, &offset);
+                    ob[128 * c + 32 * r + l] = (float)q2_k_code(b, c, r, l) * step - offset;
                 }
     } else if (type == IQ4_NL || type == IQ4_XS) {
         for (int j = 0; j < block_weights(type) / 32; j++) {

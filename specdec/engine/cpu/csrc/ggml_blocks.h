@@ -1,6 +1,6 @@
 /* GGML's block formats as both kernels read them: type numbers, block sizes, float16 scales, Q4_K's packed
- * 6-bit scales and minimums, Q3_K's packed 6-bit scales, the 32-weight legacy blocks, IQ4's table and IQ4_XS's
- * scales. */
+ * 6-bit scales and minimums, Q2_K's layout, Q3_K's packed 6-bit scales, the 32-weight legacy blocks, IQ4's table
+ * and IQ4_XS's scales. */
 #ifndef SPECDEC_GGML_BLOCKS_H
 #define SPECDEC_GGML_BLOCKS_H
 
@@ -11,7 +11,7 @@
 #endif
 
 /* GGML's type numbers (F32: 16 floats a "block") */
-enum { F32 = 0, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
+enum { F32 = 0, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
        IQ4_NL = 20, IQ4_XS = 23 };
 
 /* Bytes one block occupies, and weights it holds (0 for a type neither kernel reads). */
@@ -23,6 +23,7 @@ static inline int64_t block_bytes(int type) {
     case Q5_0: return 22;
     case Q5_1: return 24;
     case Q8_0: return 34;
+    case Q2_K: return 84;
     case Q3_K: return 110;
     case Q4_K: return 144;
     case Q5_K: return 176;
@@ -37,7 +38,7 @@ static inline int64_t block_weights(int type) {
     switch (type) {
     case F32: return 16;
     case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: case IQ4_NL: return 32;
-    case Q3_K: case Q4_K: case Q5_K: case Q6_K: case IQ4_XS: return 256;
+    case Q2_K: case Q3_K: case Q4_K: case Q5_K: case Q6_K: case IQ4_XS: return 256;
     default: return 0;
     }
 }
@@ -64,6 +65,14 @@ static inline void q4_k_scale_min(const uint8_t *s, int j, uint8_t *sc, uint8_t 
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
 }
+
+/* A Q2_K block (84 bytes): scales[16], qs[64], d, dmin (float16). Weight 128c + 32r + l (c < 2, r < 4, l < 32)
+ * has the code q = (qs[32c + l] >> 2r) & 3 and the value (d·sc)·q − dmin·m, sc and m the low and high nibble of
+ * scales[8c + 2r + l / 16], its 16 weights' scale and min. */
+enum { Q2_K_SCALES = 0, Q2_K_QS = 16, Q2_K_D = 80, Q2_K_DMIN = 82 };
+
+/* The code q (0..3) of weight 128c + 32r + l of the Q2_K block at b. */
+static inline int q2_k_code(const uint8_t *b, int c, int r, int l) { return (b[Q2_K_QS + 32 * c + l] >> (2 * r)) & 3; }
 
 /* A Q3_K block (110 bytes): hmask[32], qs[64], scales[12], d (float16). Weight 128c + 32r + l (c < 2, r < 4,
  * l < 32) has the code q = its low two bits, (qs[32c + l] >> 2r) & 3, and its third bit, (hmask[l] >> (4c + r)) & 1,

@@ -7,11 +7,12 @@
  * - Weights: integers q. Per block j of 32 weights the integer sum I is exact: Σ q·u for Q4_K, Q5_K, Q4_1, Q5_1
  *   and Q8_0, and for IQ4_NL and IQ4_XS with q the table value of each index, Σ (q − 16)·u for Q5_0,
  *   Σ (q − 8)·u for Q4_0, and for Q6_K sc₁·Σ₁ (q − 32)·u + sc₂·Σ₂ (q − 32)·u over its two 16-weight halves with
- *   their int8 scales (Q3_K the same with q − 4, its scales less 32). The block's float scale s is d·sc for Q4_K
- *   and Q5_K, d·(ls − 32) for IQ4_XS, d for the others (exact in float32), and Q4_K's and Q5_K's min m = dmin·min,
- *   Q4_1's and Q5_1's m.
+ *   their int8 scales (Q3_K the same with q − 4, its scales less 32; Q2_K with q and its 4-bit scales), and for
+ *   Q2_K also M = m₁·Σ₁u + m₂·Σ₂u with its halves' 4-bit mins. The block's float scale s is d·sc for Q4_K and
+ *   Q5_K, d·(ls − 32) for IQ4_XS, d for the others (exact in float32), and Q4_K's and Q5_K's min m = dmin·min,
+ *   Q4_1's and Q5_1's m, Q2_K's dmin.
  * - Float steps, each rounded to float32, no fused multiply-add: t = (s·dx)·I, minus m·(dx·Σu) for Q4_K and Q5_K,
- *   plus m·(dx·Σu) for Q4_1 and Q5_1;
+ *   plus m·(dx·Σu) for Q4_1 and Q5_1, minus m·(dx·M) for Q2_K;
  *   block j feeds accumulator j mod 16 in order (acc += t); y = the 16 accumulators summed by halves
  *   ((a[i] + a[i + 8]), then + 4, + 2, + 1).
  * Every output is that fixed sequence whatever the rows beside it: the path is row-invariant.
@@ -154,6 +155,7 @@ static __attribute__((noinline)) void half_unit(int type, const uint8_t *o, cons
     case Q5_K: unit(Q5_K, o, a, lda, acc, G, 0, 1); break;
     case Q6_K: unit(Q6_K, o, a, lda, acc, G, 0, 1); break;
     case Q3_K: unit(Q3_K, o, a, lda, acc, G, 0, 1); break;
+    case Q2_K: unit(Q2_K, o, a, lda, acc, G, 0, 1); break;
     case Q5_0: unit(Q5_0, o, a, lda, acc, G, 0, 1); break;
     case Q4_0: unit(Q4_0, o, a, lda, acc, G, 0, 1); break;
     case Q4_1: unit(Q4_1, o, a, lda, acc, G, 0, 1); break;
@@ -373,6 +375,7 @@ static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, 
             case Q5_K: PAIR_PASSES(Q5_K); break;
             case Q6_K: PAIR_PASSES(Q6_K); break;
             case Q3_K: PAIR_PASSES(Q3_K); break;
+            case Q2_K: PAIR_PASSES(Q2_K); break;
             case Q5_0: PAIR_PASSES(Q5_0); break;
             case Q4_1: PAIR_PASSES(Q4_1); break;
             case Q5_1: PAIR_PASSES(Q5_1); break;
@@ -416,6 +419,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
                 case Q5_K: PASSES(Q5_K); break;
                 case Q6_K: PASSES(Q6_K); break;
                 case Q3_K: PASSES(Q3_K); break;
+                case Q2_K: PASSES(Q2_K); break;
                 case Q5_0: PASSES(Q5_0); break;
                 case Q4_0: PASSES(Q4_0); break;
                 case Q4_1: PASSES(Q4_1); break;

@@ -33,6 +33,10 @@ static void decode_block(int type, const uint8_t *b, int8_t *q) {
         for (int c = 0; c < 2; c++)
             for (int r = 0; r < 4; r++)
                 for (int l = 0; l < 32; l++) q[128 * c + 32 * r + l] = (int8_t)q3_k_code(b, c, r, l);
+    } else if (type == Q2_K) {
+        for (int c = 0; c < 2; c++)
+            for (int r = 0; r < 4; r++)
+                for (int l = 0; l < 32; l++) q[128 * c + 32 * r + l] = (int8_t)q2_k_code(b, c, r, l);
     } else if (type == IQ4_XS) { /* block j of 32: Q4_0's layout at qs + 16j */
         for (int j = 0; j < 8; j++)
             for (int l = 0; l < 16; l++) {
@@ -71,8 +75,8 @@ static void pack_bit_plane(const int8_t *ordered, uint8_t *plane, int cb, int bi
 }
 
 /* `width` bits (1 or 2) of a unit's quants in unit order, from bit `bit` (Q6_K's high pair, Q3_K's low pair and its
- * third bit): byte p of piece c / (8 / width) holds chunk c's at bit width · (c % (8 / width)), so that a chunk's
- * come from one load, one shift and one mask. */
+ * third bit, Q2_K's codes): byte p of piece c / (8 / width) holds chunk c's at bit width · (c % (8 / width)), so
+ * that a chunk's come from one load, one shift and one mask. */
 static void pack_bit_slices(const int8_t *ordered, uint8_t *out, int cb, int bit, int width) {
     const int per_byte = 8 / width, mask = (1 << width) - 1;
     for (int c = 0; c < 8; c++)
@@ -105,6 +109,10 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
                     } else if (type == Q3_K) {
                         memcpy(o + 2 * s, b + Q3_K_D, 2);
                         q3_k_scales(b + Q3_K_SCALES, (int8_t *)o + 2 * sbu + 16 * s);
+                    } else if (type == Q2_K) {
+                        memcpy(o + 2 * s, b + Q2_K_D, 2);
+                        memcpy(o + 2 * sbu + 2 * s, b + Q2_K_DMIN, 2);
+                        memcpy(o + 4 * sbu + 16 * s, b + Q2_K_SCALES, 16);
                     } else if (type == IQ4_XS) {
                         memcpy(o + 2 * s, b, 2);
                         for (int j = 0; j < 8; j++) o[2 * sbu + 8 * s + j] = (uint8_t)iq4_xs_scale_code(b, j);
@@ -133,6 +141,8 @@ int q8_repack(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
             } else if (type == Q3_K) {
                 pack_bit_slices(ordered, o + 18 * sbu, cb, 0, 2);
                 pack_bit_slices(ordered, o + 18 * sbu + 2 * cb, cb, 2, 1);
+            } else if (type == Q2_K) {
+                pack_bit_slices(ordered, o + 20 * sbu, cb, 0, 2);
             } else if (type == IQ4_XS) {
                 pack_nibbles(ordered, o + 10 * sbu, cb);
             } else if (type != Q8_0) { /* Q4_0's layout (Q4_1, Q5_1: after m), then Q5_0's and Q5_1's fifth bits */

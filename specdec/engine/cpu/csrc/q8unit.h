@@ -34,10 +34,10 @@ typedef uint32_t vlu __attribute__((vector_size(CHUNK)));
 typedef uint64_t vw __attribute__((vector_size(CHUNK))); /* a chunk's bytes, for byte arithmetic */
 #define BYTES(b) (0x0101010101010101ull * (b))
 
-/* How the two half scales of Q6_K and Q3_K reach a block's sum: without VNNI as the int16 pair (sc, sc) a lane
- * that vpmaddwd widens the pair sums with (the activations carry their halves' Σu as int16 pairs); with VNNI, and
- * in portable C, the two half sums start at −32·Σu (Q3_K's at −4·Σu) and are converted and multiplied in float32,
- * exact because every product and the sum are integers below 2^24 (no vpmulld). */
+/* How the two half scales of Q6_K, Q3_K and Q2_K reach a block's sum: without VNNI as the int16 pair (sc, sc) a
+ * lane that vpmaddwd widens the pair sums with (the activations carry their halves' Σu as int16 pairs); with VNNI,
+ * and in portable C, the two half sums start at −32·Σu (Q3_K's at −4·Σu, Q2_K's at 0) and are converted and
+ * multiplied in float32, exact because every product and the sum are integers below 2^24 (no vpmulld). */
 #if defined(Q8_PORTABLE) || defined(__AVX512VNNI__) || defined(__AVXVNNI__)
 #define SCALE_PAIRS 0
 #else
@@ -45,7 +45,7 @@ typedef uint64_t vw __attribute__((vector_size(CHUNK))); /* a chunk's bytes, for
 #endif
 
 /* One activation unit: its quants in unit order, and per block dx, Σu, dx·Σu and what the offsets of Q6_K and
- * Q3_K need (their codes less 32 and 4, a half at a time). */
+ * Q3_K need (their codes less 32 and 4, a half at a time), which Q2_K's half mins take too. */
 typedef struct act_unit {
     int8_t u[UNIT];
     float dx[BLOCKS];
@@ -66,6 +66,8 @@ typedef struct act_unit {
  * Q6_K: d[n] (f16), sc[16n] (int8), 4 · CHUNK bytes of low nibbles, 2 · CHUNK of high bit pairs;
  * Q3_K: Q6_K's d[n] and sc[16n] (its scales less 32), then 2 · CHUNK bytes of low bit pairs (laid out as Q6_K's
  * high ones), CHUNK of third bits (bit c of byte p: chunk c's);
+ * Q2_K: d[n], dmin[n] (f16), its scale bytes[16n] (sc in the low nibble, m in the high one: GGML's), 2 · CHUNK
+ * bytes of codes (laid out as Q3_K's low bit pairs);
  * Q5_0: d[8n] (f16), 4 · CHUNK bytes of low nibbles, CHUNK of 5th bits; Q4_1 and Q5_1: Q4_0's and Q5_0's with
  * m[8n] (f16) after d; Q4_0 and IQ4_NL: d[8n] (f16), 4 · CHUNK
  * bytes of nibbles (IQ4_NL's table indices); IQ4_XS: d[n] (f16), ls[8n] (its 6-bit scale codes in bytes), 4 · CHUNK
@@ -77,6 +79,7 @@ static inline int64_t sb_bytes(int type) {
     case Q5_K: return 180;
     case Q6_K: return 210;
     case Q3_K: return 114;
+    case Q2_K: return 84;
     case Q5_0: return 176;
     case Q4_0: case IQ4_NL: return 144;
     case Q4_1: return 160;

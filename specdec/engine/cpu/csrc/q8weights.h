@@ -36,7 +36,8 @@ static inline vw plane_bits(const uint8_t *p, int c, int cb) {
     return (((vw){0} + word) >> shift) & BYTES(1);
 }
 
-/* Chunk c's two bits of a pair (Q6_K's high pair, Q3_K's low one), as 0..3 a byte, from the pair bytes at p. */
+/* Chunk c's two bits of a pair (Q6_K's high pair, Q3_K's low one, Q2_K's code), as 0..3 a byte, from the pair bytes
+ * at p. */
 static inline vw pair_bits(const uint8_t *p, int c, int cb) {
     return (load_chunk(p + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3);
 }
@@ -48,10 +49,13 @@ static inline vw third_bits(const uint8_t *p, int c, int cb) {
     return (c >= 2 ? bits >> (c - 2) : bits << (2 - c)) & BYTES(4);
 }
 
-/* Whether a format's block sums are two 16-weight halves weighed by int8 scales: Q6_K's and Q3_K's. */
-static inline int half_scaled(const int type) { return type == Q6_K || type == Q3_K; }
+/* Whether a format's block sums are two 16-weight halves weighed by integer scales: Q6_K's, Q3_K's and Q2_K's. */
+static inline int half_scaled(const int type) { return type == Q6_K || type == Q3_K || type == Q2_K; }
 
-/* Their codes' offset, 32 for Q6_K and 4 for Q3_K, as a shift. */
+/* Whether their codes have an offset: Q6_K's 32 and Q3_K's 4 (Q2_K's min term is apart: `q2_k_min_sums`). */
+static inline int half_offset(const int type) { return type == Q6_K || type == Q3_K; }
+
+/* That offset, 32 or 4, as a shift. */
 static inline int half_offset_shift(const int type) { return type == Q6_K ? 5 : 2; }
 
 /* The unit's BLOCKS bytes at p (unsigned), one a lane, as int32. */
@@ -69,7 +73,7 @@ static inline vli byte_lanes(const uint8_t *p) {
     return out;
 }
 
-/* 2 · BLOCKS int8 at p as int16, two a lane (Q6_K's half scales of each block). */
+/* 2 · BLOCKS int8 at p as int16, two a lane (the half scales of each block of Q6_K, and of Q3_K as repacked). */
 static inline vli byte_pairs(const int8_t *p) {
     vli out;
 #if CHUNK == 64
@@ -80,6 +84,27 @@ static inline vli byte_pairs(const int8_t *p) {
     memcpy(&out, &v, 32);
 #else
     for (int l = 0; l < BLOCKS; l++) out[l] = (int32_t)((uint32_t)(uint16_t)p[2 * l] | (uint32_t)(uint16_t)p[2 * l + 1] << 16);
+#endif
+    return out;
+}
+
+/* The low (or, if `high`, the high) nibbles of 2 · BLOCKS bytes at p as int16, two a lane: Q2_K's half scales (or
+ * mins) of each block. */
+static inline vli nibble_pairs(const uint8_t *p, int high) {
+    vli out;
+#if CHUNK == 64
+    const __m256i b = _mm256_loadu_si256((const __m256i *)p);
+    const __m512i v = _mm512_cvtepu8_epi16(_mm256_and_si256(high ? _mm256_srli_epi16(b, 4) : b, _mm256_set1_epi8(15)));
+    memcpy(&out, &v, 64);
+#elif defined(__AVX2__)
+    const __m128i b = _mm_loadu_si128((const __m128i *)p);
+    const __m256i v = _mm256_cvtepu8_epi16(_mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(15)));
+    memcpy(&out, &v, 32);
+#else
+    for (int l = 0; l < BLOCKS; l++) {
+        const uint32_t first = (p[2 * l] >> (4 * high)) & 15, second = (p[2 * l + 1] >> (4 * high)) & 15;
+        out[l] = (int32_t)(first | second << 16);
+    }
 #endif
     return out;
 }
@@ -165,10 +190,12 @@ static inline vw iq4_values(vw index) {
 /* What one unit of a weight row needs, unpacked once per pass. */
 typedef struct {
     nv w[NVS], sign[NVS]; /* sign: signed codes without VNNI only */
-    vl s, m;              /* the blocks' scales, and Q4_K's and Q5_K's mins (Q4_1's and Q5_1's, negated) */
-    vli scale[2];         /* Q6_K and Q3_K without VNNI: the half scales as unit_dot takes them */
+    vl s, m;              /* the blocks' scales, and Q4_K's and Q5_K's mins (Q4_1's and Q5_1's, negated; Q2_K's dmin) */
+    vli scale[2];         /* Q6_K, Q3_K and Q2_K without VNNI: the half scales as unit_dot takes them */
     vli scale_pairs;      /* Q6_K and Q3_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
-    vl half_scale[2];     /* Q6_K and Q3_K with VNNI: sc₁ and sc₂ as floats */
+    vl half_scale[2];     /* Q6_K, Q3_K and Q2_K with VNNI: sc₁ and sc₂ as floats */
+    vli min_pairs;        /* Q2_K without VNNI: its half mins (m₁, m₂) as int16 */
+    vl half_min[2];       /* Q2_K with VNNI: −m₁ / 32 and −m₂ / 32 (exact), against the half sums' starts */
 } unit_weights;
 
 /* Chunk c's weights as unsigned bytes, of the unit at o (of sbu super-blocks, chunks of cb bytes: a half unit
@@ -185,9 +212,22 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
     if (type == Q6_K)
         return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) | pair_bits(o + 18 * sbu + 4 * cb, c, cb) << 4;
     if (type == Q3_K) return pair_bits(o + 18 * sbu, c, cb) | third_bits(o + 18 * sbu + 2 * cb, c, cb);
+    if (type == Q2_K) return pair_bits(o + 20 * sbu, c, cb);
     const int64_t at = (type == Q4_1 || type == Q5_1 ? 32 : 16) * sbu; /* after d (and m) */
     const vw low = nibbles(o + at + cb * (c / 2), c % 2, cb); /* Q4_0's and Q4_1's codes, Q5_0's and Q5_1's low bits */
     return type == Q4_0 || type == Q4_1 ? low : low | plane_bits(o + at + 4 * cb, c, cb) << 4;
+}
+
+/* The half scales (sc₁, sc₂), int16 pairs a lane, as unit_dot (without VNNI) or scaled_halves_sum takes them. */
+static inline void set_half_scales(unit_weights *u, vli pairs) {
+    u->scale_pairs = pairs;
+    if (SCALE_PAIRS) { /* (sc₁, sc₁) and (sc₂, sc₂) a lane */
+        u->scale[0] = (vli)(((vlu)pairs & 0xffff) | ((vlu)pairs << 16));
+        u->scale[1] = (vli)(((vlu)pairs & 0xffff0000u) | ((vlu)pairs >> 16));
+    } else { /* the sign-extended int16s */
+        u->half_scale[0] = __builtin_convertvector((vli)((vlu)pairs << 16) >> 16, vl);
+        u->half_scale[1] = __builtin_convertvector(pairs >> 16, vl);
+    }
 }
 
 /* The scales of the unit at o (a half unit if `half`): s, and m, scale, scale_pairs or half_scale by type. */
@@ -198,17 +238,17 @@ static inline __attribute__((always_inline)) void unpack_scales(const int type, 
                                            * against zeros */
         u->s = __builtin_convertvector(byte_lanes(o + 4 * sbu), vl) * superblock_lanes(o, half);           /* d · sc */
         u->m = __builtin_convertvector(byte_lanes(o + 12 * sbu), vl) * superblock_lanes(o + 2 * sbu, half); /* dmin · m */
+    } else if (type == Q2_K) { /* d and dmin; the half scales and mins from the scale bytes' nibbles */
+        u->s = superblock_lanes(o, half);
+        u->m = superblock_lanes(o + 2 * sbu, half);
+        set_half_scales(u, nibble_pairs(o + 4 * sbu, 0));
+        const vli mins = nibble_pairs(o + 4 * sbu, 1);
+        u->min_pairs = mins;
+        u->half_min[0] = __builtin_convertvector(mins & 0xffff, vl) * (-1.0f / 32);
+        u->half_min[1] = __builtin_convertvector(mins >> 16, vl) * (-1.0f / 32);
     } else if (half_scaled(type)) {
         u->s = superblock_lanes(o, half);
-        const vli pairs = byte_pairs((const int8_t *)o + 2 * sbu);
-        u->scale_pairs = pairs;
-        if (SCALE_PAIRS) { /* (sc₁, sc₁) and (sc₂, sc₂) a lane */
-            u->scale[0] = (vli)(((vlu)pairs & 0xffff) | ((vlu)pairs << 16));
-            u->scale[1] = (vli)(((vlu)pairs & 0xffff0000u) | ((vlu)pairs >> 16));
-        } else { /* the sign-extended int16s */
-            u->half_scale[0] = __builtin_convertvector((vli)((vlu)pairs << 16) >> 16, vl);
-            u->half_scale[1] = __builtin_convertvector(pairs >> 16, vl);
-        }
+        set_half_scales(u, byte_pairs((const int8_t *)o + 2 * sbu));
     } else if (type == IQ4_XS) { /* d · (ls − 32); a half unit's lanes past 8 read its indices: finite */
         u->s = __builtin_convertvector(byte_lanes(o + 2 * sbu) - 32, vl) * superblock_lanes(o, half);
     } else { /* Q5_0, Q4_0, Q8_0 and IQ4_NL; Q4_1's and Q5_1's m negated: their min term is added */
@@ -253,11 +293,30 @@ static inline vacc acc_add_unit(vacc a, vl t, int part) {
 
 enum { MAX_ROWS = 16 };
 
-/* Whether a format's blocks have a min term m·(dx·Σu): Q4_K's and Q5_K's (less), Q4_1's and Q5_1's (plus). */
-static inline int has_min(const int type) { return type == Q4_K || type == Q5_K || type == Q4_1 || type == Q5_1; }
+/* Whether a format's blocks have a min term m·(dx·Σu): Q4_K's and Q5_K's (less), Q4_1's and Q5_1's (plus); Q2_K's
+ * dmin·(dx·M) (less). */
+static inline int has_min(const int type) {
+    return type == Q4_K || type == Q5_K || type == Q4_1 || type == Q5_1 || type == Q2_K;
+}
+
+/* Q2_K's M = m₁·Σ₁u + m₂·Σ₂u of each block (its half mins against row x's half sums) as float32, exact: |M| ≤ 2 ·
+ * 15 · 16 · 127, and with VNNI each product (−32·Σu)·(−m / 32) is the integer m·Σu. */
+static inline vl q2_k_min_sums(const unit_weights *u, const act_unit *x) {
+#if SCALE_PAIRS
+    vli halves;
+    memcpy(&halves, x->halves, CHUNK);
+    return __builtin_convertvector(madd_pairs(halves, u->min_pairs), vl);
+#else
+    vli start[2];
+    memcpy(start, x->half_start, sizeof start);
+    return __builtin_convertvector(start[0], vl) * u->half_min[0] +
+           __builtin_convertvector(start[1], vl) * u->half_min[1];
+#endif
+}
 
 /* A unit's terms against activation row x from its exact block sums: (s·dx)·I, less m·(dx·Σu) for Q4_K and
- * Q5_K, plus it for Q4_1 and Q5_1 (u->m holds their m negated: a − (−b) is a + b, exactly). */
+ * Q5_K, plus it for Q4_1 and Q5_1 (u->m holds their m negated: a − (−b) is a + b, exactly), less dmin·(dx·M) for
+ * Q2_K. */
 static inline __attribute__((always_inline)) vl float_steps(const int type, const unit_weights *u, vl exact,
                                                             const act_unit *x) {
     vl dx;
@@ -265,13 +324,14 @@ static inline __attribute__((always_inline)) vl float_steps(const int type, cons
     vl term = (u->s * dx) * exact;
     if (has_min(type)) {
         vl dx_bsum;
-        memcpy(&dx_bsum, x->dx_bsum, CHUNK);
+        if (type == Q2_K) dx_bsum = dx * q2_k_min_sums(u, x);
+        else memcpy(&dx_bsum, x->dx_bsum, CHUNK);
         term = term - u->m * dx_bsum;
     }
     return term;
 }
 
-/* The block sums I of Q6_K and Q3_K from their two half sums (started at `half_start_of`), with VNNI and in
+/* The block sums I of Q6_K, Q3_K and Q2_K from their two half sums (started at `half_start_of`), with VNNI and in
  * portable C: sc₁·I₁ + sc₂·I₂ in float32, exact: |sc·I| ≤ 128 · 16 · 32 · 127 and the sum < 2^24. */
 static inline vl scaled_halves_sum(const unit_weights *u, vli first, vli second) {
     return __builtin_convertvector(first, vl) * u->half_scale[0] +
@@ -289,18 +349,19 @@ static inline vli centred(const int type, vli dot, const act_unit *x) {
 }
 
 /* Chunks whose int16 pair sums are added in int16 before widening (see unit_dot): max |w| is 15 for Q4_K, Q4_0
- * and Q4_1, 31 for Q5_0, Q5_1 and Q5_K, 63 for Q6_K, 128 for Q8_0, 127 for IQ4's values; Q3_K's 7 would take 8, but
- * its halves' scales take 4. */
+ * and Q4_1, 31 for Q5_0, Q5_1 and Q5_K, 63 for Q6_K, 128 for Q8_0, 127 for IQ4's values; Q3_K's 7 and Q2_K's 3 would
+ * take 8, but their halves' scales take 4. */
 static inline int sums16_of(const int type) {
     return type == Q4_K || type == Q4_0 || type == Q4_1 ? 8
-           : type == Q5_0 || type == Q5_1 || type == Q5_K || type == Q3_K ? 4
+           : type == Q5_0 || type == Q5_1 || type == Q5_K || type == Q3_K || type == Q2_K ? 4
            : type == Q6_K ? 2 : 1;
 }
 
 #if !SCALE_PAIRS
 /* Row x's half sums' start for half h of each block: −32·Σu for Q6_K, −4·Σu for Q3_K (a shift, exact: −32·Σu is a
- * multiple of 8). */
+ * multiple of 8), 0 for Q2_K. */
 static inline vli half_start_of(const int type, const act_unit *x, int h) {
+    if (!half_offset(type)) return (vli){0};
     vli start;
     memcpy(&start, x->half_start[h], CHUNK);
     return start >> (half_offset_shift(Q6_K) - half_offset_shift(type));
@@ -311,7 +372,7 @@ static inline vli half_start_of(const int type, const act_unit *x, int h) {
 static inline __attribute__((always_inline)) vl dot_terms(const int type, const unit_weights *u, vli dot,
                                                           const act_unit *x) {
 #if SCALE_PAIRS
-    if (half_scaled(type)) { /* less 32 (Q3_K: 4) · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
+    if (half_offset(type)) { /* less 32 (Q3_K: 4) · (sc₁·Σ₁u + sc₂·Σ₂u); a shift, unsigned: defined for negative sums */
         vli sums;
         memcpy(&sums, x->halves, CHUNK);
         dot -= (vli)((vlu)madd_pairs(sums, u->scale_pairs) << half_offset_shift(type));
