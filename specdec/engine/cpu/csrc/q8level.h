@@ -132,7 +132,6 @@ static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
     }
 }
 
-#ifdef PAIRS
 /* Per 32-bit lane, the two int16 products summed: a₀·b₀ + a₁·b₁. */
 static inline vli madd_pairs(vli a, vli b) {
     nv x[RANGES], y[RANGES];
@@ -141,7 +140,6 @@ static inline vli madd_pairs(vli a, vli b) {
     for (int r = 0; r < RANGES; r++) x[r] = MADD16(x[r], y[r]);
     return vli_of(x);
 }
-#endif
 #ifdef PAIRS
 #define LEVEL_NAME (NATIVE == 64 ? "avx512" : NATIVE == 16 ? "sse4.1" : "avx2")
 #else
@@ -161,6 +159,12 @@ static inline __attribute__((always_inline)) vli unit_dot(const nv *w, const nv 
     return out;
 }
 static inline void load_weights(nv *w, const uint8_t *bytes) { memcpy(w, bytes, UNIT); }
+static inline vli madd_pairs(vli a, vli b) {
+    vli out;
+    for (int l = 0; l < BLOCKS; l++)
+        out[l] = (int16_t)(a[l] & 0xffff) * (int16_t)(b[l] & 0xffff) + (int16_t)(a[l] >> 16) * (int16_t)(b[l] >> 16);
+    return out;
+}
 static inline void load_signed_weights(nv *w, nv *sign, const int8_t *q) {
     for (int k = 0; k < UNIT; k++) {
         w[k] = (uint8_t)(q[k] < 0 ? -q[k] : q[k]);

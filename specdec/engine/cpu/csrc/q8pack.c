@@ -207,9 +207,8 @@ void q8_quantize(const float *x, int64_t S, int64_t K, act_unit *out) {
                 a->dx[l] = dx;
                 a->bsum[l] = sums[0] + sums[1];
                 a->dx_bsum[l] = dx * (float)(sums[0] + sums[1]);
-#if SCALE_PAIRS
                 a->halves[l] = (int32_t)((uint32_t)(uint16_t)sums[0] | (uint32_t)(uint16_t)sums[1] << 16);
-#else
+#if !SCALE_PAIRS
                 a->half_start[0][l] = -32 * sums[0];
                 a->half_start[1][l] = -32 * sums[1];
 #endif

@@ -44,16 +44,16 @@ typedef uint64_t vw __attribute__((vector_size(CHUNK))); /* a chunk's bytes, for
 #define SCALE_PAIRS 1
 #endif
 
-/* One activation unit: its quants in unit order, and per block dx, Σu, dx·Σu and what the offsets of Q6_K and
- * Q3_K need (their codes less 32 and 4, a half at a time), which Q2_K's half mins take too. */
+/* One activation unit: its quants in unit order, and per block dx, Σu, dx·Σu, its halves' Σu (Q2_K's half mins
+ * and, without VNNI, Q6_K's and Q3_K's offsets take them) and with VNNI where Q6_K's and Q3_K's half sums start
+ * (their codes less 32 and 4, a half at a time). */
 typedef struct act_unit {
     int8_t u[UNIT];
     float dx[BLOCKS];
     int32_t bsum[BLOCKS];
     float dx_bsum[BLOCKS]; /* dx · Σu, the factor of Q4_K's and Q5_K's min term */
-#if SCALE_PAIRS
     int32_t halves[BLOCKS]; /* Σu of the first and second 16 values, as int16: first low, second high */
-#else
+#if !SCALE_PAIRS
     int32_t half_start[2][BLOCKS]; /* −32 · Σu of the first and second 16 values: Q6_K's half sums start there,
                                     * Q3_K's at an eighth of it */
 #endif

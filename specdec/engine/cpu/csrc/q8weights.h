@@ -194,8 +194,7 @@ typedef struct {
     vli scale[2];         /* Q6_K, Q3_K and Q2_K without VNNI: the half scales as unit_dot takes them */
     vli scale_pairs;      /* Q6_K and Q3_K without VNNI: (sc₁, sc₂) as int16, for the offset's Σ sc·Σu */
     vl half_scale[2];     /* Q6_K, Q3_K and Q2_K with VNNI: sc₁ and sc₂ as floats */
-    vli min_pairs;        /* Q2_K without VNNI: its half mins (m₁, m₂) as int16 */
-    vl half_min[2];       /* Q2_K with VNNI: −m₁ / 32 and −m₂ / 32 (exact), against the half sums' starts */
+    vli min_pairs;        /* Q2_K: its half mins (m₁, m₂) as int16 */
 } unit_weights;
 
 /* Chunk c's weights as unsigned bytes, of the unit at o (of sbu super-blocks, chunks of cb bytes: a half unit
@@ -242,10 +241,7 @@ static inline __attribute__((always_inline)) void unpack_scales(const int type, 
         u->s = superblock_lanes(o, half);
         u->m = superblock_lanes(o + 2 * sbu, half);
         set_half_scales(u, nibble_pairs(o + 4 * sbu, 0));
-        const vli mins = nibble_pairs(o + 4 * sbu, 1);
-        u->min_pairs = mins;
-        u->half_min[0] = __builtin_convertvector(mins & 0xffff, vl) * (-1.0f / 32);
-        u->half_min[1] = __builtin_convertvector(mins >> 16, vl) * (-1.0f / 32);
+        u->min_pairs = nibble_pairs(o + 4 * sbu, 1);
     } else if (half_scaled(type)) {
         u->s = superblock_lanes(o, half);
         set_half_scales(u, byte_pairs((const int8_t *)o + 2 * sbu));
@@ -299,19 +295,14 @@ static inline int has_min(const int type) {
     return type == Q4_K || type == Q5_K || type == Q4_1 || type == Q5_1 || type == Q2_K;
 }
 
-/* Q2_K's M = m₁·Σ₁u + m₂·Σ₂u of each block (its half mins against row x's half sums) as float32, exact: |M| ≤ 2 ·
- * 15 · 16 · 127, and with VNNI each product (−32·Σu)·(−m / 32) is the integer m·Σu. */
+/* Q2_K's M = m₁·Σ₁u + m₂·Σ₂u of each block (its half mins against row x's half sums, one vpmaddwd) as float32, exact:
+ * |M| ≤ 2 · 15 · 16 · 127. With VNNI it had been two conversions and products against the half sums' starts (−m / 32
+ * a half, exact too), and two more vectors a weight row: on the Zen 4, a Q2_K [8960, 1536] at 2 / 5 / 9 rows then
+ * took 1.23 / 1.43 / 1.54x the time of a Q3_K of the shape in the same run, now 0.95 / 0.91 / 1.04x. */
 static inline vl q2_k_min_sums(const unit_weights *u, const act_unit *x) {
-#if SCALE_PAIRS
     vli halves;
     memcpy(&halves, x->halves, CHUNK);
     return __builtin_convertvector(madd_pairs(halves, u->min_pairs), vl);
-#else
-    vli start[2];
-    memcpy(start, x->half_start, sizeof start);
-    return __builtin_convertvector(start[0], vl) * u->half_min[0] +
-           __builtin_convertvector(start[1], vl) * u->half_min[1];
-#endif
 }
 
 /* A unit's terms against activation row x from its exact block sums: (s·dx)·I, less m·(dx·Σu) for Q4_K and
