@@ -5,9 +5,9 @@ Definition (`csrc/q8dot.c` states every step): each activation row is quantized 
 with u is exact (Q6_K's, Q3_K's and Q2_K's two 16-weight halves weighed by their integer scales), scaled in float32
 by (s·dx) (less m·(dx·Σu) for Q4_K's and Q5_K's mins, plus it for Q4_1's and Q5_1's, less dmin·(dx·M) for Q2_K's,
 M its halves' mins against their Σu in integers), and fed to accumulator j mod 16 in order; the 16 accumulators
-are summed by halves. Each output is that one sequence of operations whatever rows
-share the pass, so the path is row-invariant, and it is the same on every CPU level: the AVX-512 VNNI, AVX-VNNI,
-AVX-512 (BW, without VNNI), AVX2, SSE4.1 and portable builds give identical bits.
+are summed by halves. Each output is that one sequence of operations whatever rows share the pass, so the path is
+row-invariant, and it is the same on every CPU level: the AVX-512 VNNI, AVX-VNNI, AVX-512 (BW, without VNNI), AVX2,
+SSE4.1 and portable builds give identical bits.
 
 Formats: Q4_K, Q5_K, Q6_K, Q3_K, Q5_0, Q4_0, Q8_0, IQ4_XS, IQ4_NL (their integer quants IQ4's table values), Q5_1,
 Q4_1, Q2_K, repacked at load (the same bytes, reordered so that each lane of a 4-byte integer dot stays inside one

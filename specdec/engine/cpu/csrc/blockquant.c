@@ -105,9 +105,9 @@ static inline void q4_k_step_offset(const uint8_t *s, int j, float d, float dmin
 }
 
 /* Q2_K's step d·sc and offset dmin·m of its 16 weights j (of 16) in the block at b, as gguf-py computes them. */
-static inline void q2_k_step_offset(const uint8_t *b, int j, float *step, float *offset) {
-    *step = half_to_float(b + Q2_K_D) * (float)(b[Q2_K_SCALES + j] & 15);
-    *offset = half_to_float(b + Q2_K_DMIN) * (float)(b[Q2_K_SCALES + j] >> 4);
+static inline void q2_k_step_offset(const uint8_t *b, int j, float d, float dmin, float *step, float *offset) {
+    *step = d * (float)(b[Q2_K_SCALES + j] & 15);
+    *offset = dmin * (float)(b[Q2_K_SCALES + j] >> 4);
 }
 
 /* Feed one weight vector w (V consecutive weights at column k) to every activation row. */
@@ -178,13 +178,14 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
                 }
             }
         } else if (type == Q2_K) { /* 128 weights from qs[32]: bits 2r of byte l, weight 32r + l */
+            const float d = half_to_float(b + Q2_K_D), dmin = half_to_float(b + Q2_K_DMIN);
             const int64_t k0 = i * 256;
             for (int c = 0; c < 2; c++) {
                 for (int l = 0; l < 32; l += V) {
                     const vi q = widen_u8(b + Q2_K_QS + 32 * c + l);
                     for (int r = 0; r < 4; r++) {
                         float step, offset;
-                        q2_k_step_offset(b, 8 * c + 2 * r + l / 16, &step, &offset);
+                        q2_k_step_offset(b, 8 * c + 2 * r + l / 16, d, dmin, &step, &offset);
                         FEED(to_float((q >> (2 * r)) & 3) * splat(step) - splat(offset), k0 + 128 * c + 32 * r + l);
                     }
                 }
@@ -359,11 +360,12 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
                     ob[128 * c + 32 * r + l] = s * (float)(q3_k_code(b, c, r, l) - 4);
                 }
     } else if (type == Q2_K) {
+        const float d = half_to_float(b + Q2_K_D), dmin = half_to_float(b + Q2_K_DMIN);
         for (int c = 0; c < 2; c++)
             for (int r = 0; r < 4; r++)
                 for (int l = 0; l < 32; l++) {
                     float step, offset;
-                    q2_k_step_offset(b, 8 * c + 2 * r + l / 16, &step, &offset);
+                    q2_k_step_offset(b, 8 * c + 2 * r + l / 16, d, dmin, &step, &offset);
                     ob[128 * c + 32 * r + l] = (float)q2_k_code(b, c, r, l) * step - offset;
                 }
     } else if (type == IQ4_NL || type == IQ4_XS) {
