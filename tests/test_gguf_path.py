@@ -18,13 +18,13 @@ import torch.nn.functional as F
 
 from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
-from specdec.engine.cpu.blockquant import (BLOCK, F32, IQ4_NL, IQ4_XS, NAMES, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
-                                           Q5_K, Q6_K, Q8_0, BlockQuantKernel, BlockTensor)
+from specdec.engine.cpu.blockquant import (BF16, BLOCK, F16, F32, IQ4_NL, IQ4_XS, NAMES, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K,
+                                           Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, BlockQuantKernel, BlockTensor)
 from specdec.engine.gguf_model import load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 
-FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1, Q2_K]
+FORMATS = [Q4_K, Q5_K, Q6_K, Q3_K, Q8_0, Q5_0, Q4_0, IQ4_XS, IQ4_NL, Q5_1, Q4_1, Q2_K, F16, BF16]
 TINY_GGUF = "tiny:seed=0,hidden=256,gguf=1"
 # |y − x·Wᵀ| ≤ TOLERANCE · Σ_k |x_k·w_k|: float32 rounding of K products summed in 16 lanes (a
 # 512-term sum's worst case is about 32·2⁻²⁴ of that; typical errors are far smaller).
@@ -32,8 +32,12 @@ TOLERANCE = 2e-6
 
 
 def random_blocks(qtype: int, rows: int, cols: int, seed: int = 0) -> np.ndarray:
-    """Random bytes in `qtype`'s layout, with finite float16 scales: every code and scale pattern."""
+    """Random bytes in `qtype`'s layout, with finite float16 scales: every code and scale pattern. F16's and BF16's
+    values are finite, of magnitudes 2^-30 to 2^10 (F16's subnormals among them) and both signs."""
     rng = np.random.default_rng(seed)
+    if qtype in (F16, BF16):
+        values = rng.standard_normal((rows, cols)) * 2.0 ** rng.integers(-30, 10, (rows, cols))
+        return gguf.quants.quantize(values.astype(np.float32), gguf.GGMLQuantizationType(qtype)).view(np.uint8)
     per, size = BLOCK[qtype]
     raw = rng.integers(0, 256, size=(rows, cols // per, size), dtype=np.uint8)
     scales = (rng.random((rows, cols // per, 2)) * 0.02 + 1e-4).astype(np.float16).view(np.uint8)
@@ -60,9 +64,9 @@ def test_weights_expand_to_gguf_values_bit_for_bit(qtype):
 
 @pytest.mark.parametrize("qtype", FORMATS, ids=NAMES.get)
 def test_products_are_float32_matmul_of_the_dequantized_weights(qtype):
-    raw = random_blocks(qtype, 40, 512, seed=1)
+    raw = random_blocks(qtype, 43, 512, seed=1)  # 43: a thread's columns not a whole number of F16's groups
     weight = gguf_dequantize(qtype, raw, 512)
-    bias = torch.randn(40)
+    bias = torch.randn(43)
     kernel = BlockQuantKernel([BlockTensor.from_numpy(qtype, raw, 512)], bias)
     x = torch.randn(9, 512) * torch.logspace(-2, 2, 9)[:, None]
     exact = x.double() @ weight.double().T + bias.double()
@@ -244,14 +248,15 @@ def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_sai
 
 
 @pytest.mark.parametrize("formats",
-                         [{Q4_K: Q3_K}, {Q4_K: IQ4_XS, Q6_K: IQ4_NL}, {Q4_K: Q4_1, Q6_K: Q5_1}, {Q4_K: Q2_K}],
-                         ids=["Q3_K", "IQ4_XS+IQ4_NL", "Q4_1+Q5_1", "Q2_K"])
+                         [{Q4_K: Q3_K}, {Q4_K: IQ4_XS, Q6_K: IQ4_NL}, {Q4_K: Q4_1, Q6_K: Q5_1}, {Q4_K: Q2_K},
+                          {Q4_K: F16, Q6_K: BF16}],
+                         ids=["Q3_K", "IQ4_XS+IQ4_NL", "Q4_1+Q5_1", "Q2_K", "F16+BF16"])
 def test_a_gguf_in_other_formats_runs_on_both_block_paths_as_it_ships(tmp_path, caplog, formats):
     """A GGUF file whose Q4_K linears are Q3_K (as a Q3_K_M file's are) or Q2_K (a Q2_K file's), or IQ4_XS with
     IQ4_NL (an IQ4_XS file's, the latter where a width is not a multiple of 256: here the Q6_K ones), or Q4_1 with
-    Q5_1 (older files'; Q5_1 is a Q5_K_M file's where a width is not a multiple of 256), keeps them in their own
-    blocks on both block paths, with nothing in float32, and the exact path computes what the float32 path computes
-    with the same file."""
+    Q5_1 (older files'; Q5_1 is a Q5_K_M file's where a width is not a multiple of 256), or F16 and BF16 (unquantized
+    files), keeps them in their own blocks on both block paths, with nothing in float32, and the exact path computes
+    what the float32 path computes with the same file."""
     model = build_tiny_model(TINY_GGUF)
     written = {}
     for name, module in model.named_modules():

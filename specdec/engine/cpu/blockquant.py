@@ -9,8 +9,8 @@ Formats: Q4_K, Q6_K, Q8_0, Q5_0 (what the packaged GGUFs hold), Q5_K (with Q6_K,
 Q4_K, Q5_K and Q6_K, a Q3_K_M file's), Q4_0 (many other published GGUFs, and what a draft is requantized to:
 `specdec.engine.requantize`), IQ4_XS and IQ4_NL (an IQ4_XS file's: 4-bit indices into a table of 16 values, IQ4_NL
 where a width is not a multiple of 256), Q5_1 and Q4_1 (a Q5_K_M file's where a width is not a multiple of 256, and
-older files), Q2_K (with Q3_K, Q4_K and Q6_K, a Q2_K file's) and F32 (for tensors of any other type, dequantized
-once at load).
+older files), Q2_K (with Q3_K, Q4_K and Q6_K, a Q2_K file's), F16 and BF16 (unquantized files: each value widened
+to float32 in registers, exactly) and F32 (for tensors of any other type, dequantized once at load).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from specdec.engine.cpu.features import cpu_features
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
 from specdec.engine.kernels import Kernel
 
-F32, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 0, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14  # GGML's
-IQ4_NL, IQ4_XS = 20, 23
+F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K = 0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13  # GGML's
+Q6_K, IQ4_NL, IQ4_XS, BF16 = 14, 20, 23, 30
 NAMES = {F32: "F32", Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0", Q2_K: "Q2_K", Q3_K: "Q3_K",
-         Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K", IQ4_NL: "IQ4_NL", IQ4_XS: "IQ4_XS"}
+         Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K", IQ4_NL: "IQ4_NL", IQ4_XS: "IQ4_XS", F16: "F16", BF16: "BF16"}
 BLOCK = {F32: (16, 64), Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
          IQ4_NL: (32, 18), Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
-         IQ4_XS: (256, 136)}  # weights, bytes a block
+         IQ4_XS: (256, 136), F16: (16, 32), BF16: (16, 32)}  # weights, bytes a block
 IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], np.float32)
 
 

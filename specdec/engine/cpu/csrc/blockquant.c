@@ -5,7 +5,8 @@
  * d·sc·(q − 4) for Q3_K (sc its scale less 32), d·(q − 16) for Q5_0, d·(q − 8) for Q4_0, d·q + m for Q4_1 and
  * Q5_1 (one rounding, the sum's), d·q for Q8_0,
  * s·v for IQ4_NL and IQ4_XS (v the table value of its index, s = d or d·(ls − 32)); those products are exact in
- * float32, so a fused multiply-add rounds like gguf-py's multiply-then-subtract), then
+ * float32, so a fused multiply-add rounds like gguf-py's multiply-then-subtract; F16's and BF16's values widened,
+ * exactly), then
  * multiplied by float32 activations and summed in float32.
  *
  * Row invariance: each output y[s, n] is summed in one fixed order (V lanes over the row's blocks in
@@ -25,22 +26,29 @@
 
 
 /* Per level: V lanes a vector, a pass feeding up to ROWS_PER_PASS activation rows (one accumulator
- * register each), and how V bytes are loaded (LOAD_BYTES) and widened to V int32 lanes. */
+ * register each), and how V bytes are loaded (LOAD_BYTES) and widened to V int32 lanes; F32, F16 and BF16 go
+ * FLOAT_COLS weight rows against up to FLOAT_ROWS activation rows a pass (`float_pass`). */
 #if defined(__AVX512F__)
 #define V 16
 #define ROWS_PER_PASS 12
+#define FLOAT_COLS 4
+#define FLOAT_ROWS 6
 #define LOAD_BYTES(p) _mm_loadu_si128((const __m128i *)(p))
 #define WIDEN_U8 _mm512_cvtepu8_epi32
 #define WIDEN_S8 _mm512_cvtepi8_epi32
 #elif defined(__AVX2__)
 #define V 8
 #define ROWS_PER_PASS 10
+#define FLOAT_COLS 2
+#define FLOAT_ROWS 5
 #define LOAD_BYTES(p) _mm_loadl_epi64((const __m128i *)(p))
 #define WIDEN_U8 _mm256_cvtepu8_epi32
 #define WIDEN_S8 _mm256_cvtepi8_epi32
 #else
 #define V 4
 #define ROWS_PER_PASS 8
+#define FLOAT_COLS 2
+#define FLOAT_ROWS 5
 #define LOAD_BYTES(p) load4(p)
 #define WIDEN_U8 _mm_cvtepu8_epi32
 #define WIDEN_S8 _mm_cvtepi8_epi32
@@ -223,8 +231,6 @@ static inline __attribute__((always_inline)) void dot_row(const int type, const 
                 FEED(to_float((q & 15) | ((bits_lo & 1) << 4)) * splat(d) + splat(add), i * 32 + l);
                 FEED(to_float((q >> 4) | ((bits_hi & 1) << 4)) * splat(d) + splat(add), i * 32 + 16 + l);
             }
-        } else { /* F32 */
-            for (int l = 0; l < 16; l += V) FEED(load_f32((const float *)b + l), i * 16 + l);
         }
     }
 }
@@ -255,6 +261,8 @@ static inline __attribute__((always_inline)) void row_pass(const int type, const
     dot_row(type, row, K, x, ldx, acc, G);
     for (int g = 0; g < G; g++) y[g * ldy] = lanes_sum(acc[g]);
 }
+
+#include "float_rows.h"
 
 #define PASS(T, G)                                                                   \
     case G:                                                                          \
@@ -287,6 +295,10 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
     const int64_t K = j->K, row_bytes = j->row_bytes, S = j->S, ldy = j->ldy;
     const float *x = j->x;
     float *y = j->y;
+    if (float_format(type)) {
+        float_columns(type, w, K, row_bytes, x, S, y, ldy, begin, end);
+        return;
+    }
     for (int64_t n = begin; n < end; n++) {
         const uint8_t *row = w + n * row_bytes;
         for (int64_t s0 = 0; s0 < S; s0 += ROWS_PER_PASS) {
@@ -306,7 +318,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             case Q5_1: PASSES(Q5_1); break;
             case IQ4_NL: PASSES(IQ4_NL); break;
             case IQ4_XS: PASSES(IQ4_XS); break;
-            default: PASSES(F32); break;
+            default: break; /* the float formats: float_columns */
             }
         }
     }
@@ -388,8 +400,11 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
             ob[l] = d * (float)((qs[l] & 15) | (((high >> l) & 1) << 4)) + add;
             ob[l + 16] = d * (float)((qs[l] >> 4) | (((high >> (l + 16)) & 1) << 4)) + add;
         }
-    } else {
-        memcpy(ob, b, 64);
+    } else { /* F32, F16 and BF16 */
+        for (int l = 0; l < 16; l += V) {
+            const vf v = load_values(type, b + block_bytes(type) / 16 * l);
+            memcpy(ob + l, &v, sizeof v);
+        }
     }
 }
 

@@ -10,14 +10,15 @@
 #include <immintrin.h>
 #endif
 
-/* GGML's type numbers (F32: 16 floats a "block") */
-enum { F32 = 0, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14,
-       IQ4_NL = 20, IQ4_XS = 23 };
+/* GGML's type numbers (F32, F16 and BF16: 16 values a "block") */
+enum { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
+       Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30 };
 
 /* Bytes one block occupies, and weights it holds (0 for a type neither kernel reads). */
 static inline int64_t block_bytes(int type) {
     switch (type) {
     case F32: return 64;
+    case F16: case BF16: return 32;
     case Q4_0: return 18;
     case Q4_1: return 20;
     case Q5_0: return 22;
@@ -36,7 +37,7 @@ static inline int64_t block_bytes(int type) {
 
 static inline int64_t block_weights(int type) {
     switch (type) {
-    case F32: return 16;
+    case F32: case F16: case BF16: return 16;
     case Q4_0: case Q4_1: case Q5_0: case Q5_1: case Q8_0: case IQ4_NL: return 32;
     case Q2_K: case Q3_K: case Q4_K: case Q5_K: case Q6_K: case IQ4_XS: return 256;
     default: return 0;
