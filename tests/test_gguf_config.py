@@ -92,3 +92,21 @@ def test_a_bare_ggufs_tokenizer_is_transformers_without_gguf_pys_reader(tmp_path
     for text in ("abc ab a", "zab c<|endoftext|>", ""):
         assert ours.encode(text) == theirs.encode(text), text
     assert ours.eos_token == theirs.eos_token == "<|endoftext|>"
+
+
+def test_a_folder_with_a_gguf_and_no_tokenizer_files_reads_the_ggufs(tmp_path):
+    """A folder holding a GGUF beside its config.json alone (no tokenizer files) gets the GGUF's tokenizer, as the
+    file itself does; a folder with neither is refused clearly. Before, transformers gave it a tokenizer that
+    encoded every prompt to nothing, and the server answered "prompt is empty"."""
+    from specdec.weights.sources import load_tokenizer
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    write_tokenizer_gguf(folder / "model.gguf")
+    build_tiny_model(TINY_GGUF).config.save_pretrained(folder)
+    from_folder, from_file = load_tokenizer(str(folder)), load_tokenizer(str(folder / "model.gguf"))
+    assert from_folder.get_vocab() == from_file.get_vocab() and len(from_folder) > 30
+    assert from_folder.encode("abc ab a") == from_file.encode("abc ab a") != []
+    (folder / "model.gguf").unlink()
+    with pytest.raises(ValueError, match="no tokenizer files"):
+        load_tokenizer(str(folder))

@@ -67,12 +67,24 @@ def gpt2_byte_chars() -> dict[int, str]:
     return chars
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt")
+
+
 def load_tokenizer(spec: str):
+    """The tokenizer of a model spec: a folder's own files; a .gguf file's header, or a folder's where it holds one
+    .gguf and no tokenizer files (a GGUF beside its config.json alone). ValueError where there is none: without it
+    transformers gives a folder without tokenizer files a tokenizer that encodes every text to nothing."""
     from transformers import AutoTokenizer
 
     if spec.startswith(BUILT_IN):
         return build_byte_tokenizer()
     path = model_path(spec)
+    if path.is_dir() and not any((path / name).exists() for name in TOKENIZER_FILES):
+        ggufs = list(path.glob("*.gguf"))
+        if len(ggufs) != 1:
+            raise ValueError(f"{path}: no tokenizer files ({', '.join(TOKENIZER_FILES)}) and "
+                             f"{len(ggufs)} .gguf files to read one from")
+        path = ggufs[0]
     if path.suffix == ".gguf":
         return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True,
                                              **_gguf_tokenizer_type(path))
