@@ -26,6 +26,7 @@ for r in range(rounds):
         for s in (1, 2, 5, 9):
             for _ in range(3):
                 best[path][s] = min(best[path][s], timer.seconds(s))
-    print("round", r, {p.split("/")[-1]: {s: round(t * 1e3, 1) for s, t in b.items()} for p, b in best.items()}, flush=True)
+    so_far = {p.split("/")[-1]: {s: round(t * 1e3, 1) for s, t in b.items()} for p, b in best.items()}
+    print("round", r, so_far, flush=True)
 for p, b in best.items():
     print(p.split("/")[-1], {s: round(t * 1e3, 1) for s, t in b.items()}, "S5/S1", round(b[5] / b[1], 2))
