@@ -38,7 +38,7 @@ def _block_tensor(tensor: GgufTensor) -> BlockTensor:
 
     cols = int(tensor.shape[0])  # GGUF lists dimensions innermost first
     qtype = int(tensor.tensor_type)
-    if qtype in BLOCK and qtype != F32:
+    if qtype in BLOCK and qtype != F32 and cols % BLOCK[qtype][0] == 0:  # else refused below (F16, BF16 widths)
         return BlockTensor.from_numpy(qtype, tensor.data, cols)
     values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).reshape(-1, cols)
     if cols % BLOCK[F32][0]:

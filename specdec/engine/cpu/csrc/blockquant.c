@@ -125,7 +125,8 @@ static inline void q2_k_step_offset(const uint8_t *b, int j, float d, float dmin
         for (int g = 0; g < G; g++) acc[g] += load_f32(x + g * ldx + (k)) * w_;      \
     } while (0)
 
-/* acc[g] (V lanes) += x[g, :] · row, over the K weights of one row in `type`, in storage order. */
+/* acc[g] (V lanes) += x[g, :] · row, over the K weights of one row in `type` (a block format: the float formats go
+ * by float_columns), in storage order. */
 static inline __attribute__((always_inline)) void dot_row(const int type, const uint8_t *row, int64_t K,
                                                           const float *x, int64_t ldx, vf *acc, const int G) {
     const int64_t blocks = K / block_weights(type);
