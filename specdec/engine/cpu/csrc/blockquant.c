@@ -27,7 +27,8 @@
 
 /* Per level: V lanes a vector, a pass feeding up to ROWS_PER_PASS activation rows (one accumulator
  * register each), and how V bytes are loaded (LOAD_BYTES) and widened to V int32 lanes; F32, F16 and BF16 go
- * FLOAT_COLS weight rows against up to FLOAT_ROWS activation rows a pass (`float_pass`). */
+ * FLOAT_COLS weight rows against up to FLOAT_ROWS activation rows a pass (`float_pass`: FLOAT_COLS · FLOAT_ROWS
+ * accumulators, FLOAT_COLS weight vectors and one activation vector in the 32 or 16 registers). */
 #if defined(__AVX512F__)
 #define V 16
 #define ROWS_PER_PASS 12
@@ -39,16 +40,16 @@
 #elif defined(__AVX2__)
 #define V 8
 #define ROWS_PER_PASS 10
-#define FLOAT_COLS 2
-#define FLOAT_ROWS 5
+#define FLOAT_COLS 4
+#define FLOAT_ROWS 2
 #define LOAD_BYTES(p) _mm_loadl_epi64((const __m128i *)(p))
 #define WIDEN_U8 _mm256_cvtepu8_epi32
 #define WIDEN_S8 _mm256_cvtepi8_epi32
 #else
 #define V 4
 #define ROWS_PER_PASS 8
-#define FLOAT_COLS 2
-#define FLOAT_ROWS 5
+#define FLOAT_COLS 4
+#define FLOAT_ROWS 2
 #define LOAD_BYTES(p) load4(p)
 #define WIDEN_U8 _mm_cvtepu8_epi32
 #define WIDEN_S8 _mm_cvtepi8_epi32

@@ -38,7 +38,10 @@ static inline vf load_values(const int type, const uint8_t *p) {
  * accumulators; one row at a time, as the block formats go, a pass of 5 rows read each activation vector from the L1
  * or L2 for every product, and an F16 [8960, 1536] at 5 rows took 2.5 times its time at one). Each output's terms
  * are summed in the order the block formats' are (V lanes over the row in storage order, then lanes_sum): the same
- * bits as one row at a time. */
+ * bits as one row at a time. Without AVX-512, 4 weight rows against 2 activation rows: 2 against 5 took the F16
+ * target's passes of 1 / 2 / 5 / 9 tokens 1.13 / 1.11 / 1.04 / 1.09 times as long (its one-token pass bound by the
+ * latency of 2 chains of multiply-adds a thread), 3 against 3 1.01 / 1.07 / 1.09 / 1.00 times (the Zen 4, the AVX2
+ * build swapped in, two A/Bs: docs/bench/zen4_f16/ab.log). */
 static inline __attribute__((always_inline)) void float_pass(const int type, const uint8_t *w, int64_t row_bytes,
                                                              int64_t K, const float *x, int64_t ldx, float *y,
                                                              int64_t ldy, int64_t step, const int C, const int G) {
@@ -63,14 +66,13 @@ static inline __attribute__((always_inline)) void float_pass(const int type, con
         float_pass(T, row, row_bytes, K, xs, K, ys, ldy, step, C, G);                \
         break;
 #if FLOAT_ROWS == 6
-#define FLOAT_PASS_6(T, C) FLOAT_PASS(T, C, 6)
+#define FLOAT_PASSES_ABOVE_2(T, C) FLOAT_PASS(T, C, 3) FLOAT_PASS(T, C, 4) FLOAT_PASS(T, C, 5) FLOAT_PASS(T, C, 6)
 #else
-#define FLOAT_PASS_6(T, C)
+#define FLOAT_PASSES_ABOVE_2(T, C)
 #endif
 #define FLOAT_PASSES(T, C)                                                                                     \
     switch (G) {                                                                                               \
-        FLOAT_PASS(T, C, 1) FLOAT_PASS(T, C, 2) FLOAT_PASS(T, C, 3) FLOAT_PASS(T, C, 4) FLOAT_PASS(T, C, 5)    \
-        FLOAT_PASS_6(T, C)                                                                                     \
+        FLOAT_PASS(T, C, 1) FLOAT_PASS(T, C, 2) FLOAT_PASSES_ABOVE_2(T, C)                                     \
     }
 
 /* Whether a format goes by float_pass. */
