@@ -72,6 +72,7 @@ class TensorParallelTarget:
     def __init__(self, engine: TargetEngine, group, world: int, followers: list[subprocess.Popen] = ()):
         self.engine, self.group, self.tensor_parallel_size = engine, group, world
         self.failure: str | None = None
+        self._failing = False  # fail() has begun
         self.on_failure: list[Callable[[str], None]] = []
         self._settled = threading.Condition()  # a command finished, or the front failed
         self._commands: queue.SimpleQueue[_Command | None] = queue.SimpleQueue()
@@ -183,14 +184,23 @@ class TensorParallelTarget:
             del call  # the result may hold a session's tensors
 
     def fail(self, reason: str) -> None:
+        """Fail the front, once: the callbacks (health's NOT_SERVING) run first, then every call waiting and every
+        later one fails, so that no caller sees the failure before they have run (a test once saw a call fail with
+        the callbacks not yet run). A second caller returns once the failure is published."""
         with self._settled:
-            if self.failure or self._closed.is_set():
+            if self._closed.is_set():
                 return
-            self.failure = f"target unavailable: {reason}; restart the target service"
-            self._settled.notify_all()  # the calls waiting fail now, whatever their commands are doing
-        log.error("%s", self.failure)
+            if self._failing:
+                self._settled.wait_for(lambda: self.failure is not None)
+                return
+            self._failing = True
+        failure = f"target unavailable: {reason}; restart the target service"
+        log.error("%s", failure)
         for callback in self.on_failure:
-            callback(self.failure)
+            callback(failure)
+        with self._settled:
+            self.failure = failure
+            self._settled.notify_all()  # the calls waiting fail now, whatever their commands are doing
 
     def _lost_ranks(self, wait_s: float = 2.0) -> str:
         """Which follower is gone, for the error a client sees (gloo's own message names none).
