@@ -10,7 +10,8 @@ Q4_K, Q5_K and Q6_K, a Q3_K_M file's), Q4_0 (many other published GGUFs, and wha
 `specdec.engine.requantize`), IQ4_XS and IQ4_NL (an IQ4_XS file's: 4-bit indices into a table of 16 values, IQ4_NL
 where a width is not a multiple of 256), Q5_1 and Q4_1 (a Q5_K_M file's where a width is not a multiple of 256, and
 older files), Q2_K (with Q3_K, Q4_K and Q6_K, a Q2_K file's), F16 and BF16 (unquantized files: each value widened
-to float32 in registers, exactly) and F32 (for tensors of any other type, dequantized once at load).
+to float32 in registers, exactly) and F32 (for tensors of any other type, dequantized once at load). IQ3_XXS and
+IQ3_S tensors arrive here as Q6_K blocks of the same values (`specdec.engine.cpu.iq3`).
 """
 
 from __future__ import annotations
@@ -215,11 +216,18 @@ def quantize_q6_k(weight: np.ndarray) -> np.ndarray:
     sc = np.clip(np.round(np.divide(scale, d, out=np.zeros_like(scale), where=d > 0)), -128, 127).astype(np.int8)
     step = d * sc
     q = np.clip(np.round(np.divide(w, step[..., None], out=np.zeros_like(w), where=step[..., None] != 0)) + 32,
-                0, 63).astype(np.uint8).reshape(-1, 2, 4, 32)  # [blocks, halves, quarter, 32]
+                0, 63).astype(np.uint8)
+    return pack_q6_k(q.reshape(-1, 256), sc, d.astype(np.float16)).reshape(weight.shape[0], -1)
+
+
+def pack_q6_k(q: np.ndarray, sc: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Q6_K blocks [blocks, 210] of codes q [blocks, 256] (0..63, value d·sc·(q − 32)), int8 scales sc [blocks, 16]
+    (one per 16 weights) and float16 d [blocks, 1], in GGML's layout."""
+    q = q.reshape(-1, 2, 4, 32)  # [blocks, halves, quarter, 32]
     ql = np.concatenate([q[:, :, 0] & 15 | ((q[:, :, 2] & 15) << 4), q[:, :, 1] & 15 | ((q[:, :, 3] & 15) << 4)],
                         axis=2).reshape(-1, 128)
     qh = (q[:, :, 0] >> 4 | (q[:, :, 1] >> 4) << 2 | (q[:, :, 2] >> 4) << 4 | (q[:, :, 3] >> 4) << 6).reshape(-1, 64)
-    return np.concatenate([ql, qh, sc.view(np.uint8), _f16_bytes(d)], axis=1).reshape(weight.shape[0], -1)
+    return np.concatenate([ql, qh, sc.astype(np.int8).view(np.uint8), d.view(np.uint8)], axis=1)
 
 
 def quantize_q3_k(weight: np.ndarray) -> np.ndarray:
