@@ -16,6 +16,8 @@ The Q6_K blocks take 210 bytes a super-block where IQ3_XXS takes 98 and IQ3_S 11
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from specdec.engine.cpu.blockquant import pack_q6_k
@@ -26,23 +28,27 @@ BYTES = {IQ3_XXS: 98, IQ3_S: 110}  # a super-block of 256 weights
 ROWS_AT_ONCE = 8192  # super-blocks a numpy step (bounds the load's scratch memory to tens of MiB)
 
 
-def _grid(qtype: int) -> np.ndarray:
-    """The format's grid as integers: [rows, 4]."""
+@lru_cache(maxsize=None)
+def _codes(qtype: int) -> np.ndarray:
+    """Q6_K's codes of every grid row under every 4 sign bits, 4 bytes in a uint32: at 16·row + signs, row's values
+    (halved for IQ3_XXS), negated where their sign bit is set, plus 32."""
     import gguf
 
     cls = gguf.quants.IQ3_XXS if qtype == IQ3_XXS else gguf.quants.IQ3_S
     cls.init_grid()
-    return cls.grid.reshape(-1, 4).astype(np.int8)
+    grid = cls.grid.reshape(-1, 1, 4).astype(np.int16) // (2 if qtype == IQ3_XXS else 1)  # [rows, 1, 4]
+    signs = 1 - 2 * ((np.arange(16)[:, None] >> np.arange(4)) & 1)  # [16, 4]: bit j, value j
+    return (grid * signs + 32).astype(np.uint8).reshape(-1, 4).view("<u4")[:, 0]
 
 
-def _signs(bits: np.ndarray) -> np.ndarray:
-    """Bytes of sign bits [..., n] as ±1 [..., n, 8] (bit j: value j negative)."""
-    return 1 - 2 * ((bits[..., None] >> np.arange(8, dtype=np.uint8)) & 1).astype(np.int8)
+def _nibbles(sign_bytes: np.ndarray) -> np.ndarray:
+    """Sign bytes [n, k] (bit j: value j of 8 negative) as [n, 2k] nibbles, one a grid row of 4."""
+    return np.stack([sign_bytes & 15, sign_bytes >> 4], axis=-1).reshape(sign_bytes.shape[0], -1)
 
 
 def _iq3_xxs(blocks: np.ndarray):
-    """d' (float16 [n, 1]), sc' (int8 [n, 8], one per 32 weights) and ±g/2 (int8 [n, 256]) of IQ3_XXS blocks [n, 98];
-    d' None where some d/2 is no float16."""
+    """d' (float16 [n, 1]), sc' (int8 [n, 8], one per 32 weights) and the codes (uint8 [n, 256]) of IQ3_XXS blocks
+    [n, 98]; d' None where some d/2 is no float16."""
     import gguf
 
     d = blocks[:, :2].copy().view(np.float16)
@@ -50,19 +56,21 @@ def _iq3_xxs(blocks: np.ndarray):
     exact = bool((half.astype(np.float32) * np.float32(2) == d.astype(np.float32)).all())
     aux = blocks[:, 66:98].copy().view("<u4")  # [n, 8]: 4 seven-bit sign indices, then ls in the top 4 bits
     ksigns = np.frombuffer(gguf.quants.IQ2_XXS.ksigns, dtype=np.uint8)
-    signs = _signs(ksigns[(aux[..., None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & 0x7F])  # [n, 8, 4, 8]
-    grid = _grid(IQ3_XXS)[blocks[:, 2:66]].reshape(-1, 8, 4, 8)  # 2 rows of 4 a sign byte
-    return (half if exact else None), (2 * (aux >> 28) + 1).astype(np.int8), (signs * (grid // 2)).reshape(-1, 256)
+    signs = ksigns[(aux[..., None] >> np.array([0, 7, 14, 21], dtype=np.uint32)) & 0x7F].reshape(-1, 32)
+    rows = blocks[:, 2:66].astype(np.int32)  # [n, 64]: 2 grid rows a sign byte
+    codes = _codes(IQ3_XXS)[rows * 16 + _nibbles(signs)]
+    return (half if exact else None), (2 * (aux >> 28) + 1).astype(np.int8), codes.view(np.uint8)
 
 
 def _iq3_s(blocks: np.ndarray):
-    """d (float16 [n, 1]), sc' (int8 [n, 8]) and ±g (int8 [n, 256]) of IQ3_S blocks [n, 110]."""
+    """d (float16 [n, 1]), sc' (int8 [n, 8]) and the codes (uint8 [n, 256]) of IQ3_S blocks [n, 110]."""
     d = blocks[:, :2].copy().view(np.float16)
     low, high_bits, sign_bits, scales = blocks[:, 2:66], blocks[:, 66:74], blocks[:, 74:106], blocks[:, 106:110]
     high = ((high_bits[..., None] >> np.arange(8, dtype=np.uint8)) & 1).reshape(-1, 64)  # index 8b + i: byte b, bit i
-    grid = _grid(IQ3_S)[low.astype(np.int32) | (high.astype(np.int32) << 8)]  # [n, 64, 4]
-    sc = np.stack([scales & 15, scales >> 4], axis=-1).reshape(-1, 8)  # per 32: a byte's low nibble, then its high
-    return d, (1 + 2 * sc).astype(np.int8), (_signs(sign_bits).reshape(-1, 64, 4) * grid).reshape(-1, 256)
+    rows = low.astype(np.int32) | (high.astype(np.int32) << 8)  # [n, 64]
+    codes = _codes(IQ3_S)[rows * 16 + _nibbles(sign_bits)]
+    sc = _nibbles(scales)  # per 32: a byte's low nibble, then its high
+    return d, (1 + 2 * sc).astype(np.int8), codes.view(np.uint8)
 
 
 def as_q6_k(qtype: int, raw: np.ndarray) -> np.ndarray | None:
@@ -73,8 +81,8 @@ def as_q6_k(qtype: int, raw: np.ndarray) -> np.ndarray | None:
     out = np.empty((blocks.shape[0], 210), dtype=np.uint8)
     decode = _iq3_xxs if qtype == IQ3_XXS else _iq3_s
     for start in range(0, blocks.shape[0], ROWS_AT_ONCE):
-        d, sc, values = decode(blocks[start:start + ROWS_AT_ONCE])
+        d, sc, codes = decode(blocks[start:start + ROWS_AT_ONCE])
         if d is None:
             return None
-        out[start:start + ROWS_AT_ONCE] = pack_q6_k((values + 32).astype(np.uint8), np.repeat(sc, 2, axis=1), d)
+        out[start:start + ROWS_AT_ONCE] = pack_q6_k(codes, np.repeat(sc, 2, axis=1), d)
     return out.reshape(rows, -1)
