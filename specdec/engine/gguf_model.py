@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from specdec.engine.cpu import blockquant, iq3
+from specdec.engine.cpu import blockquant, iq3_s
 from specdec.engine.cpu.blockquant import BLOCK, F32, Q6_K, BlockTensor
 from specdec.weights.gguf_file import ARCHITECTURES, GgufFormatError, GgufTensor, read_gguf
 
@@ -40,10 +40,8 @@ def _block_tensor(tensor: GgufTensor) -> BlockTensor:
     qtype = int(tensor.tensor_type)
     if qtype in BLOCK and qtype != F32 and cols % BLOCK[qtype][0] == 0:  # else refused below (F16, BF16 widths)
         return BlockTensor.from_numpy(qtype, tensor.data, cols)
-    if qtype in iq3.NAMES and cols % 256 == 0:
-        rewritten = iq3.as_q6_k(qtype, np.asarray(tensor.data))
-        if rewritten is not None:
-            return BlockTensor.from_numpy(Q6_K, rewritten, cols)
+    if qtype == iq3_s.IQ3_S and cols % 256 == 0:
+        return BlockTensor.from_numpy(Q6_K, iq3_s.as_q6_k(np.asarray(tensor.data)), cols)
     values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).reshape(-1, cols)
     if cols % BLOCK[F32][0]:
         raise UnsupportedGguf(f"{tensor.name}: {cols} columns is not a multiple of {BLOCK[F32][0]}")
@@ -105,7 +103,7 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     modules = dict(model.named_modules())
     as_float: Counter[str] = Counter()  # the formats no kernel reads, held as float32: tensors of each
-    rewritten: Counter[str] = Counter()  # IQ3's, read as Q6_K blocks of the same values
+    rewritten: Counter[str] = Counter()  # IQ3_S's, read as Q6_K blocks of the same values
     float_bytes = 0
     with torch.no_grad():
         for name, param in list(model.named_parameters()):
@@ -141,8 +139,7 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
                  ", ".join(f"{name} ×{n}" for name, n in sorted(rewritten.items())))
     if as_float and packed:
         held = ", ".join(f"{name} ×{n}" for name, n in sorted(as_float.items()))
-        read = ", ".join([blockquant.NAMES[t] for t in BLOCK if t != F32]
-                         + [f"{name} (as Q6_K)" for name in iq3.NAMES.values()])
+        read = ", ".join(blockquant.NAMES[t] for t in BLOCK if t != F32) + ", IQ3_S (as Q6_K)"
         log.warning("%s: tensors in formats the gguf kernels do not read (they read %s): %s, held as float32 "
                     "(%.1f MiB) and multiplied as such", file.name, read, held, float_bytes / 2**20)
     return model.eval()

@@ -10,8 +10,8 @@ Q4_K, Q5_K and Q6_K, a Q3_K_M file's), Q4_0 (many other published GGUFs, and wha
 `specdec.engine.requantize`), IQ4_XS and IQ4_NL (an IQ4_XS file's: 4-bit indices into a table of 16 values, IQ4_NL
 where a width is not a multiple of 256), Q5_1 and Q4_1 (a Q5_K_M file's where a width is not a multiple of 256, and
 older files), Q2_K (with Q3_K, Q4_K and Q6_K, a Q2_K file's), F16 and BF16 (unquantized files: each value widened
-to float32 in registers, exactly) and F32 (for tensors of any other type, dequantized once at load). IQ3_XXS and
-IQ3_S tensors arrive here as Q6_K blocks of the same values (`specdec.engine.cpu.iq3`).
+to float32 in registers, exactly) and F32 (for tensors of any other type, dequantized once at load). IQ3_S
+tensors arrive here as Q6_K blocks of the same values (`specdec.engine.cpu.iq3_s`).
 """
 
 from __future__ import annotations
