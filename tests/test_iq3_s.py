@@ -36,22 +36,24 @@ def gguf_values(qtype: int, raw: np.ndarray, cols: int) -> torch.Tensor:
     return torch.from_numpy(np.array(values, dtype=np.float32))
 
 
+@pytest.mark.parametrize("in_c", [True, False], ids=["C", "numpy"])
 @pytest.mark.parametrize("scale", [0.02, 2e-5], ids=["normal", "subnormal"])
-def test_iq3_s_blocks_become_q6_k_blocks_of_the_same_values(scale):
+def test_iq3_s_blocks_become_q6_k_blocks_of_the_same_values(scale, in_c):
     raw = random_iq3_s(40, 1024, scale=scale)
-    rewritten = iq3_s.as_q6_k(raw)
+    rewritten = iq3_s.as_q6_k(raw, in_c=in_c)
     assert rewritten.shape == (40, 4 * 210)
     expected = gguf_values(iq3_s.IQ3_S, raw, 1024)
     assert torch.equal(BlockTensor.from_numpy(Q6_K, rewritten, 1024).dequantize(), expected)  # the exact kernel
     assert torch.equal(gguf_values(Q6_K, rewritten, 1024), expected)  # and gguf-py's reading of the Q6_K bytes
 
 
-def test_the_rewrite_goes_in_steps_that_join_up(monkeypatch):
-    """A tensor longer than one numpy step gives the blocks it gives in one."""
+def test_the_rewrite_in_c_and_in_numpy_steps_give_the_same_bytes(monkeypatch):
+    """The C kernel's blocks are numpy's, and a tensor longer than one numpy step gives the blocks it gives in one."""
     raw = random_iq3_s(9, 768, seed=3)
-    whole = iq3_s.as_q6_k(raw)
-    monkeypatch.setattr(iq3_s, "SUPERBLOCKS_AT_ONCE", 5)
+    whole = iq3_s.as_q6_k(raw, in_c=False)
     assert np.array_equal(iq3_s.as_q6_k(raw), whole)
+    monkeypatch.setattr(iq3_s, "SUPERBLOCKS_AT_ONCE", 5)
+    assert np.array_equal(iq3_s.as_q6_k(raw, in_c=False), whole)
 
 
 def with_blocks(model, formats: dict[str, tuple[int, object]]) -> dict[str, np.ndarray]:

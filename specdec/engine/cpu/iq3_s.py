@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from specdec.engine.cpu import blockquant
 from specdec.engine.cpu.blockquant import pack_q6_k
 
 IQ3_S = 21  # GGML's type
@@ -35,7 +36,7 @@ def _codes() -> np.ndarray:
     gguf.quants.IQ3_S.init_grid()
     grid = gguf.quants.IQ3_S.grid.reshape(-1, 1, 4).astype(np.int16)  # [512, 1, 4]
     signs = 1 - 2 * ((np.arange(16)[:, None] >> np.arange(4)) & 1)  # [16, 4]
-    return (grid * signs + 32).astype(np.uint8).reshape(-1, 4).view("<u4")[:, 0]
+    return np.ascontiguousarray((grid * signs + 32).astype(np.uint8).reshape(-1, 4).view("<u4")[:, 0])
 
 
 def _nibbles(packed: np.ndarray) -> np.ndarray:
@@ -53,10 +54,16 @@ def _q6_k_blocks(blocks: np.ndarray) -> np.ndarray:
     return pack_q6_k(codes, np.repeat(sc, 2, axis=1), blocks[:, :2].copy().view(np.float16))
 
 
-def as_q6_k(raw: np.ndarray) -> np.ndarray:
-    """An IQ3_S tensor's rows [rows, row bytes] as Q6_K rows of the same values."""
+def as_q6_k(raw: np.ndarray, in_c: bool = True) -> np.ndarray:
+    """An IQ3_S tensor's rows [rows, row bytes] as Q6_K rows of the same values: by the C kernel (`csrc/iq3_s.h`;
+    the packaged target's IQ3_M copy's 138 IQ3_S tensors in 0.49 s against 3.3 s in numpy, the file in the page
+    cache), or in numpy where it cannot run (or with `in_c` False)."""
     blocks = np.ascontiguousarray(raw).reshape(-1, BYTES)
     out = np.empty((blocks.shape[0], 210), dtype=np.uint8)
-    for start in range(0, blocks.shape[0], SUPERBLOCKS_AT_ONCE):
-        out[start:start + SUPERBLOCKS_AT_ONCE] = _q6_k_blocks(blocks[start:start + SUPERBLOCKS_AT_ONCE])
+    if in_c and blockquant.available():
+        blockquant.library().bq_iq3_s_as_q6_k(blocks.ctypes.data, blocks.shape[0], _codes().ctypes.data,
+                                              out.ctypes.data)
+    else:
+        for start in range(0, blocks.shape[0], SUPERBLOCKS_AT_ONCE):
+            out[start:start + SUPERBLOCKS_AT_ONCE] = _q6_k_blocks(blocks[start:start + SUPERBLOCKS_AT_ONCE])
     return out.reshape(raw.shape[0], -1)

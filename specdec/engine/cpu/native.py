@@ -211,6 +211,7 @@ def open_library(path: Path, source: Source = BLOCKQUANT) -> ctypes.CDLL:
     signatures = {"bq_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, c_int], c_int),
                   "bq_dequantize_rows": ([c_int, ptr, i64, ptr, i64, ptr], c_int),
                   "bq_requantize_q4_0": ([c_int, ptr, i64, i64, ptr], c_int),
+                  "bq_iq3_s_as_q6_k": ([ptr, i64, ptr, ptr], None),
                   "bq_block_bytes": ([c_int], i64), "bq_block_weights": ([c_int], i64)}
     if source is Q8DOT:
         signatures = {"q8_matmul": ([c_int, ptr, i64, i64, ptr, i64, ptr, i64, ptr, c_int], c_int),

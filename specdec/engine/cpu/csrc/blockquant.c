@@ -453,3 +453,5 @@ int bq_requantize_q4_0(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t
     }
     return 0;
 }
+
+#include "iq3_s.h"
