@@ -23,6 +23,7 @@ from torch import nn
 
 from specdec.engine.cpu import blockquant, iq3_s
 from specdec.engine.cpu.blockquant import BLOCK, F32, Q6_K, BlockTensor
+from specdec.engine.memory_budget import check_fits
 from specdec.weights.gguf_file import ARCHITECTURES, GgufFormatError, GgufTensor, read_gguf
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,23 @@ def _block_tensor(tensor: GgufTensor) -> BlockTensor:
     if cols % BLOCK[F32][0]:
         raise UnsupportedGguf(f"{tensor.name}: {cols} columns is not a multiple of {BLOCK[F32][0]}")
     return BlockTensor.from_float(torch.from_numpy(values.astype(np.float32)))
+
+
+def held_bytes(tensors: list[GgufTensor], packed: bool) -> tuple[int, Counter[str]]:
+    """The bytes a load keeps of `tensors` (in their own blocks, IQ3_S's as Q6_K's, the rest float32; all float32
+    without `packed`), and the formats held as float32 where packed: tensors of each."""
+    total, as_float = 0, Counter()
+    for tensor in tensors:
+        qtype, count = int(tensor.tensor_type), int(np.prod(tensor.shape))
+        if packed and qtype in BLOCK and qtype != F32:
+            total += tensor.data.nbytes
+        elif packed and qtype == iq3_s.IQ3_S:
+            total += count // 256 * BLOCK[Q6_K][1]
+        else:
+            total += 4 * count
+            if packed and qtype != F32:
+                as_float[tensor.tensor_type.name] += 1
+    return total, as_float
 
 
 def _float_tensor(tensor: GgufTensor, shape: torch.Size) -> torch.Tensor:
@@ -96,6 +114,10 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
     arch = header.architecture
     if arch not in ARCHITECTURES:
         raise UnsupportedGguf(f"{file.name}: architecture {arch!r}; the gguf path reads {', '.join(ARCHITECTURES)}")
+    need, as_float = held_bytes(header.tensors, packed)
+    held = ", ".join(f"{name} ×{n}" for name, n in sorted(as_float.items()))
+    check_fits(f"{file.name} {'in its blocks' if packed else 'in float32'}", need,
+               f" ({held} held as float32: formats no gguf kernel reads)" if held else "")
     names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
                                      config.num_hidden_layers)
     tensors = {t.name: t for t in header.tensors}

@@ -1,0 +1,33 @@
+"""Whether a load fits in the memory this machine can still give it. A load that does not fit is refused before it
+starts, with what it needs and why; otherwise it would end in the kernel's OOM killer (SIGKILL: no message, and on
+a server the process gone) or in swap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+MEMINFO = Path("/proc/meminfo")
+GIB = 2**30
+
+
+class NotEnoughMemory(MemoryError):
+    """A load needs more memory than this machine has available."""
+
+
+def available_bytes() -> int | None:
+    """What can still be had without the OOM killer: MemAvailable plus SwapFree (None where /proc/meminfo is not
+    readable: another OS)."""
+    try:
+        fields = dict(line.split(":", 1) for line in MEMINFO.read_text().splitlines() if ":" in line)
+        return sum(int(fields[key].split()[0]) * 1024 for key in ("MemAvailable", "SwapFree"))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def check_fits(what: str, need: int, why: str = "") -> None:
+    """Raise NotEnoughMemory if `what`, needing `need` bytes, needs more than is available; `why` (appended to the
+    message) says where the bytes go."""
+    available = available_bytes()
+    if available is not None and need > available:
+        raise NotEnoughMemory(f"{what} needs about {need / GIB:.1f} GiB{why} and this machine has "
+                              f"{available / GIB:.1f} GiB available")

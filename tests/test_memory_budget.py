@@ -1,0 +1,54 @@
+"""A load that cannot fit is refused before it starts, saying what it needs and why (specdec/engine/memory_budget.py),
+where it would have ended in the OOM killer."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gguf
+import pytest
+import torch
+from test_gguf_path import TINY_GGUF, write_gguf
+
+from specdec.engine import memory_budget
+from specdec.engine.gguf_model import held_bytes
+from specdec.engine.memory_budget import NotEnoughMemory, available_bytes
+from specdec.engine.models import build_tiny_model, load_model
+from specdec.weights.gguf_file import read_gguf
+
+
+def test_available_memory_is_what_meminfo_says_can_still_be_had(tmp_path, monkeypatch):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemFree:          100000 kB\nMemAvailable:   20000000 kB\n"
+                       "SwapTotal:       2000000 kB\nSwapFree:        1500000 kB\n")
+    monkeypatch.setattr(memory_budget, "MEMINFO", meminfo)
+    assert available_bytes() == (20000000 + 1500000) * 1024
+    monkeypatch.setattr(memory_budget, "MEMINFO", tmp_path / "absent")
+    assert available_bytes() is None  # no check where the OS does not say
+
+
+@pytest.fixture
+def ternary_file(tmp_path):
+    """The tiny GGUF with one linear in TQ2_0, which the gguf kernels hold as float32."""
+    model = build_tiny_model(TINY_GGUF)
+    q_proj = model.model.layers[0].self_attn.q_proj
+    ternary = gguf.GGMLQuantizationType.TQ2_0
+    blocks = gguf.quants.quantize(q_proj.weight.detach().numpy(), ternary)
+    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(ternary))
+    write_gguf(model, tmp_path / "tq2_0.gguf")
+    return tmp_path / "tq2_0.gguf"
+
+
+@pytest.mark.parametrize("dtype, packed", [("gguf-q8", True), ("gguf", True), ("fp32", False)])
+def test_a_load_that_does_not_fit_is_refused_with_what_it_needs(ternary_file, monkeypatch, dtype, packed):
+    need, as_float = held_bytes(read_gguf(ternary_file).tensors, packed)
+    assert dict(as_float) == ({"TQ2_0": 1} if packed else {})
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: need - 1)
+    with pytest.raises(NotEnoughMemory) as refused:
+        load_model(str(ternary_file), "cpu", dtype=dtype)
+    words = str(refused.value)
+    assert words.startswith(f"tq2_0.gguf in {'its blocks' if packed else 'float32'} needs about "), words
+    assert ("(TQ2_0 ×1 held as float32: formats no gguf kernel reads)" in words) == packed, words
+    assert "GiB available" in words
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: need)
+    assert load_model(str(ternary_file), "cpu", dtype=dtype).choice.path == dtype
