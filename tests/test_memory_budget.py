@@ -8,11 +8,12 @@ from types import SimpleNamespace
 import gguf
 import pytest
 import torch
+from safetensors.torch import load_file
 from test_gguf_path import TINY_GGUF, write_gguf
 
 from specdec.engine import memory_budget
 from specdec.engine.gguf_model import held_bytes
-from specdec.engine.memory_budget import NotEnoughMemory, available_bytes
+from specdec.engine.memory_budget import NotEnoughMemory, available_bytes, safetensors_elements
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.weights.gguf_file import read_gguf
 
@@ -52,3 +53,17 @@ def test_a_load_that_does_not_fit_is_refused_with_what_it_needs(ternary_file, mo
     assert "GiB available" in words
     monkeypatch.setattr(memory_budget, "available_bytes", lambda: need)
     assert load_model(str(ternary_file), "cpu", dtype=dtype).choice.path == dtype
+
+
+@pytest.mark.parametrize("dtype, bytes_each", [("fp32", 4), ("bf16", 2)])
+def test_a_safetensors_folder_that_does_not_fit_is_refused_too(tmp_path, monkeypatch, dtype, bytes_each):
+    model = build_tiny_model("tiny:seed=0")
+    model.save_pretrained(tmp_path / "tiny")
+    saved = [load_file(f) for f in (tmp_path / "tiny").glob("*.safetensors")]
+    assert safetensors_elements(tmp_path / "tiny") == sum(t.numel() for part in saved for t in part.values()) > 0
+    need = safetensors_elements(tmp_path / "tiny") * bytes_each
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: need - 1)
+    with pytest.raises(NotEnoughMemory, match=f"tiny in {'float32' if dtype == 'fp32' else 'bfloat16'} needs about"):
+        load_model(str(tmp_path / "tiny"), "cpu", dtype=dtype)
+    monkeypatch.setattr(memory_budget, "available_bytes", lambda: need)
+    assert load_model(str(tmp_path / "tiny"), "cpu", dtype=dtype).choice.path == dtype

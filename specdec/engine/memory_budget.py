@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 MEMINFO = Path("/proc/meminfo")
 GIB = 2**30
 
@@ -22,6 +24,19 @@ def available_bytes() -> int | None:
         return sum(int(fields[key].split()[0]) * 1024 for key in ("MemAvailable", "SwapFree"))
     except (OSError, KeyError, ValueError):
         return None
+
+
+def safetensors_elements(folder: Path) -> int:
+    """The elements of every tensor in the folder's .safetensors files (their headers only)."""
+    from safetensors import safe_open
+
+    total = 0
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as tensors:
+            for name in tensors.keys():
+                shape = tensors.get_slice(name).get_shape()
+                total += int(np.prod(shape)) if shape else 1
+    return total
 
 
 def check_fits(what: str, need: int, why: str = "") -> None:

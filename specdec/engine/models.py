@@ -32,6 +32,7 @@ from specdec.engine.compute import (WEIGHT_DTYPE, PathChoice, build_runner, reso
 from specdec.engine.cpu.hugepages import return_freed_heap
 from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs, set_one_row_pairs
 from specdec.engine.gguf_model import UnsupportedGguf, gguf_config, load_gguf_model
+from specdec.engine.memory_budget import check_fits, safetensors_elements
 from specdec.engine.profile_cache import ProfileCache, setting_key, setting_or_time
 from specdec.engine.requantize import draft_format, requantize_linears
 from specdec.engine.runner import Collectives, ModelRunner
@@ -161,6 +162,9 @@ def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = t
             model = AutoModelForCausalLM.from_pretrained(file.parent, gguf_file=file.name, **kwargs)
             _into_private_memory(model)
         return model.to(device).eval()
+    if path.is_dir():  # transformers reads the weights into this machine's memory first, whatever the device
+        check_fits(f"{path.name} in {str(weight_dtype).removeprefix('torch.')}",
+                   safetensors_elements(path) * weight_dtype.itemsize)
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     if device.type == "cpu":
         _into_private_memory(model)
