@@ -224,17 +224,24 @@ def test_a_gguf_file_loads_with_its_blocks(tmp_path):
         assert torch.equal(mine, hf), name
 
 
-def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_said(tmp_path, caplog):
-    """A TQ2_0 linear (ternary) loads on the packed paths as float32 with gguf-py's values, and the load says which
-    formats and how many MiB went that way."""
+def write_ternary_gguf(path):
+    """The tiny GGUF model with its first q projection in TQ2_0 (ternary, which no kernel reads), written to `path`:
+    the model and those blocks."""
     from types import SimpleNamespace
 
     model = build_tiny_model(TINY_GGUF)
     q_proj = model.model.layers[0].self_attn.q_proj
-    ternary = gguf.GGMLQuantizationType.TQ2_0
-    blocks = gguf.quants.quantize(q_proj.weight.detach().numpy(), ternary)
-    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(ternary))
-    write_gguf(model, tmp_path / "tq2_0.gguf")
+    blocks = gguf.quants.quantize(q_proj.weight.detach().numpy(), gguf.GGMLQuantizationType.TQ2_0)
+    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(gguf.GGMLQuantizationType.TQ2_0))
+    write_gguf(model, path)
+    return model, blocks
+
+
+def test_a_tensor_in_a_format_the_kernels_do_not_read_is_held_as_float32_and_said(tmp_path, caplog):
+    """A TQ2_0 linear (ternary) loads on the packed paths as float32 with gguf-py's values, and the load says which
+    formats and how many MiB went that way."""
+    model, blocks = write_ternary_gguf(tmp_path / "tq2_0.gguf")
+    q_proj, ternary = model.model.layers[0].self_attn.q_proj, gguf.GGMLQuantizationType.TQ2_0
     with caplog.at_level("WARNING", logger="specdec.engine.gguf_model"):
         loaded = load_model(str(tmp_path / "tq2_0.gguf"), "cpu", dtype="gguf-q8")
     assert loaded.choice.path == "gguf-q8" and "F32" in loaded.choice.kernel.split("-")[-1].split("+")

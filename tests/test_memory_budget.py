@@ -3,13 +3,9 @@ where it would have ended in the OOM killer."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
-import gguf
 import pytest
-import torch
 from safetensors.torch import load_file
-from test_gguf_path import TINY_GGUF, write_gguf
+from test_gguf_path import write_ternary_gguf
 
 from specdec.engine import memory_budget
 from specdec.engine.gguf_model import held_bytes
@@ -31,12 +27,7 @@ def test_available_memory_is_what_meminfo_says_can_still_be_had(tmp_path, monkey
 @pytest.fixture
 def ternary_file(tmp_path):
     """The tiny GGUF with one linear in TQ2_0, which the gguf kernels hold as float32."""
-    model = build_tiny_model(TINY_GGUF)
-    q_proj = model.model.layers[0].self_attn.q_proj
-    ternary = gguf.GGMLQuantizationType.TQ2_0
-    blocks = gguf.quants.quantize(q_proj.weight.detach().numpy(), ternary)
-    q_proj.block_weight = SimpleNamespace(data=torch.from_numpy(blocks), qtype=int(ternary))
-    write_gguf(model, tmp_path / "tq2_0.gguf")
+    write_ternary_gguf(tmp_path / "tq2_0.gguf")
     return tmp_path / "tq2_0.gguf"
 
 
