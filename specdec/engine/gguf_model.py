@@ -33,15 +33,26 @@ class UnsupportedGguf(ValueError):
     """A GGUF file this loader does not handle (its architecture or a tensor's layout)."""
 
 
-def _block_tensor(tensor: GgufTensor) -> BlockTensor:
-    """A GGUF tensor as a `BlockTensor`: its own bytes where the kernels read its format, else float32."""
-    import gguf
-
+def _held_format(tensor: GgufTensor) -> int:
+    """The format a packed load keeps a GGUF tensor in: its own where the kernels read it, Q6_K for IQ3_S's, else
+    F32."""
     cols = int(tensor.shape[0])  # GGUF lists dimensions innermost first
     qtype = int(tensor.tensor_type)
-    if qtype in BLOCK and qtype != F32 and cols % BLOCK[qtype][0] == 0:  # else refused below (F16, BF16 widths)
-        return BlockTensor.from_numpy(qtype, tensor.data, cols)
+    if qtype in BLOCK and qtype != F32 and cols % BLOCK[qtype][0] == 0:  # else float32 (F16, BF16 widths)
+        return qtype
     if qtype == iq3_s.IQ3_S and cols % 256 == 0:
+        return Q6_K
+    return F32
+
+
+def _block_tensor(tensor: GgufTensor) -> BlockTensor:
+    """A GGUF tensor as a `BlockTensor` in its held format (`_held_format`)."""
+    import gguf
+
+    cols, held = int(tensor.shape[0]), _held_format(tensor)
+    if held == int(tensor.tensor_type) and held != F32:
+        return BlockTensor.from_numpy(held, tensor.data, cols)
+    if held == Q6_K:
         return BlockTensor.from_numpy(Q6_K, iq3_s.as_q6_k(np.asarray(tensor.data)), cols)
     values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type).reshape(-1, cols)
     if cols % BLOCK[F32][0]:
@@ -54,15 +65,11 @@ def held_bytes(tensors: list[GgufTensor], packed: bool) -> tuple[int, Counter[st
     without `packed`), and the formats held as float32 where packed: tensors of each."""
     total, as_float = 0, Counter()
     for tensor in tensors:
-        qtype, count = int(tensor.tensor_type), int(np.prod(tensor.shape))
-        if packed and qtype in BLOCK and qtype != F32:
-            total += tensor.data.nbytes
-        elif packed and qtype == iq3_s.IQ3_S:
-            total += count // 256 * BLOCK[Q6_K][1]
-        else:
-            total += 4 * count
-            if packed and qtype != F32:
-                as_float[tensor.tensor_type.name] += 1
+        held = _held_format(tensor) if packed else F32
+        weights, size = BLOCK[held]
+        total += int(np.prod(tensor.shape)) * size // weights
+        if held == F32 and packed and int(tensor.tensor_type) != F32:
+            as_float[tensor.tensor_type.name] += 1
     return total, as_float
 
 
