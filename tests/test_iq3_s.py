@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_gguf_path import TINY_GGUF, write_gguf
+from test_gguf_path import TINY_GGUF, gguf_dequantize, write_gguf
 
 from specdec.engine.cpu import iq3_s
 from specdec.engine.cpu.blockquant import F32, Q6_K, BlockTensor
@@ -31,20 +31,15 @@ def random_iq3_s(rows: int, cols: int, seed: int = 0, scale: float = 0.02) -> np
     return raw.reshape(rows, -1)
 
 
-def gguf_values(qtype: int, raw: np.ndarray, cols: int) -> torch.Tensor:
-    values = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(qtype)).reshape(raw.shape[0], cols)
-    return torch.from_numpy(np.array(values, dtype=np.float32))
-
-
 @pytest.mark.parametrize("in_c", [True, False], ids=["C", "numpy"])
 @pytest.mark.parametrize("scale", [0.02, 2e-5], ids=["normal", "subnormal"])
 def test_iq3_s_blocks_become_q6_k_blocks_of_the_same_values(scale, in_c):
     raw = random_iq3_s(40, 1024, scale=scale)
     rewritten = iq3_s.as_q6_k(raw, in_c=in_c)
     assert rewritten.shape == (40, 4 * 210)
-    expected = gguf_values(iq3_s.IQ3_S, raw, 1024)
+    expected = gguf_dequantize(iq3_s.IQ3_S, raw, 1024)
     assert torch.equal(BlockTensor.from_numpy(Q6_K, rewritten, 1024).dequantize(), expected)  # the exact kernel
-    assert torch.equal(gguf_values(Q6_K, rewritten, 1024), expected)  # and gguf-py's reading of the Q6_K bytes
+    assert torch.equal(gguf_dequantize(Q6_K, rewritten, 1024), expected)  # and gguf-py's reading of the Q6_K bytes
 
 
 def test_the_rewrite_in_c_and_in_numpy_steps_give_the_same_bytes(monkeypatch):
@@ -86,7 +81,7 @@ def test_a_gguf_with_iq3_s_linears_runs_on_both_block_paths_as_q6_k(tmp_path, ca
     assert f"IQ3_S ×{7 * model.config.num_hidden_layers} read as Q6_K blocks" in caplog.text, caplog.text
     for name, raw in written.items():
         block = held.get_submodule(name).block_weight
-        assert block.qtype == Q6_K and torch.equal(block.dequantize(), gguf_values(iq3_s.IQ3_S, raw, block.cols))
+        assert block.qtype == Q6_K and torch.equal(block.dequantize(), gguf_dequantize(iq3_s.IQ3_S, raw, block.cols))
     tokens = [5, 17, 101, 3, 250, 42, 7, 9, 33, 64, 128, 11]
     logits = {}
     for path in ("gguf", "gguf-q8", "fp32"):
@@ -114,4 +109,4 @@ def test_iq3_xxs_stays_float32_and_is_said(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="specdec.engine.gguf_model"):
         block = load_gguf_model(tmp_path / "iq3_xxs.gguf", model.config).get_submodule(name).block_weight
     assert "IQ3_S (as Q6_K)" in caplog.text and "IQ3_XXS ×1, held as float32" in caplog.text, caplog.text
-    assert block.qtype == F32 and torch.equal(block.dequantize(), gguf_values(IQ3_XXS, raw, block.cols))
+    assert block.qtype == F32 and torch.equal(block.dequantize(), gguf_dequantize(IQ3_XXS, raw, block.cols))
