@@ -196,11 +196,13 @@ class TensorParallelTarget:
             self._failing = True
         failure = f"target unavailable: {reason}; restart the target service"
         log.error("%s", failure)
-        for callback in self.on_failure:
-            callback(failure)
-        with self._settled:
-            self.failure = failure
-            self._settled.notify_all()  # the calls waiting fail now, whatever their commands are doing
+        try:
+            for callback in self.on_failure:
+                callback(failure)
+        finally:  # published even if a callback raised: callers waiting on it must not wait forever
+            with self._settled:
+                self.failure = failure
+                self._settled.notify_all()  # the calls waiting fail now, whatever their commands are doing
 
     def _lost_ranks(self, wait_s: float = 2.0) -> str:
         """Which follower is gone, for the error a client sees (gloo's own message names none).
