@@ -404,7 +404,7 @@ static void dequantize_block(const int type, const uint8_t *b, float *ob) {
         }
     } else { /* F32, F16 and BF16 */
         for (int l = 0; l < 16; l += V) {
-            const vf v = load_values(type, b + block_bytes(type) / 16 * l);
+            const vf v = load_values(type, b + value_bytes(type) * l);
             memcpy(ob + l, &v, sizeof v);
         }
     }

@@ -28,6 +28,9 @@ static inline vf load_bf16(const uint8_t *p) {
 #endif
 }
 
+/* Bytes a value of a float format (F32, F16 or BF16) takes. */
+static inline int64_t value_bytes(const int type) { return block_bytes(type) / block_weights(type); }
+
 /* V values of a float format (F32, F16 or BF16) at p as float32 lanes, exactly. */
 static inline vf load_values(const int type, const uint8_t *p) {
     return type == F16 ? load_f16(p) : type == BF16 ? load_bf16(p) : load_f32((const float *)p);
@@ -45,13 +48,12 @@ static inline vf load_values(const int type, const uint8_t *p) {
 static inline __attribute__((always_inline)) void float_pass(const int type, const uint8_t *w, int64_t row_bytes,
                                                              int64_t K, const float *x, int64_t ldx, float *y,
                                                              int64_t ldy, int64_t step, const int C, const int G) {
-    const int64_t value_bytes = block_bytes(type) / block_weights(type);
     vf acc[FLOAT_COLS][FLOAT_ROWS];
     for (int c = 0; c < C; c++)
         for (int g = 0; g < G; g++) acc[c][g] = splat(0.0f);
     for (int64_t k = 0; k < K; k += V) {
         vf wv[FLOAT_COLS];
-        for (int c = 0; c < C; c++) wv[c] = load_values(type, w + c * step * row_bytes + k * value_bytes);
+        for (int c = 0; c < C; c++) wv[c] = load_values(type, w + c * step * row_bytes + k * value_bytes(type));
         for (int g = 0; g < G; g++) {
             const vf xv = load_f32(x + g * ldx + k);
             for (int c = 0; c < C; c++) acc[c][g] += xv * wv[c];
