@@ -12,7 +12,7 @@ from transformers import AutoConfig
 from specdec.engine.gguf_model import gguf_config
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
-from specdec.weights.sources import _gguf_tokenizer_type
+from specdec.weights.sources import _gguf_tokenizer_class
 
 
 def write_full_gguf(path, arch: str, tied: bool) -> None:
@@ -53,30 +53,33 @@ def test_a_bare_gguf_loads_without_gguf_pys_reader(tmp_path, monkeypatch):
               for m in (load_model(spec, "cpu", dtype="gguf-q8") for spec in (str(file), TINY_GGUF))]
     assert torch.equal(logits[0], logits[1])
     other = tmp_path / "other.gguf"
-    write_gguf(build_tiny_model(TINY_GGUF), other, arch="llama")
+    write_gguf(build_tiny_model(TINY_GGUF), other, arch="gemma")
     assert gguf_config(other) is None
     other.write_bytes(b"GGUF" + (3 << 24).to_bytes(4, "little") + bytes(64))  # version 3, big-endian
-    assert gguf_config(other) is None and _gguf_tokenizer_type(other) == {}  # transformers' reader may take it
+    assert gguf_config(other) is None and _gguf_tokenizer_class(other) is None  # transformers' reader may take it
 
 
-def write_tokenizer_gguf(path) -> None:
-    """A tiny model's GGUF with a byte-level BPE vocabulary in its header, as llama.cpp's converter writes a Qwen's."""
+def write_tokenizer_gguf(path, arch: str = "qwen2") -> None:
+    """A tiny model's GGUF with a byte-level BPE vocabulary in its header, as llama.cpp's converter writes a Qwen's
+    (arch llama: a Llama 3's)."""
     def vocabulary(writer, size):
         letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
         merged = ["ab", "abc", "Ġa", "Ġab"]
         tokens = letters + ["Ġ"] + merged + [f"<|pad{i}|>" for i in range(size - len(letters) - len(merged) - 2)]
         tokens.append("<|endoftext|>")
         writer.add_tokenizer_model("gpt2")
-        writer.add_tokenizer_pre("qwen2")
+        writer.add_tokenizer_pre({"qwen2": "qwen2", "llama": "llama-bpe"}[arch])
         writer.add_token_list(tokens)
         writer.add_token_types([1] * (size - 1) + [3])
         writer.add_token_merges(["a b", "ab c", "Ġ a", "Ġa b"])
         writer.add_eos_token_id(size - 1)
 
-    write_gguf(build_tiny_model(TINY_GGUF), path, vocabulary=vocabulary)
+    model = build_tiny_model(TINY_GGUF.replace("tiny:", f"tiny:arch={arch},"))
+    write_gguf(model, path, arch=arch, vocabulary=vocabulary)
 
 
-def test_a_bare_ggufs_tokenizer_is_transformers_without_gguf_pys_reader(tmp_path, monkeypatch):
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+def test_a_bare_ggufs_tokenizer_is_transformers_without_gguf_pys_reader(tmp_path, monkeypatch, arch):
     """The tokenizer of a .gguf file: transformers' own from its header, the same class, vocabulary and encodings as
     `AutoTokenizer` builds by itself, without reading the file through gguf-py's checkpoint reader."""
     from transformers import AutoTokenizer
@@ -84,7 +87,7 @@ def test_a_bare_ggufs_tokenizer_is_transformers_without_gguf_pys_reader(tmp_path
     from specdec.weights.sources import load_tokenizer
 
     file = tmp_path / "model.gguf"
-    write_tokenizer_gguf(file)
+    write_tokenizer_gguf(file, arch)
     theirs = AutoTokenizer.from_pretrained(tmp_path, gguf_file=file.name, local_files_only=True)
     monkeypatch.setattr(hf_gguf, "load_gguf_checkpoint", lambda *a, **k: pytest.fail("gguf-py's reader was used"))
     ours = load_tokenizer(str(file))

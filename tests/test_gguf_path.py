@@ -20,7 +20,7 @@ from specdec.engine.compute import resolve_path
 from specdec.engine.cpu import blockquant
 from specdec.engine.cpu.blockquant import (BF16, BLOCK, F16, F32, IQ4_NL, IQ4_XS, NAMES, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K,
                                            Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, BlockQuantKernel, BlockTensor)
-from specdec.engine.gguf_model import load_gguf_model
+from specdec.engine.gguf_model import load_gguf_model, pack_tiny
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 
@@ -147,10 +147,12 @@ def test_tiny_gguf_model_on_both_paths():
     assert torch.equal(logits[0].argmax(-1), logits[1].argmax(-1))
 
 
-def write_gguf(model, path, arch: str = "qwen2", vocabulary=None, leave_out: tuple[str, ...] = ()) -> None:
-    """`model` (a tiny one, packed or not) as a GGUF file as llama.cpp's converter lays it out. vocabulary(writer,
-    size), if given, writes the header's vocabulary in place of a vocab_size key; the tensors named in leave_out are
-    not written."""
+def write_gguf(model, path, arch: str = "qwen2", vocabulary=None, leave_out: tuple[str, ...] = (),
+               extra: dict[str, np.ndarray] | None = None) -> None:
+    """`model` (a tiny one, packed or not) as a GGUF file as llama.cpp's converter lays it out (for arch llama, its
+    query and key rows reordered as the converter's `permute` does). vocabulary(writer, size), if given, writes the
+    header's vocabulary in place of a vocab_size key; the tensors named in leave_out are not written, those in extra
+    are, as they are."""
     config = model.config
     writer = gguf.GGUFWriter(path, arch)
     writer.add_context_length(config.max_position_embeddings)
@@ -159,7 +161,10 @@ def write_gguf(model, path, arch: str = "qwen2", vocabulary=None, leave_out: tup
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    if hasattr(config, "rms_norm_eps"):
+        writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    else:
+        writer.add_layer_norm_eps(config.layer_norm_eps)
     writer.add_rope_freq_base(config.rope_parameters["rope_theta"] if hasattr(config, "rope_parameters")
                               else config.rope_theta)
     if vocabulary is None:
@@ -174,15 +179,28 @@ def write_gguf(model, path, arch: str = "qwen2", vocabulary=None, leave_out: tup
         if target in leave_out:
             continue
         block = getattr(model.get_submodule(owner), "block_weight", None) if kind == "weight" else None
+        heads = {"q_proj": config.num_attention_heads, "k_proj": config.num_key_value_heads}.get(
+            owner.rpartition(".")[2]) if arch == "llama" else None
         if block is None:
-            writer.add_tensor(target, param.detach().float().numpy())
+            writer.add_tensor(target, converter_rows(param.detach().float().numpy(), heads))
         else:
-            writer.add_tensor(target, block.data.numpy(), raw_shape=block.data.shape,
+            writer.add_tensor(target, converter_rows(block.data.numpy(), heads), raw_shape=block.data.shape,
                               raw_dtype=gguf.GGMLQuantizationType(block.qtype))
+    for name, array in (extra or {}).items():
+        writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def converter_rows(array: np.ndarray, heads: int | None) -> np.ndarray:
+    """llama.cpp's converter's reordering of a llama query or key tensor's rows (`heads` of them; None: as it is):
+    within a head, rows i and i + D/2 become rows 2i and 2i + 1."""
+    if heads is None:
+        return array
+    rows = array.shape[0]
+    return array.reshape(heads, 2, rows // heads // 2, *array.shape[1:]).swapaxes(1, 2).reshape(array.shape)
 
 
 @pytest.mark.parametrize("dtype", ["gguf-q8", "gguf"])
@@ -294,16 +312,26 @@ def test_a_gguf_in_other_formats_runs_on_both_block_paths_as_it_ships(tmp_path, 
     assert (logits["gguf-q8"].argmax(-1) == logits["gguf"].argmax(-1)).float().mean() >= 0.75
 
 
-def test_a_gguf_of_another_architecture_runs_on_fp32(tmp_path, caplog):
-    """The gguf loader reads qwen2/qwen3 layouts; any other GGUF still loads (through transformers) on the
-    fp32 path by default, with a warning, and `--dtype gguf` refuses it clearly."""
-    from specdec.engine.gguf_model import UnsupportedGguf
+def test_a_gguf_of_another_architecture_goes_to_transformers_and_is_refused_clearly(tmp_path, caplog):
+    """The gguf loader reads qwen2, qwen3 and llama layouts; another GGUF goes to transformers' loader (float32),
+    with a warning, and a model the runner cannot compute is refused at load with the reason (here StableLM's
+    rotary embedding over a quarter of each head: before, it loaded and its first pass raised a shape error);
+    `--dtype gguf` refuses the file clearly."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
-    write_gguf(build_tiny_model(TINY_GGUF), tmp_path / "other.gguf", arch="llama")
-    with caplog.at_level("WARNING", logger="specdec.engine.models"):
-        loaded = load_model(str(tmp_path / "other.gguf"), "cpu")
-    assert loaded.choice.path == "fp32" and "architecture 'llama'" in caplog.text
-    with pytest.raises(UnsupportedGguf, match="llama"):
+    from specdec.engine.gguf_model import UnsupportedGguf
+    from specdec.engine.runner import UnsupportedModel
+
+    torch.manual_seed(0)
+    other = AutoModelForCausalLM.from_config(AutoConfig.for_model(
+        "stablelm", vocab_size=260, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512))
+    write_gguf(pack_tiny(other), tmp_path / "other.gguf", arch="stablelm")
+    with caplog.at_level("WARNING", logger="specdec.engine.models"), \
+            pytest.raises(UnsupportedModel, match="rotary embeddings over part of each head"):
+        load_model(str(tmp_path / "other.gguf"), "cpu")
+    assert "architecture 'stablelm'" in caplog.text
+    with pytest.raises(UnsupportedGguf, match="stablelm"):
         load_model(str(tmp_path / "other.gguf"), "cpu", dtype="gguf")
 
 

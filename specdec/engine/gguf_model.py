@@ -7,14 +7,16 @@ small and become ordinary float32 parameters. With `packed=False` the same tenso
 into ordinary float32 weights instead: the float32 path then computes with exactly the weights the
 gguf path expands in registers, and nothing goes through transformers' slower GGUF conversion.
 
-Supported: the Llama-family architectures whose GGUF tensors need no reordering (qwen2, qwen3);
-others load through transformers (`specdec.engine.models`).
+Supported: the Llama-family architectures qwen2, qwen3 and llama (Llama 2 and 3, Mistral 7B, SmolLM, TinyLlama and
+the others llama.cpp's converter writes as "llama": their query and key rows are put back in transformers' order, and
+Llama 3.1's rotary frequency factors applied); others load through transformers (`specdec.engine.models`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,26 @@ log = logging.getLogger(__name__)
 
 class UnsupportedGguf(ValueError):
     """A GGUF file this loader does not handle (its architecture or a tensor's layout)."""
+
+
+# llama.cpp's converter reorders a llama model's query and key rows (weights and biases) for its rotary embedding,
+# which rotates neighbouring pairs: within each head, rows i and i + D/2 become rows 2i and 2i + 1. By architecture:
+# the tensors it reorders, and the config's count of heads in each.
+REORDERED_ROWS = {"llama": {"attn_q": "num_attention_heads", "attn_k": "num_key_value_heads"}}
+ROPE_FREQS = "rope_freqs.weight"  # llama.cpp's per-frequency divisors (Llama 3.1's long-context scaling)
+
+
+def transformers_row_order(tensor: GgufTensor, arch: str, config) -> np.ndarray | None:
+    """The row order that undoes the converter's reordering of `tensor` (None where it reorders nothing): row i of
+    transformers' tensor is row order[i] of the file's. Rows are whole blocks, so no value changes."""
+    parts = tensor.name.split(".")  # blk.N.attn_q.weight
+    heads_key = REORDERED_ROWS.get(arch, {}).get(parts[2] if len(parts) == 4 and parts[0] == "blk" else "")
+    if heads_key is None:
+        return None
+    rows, heads = int(tensor.shape[-1]), getattr(config, heads_key)
+    if rows % (2 * heads):
+        raise UnsupportedGguf(f"{tensor.name}: {rows} rows do not split into {heads} heads of pairs")
+    return np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(-1)
 
 
 def _held_format(tensor: GgufTensor) -> int:
@@ -73,11 +95,13 @@ def held_bytes(tensors: list[GgufTensor], packed: bool) -> tuple[int, Counter[st
     return total, as_float
 
 
-def _float_tensor(tensor: GgufTensor, shape: torch.Size) -> torch.Tensor:
+def _float_tensor(tensor: GgufTensor, shape: torch.Size, rows: np.ndarray | None = None) -> torch.Tensor:
+    """`tensor`'s values in float32 as `shape`, its outer dimension in the order `rows` if given."""
     import gguf
 
     values = gguf.quants.dequantize(np.asarray(tensor.data), tensor.tensor_type)
-    return torch.from_numpy(np.array(values, dtype=np.float32)).reshape(shape)
+    values = torch.from_numpy(np.array(values, dtype=np.float32)).reshape(shape)
+    return values if rows is None else values[torch.from_numpy(rows)].contiguous()
 
 
 def gguf_config(file: Path):
@@ -128,6 +152,7 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
     names = gguf.get_tensor_name_map(next(k for k, v in gguf.MODEL_ARCH_NAMES.items() if v == arch),
                                      config.num_hidden_layers)
     tensors = {t.name: t for t in header.tensors}
+    unused = {name for name in tensors if name.startswith("blk.")}  # a layer's tensor the model has no place for
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     modules = dict(model.named_modules())
@@ -143,7 +168,11 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
                 tensor = tensors[f"{names.get_name('model.embed_tokens')}.weight"]
             if tensor is None:
                 raise UnsupportedGguf(f"{file.name}: no tensor for {name}")
+            unused.discard(tensor.name)
+            rows = transformers_row_order(tensor, arch, config)
             if kind == "weight" and isinstance(owner, (nn.Linear, nn.Embedding)):
+                if rows is not None:
+                    tensor = replace(tensor, data=np.ascontiguousarray(tensor.data[rows]))
                 block = _block_tensor(tensor)
                 if block.qtype == F32 and int(tensor.tensor_type) != F32:
                     as_float[tensor.tensor_type.name] += 1
@@ -155,14 +184,19 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
                                           f"{tuple(param.shape)}")
                 attach(owner, block, packed)
             else:
-                setattr(owner, kind, nn.Parameter(_float_tensor(tensor, param.shape), requires_grad=False))
+                setattr(owner, kind, nn.Parameter(_float_tensor(tensor, param.shape, rows), requires_grad=False))
         head = model.get_output_embeddings()
         if getattr(config, "tie_word_embeddings", False):
             if packed:
                 head.block_weight = model.model.embed_tokens.block_weight
             else:
                 head.weight = model.model.embed_tokens.weight
+    if unused:
+        raise UnsupportedGguf(f"{file.name}: tensors the {arch} model built from its config has no place for: "
+                              f"{', '.join(sorted(unused)[:4])}{' …' if len(unused) > 4 else ''}")
     _materialize_buffers(model)
+    if ROPE_FREQS in tensors:
+        _divide_rotary_frequencies(model, _float_tensor(tensors[ROPE_FREQS], (-1,)))
     if rewritten:
         log.info("%s: %s read as Q6_K blocks of the same values", file.name,
                  ", ".join(f"{name} ×{n}" for name, n in sorted(rewritten.items())))
@@ -190,6 +224,20 @@ def _materialize_buffers(model: nn.Module) -> None:
     left = [name for name, b in model.named_buffers() if b.is_meta]
     if left:
         raise UnsupportedGguf(f"buffers left without values: {left}")
+
+
+def _divide_rotary_frequencies(model: nn.Module, factors: torch.Tensor) -> None:
+    """llama.cpp's rope_freqs: each rotary frequency divided by its factor [head_dim / 2], as llama.cpp computes
+    them, where the config names no scaling of its own (a bare file's never does; a config.json's Llama 3 scaling
+    gives transformers' own frequencies, from which the converter wrote these factors)."""
+    rotary = model.model.rotary_emb
+    if (getattr(model.config, "rope_parameters", None) or {}).get("rope_type", "default") != "default":
+        return
+    if factors.shape != rotary.inv_freq.shape:
+        raise UnsupportedGguf(f"{ROPE_FREQS}: {tuple(factors.shape)} factors for {rotary.inv_freq.numel()} "
+                              "rotary frequencies")
+    rotary.inv_freq = rotary.inv_freq / factors
+    rotary.original_inv_freq = rotary.inv_freq
 
 
 def pack_tiny(model: nn.Module) -> nn.Module:

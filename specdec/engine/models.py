@@ -8,11 +8,11 @@ A spec is one of:
   (`specdec.engine.gguf_model`) and the float32 path dequantizes to the same values;
 - "synthetic:draft|target,...": random weights in the packaged pair's shapes (or a small pair), the
   draft's agreement with the target set by one number (`specdec.engine.synthetic`), for benchmarks;
-- "tiny:key=value,...": a tiny randomly initialised Qwen2 model built in code (tests).
+- "tiny:key=value,...": a tiny randomly initialised Qwen2 (or Llama) model built in code (tests).
   Keys: seed, layers, hidden, heads, kv_heads, vocab, ctx, perturb (relative weight noise,
   seeded by perturb_seed, used to make a draft that disagrees with its target now and then),
   gguf (1: weights quantized as a Q4_K_M file would be, so that the model is a GGUF source),
-  eos (a token id that ends generation; -1, the default, for none).
+  eos (a token id that ends generation; -1, the default, for none), logit_scale, arch (qwen2 or llama).
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ from specdec.weights.sources import end_of_generation_ids, model_path
 log = logging.getLogger(__name__)
 
 TINY_DEFAULTS = {"seed": 0, "layers": 2, "hidden": 64, "heads": 4, "kv_heads": 2, "vocab": 260,
-                 "ctx": 512, "perturb": 0.0, "perturb_seed": 1, "gguf": 0, "eos": -1, "logit_scale": 1.0}
+                 "ctx": 512, "perturb": 0.0, "perturb_seed": 1, "gguf": 0, "eos": -1, "logit_scale": 1.0,
+                 "arch": "qwen2"}
+TINY_ARCHITECTURES = ("qwen2", "llama")  # "llama": no biases (transformers' Llama, as a llama GGUF holds it)
 
 
 @dataclass(frozen=True)
@@ -80,18 +82,20 @@ def parse_tiny_spec(spec: str) -> dict:
 
 
 def build_tiny_model(spec: str) -> torch.nn.Module:
-    """A seeded, randomly initialised tiny Qwen2 causal LM; same spec -> same weights."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    """A seeded, randomly initialised tiny Qwen2 (or Llama: arch=llama) causal LM; same spec -> same weights."""
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     o = parse_tiny_spec(spec)
-    config = Qwen2Config(
-        vocab_size=o["vocab"], hidden_size=o["hidden"], intermediate_size=2 * o["hidden"],
+    if o["arch"] not in TINY_ARCHITECTURES:
+        raise ValueError(f"tiny-model arch {o['arch']!r}; known: {', '.join(TINY_ARCHITECTURES)}")
+    config = AutoConfig.for_model(
+        o["arch"], vocab_size=o["vocab"], hidden_size=o["hidden"], intermediate_size=2 * o["hidden"],
         num_hidden_layers=o["layers"], num_attention_heads=o["heads"], num_key_value_heads=o["kv_heads"],
         max_position_embeddings=o["ctx"], initializer_range=0.2, tie_word_embeddings=False,
         eos_token_id=None, bos_token_id=None, pad_token_id=None,
     )
     torch.manual_seed(o["seed"])
-    model = Qwen2ForCausalLM(config)
+    model = AutoModelForCausalLM.from_config(config)
     if o["perturb"] > 0:
         gen = torch.Generator().manual_seed(o["perturb_seed"])
         with torch.no_grad():

@@ -115,6 +115,9 @@ def check_supported(model: nn.Module) -> None:
         raise UnsupportedModel(f"{type(model).__name__}: sliding-window layers are not supported")
     if getattr(config, "attn_logit_softcapping", None) or getattr(config, "final_logit_softcapping", None):
         raise UnsupportedModel(f"{type(model).__name__}: logit soft-capping is not supported")
+    rope = getattr(config, "rope_parameters", None) or {}
+    if rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)) != 1.0:
+        raise UnsupportedModel(f"{type(model).__name__}: rotary embeddings over part of each head are not supported")
     if not hasattr(inspect.getmodule(type(model)), "apply_rotary_pos_emb"):
         raise UnsupportedModel(f"{type(model).__name__}: its module defines no apply_rotary_pos_emb")
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-# The architectures the gguf loader reads (`specdec.engine.gguf_model`): their tensors need no reordering, and each
-# name is transformers' model type for it.
-ARCHITECTURES = ("qwen2", "qwen3")
+# The architectures the gguf loader reads (`specdec.engine.gguf_model`, which puts llama's query and key rows back
+# in transformers' order); each name is transformers' model type for it.
+ARCHITECTURES = ("qwen2", "qwen3", "llama")
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32

@@ -86,22 +86,29 @@ def load_tokenizer(spec: str):
                              f"{len(ggufs)} .gguf files to read one from")
         path = ggufs[0]
     if path.suffix == ".gguf":
-        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True,
-                                             **_gguf_tokenizer_type(path))
+        tokenizer_class = _gguf_tokenizer_class(path) or AutoTokenizer
+        return tokenizer_class.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
-def _gguf_tokenizer_type(file: Path) -> dict:
-    """For a GGUF of an architecture the gguf loader reads, its tokenizer's type from our header reader: without it
-    transformers builds the file's whole config through gguf-py's reader to learn the class (12 s for the 1.5B
-    target); the tokenizer itself it reads with its own fast reader either way."""
+def _gguf_tokenizer_class(file: Path):
+    """For a GGUF of an architecture the gguf loader reads, the tokenizer class `AutoTokenizer` gives its model type
+    (the one registered for it, else `TokenizersBackend`, as for llama), from our header reader; None for another.
+    `AutoTokenizer` alone builds the file's whole config through gguf-py's reader to learn the class (12 s for the
+    1.5B target); the tokenizer itself transformers reads with its own fast reader either way."""
+    from transformers import TokenizersBackend
+    from transformers.models.auto.tokenization_auto import TOKENIZER_MAPPING_NAMES, tokenizer_class_from_name
+
     from specdec.weights.gguf_file import ARCHITECTURES, GgufFormatError, read_gguf
 
     try:
         architecture = read_gguf(file).architecture
     except GgufFormatError:  # e.g. big-endian: transformers' reader may still take it
-        return {}
-    return {"tokenizer_type": architecture} if architecture in ARCHITECTURES else {}
+        return None
+    if architecture not in ARCHITECTURES:
+        return None
+    registered = TOKENIZER_MAPPING_NAMES.get(architecture)
+    return tokenizer_class_from_name(registered) if registered else TokenizersBackend
 
 
 # Tokens that end a generation wherever a model's vocabulary has them as special tokens, as llama.cpp's end-of-
