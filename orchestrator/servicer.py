@@ -137,7 +137,7 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
         if any(len(s) > config.max_stop_chars for s in request.stop):
             raise InvalidArgument(f"a stop string may hold at most {config.max_stop_chars} characters")
         if request.prompt:
-            prompt_ids = self._encode(request.prompt, "prompt")
+            prompt_ids = self._encode(request.prompt, "prompt", special=True)
         else:
             if len(request.prompt_token_ids) >= self.max_context:
                 raise OutOfRange(f"prompt has {len(request.prompt_token_ids)} tokens; "
@@ -195,12 +195,13 @@ class SpecDecServicer(pb_grpc.SpecDecServicer):
             parsed = dataclasses.replace(parsed, params=params)
         return parsed
 
-    def _encode(self, text: str, field: str) -> list[int]:
-        """A text field's tokens, as a prompt string's; one over --max-prompt-bytes is refused."""
+    def _encode(self, text: str, field: str, special: bool = False) -> list[int]:
+        """A text field's tokens; one over --max-prompt-bytes is refused. `special`: with the tokens the tokenizer
+        adds around a text (a Llama's BOS; none for a Qwen), as llama.cpp and vLLM give a completion's prompt."""
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > self.config.max_prompt_bytes:
             raise InvalidArgument(f"{field} is {size} bytes; the limit is {self.config.max_prompt_bytes}")
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        return list(self.tokenizer.encode(text, add_special_tokens=special))
 
     def _token_ids(self, ids, field: str) -> list[int]:
         """Token ids, each checked against the vocabulary."""

@@ -61,18 +61,21 @@ def test_a_bare_gguf_loads_without_gguf_pys_reader(tmp_path, monkeypatch):
 
 def write_tokenizer_gguf(path, arch: str = "qwen2") -> None:
     """A tiny model's GGUF with a byte-level BPE vocabulary in its header, as llama.cpp's converter writes a Qwen's
-    (arch llama: a Llama 3's)."""
+    (arch llama: a Llama 3's, with a BOS that every text starts with, the token before EOS)."""
     def vocabulary(writer, size):
         letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
         merged = ["ab", "abc", "Ġa", "Ġab"]
-        tokens = letters + ["Ġ"] + merged + [f"<|pad{i}|>" for i in range(size - len(letters) - len(merged) - 2)]
-        tokens.append("<|endoftext|>")
+        tokens = letters + ["Ġ"] + merged + [f"<|pad{i}|>" for i in range(size - len(letters) - len(merged) - 3)]
+        tokens += ["<|begin_of_text|>", "<|endoftext|>"]
         writer.add_tokenizer_model("gpt2")
         writer.add_tokenizer_pre({"qwen2": "qwen2", "llama": "llama-bpe"}[arch])
         writer.add_token_list(tokens)
-        writer.add_token_types([1] * (size - 1) + [3])
+        writer.add_token_types([1] * (size - 2) + [3, 3])
         writer.add_token_merges(["a b", "ab c", "Ġ a", "Ġa b"])
         writer.add_eos_token_id(size - 1)
+        if arch == "llama":
+            writer.add_bos_token_id(size - 2)
+            writer.add_add_bos_token(True)
 
     model = build_tiny_model(TINY_GGUF.replace("tiny:", f"tiny:arch={arch},"))
     write_gguf(model, path, arch=arch, vocabulary=vocabulary)

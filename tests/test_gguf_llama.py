@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers.modeling_gguf_pytorch_utils as hf_gguf
 from conftest import assert_speculated, tiny_options
+from test_gguf_config import write_tokenizer_gguf
 from test_gguf_path import write_gguf
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
@@ -134,3 +135,14 @@ def test_greedy_speculation_on_llama_models_equals_target_only():
                 assert result.token_ids == baseline, f"γ={gamma} diverged from target-only on {prompt!r}"
                 if gamma is not None:
                     assert_speculated(result, f"at γ={gamma} on {prompt!r}")
+
+
+def test_a_completions_prompt_gets_the_tokenizers_bos(tmp_path):
+    """A prompt string is encoded with the tokens its tokenizer adds (a Llama's BOS, as llama.cpp and vLLM give a
+    completion's prompt; nothing for a Qwen): the stack's prompt starts with BOS."""
+    file = tmp_path / "llama.gguf"
+    write_tokenizer_gguf(file, "llama")
+    bos = build_tiny_model(LLAMA).config.vocab_size - 2
+    with EmbeddedStack(tiny_options(str(file), str(file))) as running:
+        result = generate(running.endpoint, make_request(prompt="abc ab", max_new_tokens=4, prompt_top=1))
+    assert result.prompt_token_ids == [bos, 28, 26, 27]  # BOS, abc, Ġ, ab

@@ -22,7 +22,7 @@ class TokenizeRequest(BaseModel):
     add_generation_prompt: bool | None = None  # with messages: as chat completions take them
     continue_final_message: bool = False
     chat_template_kwargs: dict | None = None
-    add_special_tokens: bool = False  # completions here feed the prompt without them
+    add_special_tokens: bool = True  # as completions feed a prompt (a Llama's BOS; nothing for a Qwen)
 
     def refuse_unsupported(self) -> None:
         if (self.prompt is None) == (self.messages is None):
