@@ -146,3 +146,29 @@ def test_a_completions_prompt_gets_the_tokenizers_bos(tmp_path):
     with EmbeddedStack(tiny_options(str(file), str(file))) as running:
         result = generate(running.endpoint, make_request(prompt="abc ab", max_new_tokens=4, prompt_top=1))
     assert result.prompt_token_ids == [bos, 28, 26, 27]  # BOS, abc, Ġ, ab
+
+
+def test_a_sentencepiece_llama_files_tokenizer_loads(tmp_path):
+    """A Llama 2 / Mistral 7B / TinyLlama-style file (tokenizer model "llama": SentencePiece pieces with scores and
+    byte fallback) gets transformers' tokenizer for it, BOS first, and decodes back to the text."""
+    from specdec.weights.sources import load_tokenizer
+
+    def vocabulary(writer, size):
+        tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["▁", "a", "b", "c", "▁a", "ab",
+                                                                                  "▁ab", "▁c"]
+        tokens += [f"▁x{i}" for i in range(size - len(tokens))]
+        writer.add_tokenizer_model("llama")
+        writer.add_token_list(tokens)
+        writer.add_token_scores([0.0] * 259 + [-float(i) for i in range(size - 259)])
+        writer.add_token_types([2, 3, 3] + [6] * 256 + [1] * (size - 259))
+        writer.add_bos_token_id(1)
+        writer.add_eos_token_id(2)
+        writer.add_unk_token_id(0)
+        writer.add_add_bos_token(True)
+
+    file = tmp_path / "sentencepiece.gguf"
+    write_gguf(build_tiny_model(LLAMA + ",vocab=300"), file, arch="llama", vocabulary=vocabulary)
+    tokenizer = load_tokenizer(str(file))
+    ids = tokenizer.encode("ab c")
+    assert tokenizer.convert_ids_to_tokens(ids) == ["<s>", "▁ab", "▁c"]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "ab c"
