@@ -26,7 +26,7 @@ class FailedPrecondition(SpecDecError):
 
 
 class ResourceExhausted(SpecDecError):
-    """The service is at its session cap."""
+    """The service is at its capacity: its session cap, or the memory a session's KV cache would grow into."""
 
 
 class Cancelled(SpecDecError):

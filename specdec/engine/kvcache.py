@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import torch
 
+from specdec.core.errors import ResourceExhausted
+from specdec.engine import memory_budget
 from specdec.engine.attention import BLOCK
+
+# What a CPU cache's growth leaves the machine: a pass's activations and logits (a 256-token chunk's over a 152k
+# vocabulary alone is 155 MB), the other services' work, the page cache the weights are read through.
+HEADROOM_BYTES = 512 * 2**20
 
 
 class KVCache:
@@ -30,17 +36,30 @@ class KVCache:
         return self.keys.shape[2]
 
     def reserve(self, length: int) -> None:
-        """Make room for positions [0, length); existing entries are kept."""
+        """Make room for positions [0, length); existing entries are kept. On CPU, ResourceExhausted (and nothing
+        changed) where the machine has not the memory for the larger storage and HEADROOM_BYTES besides: a
+        session refused, where the allocation would have ended in the OOM killer for every session."""
         if length <= self.capacity:
             return
         if length > self.max_length:
             raise ValueError(f"KV cache of {length} positions exceeds the model's context of {self.max_length}")
         capacity = min(max(length, 2 * self.capacity), self.max_length)
         capacity = -(-capacity // BLOCK) * BLOCK  # attention reads whole blocks
+        if self.device.type == "cpu":
+            self._check_memory(capacity)
         keys, values = self._storage(capacity), self._storage(capacity)
         keys[:, :, :self.length] = self.keys[:, :, :self.length]
         values[:, :, :self.length] = self.values[:, :, :self.length]
         self.keys, self.values = keys, values
+
+    def _check_memory(self, capacity: int) -> None:
+        layers, kv_heads, head_dim = self.shape
+        need = 2 * layers * kv_heads * capacity * head_dim * self.dtype.itemsize
+        try:
+            memory_budget.check_fits(f"a KV cache of {capacity} positions", need + HEADROOM_BYTES,
+                                     f" ({HEADROOM_BYTES // 2**20} MiB of it left for the passes)")
+        except memory_budget.NotEnoughMemory as error:
+            raise ResourceExhausted(str(error)) from None
 
     def crop(self, length: int) -> int:
         """Forget positions from `length` on; returns how many were dropped."""

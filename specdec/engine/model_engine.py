@@ -128,9 +128,14 @@ class Engine:
 
     def _new_cache(self):
         """A fresh cache; where the runner's KV pool is full, kept caches give their slots back, oldest first."""
+        return self._evicting(self.runner.new_cache)
+
+    def _evicting(self, attempt):
+        """`attempt()`; where it finds the KV pool or the memory short (ResourceExhausted), kept caches go, oldest
+        first, until it succeeds, or ResourceExhausted once none is left."""
         while True:
             try:
-                return self.runner.new_cache()
+                return attempt()
             except ResourceExhausted:
                 if not self.prefix_cache.evict_oldest():
                     raise
@@ -296,7 +301,9 @@ class Engine:
                                    others_past, session.cache.length)
 
     def _step(self, session: Session, step: Step) -> tuple[torch.Tensor, PassShape]:
-        """One step in a shared pass; its time counts to the session's round."""
+        """One step in a shared pass; its time counts to the session's round. Its cache grows first, here, so
+        that a refusal (`KVCache.reserve`) is this session's alone, not its pass's."""
+        self._evicting(lambda: step.cache.reserve(step.cache.length + len(step.tokens)))
         out, shape = self.batcher.forward_shaped(step)
         session.forward_s += shape.seconds
         session.wait_s += shape.waited_s
