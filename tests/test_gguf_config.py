@@ -9,7 +9,7 @@ import transformers.modeling_gguf_pytorch_utils as hf_gguf
 from test_gguf_path import TINY_GGUF, write_gguf
 from transformers import AutoConfig
 
-from specdec.engine.gguf_model import gguf_config
+from specdec.engine.gguf_model import UnreadRopeScaling, gguf_config, load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 from specdec.weights.sources import _gguf_tokenizer_class
@@ -116,3 +116,56 @@ def test_a_folder_with_a_gguf_and_no_tokenizer_files_reads_the_ggufs(tmp_path):
     (folder / "model.gguf").unlink()
     with pytest.raises(ValueError, match="no tokenizer files"):
         load_tokenizer(str(folder))
+
+
+SCALINGS = {"linear": {"rope_type": "linear", "factor": 4.0},
+            "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "beta_fast": 32.0,
+                     "beta_slow": 1.0}}
+
+
+def write_scaled_gguf(path, kind: str, **extra) -> None:
+    """The tiny GGUF model with `{arch}.rope.scaling.*` in its header as llama.cpp's converter writes them (factor 4,
+    YaRN's original context 64), and any `extra` scaling keys."""
+    import gguf
+
+    def header_extras(writer, size):
+        writer.add_vocab_size(size)
+        writer.add_rope_scaling_type({"linear": gguf.RopeScalingType.LINEAR, "yarn": gguf.RopeScalingType.YARN,
+                                      "longrope": gguf.RopeScalingType.LONGROPE}[kind])
+        writer.add_rope_scaling_factor(4.0)
+        if kind == "yarn":
+            writer.add_rope_scaling_orig_ctx_len(64)
+        for key, value in extra.items():
+            writer.add_float32(f"qwen2.rope.scaling.{key}", value)
+
+    write_gguf(build_tiny_model(TINY_GGUF), path, vocabulary=header_extras)
+
+
+@pytest.mark.parametrize("kind", ["linear", "yarn"])
+def test_the_headers_rotary_scaling_is_the_models(tmp_path, kind):
+    """A bare file's rotary scaling (which transformers' config mapping leaves out) becomes the config's rope
+    parameters, llama.cpp's YaRN defaults filled in: its logits are the float model's with that scaling, within
+    1e-4, and not the unscaled one's. (Against llama-server on converted files: docs/PERFORMANCE.md, "Llama GGUFs".)"""
+    file = tmp_path / "scaled.gguf"
+    write_scaled_gguf(file, kind)
+    config = gguf_config(file)
+    assert config.rope_parameters == {**SCALINGS[kind], "rope_theta": 10000.0}
+    source = build_tiny_model(TINY_GGUF)
+    scaled = type(source)(type(source.config)(**{**source.config.to_dict(), "rope_parameters": config.rope_parameters}))
+    scaled.load_state_dict(source.state_dict())  # the dequantized weights the file holds
+    tokens = torch.tensor([[5, 17, 101, 3, 250, 42, 7, 9, 120, 33, 64, 2]])
+    with torch.no_grad():
+        ours, theirs, unscaled = (m.eval()(tokens).logits[0]
+                                  for m in (load_gguf_model(file, config, packed=False), scaled, source))
+    torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-4)
+    assert (ours - unscaled).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("kind,extra", [("longrope", {}), ("yarn", {"yarn_attn_factor": 1.0})])
+def test_a_rotary_scaling_not_read_is_refused_not_ignored(tmp_path, kind, extra):
+    file = tmp_path / "scaled.gguf"
+    write_scaled_gguf(file, kind, **extra)
+    with pytest.raises(UnreadRopeScaling, match=f"rotary scaling '{kind}'"):
+        gguf_config(file)
+    with pytest.raises(UnreadRopeScaling):
+        load_model(str(file), "cpu")

@@ -35,6 +35,10 @@ class UnsupportedGguf(ValueError):
     """A GGUF file this loader does not handle (its architecture or a tensor's layout)."""
 
 
+class UnreadRopeScaling(ValueError):
+    """A GGUF whose rotary scaling neither this loader nor transformers' reads: refused, not computed without it."""
+
+
 # llama.cpp's converter reorders a llama model's query and key rows (weights and biases) for its rotary embedding,
 # which rotates neighbouring pairs: within each head, rows i and i + D/2 become rows 2i and 2i + 1. By architecture:
 # the tensors it reorders, and the config's count of heads in each.
@@ -128,9 +132,41 @@ def gguf_config(file: Path):
             values[name] = value
     if "vocab_size" not in values and "tokenizer.ggml.tokens" in header.array_lengths:
         values["vocab_size"] = header.array_lengths["tokenizer.ggml.tokens"]
+    rope = rope_scaling(header.fields, arch)
+    if rope is not None:
+        values["rope_parameters"] = {**rope, **({"rope_theta": values["rope_theta"]} if "rope_theta" in values else {})}
     config = AutoConfig.for_model(**values)
     config.name_or_path = str(file.parent)  # as transformers names a config read from a file in that folder
     return config
+
+
+# llama.cpp's YaRN defaults (its context parameters), where a file names none; transformers' are the same.
+YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
+
+
+def rope_scaling(fields: dict, arch: str) -> dict | None:
+    """transformers' rope parameters for the rotary scaling a GGUF header names (`{arch}.rope.scaling.*`, which
+    transformers' own config mapping leaves out): linear (positions divided by the factor) or YaRN, as llama.cpp
+    reads them; None where the file names none. UnreadRopeScaling for another type, or a YaRN setting beyond these."""
+    def field(name):
+        return fields.get(f"{arch}.rope.scaling.{name}")
+
+    kind = field("type")
+    if kind in (None, "none"):
+        return None
+    factor = field("factor")
+    if kind == "linear" and factor:
+        return {"rope_type": "linear", "factor": float(factor)}
+    unread = [name for name in ("yarn_ext_factor", "yarn_attn_factor", "yarn_log_multiplier", "attn_factor")
+              if field(name) is not None]
+    if kind == "yarn" and factor and field("original_context_length") and not unread:
+        return {"rope_type": "yarn", "factor": float(factor),
+                "original_max_position_embeddings": int(field("original_context_length")),
+                "beta_fast": float(field("yarn_beta_fast") or YARN_BETA_FAST),
+                "beta_slow": float(field("yarn_beta_slow") or YARN_BETA_SLOW)}
+    named = f" with {', '.join(unread)}" if unread else ""
+    raise UnreadRopeScaling(f"{arch}: rotary scaling {kind!r}{named} is not read here (nor by transformers' GGUF "
+                            "loader): the model would be computed without it")
 
 
 def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
