@@ -14,3 +14,10 @@ run=docs/bench/llama_arch/vs_llama_server.py
 .venv/bin/python $run /tmp/l3/l3-f32.gguf gguf f16 auto     # its defaults: halves in the KV cache, flash attention
 .venv/bin/python $run /tmp/l3/l3-q8_0.gguf gguf f32 off
 .venv/bin/python $run /tmp/l3/l3-q8_0.gguf gguf-q8 f32 off
+# Rotary scaling named in a header (qwen2 files: linear, YaRN)
+for kind in yarn linear; do
+  .venv/bin/python docs/bench/llama_arch/make_scaled_qwen2.py $kind
+  (cd $LLAMA && PYTHONPATH=gguf-py:/tmp/spm /work/main/.venv/bin/python convert_hf_to_gguf.py /tmp/l3/$kind \
+     --outtype f32 --outfile /tmp/l3/qwen2-$kind-f32.gguf)
+  .venv/bin/python $run /tmp/l3/qwen2-$kind-f32.gguf gguf f32 off
+done
