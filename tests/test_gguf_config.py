@@ -9,7 +9,7 @@ import transformers.modeling_gguf_pytorch_utils as hf_gguf
 from test_gguf_path import TINY_GGUF, write_gguf
 from transformers import AutoConfig
 
-from specdec.engine.gguf_model import UnreadRopeScaling, gguf_config, load_gguf_model
+from specdec.engine.gguf_model import UnreadGguf, gguf_config, load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 from specdec.weights.sources import _gguf_tokenizer_class
@@ -165,7 +165,7 @@ def test_the_headers_rotary_scaling_is_the_models(tmp_path, kind):
 def test_a_rotary_scaling_not_read_is_refused_not_ignored(tmp_path, kind, extra):
     file = tmp_path / "scaled.gguf"
     write_scaled_gguf(file, kind, **extra)
-    with pytest.raises(UnreadRopeScaling, match=f"rotary scaling '{kind}'"):
+    with pytest.raises(UnreadGguf, match=f"rotary scaling '{kind}'"):
         gguf_config(file)
-    with pytest.raises(UnreadRopeScaling):
+    with pytest.raises(UnreadGguf):
         load_model(str(file), "cpu")

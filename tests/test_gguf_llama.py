@@ -17,7 +17,7 @@ from test_gguf_path import write_gguf
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from specdec.cli.client import generate, make_request
-from specdec.engine.gguf_model import UnsupportedGguf, gguf_config, load_gguf_model
+from specdec.engine.gguf_model import UnreadGguf, gguf_config, load_gguf_model
 from specdec.engine.models import build_tiny_model, load_model
 from specdec.engine.runner import Step
 from specdec.launch.stack import EmbeddedStack
@@ -116,12 +116,13 @@ def test_rope_freqs_divide_the_rotary_frequencies_as_llama_cpps_do(tmp_path):
 
 def test_a_layer_tensor_the_config_has_no_place_for_is_refused(tmp_path):
     """A llama GGUF whose layers carry query, key and value biases that the model built from its header lacks is
-    refused with their names, not loaded without them."""
+    refused with their names on every path, not loaded without them."""
     qwen = build_tiny_model("tiny:seed=0,hidden=256,gguf=1")  # Qwen2: biases on q, k and v
     file = tmp_path / "biased.gguf"
     write_gguf(qwen, file, arch="llama")
-    with pytest.raises(UnsupportedGguf, match=r"no place for: blk\.0\.attn_k\.bias, blk\.0\.attn_q\.bias"):
-        load_gguf_model(file, gguf_config(file))
+    for dtype in ("gguf-q8", "float32"):  # not handed to transformers' loader either, which would drop them
+        with pytest.raises(UnreadGguf, match=r"no place for: blk\.0\.attn_k\.bias, blk\.0\.attn_q\.bias"):
+            load_model(str(file), "cpu", dtype=dtype)
 
 
 def test_greedy_speculation_on_llama_models_equals_target_only():

@@ -35,8 +35,9 @@ class UnsupportedGguf(ValueError):
     """A GGUF file this loader does not handle (its architecture or a tensor's layout)."""
 
 
-class UnreadRopeScaling(ValueError):
-    """A GGUF whose rotary scaling neither this loader nor transformers' reads: refused, not computed without it."""
+class UnreadGguf(ValueError):
+    """A GGUF that defines more than this loader (or transformers') reads: a rotary scaling, or layer tensors the
+    model built from its config has no place for. Refused, not computed without them."""
 
 
 # llama.cpp's converter reorders a llama model's query and key rows (weights and biases) for its rotary embedding,
@@ -147,7 +148,7 @@ YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
 def rope_scaling(fields: dict, arch: str) -> dict | None:
     """transformers' rope parameters for the rotary scaling a GGUF header names (`{arch}.rope.scaling.*`, which
     transformers' own config mapping leaves out): linear (positions divided by the factor) or YaRN, as llama.cpp
-    reads them; None where the file names none. UnreadRopeScaling for another type, or a YaRN setting beyond these."""
+    reads them; None where the file names none. UnreadGguf for another type, or a YaRN setting beyond these."""
     def field(name):
         return fields.get(f"{arch}.rope.scaling.{name}")
 
@@ -165,7 +166,7 @@ def rope_scaling(fields: dict, arch: str) -> dict | None:
                 "beta_fast": float(field("yarn_beta_fast") or YARN_BETA_FAST),
                 "beta_slow": float(field("yarn_beta_slow") or YARN_BETA_SLOW)}
     named = f" with {', '.join(unread)}" if unread else ""
-    raise UnreadRopeScaling(f"{arch}: rotary scaling {kind!r}{named} is not read here (nor by transformers' GGUF "
+    raise UnreadGguf(f"{arch}: rotary scaling {kind!r}{named} is not read here (nor by transformers' GGUF "
                             "loader): the model would be computed without it")
 
 
@@ -228,7 +229,7 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
             else:
                 head.weight = model.model.embed_tokens.weight
     if unused:
-        raise UnsupportedGguf(f"{file.name}: tensors the {arch} model built from its config has no place for: "
+        raise UnreadGguf(f"{file.name}: tensors the {arch} model built from its config has no place for: "
                               f"{', '.join(sorted(unused)[:4])}{' …' if len(unused) > 4 else ''}")
     _materialize_buffers(model)
     if ROPE_FREQS in tensors:
