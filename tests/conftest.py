@@ -11,7 +11,12 @@ import sys
 import threading
 import time
 
-import openai
+import torch
+
+if not torch.cuda.is_available():  # before any import reaches Triton (transformers' LlamaConfig does): the pool
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # attention's tests then run its kernels in Triton's interpreter
+
+import openai  # noqa: E402
 import pytest
 import redis
 
