@@ -51,7 +51,7 @@ def teacher_forced_agreement(args: argparse.Namespace, prompts: list[dict], path
     from specdec.weights.sources import load_tokenizer
 
     tokenizer = load_tokenizer(weights.resolve(args.target_model))
-    prompt_ids = [tokenizer.encode(p["prompt"], add_special_tokens=False) for p in prompts]
+    prompt_ids = [tokenizer.encode(p["prompt"]) for p in prompts]  # as the server feeds them (a Llama's BOS)
     if fp32_outputs is None:
         reference = load_model(weights.resolve(args.target_model), args.device, "float32").runner
         fp32_outputs = [greedy(reference, ids, args.max_new_tokens) for ids in tqdm(prompt_ids, desc="fp32 greedy")]
