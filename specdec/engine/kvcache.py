@@ -20,9 +20,10 @@ HEADROOM_BYTES = 512 * 2**20
 
 class KVCache:
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
-                 max_length: int):
+                 max_length: int, check_memory: bool = True):
         self.shape = (layers, kv_heads, head_dim)
         self.dtype, self.device, self.max_length = dtype, device, max_length
+        self.check_memory = check_memory and device.type == "cpu"  # `reserve`'s check
         self.length = 0  # positions [0, length) hold valid entries
         self.keys = self.values = self._storage(0)  # [layers, kv_heads, capacity, head_dim]
 
@@ -36,16 +37,17 @@ class KVCache:
         return self.keys.shape[2]
 
     def reserve(self, length: int) -> None:
-        """Make room for positions [0, length); existing entries are kept. On CPU, ResourceExhausted (and nothing
-        changed) where the machine has not the memory for the larger storage and HEADROOM_BYTES besides: a
-        session refused, where the allocation would have ended in the OOM killer for every session."""
+        """Make room for positions [0, length); existing entries are kept. On CPU (`check_memory`),
+        ResourceExhausted (and nothing changed) where the machine has not the memory for the larger storage and
+        HEADROOM_BYTES besides: a session refused, where the allocation would have ended in the OOM killer for every
+        session."""
         if length <= self.capacity:
             return
         if length > self.max_length:
             raise ValueError(f"KV cache of {length} positions exceeds the model's context of {self.max_length}")
         capacity = min(max(length, 2 * self.capacity), self.max_length)
         capacity = -(-capacity // BLOCK) * BLOCK  # attention reads whole blocks
-        if self.device.type == "cpu":
+        if self.check_memory:
             self._check_memory(capacity)
         keys, values = self._storage(capacity), self._storage(capacity)
         keys[:, :, :self.length] = self.keys[:, :, :self.length]

@@ -56,6 +56,8 @@ class Step:
 class Collectives:
     """Tensor-parallel communication; the identity for a single worker."""
 
+    world = 1
+
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
@@ -185,9 +187,12 @@ class ModelRunner:
 
     # -- caches --------------------------------------------------------------------------
     def new_cache(self) -> KVCache:
-        """An empty cache: in the activations' dtype, or the C attention's (`CACHE_DTYPE`) on its layers."""
+        """An empty cache: in the activations' dtype, or the C attention's (`CACHE_DTYPE`) on its layers. A
+        tensor-parallel shard's grows unchecked against the machine's memory: each rank reads its own at its own
+        moment, and one rank refusing a growth the others made would leave them waiting in the pass's collectives."""
         dtype = CACHE_DTYPE if self.fused is not None else self.act_dtype
-        return KVCache(len(self.layers), self.kv_heads, self.head_dim, dtype, self.device, self.max_context)
+        return KVCache(len(self.layers), self.kv_heads, self.head_dim, dtype, self.device, self.max_context,
+                       check_memory=self.collectives.world == 1)
 
     def copy_prefix(self, source: KVCache, target: KVCache, length: int) -> None:
         """Give `target` (empty) the first `length` positions of `source`'s cache."""
