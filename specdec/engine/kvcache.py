@@ -55,10 +55,8 @@ class KVCache:
         self.keys, self.values = keys, values
 
     def _check_memory(self, capacity: int) -> None:
-        layers, kv_heads, head_dim = self.shape
-        need = 2 * layers * kv_heads * capacity * head_dim * self.dtype.itemsize
         try:
-            memory_budget.check_fits(f"a KV cache of {capacity} positions", need + HEADROOM_BYTES,
+            memory_budget.check_fits(f"a KV cache of {capacity} positions", self._bytes(capacity) + HEADROOM_BYTES,
                                      f" ({HEADROOM_BYTES // 2**20} MiB of it left for the passes)")
         except memory_budget.NotEnoughMemory as error:
             raise ResourceExhausted(str(error)) from None
@@ -69,8 +67,13 @@ class KVCache:
         self.length -= dropped
         return dropped
 
+    def _bytes(self, capacity: int) -> int:
+        """Keys and values at `capacity` positions."""
+        layers, kv_heads, head_dim = self.shape
+        return 2 * layers * kv_heads * capacity * head_dim * self.dtype.itemsize
+
     def nbytes(self) -> int:
-        return 2 * self.keys.numel() * self.keys.element_size()
+        return self._bytes(self.capacity)
 
     def own_bytes(self) -> int:
         """Memory that dropping this cache frees: all of it."""
