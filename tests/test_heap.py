@@ -91,3 +91,26 @@ def test_one_shot_generate_ends_without_leak_reports(tmp_path):
     run = generate_cli(tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "leaked" not in run.stderr and run.stderr.rstrip().splitlines()[-1].startswith("["), run.stderr[-2000:]
+
+
+EXIT_NOW = """
+import atexit, sys
+from specdec.runtime.server import exit_now
+class Finalized:
+    def __del__(self):
+        print("finalized", flush=True)
+kept = Finalized()  # a module global: the interpreter's teardown would delete it
+atexit.register(print, "exit handler")
+sys.stdout.write("result, unflushed ")
+exit_now(3, exit_handlers={handlers})
+"""
+
+
+@pytest.mark.parametrize("handlers", [True, False])
+def test_exit_now_flushes_and_runs_exit_handlers_without_the_teardown(handlers):
+    """`exit_now` (every service's and `specdec`'s end): the code and the buffered output come out, atexit's
+    handlers run where asked, and the interpreter's finalization (about a second of CPU) does not."""
+    run = subprocess.run([sys.executable, "-c", EXIT_NOW.format(handlers=handlers)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 3, run.stderr[-2000:]
+    assert run.stdout == "result, unflushed " + ("exit handler\n" if handlers else "")

@@ -14,7 +14,7 @@ from specdec.http.flags import add_http_args, http_config
 from specdec.runtime import security, telemetry
 from specdec.runtime.security import security_from_args
 from specdec.runtime.options import add_options
-from specdec.runtime.server import ServerConfig, configure_logging, stop_signals, wait_for_stop
+from specdec.runtime.server import ServerConfig, configure_logging, exit_now, stop_signals, wait_for_stop
 
 log = logging.getLogger(__name__)
 
@@ -257,5 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         installed.shutdown()
 
 
+def run() -> None:
+    """The `specdec` command: `main()`, then the process ends with its code, skipping the interpreter's teardown
+    (`exit_now`: about a second after the output is out)."""
+    exit_now(main() or 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -9,7 +9,7 @@ from specdec.http.flags import add_http_args, http_config
 from specdec.http.server import start_http
 from specdec.runtime import security, telemetry
 from specdec.runtime.options import add_options
-from specdec.runtime.server import ServerConfig, announce_and_wait, configure_logging
+from specdec.runtime.server import ServerConfig, announce_and_wait, configure_logging, exit_now
 
 DEFAULT_PORT = 8000
 
@@ -42,3 +42,4 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    exit_now()  # skip the interpreter's teardown (about a second)
