@@ -65,17 +65,3 @@ def test_a_session_short_of_memory_takes_kept_caches_first_then_is_refused_alone
         assert more and engine.release("b") and engine.release("a")
     finally:
         engine.close()
-
-
-def test_a_tensor_parallel_shards_cache_grows_unchecked(monkeypatch):
-    """Ranks read their memory each at its own moment: one refusing a growth the others made would leave them
-    waiting in the pass's collectives, so a shard's cache is not checked (tensor parallelism keeps the old rule)."""
-    from specdec.engine.tp import TensorParallelCollectives
-
-    runner = load_model(TINY_TARGET, "cpu").runner
-    assert runner.new_cache().check_memory
-    runner.collectives = TensorParallelCollectives(None, 2, vocab_split=False)
-    cache = runner.new_cache()
-    monkeypatch.setattr(memory_budget, "available_bytes", lambda: 0)
-    cache.reserve(100)
-    assert not cache.check_memory and cache.capacity >= 100

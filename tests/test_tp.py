@@ -24,7 +24,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
-from specdec.core.errors import Unavailable
+from specdec.core.errors import ResourceExhausted, Unavailable
+from specdec.engine import memory_budget
+from specdec.engine.kvcache import HEADROOM_BYTES
 from specdec.engine.model_engine import PREFILL_CHUNK, SHARED_PREFILL_CHUNK, SHARED_SLOWDOWN
 from specdec.engine.models import build_tiny_model
 from specdec.engine.profile_cache import weights_fingerprint
@@ -91,6 +93,63 @@ def test_sharded_logits_match_unsharded_through_the_kv_cache():
     # Each rank keeps half of every attention and MLP projection and of the LM head; embeddings and
     # norms stay whole.
     assert got[0][1] == got[1][1] == whole.weight_bytes() - _kernel_bytes(whole) // 2
+
+
+def _rank_growths(rank: int, world: int, port: int, results) -> None:
+    """Rank `rank` grows a fresh cache to 100 positions under three memories (phase: what its machine has, as a
+    function of one shard's storage s), after each the outcome; then a step through the grown cache."""
+    rendezvous(rank, world, f"127.0.0.1:{port}", torch.device("cpu"), timeout_s=60)
+    torch.set_num_threads(1)
+    runner = _runner(rank=rank, world=world)
+    probe = runner.new_cache()
+    probe.shards = None
+    probe.reserve(100)
+    shard = probe.nbytes()
+    phases = {  # both shards are on this machine: a growth needs 2 s and the headroom
+        "rank 1 short": lambda: 10**15 if rank == 0 else 2 * shard + HEADROOM_BYTES - 1,
+        "room for one shard": lambda: shard + HEADROOM_BYTES,
+        "room for both": lambda: 2 * shard + HEADROOM_BYTES,
+    }
+    cache, outcomes = runner.new_cache(), []
+    for phase, available in phases.items():
+        memory_budget.available_bytes = available
+        try:
+            cache.reserve(100)
+            outcomes.append((phase, "grew", cache.capacity))
+        except ResourceExhausted as refusal:
+            outcomes.append((phase, str(refusal), cache.capacity))
+    logits = runner.forward([Step(cache, STEPS[0], logits=1)])[0]
+    results.put((rank, outcomes, logits.numpy().copy()))
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    results.close()
+    results.join_thread()
+    os._exit(0)  # as `_rank_forward`
+
+
+def test_tensor_parallel_ranks_refuse_a_kv_growth_together_counting_the_shards_of_one_machine():
+    """A shard's cache grows into memory its machine has for every shard it holds, and its ranks decide together:
+    one rank refusing a growth its peers made would leave them waiting in the pass's collectives (before, a shard's
+    cache grew unchecked). Here one rank lacking the memory refuses it on both; so does room for one shard of
+    the two this machine holds; with room for both, both grow and the pass runs."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_rank_growths, args=(r, 2, port, results)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    got = {rank: (outcomes, logits) for rank, outcomes, logits in (results.get(timeout=120) for _ in procs)}
+    for proc in procs:
+        proc.join(30)
+    assert [proc.exitcode for proc in procs] == [0, 0]
+    (zero, logits0), (one, logits1) = got[0], got[1]
+    assert [o[0] for o in zero] == ["rank 1 short", "room for one shard", "room for both"]
+    assert zero[0][1].startswith("a KV cache of") and "another tensor-parallel rank" in zero[0][1], zero[0]
+    for refusal in (one[0][1], zero[1][1], one[1][1]):
+        assert "a KV cache of" in refusal and "(2 shards on this machine) needs about" in refusal, refusal
+    assert [o[2] for o in zero] == [o[2] for o in one] == [0, 0, zero[2][2]] and zero[2][2] >= 100
+    assert zero[2][1] == one[2][1] == "grew"
+    assert (logits0 == logits1).all(), "the ranks' logits after the growth"
 
 
 def _stuck_command_and_an_exiting_rank(results) -> None:

@@ -20,10 +20,13 @@ HEADROOM_BYTES = 512 * 2**20
 
 class KVCache:
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
-                 max_length: int, check_memory: bool = True):
+                 max_length: int, check_memory: bool = True, shards=None):
+        """`shards`: a tensor-parallel shard's `Collectives` (`specdec.engine.runner`), whose ranks check growth
+        together (`_check_memory`); None for a whole model's cache."""
         self.shape = (layers, kv_heads, head_dim)
         self.dtype, self.device, self.max_length = dtype, device, max_length
         self.check_memory = check_memory and device.type == "cpu"  # `reserve`'s check
+        self.shards = shards
         self.length = 0  # positions [0, length) hold valid entries
         self.keys = self.values = self._storage(0)  # [layers, kv_heads, capacity, head_dim]
 
@@ -55,11 +58,23 @@ class KVCache:
         self.keys, self.values = keys, values
 
     def _check_memory(self, capacity: int) -> None:
+        """ResourceExhausted unless the machine has the memory for the storage at `capacity` and HEADROOM_BYTES.
+        A tensor-parallel shard's ranks check at the same point of the same command (their caches are alike):
+        each for every shard its machine holds, and all refuse where one would, since one rank refusing a growth
+        the others made would leave them waiting in the pass's collectives."""
+        copies = 1 if self.shards is None else self.shards.ranks_here()
+        what = f"a KV cache of {capacity} positions" + (f" ({copies} shards on this machine)" if copies > 1 else "")
         try:
-            memory_budget.check_fits(f"a KV cache of {capacity} positions", self._bytes(capacity) + HEADROOM_BYTES,
+            memory_budget.check_fits(what, self._bytes(capacity) * copies + HEADROOM_BYTES,
                                      f" ({HEADROOM_BYTES // 2**20} MiB of it left for the passes)")
+            refusal = None
         except memory_budget.NotEnoughMemory as error:
-            raise ResourceExhausted(str(error)) from None
+            refusal = str(error)
+        if self.shards is not None and not self.shards.agree(refusal is None):
+            refusal = refusal or f"a KV cache of {capacity} positions: another tensor-parallel rank's machine has " \
+                                 "not the memory for its shard"
+        if refusal is not None:
+            raise ResourceExhausted(refusal)
 
     def crop(self, length: int) -> int:
         """Forget positions from `length` on; returns how many were dropped."""

@@ -61,6 +61,14 @@ class Collectives:
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
+    def agree(self, holds: bool) -> bool:
+        """Whether `holds` on every rank; every rank asks at the same point."""
+        return holds
+
+    def ranks_here(self) -> int:
+        """The ranks on this machine (sharing its memory), this one among them; every rank asks at once."""
+        return 1
+
     def gather_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         return logits
 
@@ -188,11 +196,10 @@ class ModelRunner:
     # -- caches --------------------------------------------------------------------------
     def new_cache(self) -> KVCache:
         """An empty cache: in the activations' dtype, or the C attention's (`CACHE_DTYPE`) on its layers. A
-        tensor-parallel shard's grows unchecked against the machine's memory: each rank reads its own at its own
-        moment, and one rank refusing a growth the others made would leave them waiting in the pass's collectives."""
+        tensor-parallel shard's ranks check its growth together (`KVCache._check_memory`)."""
         dtype = CACHE_DTYPE if self.fused is not None else self.act_dtype
         return KVCache(len(self.layers), self.kv_heads, self.head_dim, dtype, self.device, self.max_context,
-                       check_memory=self.collectives.world == 1)
+                       shards=self.collectives if self.collectives.world > 1 else None)
 
     def copy_prefix(self, source: KVCache, target: KVCache, length: int) -> None:
         """Give `target` (empty) the first `length` positions of `source`'s cache."""

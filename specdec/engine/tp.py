@@ -14,6 +14,8 @@ returns the `Collectives` that `specdec.engine.runner.ModelRunner` calls at thos
 
 from __future__ import annotations
 
+import socket
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -51,14 +53,28 @@ def _split_inputs(linear: nn.Linear, rank: int, world: int) -> None:
 
 
 class TensorParallelCollectives(Collectives):
-    """Sums row-parallel partial outputs and gathers vocabulary-parallel logits over `group`."""
+    """Sums row-parallel partial outputs and gathers vocabulary-parallel logits over `group`; its ranks agree on
+    every growth of a KV cache (`KVCache._check_memory`)."""
 
     def __init__(self, group, world: int, vocab_split: bool):
         self.group, self.world, self.vocab_split = group, world, vocab_split
+        self._ranks_here: int | None = None
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(x, group=self.group)
         return x
+
+    def agree(self, holds: bool) -> bool:
+        flag = torch.tensor([int(holds)], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self.group)
+        return bool(flag.item())
+
+    def ranks_here(self) -> int:
+        if self._ranks_here is None:  # asked first by every rank at once, as `agree` is
+            hosts = [None] * self.world
+            dist.all_gather_object(hosts, socket.gethostname(), group=self.group)
+            self._ranks_here = hosts.count(socket.gethostname())
+        return self._ranks_here
 
     def gather_vocab(self, logits: torch.Tensor) -> torch.Tensor:
         if not self.vocab_split:
