@@ -63,30 +63,41 @@ def _rank_forward(rank: int, world: int, port: int, results) -> None:
     torch.set_num_threads(1)
     runner = _runner(rank=rank, world=world)
     logits = _forward_steps(runner)
-    results.put((rank, [t.numpy().copy() for t in logits], runner.weight_bytes()))  # plain pickles
+    _leave(results, (rank, [t.numpy().copy() for t in logits], runner.weight_bytes()))  # plain pickles
+
+
+def _leave(results, result: tuple) -> None:
+    """A rank's end: `result` (rank first) sent, the group torn down once no rank may still use it."""
+    results.put(result)
     torch.distributed.barrier()  # neither rank tears its pairs down while the other may still use them
     torch.distributed.destroy_process_group()
     results.close()
-    results.join_thread()  # the logits are through the pipe before the process goes
+    results.join_thread()  # the result is through the pipe before the process goes
     # Leave without the interpreter's teardown (as an orphaned service does, `specdec.runtime.server`): in one
     # clean-clone CI run (2026-11-30, the first in dozens) both ranks aborted after their logits were sent, in
     # `destroy_process_group` or the teardown ("terminate called without an active exception": exit -6).
     os._exit(0)
 
 
-def test_sharded_logits_match_unsharded_through_the_kv_cache():
-    whole = _runner()
-    expected = _forward_steps(whole)
+def _run_ranks(rank_main, world: int = 2) -> dict[int, tuple]:
+    """`rank_main(rank, world, port, results)` in a process per rank; their results (after the rank) by rank."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_rank_forward, args=(r, 2, port, results)) for r in range(2)]
+    procs = [ctx.Process(target=rank_main, args=(r, world, port, results)) for r in range(world)]
     for proc in procs:
         proc.start()
-    got = dict((rank, (logits, size)) for rank, logits, size in (results.get(timeout=120) for _ in procs))
+    got = {rank: rest for rank, *rest in (results.get(timeout=120) for _ in procs)}
     for proc in procs:
         proc.join(30)
-    assert [proc.exitcode for proc in procs] == [0, 0]
+    assert [proc.exitcode for proc in procs] == [0] * world
+    return got
+
+
+def test_sharded_logits_match_unsharded_through_the_kv_cache():
+    whole = _runner()
+    expected = _forward_steps(whole)
+    got = _run_ranks(_rank_forward)
     for rank in (0, 1):
         for step, (want, have) in enumerate(zip(expected, got[rank][0], strict=True)):
             torch.testing.assert_close(torch.from_numpy(have), want, rtol=1e-4, atol=1e-5, msg=f"rank {rank}, step {step}")
@@ -119,12 +130,7 @@ def _rank_growths(rank: int, world: int, port: int, results) -> None:
         except ResourceExhausted as refusal:
             outcomes.append((phase, str(refusal), cache.capacity))
     logits = runner.forward([Step(cache, STEPS[0], logits=1)])[0]
-    results.put((rank, outcomes, logits.numpy().copy()))
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-    results.close()
-    results.join_thread()
-    os._exit(0)  # as `_rank_forward`
+    _leave(results, (rank, outcomes, logits.numpy().copy()))
 
 
 def test_tensor_parallel_ranks_refuse_a_kv_growth_together_counting_the_shards_of_one_machine():
@@ -132,16 +138,7 @@ def test_tensor_parallel_ranks_refuse_a_kv_growth_together_counting_the_shards_o
     one rank refusing a growth its peers made would leave them waiting in the pass's collectives (before, a shard's
     cache grew unchecked). Here one rank lacking the memory refuses it on both; so does room for one shard of
     the two this machine holds; with room for both, both grow and the pass runs."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_rank_growths, args=(r, 2, port, results)) for r in range(2)]
-    for proc in procs:
-        proc.start()
-    got = {rank: (outcomes, logits) for rank, outcomes, logits in (results.get(timeout=120) for _ in procs)}
-    for proc in procs:
-        proc.join(30)
-    assert [proc.exitcode for proc in procs] == [0, 0]
+    got = _run_ranks(_rank_growths)
     (zero, logits0), (one, logits1) = got[0], got[1]
     assert [o[0] for o in zero] == ["rank 1 short", "room for one shard", "room for both"]
     assert zero[0][1].startswith("a KV cache of") and "another tensor-parallel rank" in zero[0][1], zero[0]
