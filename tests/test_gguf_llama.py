@@ -114,6 +114,17 @@ def test_rope_freqs_divide_the_rotary_frequencies_as_llama_cpps_do(tmp_path):
                                rtol=0, atol=0)
 
 
+def test_rope_freqs_of_another_length_are_refused_on_every_path(tmp_path):
+    """Factors that do not match the rotary frequencies are refused, not handed to transformers' loader, which
+    ignores rope_freqs and would compute the unscaled model."""
+    source = build_tiny_model(LLAMA)
+    file = tmp_path / "odd.gguf"
+    write_gguf(source, file, arch="llama", extra={"rope_freqs.weight": np.full(7, 2.0, dtype=np.float32)})
+    for dtype in ("gguf-q8", "float32"):
+        with pytest.raises(UnreadGguf, match=r"rope_freqs\.weight: \(7,\) factors for 32 rotary frequencies"):
+            load_model(str(file), "cpu", dtype=dtype)
+
+
 def test_a_layer_tensor_the_config_has_no_place_for_is_refused(tmp_path):
     """A llama GGUF whose layers carry query, key and value biases that the model built from its header lacks is
     refused with their names on every path, not loaded without them."""

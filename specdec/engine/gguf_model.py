@@ -271,8 +271,8 @@ def _divide_rotary_frequencies(model: nn.Module, factors: torch.Tensor) -> None:
     if (getattr(model.config, "rope_parameters", None) or {}).get("rope_type", "default") != "default":
         return
     if factors.shape != rotary.inv_freq.shape:
-        raise UnsupportedGguf(f"{ROPE_FREQS}: {tuple(factors.shape)} factors for {rotary.inv_freq.numel()} "
-                              "rotary frequencies")
+        raise UnreadGguf(f"{ROPE_FREQS}: {tuple(factors.shape)} factors for {rotary.inv_freq.numel()} "
+                         "rotary frequencies")
     rotary.inv_freq = rotary.inv_freq / factors
     rotary.original_inv_freq = rotary.inv_freq
 
