@@ -123,20 +123,26 @@ def test_a_kernel_setting_is_timed_once_then_taken_from_the_cache(tmp_path):
     assert timed == [choice.kernel, other.kernel, choice.kernel]
 
 
-def test_one_shot_generate_on_gguf_keeps_its_one_row_setting(tmp_path):
-    """Each gguf-q8 service times its one-row setting at its first start, and a second start takes it from the
-    cache (nothing timed or stored again) and names the same kernels."""
+def test_one_shot_generate_measures_once_then_reuses_its_profiles_and_settings(tmp_path):
+    """`specdec generate` (the README's first command's shape): its first start measures a cost profile and times
+    the one-row setting of each gguf-q8 service; a second start takes both from the cache (nothing timed or stored
+    again), names the same kernels and prints the same text. Its stderr ends with the summary line, not with
+    reports from an interpreter's finalization."""
 
     def kernels(run: subprocess.CompletedProcess) -> list[str]:
         assert run.returncode == 0, run.stderr[-3000:]
+        assert "leaked" not in run.stderr and run.stderr.rstrip().splitlines()[-1].startswith("["), run.stderr[-2000:]
         return [line.split("(kernel ")[1].split(")")[0] for line in run.stderr.splitlines()
                 if line.startswith(("draft:", "target:"))]
 
-    first = kernels(generate_cli(tmp_path, draft=GGUF_DRAFT, target=GGUF_TARGET))
+    first_run = generate_cli(tmp_path, draft=GGUF_DRAFT, target=GGUF_TARGET)
+    first = kernels(first_run)
     assert len(first) == 2 and all(kernel.startswith("gguf-q8-") for kernel in first), first
     stored = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")}
+    assert len([p for p in stored if p.parent == tmp_path]) == 2, "one profile each for the draft and the target"
     assert len([p for p in stored if p.parent.name == "settings"]) == 2, "a setting each for the draft and target"
-    assert kernels(generate_cli(tmp_path, draft=GGUF_DRAFT, target=GGUF_TARGET)) == first
+    second_run = generate_cli(tmp_path, draft=GGUF_DRAFT, target=GGUF_TARGET)
+    assert kernels(second_run) == first and second_run.stdout == first_run.stdout
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")} == stored, "the second start timed again"
 
 
@@ -155,16 +161,6 @@ def generate_cli(cache: Path, *extra: str, draft: str = TINY_DRAFT, target: str 
                            "--target-model", target, "--prompt", "hello", "--max-new-tokens", "4", *extra],
                           env={**os.environ, "SPECDEC_PROFILE_CACHE": str(cache)}, cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
-
-
-def test_one_shot_generate_measures_once_and_reuses_the_profile(tmp_path):
-    first = generate_cli(tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
-    stored = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")}
-    assert len(stored) == 2, "one profile each for the draft and the target"
-    second = generate_cli(tmp_path)
-    assert second.returncode == 0 and second.stdout == first.stdout
-    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")} == stored, "the second start measured again"
 
 
 def test_the_cache_can_be_turned_off_or_moved(tmp_path, monkeypatch):
