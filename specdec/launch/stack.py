@@ -18,7 +18,7 @@ from specdec.runtime.heap import freeze_startup_heap
 from specdec.runtime.model_service import DRAFT_ONLY, ModelServiceConfig
 from specdec.runtime.options import option_argv
 from specdec.runtime.server import PARENT_PID_ENV, READY_PREFIX, RunningServer
-from specdec.weights.sources import import_model_code
+from specdec.weights.sources import import_tokenizer_code
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0  # a first start downloads and converts the packaged weights
@@ -184,7 +184,7 @@ class EmbeddedStack(ManagedStack):
         target_argv = [*opts.service_argv(opts.target_model, opts.target_cpus, draft=False), "--tp", str(opts.target_tp)]
         self.target = ServiceProcess("target_service", target_argv, opts, cpus=opts.target_cpus)
         if not opts.orchestrator_process:  # its tokenizer code imports while the services load
-            threading.Thread(target=import_model_code, daemon=True).start()
+            threading.Thread(target=import_tokenizer_code, daemon=True).start()
         self.draft_addresses = [d.wait_ready(START_TIMEOUT_S) for d in self.drafts]
         self.draft_address = self.draft_addresses[0] if self.draft_addresses else ""
         self.target_address = self.target.wait_ready(START_TIMEOUT_S)
