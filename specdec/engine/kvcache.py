@@ -20,12 +20,12 @@ HEADROOM_BYTES = 512 * 2**20
 
 class KVCache:
     def __init__(self, layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
-                 max_length: int, check_memory: bool = True, shards=None):
+                 max_length: int, shards=None):
         """`shards`: a tensor-parallel shard's `Collectives` (`specdec.engine.runner`), whose ranks check growth
         together (`_check_memory`); None for a whole model's cache."""
         self.shape = (layers, kv_heads, head_dim)
         self.dtype, self.device, self.max_length = dtype, device, max_length
-        self.check_memory = check_memory and device.type == "cpu"  # `reserve`'s check
+        self.check_memory = device.type == "cpu"  # `reserve`'s check
         self.shards = shards
         self.length = 0  # positions [0, length) hold valid entries
         self.keys = self.values = self._storage(0)  # [layers, kv_heads, capacity, head_dim]
