@@ -24,7 +24,7 @@ from orchestrator.clients import draft_client, target_client
 from orchestrator.servicer import OrchestratorConfig
 from specdec.launch.stack import EmbeddedStack, StackOptions
 from specdec.runtime.model_service import ModelServiceConfig
-from specdec.runtime.server import READY_PREFIX, free_port
+from specdec.runtime.server import PARENT_PID_ENV, READY_PREFIX, free_port
 
 TINY_TARGET = "tiny:seed=0"
 TINY_DRAFT = "tiny:seed=0,perturb=0.05"  # agrees with the target on about half the tokens
@@ -304,9 +304,11 @@ def serve():
 
 def start_gateway(endpoint: str, *flags: str) -> tuple[subprocess.Popen, str]:
     """A standalone `python -m specdec.http` in front of the orchestrator at `endpoint`: (its process, its
-    base URL ending in /v1)."""
+    base URL ending in /v1). It ends with this process, as a launcher's children do (a test run killed midway
+    left one behind)."""
     proc = subprocess.Popen([sys.executable, "-m", "specdec.http", "--endpoint", endpoint, "--http-host", "127.0.0.1",
-                             "--http-port", "0", "--log-level", "warning", *flags], stdout=subprocess.PIPE, text=True)
+                             "--http-port", "0", "--log-level", "warning", *flags], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, PARENT_PID_ENV: str(os.getpid())})
     port = next((int(line[len(READY_PREFIX):]) for line in proc.stdout if line.startswith(READY_PREFIX)), None)
     assert port is not None, f"python -m specdec.http did not start (exit {proc.wait(30)})"
     return proc, f"http://127.0.0.1:{port}/v1"
