@@ -24,6 +24,7 @@ from specdec.runtime.model_service import (
     ModelServiceConfig,
     load_and_profile,
     load_engine,
+    measure_costs,
     model_service_config,
     model_service_parser,
     serve_engine,
@@ -101,7 +102,7 @@ def run_tensor_parallel(config: ModelServiceConfig, parallel: TensorParallel, ar
         return
     front = tp.TensorParallelTarget(engine, group, world, followers)
     with machine_lock():  # rank 0 drives every rank's (collective) measurement
-        front.measure_costs(config.profile_tokens, config.cost_profile_cache())
+        measure_costs(front, config)
     running = serve_engine(front, config, SERVICE, register)
 
     def not_serving(_reason: str) -> None:

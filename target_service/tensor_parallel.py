@@ -109,13 +109,14 @@ class TensorParallelTarget:
     def cost_profile(self):
         return self.engine.cost_profile
 
-    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None):
+    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None, progress=None):
         """Every rank times the same forwards: they are collective. Rank 0's result (or a cached profile,
         which spares every rank the measurement) then goes to every rank: the profile sizes a prompt's
-        chunks (`Engine.prompt_chunk`), and the ranks must cut the same chunks."""
+        chunks (`Engine.prompt_chunk`), and the ranks must cut the same chunks. `progress`: rank 0's."""
         profile = load_or_measure(
             cache, lambda: self.engine.profile_key(max_tokens, self.tensor_parallel_size),
-            lambda: self._replicate(("measure", max_tokens), lambda: self.engine.measure_costs(max_tokens)))
+            lambda: self._replicate(("measure", max_tokens),
+                                    lambda: self.engine.measure_costs(max_tokens, progress=progress)))
         self._replicate(("profile", profile), lambda: self.engine.use_profile(profile))
         return profile
 

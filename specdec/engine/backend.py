@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -106,8 +106,10 @@ class Backend(Protocol):
     @property
     def live_sessions(self) -> int: ...
 
-    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None) -> CostProfile:
-        """Time forwards of 1..max_tokens tokens (or take them from `cache`); kept as `cost_profile`."""
+    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None,
+                      progress: Callable[[int, int], None] | None = None) -> CostProfile:
+        """Time forwards of 1..max_tokens tokens (or take them from `cache`), telling `progress` how far the
+        measurement is; kept as `cost_profile`."""
 
     def open(self, session_id: str, params: SamplingParams) -> None: ...
 

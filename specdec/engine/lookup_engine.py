@@ -85,8 +85,8 @@ class LookupEngine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def measure_costs(self, max_tokens: int, cache=None) -> CostProfile:
-        """Time lookups of 1..max_tokens tokens after a 128-token sequence (microseconds; no cache needed)."""
+    def measure_costs(self, max_tokens: int, cache=None, progress=None) -> CostProfile:
+        """Time lookups of 1..max_tokens tokens after a 128-token sequence (microseconds: no cache, no progress)."""
         proposer = LookupProposer(MIN_N, MAX_N)
         proposer.sync([t % 50 for t in range(128)])
         seconds = []

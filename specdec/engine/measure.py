@@ -19,9 +19,13 @@ T = TypeVar("T")
 DEPTH_PROBE = 2048  # cached positions past PROFILE_CONTEXT at which the profile times attention's growth
 
 
+Progress = Callable[[int, int], None]  # (tokens fed so far, tokens in all) of a measurement's passes
+
+
 def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats: int = 3,
-            vocab: int | None = None) -> CostProfile:
-    """Time forwards after a PROFILE_CONTEXT-token prefix; best of `repeats` per size.
+            vocab: int | None = None, progress: Progress | None = None) -> CostProfile:
+    """Time forwards after a PROFILE_CONTEXT-token prefix; best of `repeats` per size. `progress` is told the
+    tokens its passes have fed after each pass (a first start on a machine spends 5-20 s here).
 
     The passes run on a thread of their own, as a service's do (`off_the_initial_thread`).
 
@@ -38,7 +42,7 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
     on a 2 ms step, measured beside two busy loops) would otherwise price a target-only step above a
     verify of several tokens, and speculation with a useless draft would look cheaper than decoding.
     """
-    return off_the_initial_thread(_measure, runner, max_tokens, batch_tokens, repeats, vocab)
+    return off_the_initial_thread(_measure, runner, max_tokens, batch_tokens, repeats, vocab, progress)
 
 
 def off_the_initial_thread(fn: Callable[..., T], *args) -> T:
@@ -51,21 +55,36 @@ def off_the_initial_thread(fn: Callable[..., T], *args) -> T:
         return thread.submit(fn, *args).result()
 
 
-def _measure(runner: ModelRunner, max_tokens: int, batch_tokens: int, repeats: int, vocab: int | None) -> CostProfile:
+def _measure(runner: ModelRunner, max_tokens: int, batch_tokens: int, repeats: int, vocab: int | None,
+             progress: Progress | None) -> CostProfile:
     sizes = batch_sizes(max_tokens, batch_tokens)
     began = time.perf_counter()
-    bench = PassTimer(runner, max_tokens, sizes[-1], vocab)
+    depth_sizes = (1, max_tokens)
+    bench = PassTimer(runner, max_tokens, sizes[-1], vocab,
+                      _told(progress, (repeats + 1) * (sum(sizes) + sum(depth_sizes))))
     best = [float("inf")] * len(sizes)
     for _ in range(repeats + 1):  # the first pass warms up every size
         for i, size in enumerate(sizes):
             best[i] = min(best[i], bench.seconds(size))
-    per_position = per_position_s(bench, (1, max_tokens), {1: best[0], max_tokens: best[max_tokens - 1]}, repeats)
+    per_position = per_position_s(bench, depth_sizes, {1: best[0], max_tokens: best[max_tokens - 1]}, repeats)
     profile = CostProfile(monotone(best), tuple(sizes), per_position)
     log.info("cost profile (%.1f s): forward of %s tokens = %s ms; S=%d costs %.2fx S=1; attention at depth "
              "%.0f ns a token and position", time.perf_counter() - began, ",".join(map(str, sizes)),
              " ".join(f"{s * 1e3:.0f}" for s in profile.seconds), max_tokens, profile.ratio(max_tokens),
              per_position * 1e9)
     return profile
+
+
+def _told(progress: Progress | None, total: int) -> Callable[[int], None] | None:
+    """A pass timer's hook that tells `progress` the tokens fed so far of `total`."""
+    if progress is None:
+        return None
+    done = [0]
+
+    def fed(tokens: int) -> None:
+        done[0] += tokens
+        progress(min(done[0], total), total)
+    return fed
 
 
 def per_position_s(bench: "PassTimer", sizes: tuple[int, ...], shallow: dict[int, float], repeats: int) -> float:
@@ -98,10 +117,12 @@ def monotone(seconds: list[float]) -> tuple[float, ...]:
 
 class PassTimer:
     """Times one forward pass of `size` new tokens after a PROFILE_CONTEXT-token prefix (or deeper: `deepen`):
-    a verify of `size` tokens up to `rows`, past it sessions of `rows` tokens each sharing the pass."""
+    a verify of `size` tokens up to `rows`, past it sessions of `rows` tokens each sharing the pass. `fed`: told
+    the tokens of each timed pass."""
 
-    def __init__(self, runner: ModelRunner, rows: int, largest: int, vocab: int | None = None):
-        self.runner, self.rows = runner, rows
+    def __init__(self, runner: ModelRunner, rows: int, largest: int, vocab: int | None = None,
+                 fed: Callable[[int], None] | None = None):
+        self.runner, self.rows, self.fed = runner, rows, fed
         gen = torch.Generator().manual_seed(0)
         vocab = vocab or runner.embed.num_embeddings
         self.tokens = torch.randint(0, vocab, (PROFILE_CONTEXT + rows,), generator=gen).tolist()
@@ -139,6 +160,8 @@ class PassTimer:
         elapsed = time.perf_counter() - began
         for cache in self.caches:
             cache.crop(self.context)
+        if self.fed is not None:
+            self.fed(size)
         return elapsed
 
 

@@ -29,7 +29,7 @@ from specdec.engine.backend import GAMMA_LIMIT, Rollback, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
 from specdec.engine.constraint import Grammars, GrammarState
 from specdec.engine.kvcache import KVCache
-from specdec.engine.measure import measure
+from specdec.engine.measure import Progress, measure
 from specdec.engine.models import LoadedModel
 from specdec.engine.prefix_cache import PrefixCache
 from specdec.engine.profile_cache import ProfileCache, load_or_measure, profile_key
@@ -99,15 +99,18 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None) -> CostProfile:
+    def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None,
+                      progress: Progress | None = None) -> CostProfile:
         """Time forwards of 1..max_tokens tokens, and shared passes up to BATCH_PROFILE× that
         (`specdec.planning.cost`); kept as `cost_profile`. With a `cache`, a profile measured before
         for the same model, path, hardware and sizes is used instead (`specdec.engine.profile_cache`).
+        `progress`: told how far a measurement is (`specdec.engine.measure.measure`); not called for a cached one.
 
         Run at start-up, before any session: the timings are of this model alone."""
         self.cost_profile = load_or_measure(
             cache, lambda: self.profile_key(max_tokens),
-            lambda: measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size))
+            lambda: measure(self.runner, max_tokens, BATCH_PROFILE * max_tokens, vocab=self.loaded.vocab_size,
+                            progress=progress))
         return self.cost_profile
 
     def use_profile(self, profile: CostProfile) -> None:

