@@ -48,8 +48,9 @@ def watch_target(target: ServiceClient, running: RunningServer, period_s: float 
 
 def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec: str, host: str, port: int,
                        config: OrchestratorConfig, redis_url: str = "", health_port: int = 0,
-                       keepalive_s: float = KEEPALIVE_S) -> RunningServer:
-    """`draft_addresses`: comma-separated replicas; empty with `redis_url` = the replicas registered there."""
+                       keepalive_s: float = KEEPALIVE_S, tokenizer=None) -> RunningServer:
+    """`draft_addresses`: comma-separated replicas; empty with `redis_url` = the replicas registered there.
+    `tokenizer`: the one of `tokenizer_spec`, loaded already (`specdec.weights.sources.preload_tokenizer`)."""
     client = connect(redis_url) if redis_url else None
     addresses = [a for a in draft_addresses.split(",") if a]
     if not addresses and client is None and config.proposer == "model":
@@ -63,7 +64,9 @@ def start_orchestrator(draft_addresses: str, target_address: str, tokenizer_spec
         probe.close()
     target = target_client(target_address, keepalive_s)
     target.wait_ready(READY_TIMEOUT_S)
-    servicer = SpecDecServicer(drafts, target, load_tokenizer(weights.resolve(tokenizer_spec)), config, redis=client)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(weights.resolve(tokenizer_spec))
+    servicer = SpecDecServicer(drafts, target, tokenizer, config, redis=client)
     running = start_server(lambda server: pb_grpc.add_SpecDecServicer_to_server(servicer, server), [SERVICE_NAME],
                            host, port, max_concurrent=config.max_concurrent, max_receive_bytes=MAX_CLIENT_MESSAGE_BYTES,
                            health_port=health_port, keepalive_s=keepalive_s)

@@ -95,3 +95,24 @@ def test_on_a_terminal_progress_is_one_bar_redrawn():
     progress.close()
     drawn = screen.getvalue()
     assert drawn.count("\n") <= 1 and "\r" in drawn and "100%" in drawn, drawn
+
+
+def test_a_packaged_tokenizer_is_preloaded_only_once_fetched(tmp_path, monkeypatch):
+    """An embedded orchestrator preloads its tokenizer while the services start (`preload_tokenizer`), but never
+    fetches: a packaged model not fetched yet is its service's to fetch, and comes back as None (the orchestrator
+    then loads it where it starts), as does a spec that fails to load; a built-in or fetched one is loaded."""
+    from specdec import weights
+    from specdec.weights.sources import preload_tokenizer
+
+    monkeypatch.setenv("SPECDEC_CACHE", str(tmp_path))
+    monkeypatch.setattr(packaged, "_download_wheels", lambda *a: pytest.fail("a preload fetched weights"))
+    assert weights.resolved_if_present("packaged:target") is None
+    assert weights.resolved_if_present("packaged:nosuchrole") is None
+    assert weights.resolved_if_present("tiny:seed=0") == "tiny:seed=0"
+    assert preload_tokenizer("packaged:target")() is None
+    assert preload_tokenizer(str(tmp_path / "missing"))() is None
+    assert preload_tokenizer("tiny:seed=0")().decode([104, 105]) == "hi"
+    bundle = packaged.bundle_folder("target")
+    bundle.mkdir(parents=True)
+    (bundle / "config.json").write_text("{}")
+    assert weights.resolved_if_present("packaged:target") == str(bundle)

