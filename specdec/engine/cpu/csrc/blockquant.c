@@ -421,22 +421,89 @@ int bq_dequantize_rows(int type, const uint8_t *w, int64_t K, const int64_t *ids
     return 0;
 }
 
+/* The 32 values of a Q8_0, Q5_0, Q5_1 or Q4_1 block at b, dequantize_block's, V lanes at a time: d·q, or d·q + add
+ * (d·q exact, then one rounding). */
+static inline void legacy_values(const int type, const uint8_t *b, float *x) {
+    if (type == Q8_0) {
+        const vf d = splat(half_to_float(b));
+        for (int l = 0; l < 32; l += V) {
+            const vf v = to_float(widen_s8(b + 2 + l)) * d;
+            memcpy(x + l, &v, sizeof v);
+        }
+        return;
+    }
+    float d, add;
+    uint32_t high;
+    const uint8_t *qs = legacy_block(type, b, &d, &add, &high);
+    for (int l = 0; l < 16; l += V) {
+        const vi q = widen_u8(qs + l);
+        vi low = q & 15, upper = q >> 4;
+        if (type == Q5_0 || type == Q5_1) { /* bit j of high: weight j's 5th */
+            low |= ((((vi){0} + (int32_t)(high >> l)) >> lane_index()) & 1) << 4;
+            upper |= ((((vi){0} + (int32_t)(high >> (16 + l))) >> lane_index()) & 1) << 4;
+        }
+        const vf a = to_float(low) * splat(d) + splat(add), c = to_float(upper) * splat(d) + splat(add);
+        memcpy(x + l, &a, sizeof a);
+        memcpy(x + 16 + l, &c, sizeof c);
+    }
+}
+
+typedef uint8_t vbytes __attribute__((vector_size(V)));
+
+/* The larger of a and b lane by lane (vectors of float type T, int type I: no NaN). */
+#define LARGER(T, I, a, b) ((T)(((I)((a) > (b)) & (I)(a)) | ((I)((a) <= (b)) & (I)(b))))
+
+/* The largest lane of a (no NaN), halves first, in registers. */
+static inline float lanes_max(vf a) {
+    typedef float v4f __attribute__((vector_size(16)));
+    typedef int32_t v4i __attribute__((vector_size(16)));
+#if V == 16
+    typedef float v8f __attribute__((vector_size(32)));
+    typedef int32_t v8i __attribute__((vector_size(32)));
+    const v8f a0 = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7);
+    const v8f a1 = __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v8f h = LARGER(v8f, v8i, a0, a1);
+#elif V == 8
+    const vf h = a;
+#endif
+#if V >= 8
+    const v4f b0 = __builtin_shufflevector(h, h, 0, 1, 2, 3), b1 = __builtin_shufflevector(h, h, 4, 5, 6, 7);
+    const v4f q = LARGER(v4f, v4i, b0, b1);
+#else
+    const v4f q = a;
+#endif
+    const float c = q[0] > q[2] ? q[0] : q[2], e = q[1] > q[3] ? q[1] : q[3];
+    return c > e ? c : e;
+}
+
+/* min(trunc(x·id + 8.5), 15) lane by lane (x·id + 8.5 is positive: the conversion truncates it). */
+__attribute__((optimize("fp-contract=off"))) static inline vi codes_q4_0(vf x, float id) {
+    const vi v = __builtin_convertvector(x * splat(id) + splat(8.5f), vi), over = v > 15;
+    return (v & ~over) | (((vi){0} + 15) & over);
+}
+
 /* GGML's Q4_0 of 32 float32 values (18 bytes: float16 d, then q[l] | q[l + 16] << 4), as gguf-py quantizes: the
  * first value of largest magnitude m, d = m / −8, id = 1 / d (0 where d is 0), q = min(trunc(x·id + 8.5), 15),
- * each step rounded to float32 (no fused multiply-add), d rounded to float16 to nearest even. */
+ * each step rounded to float32 (no fused multiply-add), d rounded to float16 to nearest even. V lanes at a time:
+ * x·id lies in [−8, 8], so x·id + 8.5 is positive and converting it to an integer truncates it. */
 __attribute__((optimize("fp-contract=off"))) static void q4_0_of(const float *x, uint8_t *out) {
-    float m = x[0], amax = __builtin_fabsf(x[0]); /* numpy's argmax: the first (of a block of ±0, x[0]) */
-    for (int l = 1; l < 32; l++)
-        if (__builtin_fabsf(x[l]) > amax) amax = __builtin_fabsf(x[l]), m = x[l];
-    const float d = m / -8.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
-    uint8_t q[32];
-    for (int l = 0; l < 32; l++) {
-        const float v = __builtin_truncf(x[l] * id + 8.5f);
-        q[l] = v >= 15.0f ? 15 : v <= 0.0f ? 0 : (uint8_t)v;
+    const vi magnitude_bits = (vi){0} + 0x7fffffff;
+    vf most = splat(0.0f);
+    for (int l = 0; l < 32; l += V) {
+        const vf a = (vf)((vi)load_f32(x + l) & magnitude_bits);
+        most = LARGER(vf, vi, a, most);
     }
+    const float amax = lanes_max(most);
+    float m = x[0]; /* numpy's argmax: the first of largest magnitude (of a block of ±0, x[0]); no branch */
+    for (int l = 31; l >= 0; l--) m = __builtin_fabsf(x[l]) == amax ? x[l] : m;
+    const float d = m / -8.0f, id = d == 0.0f ? 0.0f : 1.0f / d;
     const _Float16 h = (_Float16)d;
     memcpy(out, &h, 2);
-    for (int l = 0; l < 16; l++) out[2 + l] = (uint8_t)(q[l] | q[l + 16] << 4);
+    for (int l = 0; l < 16; l += V) { /* q[l] | q[l + 16] << 4 */
+        const vi low = codes_q4_0(load_f32(x + l), id), upper = codes_q4_0(load_f32(x + 16 + l), id);
+        const vbytes packed = __builtin_convertvector(low | upper << 4, vbytes);
+        memcpy(out + 2 + l, &packed, sizeof packed);
+    }
 }
 
 /* W [N, K] (type's blocks of 32 weights) as GGML's Q4_0 of its exact values, into out [N, K / 32 · 18]: what
@@ -445,10 +512,14 @@ __attribute__((optimize("fp-contract=off"))) static void q4_0_of(const float *x,
 int bq_requantize_q4_0(int type, const uint8_t *w, int64_t N, int64_t K, uint8_t *out) {
     if (block_weights(type) != 32 || K % 32) return -1;
     const int64_t blocks = N * (K / 32);
+    const int legacy = type == Q8_0 || type == Q5_0 || type == Q5_1 || type == Q4_1;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < blocks; i++) {
         float x[32];
-        dequantize_block(type, w + i * block_bytes(type), x);
+        if (legacy)
+            legacy_values(type, w + i * block_bytes(type), x);
+        else
+            dequantize_block(type, w + i * block_bytes(type), x);
         q4_0_of(x, out + i * 18);
     }
     return 0;
