@@ -45,13 +45,13 @@ def preload_tokenizer(spec: str) -> Callable[[], object | None]:
     result: list = [None]
 
     def load() -> None:
-        import_tokenizer_code()
-        local = resolved_if_present(spec)
-        if local is not None:
-            try:
+        try:
+            import_tokenizer_code()
+            local = resolved_if_present(spec)
+            if local is not None:
                 result[0] = load_tokenizer(local)
-            except Exception:  # noqa: BLE001 - reported where it is loaded again
-                log.debug("preloading the tokenizer of %s failed", spec, exc_info=True)
+        except Exception:  # noqa: BLE001 - reported where it is loaded again
+            log.debug("preloading the tokenizer of %s failed", spec, exc_info=True)
 
     thread = threading.Thread(target=load, name="tokenizer", daemon=True)
     thread.start()
