@@ -112,7 +112,7 @@ def test_a_packaged_tokenizer_is_preloaded_only_once_fetched(tmp_path, monkeypat
     assert preload_tokenizer("packaged:target")() is None
     assert preload_tokenizer(str(tmp_path / "missing"))() is None
     assert preload_tokenizer("tiny:seed=0")().decode([104, 105]) == "hi"
-    bundle = packaged.bundle_folder("target")
+    bundle = tmp_path / packaged.PACKAGED["target"].name / packaged.BUNDLE_DIR
     bundle.mkdir(parents=True)
     (bundle / "config.json").write_text("{}")
     assert weights.resolved_if_present("packaged:target") == str(bundle)

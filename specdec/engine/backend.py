@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -19,6 +19,7 @@ from specdec.core.rejection import Verdict
 from specdec.core.rounds import PassLoad
 from specdec.core.sampling import SamplingParams
 from specdec.engine.compute import PathChoice
+from specdec.engine.measure import PassProgress
 from specdec.engine.profile_cache import ProfileCache
 from specdec.planning.cost import CostProfile
 
@@ -107,7 +108,7 @@ class Backend(Protocol):
     def live_sessions(self) -> int: ...
 
     def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None,
-                      progress: Callable[[int, int], None] | None = None) -> CostProfile:
+                      progress: PassProgress | None = None) -> CostProfile:
         """Time forwards of 1..max_tokens tokens (or take them from `cache`), telling `progress` how far the
         measurement is; kept as `cost_profile`."""
 

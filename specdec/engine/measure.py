@@ -19,11 +19,11 @@ T = TypeVar("T")
 DEPTH_PROBE = 2048  # cached positions past PROFILE_CONTEXT at which the profile times attention's growth
 
 
-Progress = Callable[[int, int], None]  # (tokens fed so far, tokens in all) of a measurement's passes
+PassProgress = Callable[[int, int], None]  # (tokens fed so far, tokens in all) of a measurement's passes
 
 
 def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats: int = 3,
-            vocab: int | None = None, progress: Progress | None = None) -> CostProfile:
+            vocab: int | None = None, progress: PassProgress | None = None) -> CostProfile:
     """Time forwards after a PROFILE_CONTEXT-token prefix; best of `repeats` per size. `progress` is told the
     tokens its passes have fed after each pass (a first start on a machine spends 5-20 s here).
 
@@ -56,12 +56,13 @@ def off_the_initial_thread(fn: Callable[..., T], *args) -> T:
 
 
 def _measure(runner: ModelRunner, max_tokens: int, batch_tokens: int, repeats: int, vocab: int | None,
-             progress: Progress | None) -> CostProfile:
+             progress: PassProgress | None) -> CostProfile:
     sizes = batch_sizes(max_tokens, batch_tokens)
     began = time.perf_counter()
     depth_sizes = (1, max_tokens)
+    total = (repeats + 1) * (sum(sizes) + sum(depth_sizes))
     bench = PassTimer(runner, max_tokens, sizes[-1], vocab,
-                      _told(progress, (repeats + 1) * (sum(sizes) + sum(depth_sizes))))
+                      None if progress is None else lambda fed: progress(min(fed, total), total))
     best = [float("inf")] * len(sizes)
     for _ in range(repeats + 1):  # the first pass warms up every size
         for i, size in enumerate(sizes):
@@ -73,18 +74,6 @@ def _measure(runner: ModelRunner, max_tokens: int, batch_tokens: int, repeats: i
              " ".join(f"{s * 1e3:.0f}" for s in profile.seconds), max_tokens, profile.ratio(max_tokens),
              per_position * 1e9)
     return profile
-
-
-def _told(progress: Progress | None, total: int) -> Callable[[int], None] | None:
-    """A pass timer's hook that tells `progress` the tokens fed so far of `total`."""
-    if progress is None:
-        return None
-    done = [0]
-
-    def fed(tokens: int) -> None:
-        done[0] += tokens
-        progress(min(done[0], total), total)
-    return fed
 
 
 def per_position_s(bench: "PassTimer", sizes: tuple[int, ...], shallow: dict[int, float], repeats: int) -> float:
@@ -117,12 +106,12 @@ def monotone(seconds: list[float]) -> tuple[float, ...]:
 
 class PassTimer:
     """Times one forward pass of `size` new tokens after a PROFILE_CONTEXT-token prefix (or deeper: `deepen`):
-    a verify of `size` tokens up to `rows`, past it sessions of `rows` tokens each sharing the pass. `fed`: told
-    the tokens of each timed pass."""
+    a verify of `size` tokens up to `rows`, past it sessions of `rows` tokens each sharing the pass. `on_pass`: told
+    the tokens its timed passes have fed so far (`fed`), after each."""
 
     def __init__(self, runner: ModelRunner, rows: int, largest: int, vocab: int | None = None,
-                 fed: Callable[[int], None] | None = None):
-        self.runner, self.rows, self.fed = runner, rows, fed
+                 on_pass: Callable[[int], None] | None = None):
+        self.runner, self.rows, self.on_pass, self.fed = runner, rows, on_pass, 0
         gen = torch.Generator().manual_seed(0)
         vocab = vocab or runner.embed.num_embeddings
         self.tokens = torch.randint(0, vocab, (PROFILE_CONTEXT + rows,), generator=gen).tolist()
@@ -160,8 +149,9 @@ class PassTimer:
         elapsed = time.perf_counter() - began
         for cache in self.caches:
             cache.crop(self.context)
-        if self.fed is not None:
-            self.fed(size)
+        self.fed += size
+        if self.on_pass is not None:
+            self.on_pass(self.fed)
         return elapsed
 
 

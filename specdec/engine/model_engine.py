@@ -29,7 +29,7 @@ from specdec.engine.backend import GAMMA_LIMIT, Rollback, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
 from specdec.engine.constraint import Grammars, GrammarState
 from specdec.engine.kvcache import KVCache
-from specdec.engine.measure import Progress, measure
+from specdec.engine.measure import PassProgress, measure
 from specdec.engine.models import LoadedModel
 from specdec.engine.prefix_cache import PrefixCache
 from specdec.engine.profile_cache import ProfileCache, load_or_measure, profile_key
@@ -100,7 +100,7 @@ class Engine:
         self.close()
 
     def measure_costs(self, max_tokens: int, cache: ProfileCache | None = None,
-                      progress: Progress | None = None) -> CostProfile:
+                      progress: PassProgress | None = None) -> CostProfile:
         """Time forwards of 1..max_tokens tokens, and shared passes up to BATCH_PROFILE× that
         (`specdec.planning.cost`); kept as `cost_profile`. With a `cache`, a profile measured before
         for the same model, path, hardware and sizes is used instead (`specdec.engine.profile_cache`).

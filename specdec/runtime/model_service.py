@@ -183,22 +183,23 @@ def measure_costs(engine: Backend, config: ModelServiceConfig) -> None:
     else a line every 10 s and one at the end)."""
     cache = config.cost_profile_cache()
     name = config.model if ":" in config.model else Path(config.model).name
-    began, shown = time.monotonic(), []
+    began, bar = time.monotonic(), None
 
     def progress(done: int, total: int) -> None:
-        if not shown and time.monotonic() - began >= PROGRESS_AFTER_S:
-            shown.append(Progress(total, f"{name}: timing its passes{', once on this machine' if cache else ''}",
-                                  unit="tokens"))
-        if shown:
-            shown[0].update_to(done)
+        nonlocal bar
+        if bar is None and time.monotonic() - began >= PROGRESS_AFTER_S:
+            bar = Progress(total, f"{name}: timing its passes{', once on this machine' if cache else ''}",
+                           unit="tokens")
+        if bar is not None:
+            bar.update_to(done)
 
     try:
         engine.measure_costs(config.profile_tokens, cache, progress)
-        if shown:
-            shown[0].finish()
+        if bar is not None:
+            bar.finish()
     finally:
-        if shown:
-            shown[0].close()
+        if bar is not None:
+            bar.close()
 
 
 def serve_engine(engine: Backend, config: ModelServiceConfig, service_name: str,

@@ -25,13 +25,11 @@ def resolved_if_present(spec: str) -> str | None:
     """`resolve(spec)` where that fetches nothing: None for a packaged model not fetched yet."""
     if not spec.startswith(PACKAGED_PREFIX):
         return spec
-    from specdec.weights.packaged import PACKAGED, bundle_folder
+    from specdec.weights.packaged import PACKAGED, fetched_bundle
 
     role = spec.removeprefix(PACKAGED_PREFIX)
-    if role not in PACKAGED:
-        return None
-    bundle = bundle_folder(role)
-    return str(bundle) if (bundle / "config.json").exists() else None
+    bundle = fetched_bundle(role) if role in PACKAGED else None
+    return None if bundle is None else str(bundle)
 
 
 def cache_root() -> Path:

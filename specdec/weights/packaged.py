@@ -209,9 +209,15 @@ def ensure_gguf(role: str) -> Path:
     return gguf
 
 
-def bundle_folder(role: str) -> Path:
-    """Where `ensure_packaged(role)` keeps the packaged `role`'s folder (complete once it holds config.json)."""
+def _bundle_folder(role: str) -> Path:
     return cache_root() / PACKAGED[role].name / BUNDLE_DIR
+
+
+def fetched_bundle(role: str) -> Path | None:
+    """The packaged `role`'s folder where `ensure_packaged` has completed it (it renames the folder into place
+    whole), else None: nothing is fetched."""
+    bundle = _bundle_folder(role)
+    return bundle if (bundle / "config.json").exists() else None
 
 
 def ensure_packaged(role: str) -> Path:
@@ -220,12 +226,11 @@ def ensure_packaged(role: str) -> Path:
     The weights stay in their Q4_K_M blocks; the first call saves the metadata (seconds), later calls
     return the folder at once.
     """
-    model = PACKAGED[role]
-    bundle = bundle_folder(role)
-    if (bundle / "config.json").exists():
+    model, bundle = PACKAGED[role], _bundle_folder(role)
+    if fetched_bundle(role) is not None:
         return bundle
     with _cache_lock(model):
-        if (bundle / "config.json").exists():  # another process finished it while we waited
+        if fetched_bundle(role) is not None:  # another process finished it while we waited
             return bundle
         gguf = ensure_gguf(role)
         from specdec.weights.sources import save_gguf_metadata  # heavy imports only on the first call
