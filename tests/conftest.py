@@ -110,13 +110,15 @@ def stack_on(request, path: str) -> EmbeddedStack:
 
 
 def pytest_configure(config):
-    """Measured cost profiles go to a folder of this run's own (the services inherit it), never to
-    the user's weights cache: every run starts by measuring, as a fresh machine does. The kernel builds come
-    first, so that no test pays for one."""
+    """Measured cost profiles go to a folder of this process's own (the services inherit it; each xdist worker
+    has its own), never to the user's weights cache: every run starts by measuring, as a fresh machine does. The
+    kernel builds come first, in the process that starts the workers, so that no test pays for one."""
     import os
     import tempfile
 
     os.environ["SPECDEC_PROFILE_CACHE"] = tempfile.mkdtemp(prefix="specdec-profiles-")
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller built every kernel before it started the workers
     from specdec.engine.cpu import native
 
     try:  # every kernel build this CPU runs, two compilers at once, before the tests that load them
