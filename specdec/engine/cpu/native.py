@@ -2,10 +2,10 @@
 
 Two sources: `blockquant.c` (the exact "gguf" path) and `q8dot.c` (the integer "gguf-q8" path). Each is
 plain C with GCC's generic vectors, built once per instruction-set variant with the system compiler
-(blockquant 3-4 s, q8dot 15-25 s) into the cache, keyed by the source's hash and flags (old builds long unused
-are pruned: `prune`), and loaded with ctypes: no torch headers, so no minute-long extension build. Their OpenMP
-regions run on the libgomp that torch already loaded (same soname), so the two share one thread pool instead of
-fighting over cores.
+(blockquant about 10 s, q8dot about a minute) into the cache, keyed by the source's hash and flags (old builds
+long unused are pruned: `prune`), and loaded with ctypes: no torch headers, so no minute-long extension build.
+Their OpenMP regions run on the libgomp that torch already loaded (same soname), so the two share one thread pool
+instead of fighting over cores.
 
 `scripts/setup.sh` builds this machine's variants; a missing one is built on first use.
 """
@@ -48,8 +48,13 @@ class Source:
 
 
 BLOCKQUANT = Source("blockquant", ("-ffp-contract=fast", *COMMON))
-# The integer path's float steps, its layer's included, are defined without fused multiply-adds.
-Q8DOT = Source("q8dot", ("-ffp-contract=off", *COMMON), ("q8pack", "layer_ops", "decoder", "workers"))
+# The integer path's float steps, its layer's included, are defined without fused multiply-adds. Without GCC's
+# jump threading: its backward pass took 66 of the 121 s that q8dot.c's AVX-512 VNNI build spent (GCC 12, `-ftime-
+# report`; the kernels' one loop per format and row count), and without it the build takes 52 s, every pass of the
+# 1.5B target and the 0.5B draft the same speed within 1% and the same bits (`specdec bench --kernel-ab`, VNNI and
+# AVX2, 2026-12-07, Zen 4).
+Q8DOT = Source("q8dot", ("-ffp-contract=off", "-fno-thread-jumps", *COMMON),
+               ("q8pack", "layer_ops", "decoder", "workers"))
 
 MARCH = {"sse41": "x86-64-v2", "avx2": "x86-64-v3"}  # every AVX-512 level (and AMX): x86-64-v4
 # The fallback builds (CPUs without AVX2, and non-x86) without GCC's two global CSE passes: with them, GCC
