@@ -290,6 +290,7 @@ typedef struct {
     float *y;
 } job;
 
+#define PASSES_CASE(T) case T: PASSES(T); break;
 static void columns(void *ctx, int64_t begin, int64_t end) {
     const job *j = ctx;
     const int type = j->type;
@@ -308,18 +309,7 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             float *ys = y + s0 * ldy + n;
             const int G = S - s0 < ROWS_PER_PASS ? (int)(S - s0) : ROWS_PER_PASS;
             switch (type) { /* each (type, G) pair compiles to its own loop */
-            case Q4_K: PASSES(Q4_K); break;
-            case Q5_K: PASSES(Q5_K); break;
-            case Q6_K: PASSES(Q6_K); break;
-            case Q3_K: PASSES(Q3_K); break;
-            case Q2_K: PASSES(Q2_K); break;
-            case Q8_0: PASSES(Q8_0); break;
-            case Q5_0: PASSES(Q5_0); break;
-            case Q4_0: PASSES(Q4_0); break;
-            case Q4_1: PASSES(Q4_1); break;
-            case Q5_1: PASSES(Q5_1); break;
-            case IQ4_NL: PASSES(IQ4_NL); break;
-            case IQ4_XS: PASSES(IQ4_XS); break;
+                QUANT_FORMATS(PASSES_CASE)
             default: break; /* the float formats: float_columns */
             }
         }

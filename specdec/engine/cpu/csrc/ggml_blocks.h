@@ -14,6 +14,12 @@
 enum { F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
        Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, BF16 = 30 };
 
+/* The quantized formats by X-macro, X(T) once each: those whose codes are unsigned, and those whose codes are
+ * signed (Q8_0's, and IQ4's table values). A kernel's switch over them compiles each format's loop on its own. */
+#define UNSIGNED_CODE_FORMATS(X) X(Q4_K) X(Q5_K) X(Q6_K) X(Q3_K) X(Q2_K) X(Q5_0) X(Q4_0) X(Q4_1) X(Q5_1)
+#define SIGNED_CODE_FORMATS(X) X(Q8_0) X(IQ4_NL) X(IQ4_XS)
+#define QUANT_FORMATS(X) UNSIGNED_CODE_FORMATS(X) SIGNED_CODE_FORMATS(X)
+
 /* Bytes one block occupies, and weights it holds (0 for a type neither kernel reads). */
 static inline int64_t block_bytes(int type) {
     switch (type) {

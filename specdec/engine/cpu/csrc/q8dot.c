@@ -150,19 +150,10 @@ static inline __attribute__((always_inline)) void unit_at(const int type, const 
 /* The half unit at o (a row's last, see q8unit.h) against G rows: out of line, being one a row. */
 static __attribute__((noinline)) void half_unit(int type, const uint8_t *o, const act_unit *a, int64_t lda,
                                                  vacc *acc, int G) {
+#define HALF_UNIT_CASE(T) case T: unit(T, o, a, lda, acc, G, 0, 1); break;
     switch (type) {
-    case Q4_K: unit(Q4_K, o, a, lda, acc, G, 0, 1); break;
-    case Q5_K: unit(Q5_K, o, a, lda, acc, G, 0, 1); break;
-    case Q6_K: unit(Q6_K, o, a, lda, acc, G, 0, 1); break;
-    case Q3_K: unit(Q3_K, o, a, lda, acc, G, 0, 1); break;
-    case Q2_K: unit(Q2_K, o, a, lda, acc, G, 0, 1); break;
-    case Q5_0: unit(Q5_0, o, a, lda, acc, G, 0, 1); break;
-    case Q4_0: unit(Q4_0, o, a, lda, acc, G, 0, 1); break;
-    case Q4_1: unit(Q4_1, o, a, lda, acc, G, 0, 1); break;
-    case Q5_1: unit(Q5_1, o, a, lda, acc, G, 0, 1); break;
-    case IQ4_NL: unit(IQ4_NL, o, a, lda, acc, G, 0, 1); break;
-    case IQ4_XS: unit(IQ4_XS, o, a, lda, acc, G, 0, 1); break;
-    default: unit(Q8_0, o, a, lda, acc, G, 0, 1); break;
+        QUANT_FORMATS(HALF_UNIT_CASE)
+    default: break; /* q8_matmul takes no other */
     }
 }
 #endif
@@ -365,26 +356,18 @@ enum { COLUMN_BLOCK = 16 };
 /* Columns n and n + far for n in [begin, begin + far), two at once (`paired`), in groups of at most PAIR_ROWS
  * activation rows. Out of line: inlined in `columns`, the same code ran the 1.5B target's passes of 2-4
  * tokens 1.02-1.07x slower (three runs of `specdec bench --kernel-ab`; out of line 1.00-1.01x, as before groups). */
+#define PAIR_CASE(T) case T: PAIR_PASSES(T); break;
 static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, int64_t far) {
     const int G = j->G, groups = (G + pair_group_rows(j->type) - 1) / pair_group_rows(j->type);
     for (int64_t n = begin; n < begin + far; n++) {
         for (int k = 0, g0 = 0; k < groups; k++) {
             const int g = (G - g0) / (groups - k);
             switch (j->type) {
-            case Q4_K: PAIR_PASSES(Q4_K); break;
-            case Q5_K: PAIR_PASSES(Q5_K); break;
-            case Q6_K: PAIR_PASSES(Q6_K); break;
-            case Q3_K: PAIR_PASSES(Q3_K); break;
-            case Q2_K: PAIR_PASSES(Q2_K); break;
-            case Q5_0: PAIR_PASSES(Q5_0); break;
-            case Q4_1: PAIR_PASSES(Q4_1); break;
-            case Q5_1: PAIR_PASSES(Q5_1); break;
+                UNSIGNED_CODE_FORMATS(PAIR_CASE)
 #if SIGNED_PAIRS /* with AVX-512 without VNNI signed codes never pair (`paired`) */
-            case Q8_0: PAIR_PASSES(Q8_0); break;
-            case IQ4_NL: PAIR_PASSES(IQ4_NL); break;
-            case IQ4_XS: PAIR_PASSES(IQ4_XS); break;
+                SIGNED_CODE_FORMATS(PAIR_CASE)
 #endif
-            default: PAIR_PASSES(Q4_0); break;
+            default: break; /* `paired` pairs no other */
             }
             g0 += g;
         }
@@ -392,6 +375,7 @@ static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, 
 }
 #endif
 
+#define PASSES_CASE(T) case T: PASSES(T); break;
 static void columns(void *ctx, int64_t begin, int64_t end) {
     job *j = ctx;
     const int G = j->G;
@@ -415,18 +399,8 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
             for (int64_t n = b0; n < b1; n++) {
                 vacc *kept = keep ? keep + (n - b0) * G : 0;
                 switch (j->type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
-                case Q4_K: PASSES(Q4_K); break;
-                case Q5_K: PASSES(Q5_K); break;
-                case Q6_K: PASSES(Q6_K); break;
-                case Q3_K: PASSES(Q3_K); break;
-                case Q2_K: PASSES(Q2_K); break;
-                case Q5_0: PASSES(Q5_0); break;
-                case Q4_0: PASSES(Q4_0); break;
-                case Q4_1: PASSES(Q4_1); break;
-                case Q5_1: PASSES(Q5_1); break;
-                case IQ4_NL: PASSES(IQ4_NL); break;
-                case IQ4_XS: PASSES(IQ4_XS); break;
-                default: PASSES(Q8_0); break;
+                    QUANT_FORMATS(PASSES_CASE)
+                default: break; /* q8_matmul takes no other */
                 }
             }
         }
