@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     installed = setup_process(config, "specdec-target", workers_per_node=parallel.size)
     try:
         if parallel.size == 1:
-            engine = load_and_profile(config, lambda: load_rank(config, parallel))
+            engine = load_and_profile(config, lambda: load_rank(config, parallel), sharded=parallel.size > 1)
             announce_and_wait(serve_engine(engine, config, SERVICE, register), "target_service", on_stop=engine.close,
                               drain_s=config.drain_timeout_s)
         else:

@@ -336,7 +336,7 @@ def test_a_gguf_of_another_architecture_goes_to_transformers_and_is_refused_clea
 
 
 @pytest.mark.parametrize("path", ["gguf", "gguf-q8"])
-def test_hf_baseline_gets_the_same_kernels(path):
+def test_hf_baseline_gets_the_same_kernels(path, tmp_path):
     """The benchmark's Hugging Face baseline runs on the same block kernels (a slow baseline is no win). Its
     attention is Hugging Face's, over a float32 cache; gguf-q8's keeps keys and values in halves (within 2^-12
     of themselves), which moves some activations across an 8-bit rounding edge: the same greedy choices, logits
@@ -346,11 +346,16 @@ def test_hf_baseline_gets_the_same_kernels(path):
     from specdec.tools.bench.baseline import swap_linears
 
     hf = swap_linears(load_hf_model(TINY_GGUF, torch.device("cpu"), packed=True), path)
+    file = tmp_path / "tiny.gguf"  # the same from a file: transformers' modules, which `generate` runs
+    write_gguf(build_tiny_model(TINY_GGUF), file)
+    from_file = swap_linears(load_hf_model(str(file), torch.device("cpu"), packed=True), path)
+    assert hasattr(from_file, "generate")
     assert isinstance(hf.model.layers[0].mlp.down_proj, Q8Kernel if path == "gguf-q8" else BlockQuantKernel)
     ours = load_model(TINY_GGUF, "cpu", dtype=path).runner
     tokens = [5, 17, 101, 3, 250, 42]
     with torch.inference_mode():
         theirs = hf(input_ids=torch.tensor([tokens])).logits[0]
+        assert torch.equal(from_file(input_ids=torch.tensor([tokens])).logits[0], theirs)
     mine = ours.forward([Step(ours.new_cache(), tokens, logits=len(tokens))])[0]
     if path == "gguf":
         torch.testing.assert_close(theirs, mine, rtol=1e-4, atol=1e-4)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from specdec.engine import decoder_tree
 from specdec.engine.cpu import blockquant, iq3_s
 from specdec.engine.cpu.blockquant import BLOCK, F32, Q6_K, BlockTensor
 from specdec.engine.memory_budget import check_fits
@@ -170,10 +171,10 @@ def rope_scaling(fields: dict, arch: str) -> dict | None:
                      "loader): the model would be computed without it")
 
 
-def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
-    """The causal LM in `file` (a GGUF), its linear weights packed (or dequantized to float32)."""
+def load_gguf_model(file: Path, config, packed: bool = True, hf_modules: bool = False) -> nn.Module:
+    """The causal LM in `file` (a GGUF), its linear weights packed (or dequantized to float32); packed, on our
+    module tree unless hf_modules (`_module_tree`)."""
     import gguf
-    from transformers import AutoModelForCausalLM
 
     try:
         header = read_gguf(file)
@@ -191,7 +192,7 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
     tensors = {t.name: t for t in header.tensors}
     unused = {name for name in tensors if name.startswith("blk.")}  # a layer's tensor the model has no place for
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model = _module_tree(config, packed and not hf_modules)
     modules = dict(model.named_modules())
     as_float: Counter[str] = Counter()  # the formats no kernel reads, held as float32: tensors of each
     rewritten: Counter[str] = Counter()  # IQ3_S's, read as Q6_K blocks of the same values
@@ -243,6 +244,17 @@ def load_gguf_model(file: Path, config, packed: bool = True) -> nn.Module:
         log.warning("%s: tensors in formats the gguf kernels do not read (they read %s): %s, held as float32 "
                     "(%.1f MiB) and multiplied as such", file.name, read, held, float_bytes / 2**20)
     return model.eval()
+
+
+def _module_tree(config, ours: bool) -> nn.Module:
+    """The model's modules to attach the file's tensors to: our own tree where asked and it stands for the model
+    (`specdec.engine.decoder_tree`: no transformers model code to import), else transformers' model (one that its
+    `generate` runs too: float32 weights, or the baselines' blocks)."""
+    if ours and decoder_tree.supports(config):
+        return decoder_tree.CausalLM(config)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32)
 
 
 def attach(module: nn.Module, block: BlockTensor, packed: bool) -> None:

@@ -130,6 +130,21 @@ def is_packed_source(spec: str) -> bool:
     return parse_tiny_spec(spec)["gguf"] == 1 if spec.startswith("tiny:") else gguf_file(spec) is not None
 
 
+def imports_model_code(spec: str, dtype: str = "auto", quantize: str = "none", device: str = "auto",
+                       sharded: bool = False) -> bool:
+    """Whether loading `spec` with these flags imports transformers' model code (seconds of CPU): all but a GGUF
+    model on its packed path, whose modules are `specdec.engine.decoder_tree`'s. From the spec and flags alone: a
+    packaged model, fetched or not, is a GGUF file; where this guesses wrong the load imports it itself."""
+    if sharded or quantize == "int8" or dtype not in ("auto", *PACKED_PATHS) or resolve_device(device).type != "cpu":
+        return True
+    if spec.startswith("packaged:"):
+        return False
+    try:
+        return spec.startswith("tiny:") or is_synthetic(spec) or gguf_file(spec) is None
+    except (OSError, ValueError):  # not a path: the load says why
+        return True
+
+
 def _gguf_config(spec: str, file: Path):
     """The config beside `file`, else from its header; None where the gguf loader refuses the file (its
     architecture, or a header our reader does not take), which then goes to transformers whole."""
@@ -142,10 +157,12 @@ def _gguf_config(spec: str, file: Path):
 
 
 def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = torch.float32,
-                  packed: bool = False) -> torch.nn.Module:
+                  packed: bool = False, hf_modules: bool = True) -> torch.nn.Module:
     """The Hugging Face model for `spec`, in `weight_dtype` on `device`, in eval mode.
 
-    packed: a GGUF source keeps its weights in their blocks (the "gguf" path) instead of float32."""
+    packed: a GGUF source keeps its weights in their blocks (the "gguf" path) instead of float32; hf_modules=False:
+    on our module tree where it stands for the model (`specdec.engine.decoder_tree`: for the runner, which needs no
+    `generate`), without importing transformers' model code."""
     from transformers import AutoModelForCausalLM
 
     if spec.startswith("tiny:"):
@@ -156,7 +173,7 @@ def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = t
     kwargs = {"dtype": weight_dtype, "local_files_only": True}
     if file is not None:
         try:
-            model = load_gguf_model(file, _gguf_config(spec, file), packed)
+            model = load_gguf_model(file, _gguf_config(spec, file), packed, hf_modules)
             if packed:  # CPU and float32 by definition; its meta-device placeholders cannot move
                 return model
             model = model.to(weight_dtype)
@@ -216,7 +233,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", quantize: s
         log.info("tensor parallelism shards float32 weights: this GGUF model runs on the fp32 path")
         path = "fp32"  # a Q4_K row splits only at 256-column blocks, which the MLP width need not have
     try:
-        model = load_hf_model(spec, dev, WEIGHT_DTYPE[path], packed=path in PACKED_PATHS)
+        model = load_hf_model(spec, dev, WEIGHT_DTYPE[path], packed=path in PACKED_PATHS, hf_modules=False)
     except UnsupportedGguf as error:
         if path not in PACKED_PATHS or dtype in PACKED_PATHS:
             raise

@@ -22,7 +22,7 @@ from specdec import weights
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS
 from specdec.engine.backend import GAMMA_LIMIT, Backend
 from specdec.engine.model_engine import PREFIX_CACHE_BYTES, SHARED_SLOWDOWN, Engine
-from specdec.engine.models import DRAFT_VOCAB_AUTO, load_model
+from specdec.engine.models import DRAFT_VOCAB_AUTO, imports_model_code, load_model
 from specdec.engine.profile_cache import ProfileCache
 from specdec.engine.requantize import DRAFT_WEIGHTS
 from specdec.engine.session_table import MAX_SESSIONS
@@ -157,14 +157,16 @@ def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: st
                       prefix_cache_bytes=config.prefix_cache_mb << 20, prompt_slowdown=config.prompt_slowdown)
 
 
-def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend]) -> Backend:
+def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend], sharded: bool = False) -> Backend:
     """`load()`, its cost profile and (`grammar_warmup`) its grammars' tokenizer, one service at a time on this
     machine (`machine_lock`), before it serves: built later, beside traffic, the tokenizer held the GIL for up to
     0.74 s at a time (the packaged vocabulary).
 
-    The model code is imported first, outside the lock, so services starting together import in
-    parallel; the profile comes from the cache when an earlier start measured it."""
-    import_model_code()
+    transformers' model code, where the load needs it (`imports_model_code`; sharded: tensor parallelism), is
+    imported first, outside the lock, so services starting together import in parallel; the profile comes from the
+    cache when an earlier start measured it."""
+    if imports_model_code(config.model, config.dtype, config.quantize, config.device, sharded):
+        import_model_code()
     with machine_lock():
         engine = load()
         measure_costs(engine, config)
