@@ -8,13 +8,8 @@ from draft_service.servicer import register
 from specdec.engine.lookup_engine import LOOKUP_MODEL, LookupEngine
 from specdec.engine.draft_engine import DraftEngine
 from specdec.engine.models import draft_vocabulary
-from specdec.runtime.model_service import (
-    ModelServiceConfig,
-    load_engine,
-    model_service_config,
-    model_service_parser,
-    run_model_service,
-)
+from specdec.runtime.model_service import load_engine, run_model_service
+from specdec.runtime.model_service_config import ModelServiceConfig, model_service_config, model_service_parser
 from specdec.runtime.server import exit_now
 
 log = logging.getLogger("draft_service")

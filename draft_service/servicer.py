@@ -6,7 +6,8 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.engine.backend import DraftBackend
 from specdec.runtime.sessions import SessionServicer
-from specdec.runtime.wire import encode_probs, pass_load_to_pb
+from specdec.runtime.draft_probs import encode_probs
+from specdec.runtime.wire import pass_load_to_pb
 
 
 class DraftServicer(SessionServicer, pb_grpc.DraftServiceServicer):

@@ -7,7 +7,7 @@ import logging
 
 from orchestrator.request import GenerationRequest
 from specdec.core.errors import FailedPrecondition, InvalidArgument, NotFound
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 
 log = logging.getLogger(__name__)
 

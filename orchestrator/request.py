@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specdec.core.params import SamplingParams
 from specdec.core.rounds import Estimates, RoundRecord
-from specdec.core.sampling import SamplingParams
 from specdec.core.stats import GenerationStats
 
 

@@ -27,8 +27,8 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.core.errors import FailedPrecondition, InvalidArgument, OutOfRange
 from specdec.core.ngram import LOOKUP_MEMORY_TOKENS, RecentSequences, shared_for
-from specdec.core.sampling import MAX_CHOICES, SamplingParams
 from specdec.core.grammar import compile_constraint
+from specdec.core.params import MAX_CHOICES, SamplingParams
 from specdec.planning.controller import GAMMA_MAX
 from specdec.planning.cost import CostProfile
 from specdec.planning.deadline import RoundTimeout

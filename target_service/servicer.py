@@ -7,7 +7,8 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.engine.backend import TargetBackend
 from specdec.engine.continuation import verify_and_continue
 from specdec.runtime.sessions import SessionServicer
-from specdec.runtime.wire import decode_probs, logprob_requests_from_pb, logprobs_to_pb, pass_load_to_pb
+from specdec.runtime.draft_probs import decode_probs
+from specdec.runtime.wire import logprob_requests_from_pb, logprobs_to_pb, pass_load_to_pb
 
 
 class TargetServicer(SessionServicer, pb_grpc.TargetServiceServicer):

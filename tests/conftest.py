@@ -23,7 +23,7 @@ import redis
 from orchestrator.clients import draft_client, target_client
 from orchestrator.servicer import OrchestratorConfig
 from specdec.launch.stack import EmbeddedStack, StackOptions
-from specdec.runtime.model_service import ModelServiceConfig
+from specdec.runtime.model_service_config import ModelServiceConfig
 from specdec.runtime.server import PARENT_PID_ENV, READY_PREFIX, free_port
 
 TINY_TARGET = "tiny:seed=0"

@@ -11,7 +11,7 @@ import torch
 from conftest import TINY_DRAFT, TINY_TARGET, Worker
 
 from specdec.core.errors import Cancelled, Unavailable
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 from specdec.engine.batcher import StepBatcher, expected_gap
 from specdec.engine.draft_engine import DraftEngine
 from specdec.engine.target_engine import TargetEngine

@@ -11,7 +11,7 @@ from conftest import TINY_TARGET, choices, count_fed
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 from specdec.engine.model_engine import REUSE_MIN_TOKENS
 from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model

@@ -17,7 +17,8 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.grammar import compile_constraint
-from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.core.params import SamplingParams
+from specdec.core.sampling import probs_from_logits
 from specdec.engine.constraint import Grammars
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step

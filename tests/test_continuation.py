@@ -8,7 +8,7 @@ from conftest import TINY_TARGET, tiny_options
 
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import InvalidArgument
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 from specdec.engine.continuation import MAX_EXTRA_STEPS, verify_and_continue
 from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model

@@ -14,7 +14,8 @@ from conftest import TINY_DRAFT, TINY_TARGET
 from specdec.cli.client import generate, make_request
 from specdec.core import coupling
 from specdec.core.coupling import HEAD_NATS, MAX_HEAD, STREAM, coupled_tokens, uniforms
-from specdec.core.sampling import SamplingParams, filtered_logits, position_key, probs_from_logits
+from specdec.core.params import SamplingParams
+from specdec.core.sampling import filtered_logits, position_key, probs_from_logits
 from specdec.engine.draft_engine import DraftEngine
 from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model

@@ -13,7 +13,7 @@ import torch
 from conftest import assert_pieces_keep_their_rows, assert_speculated, tiny_options
 
 from specdec.cli.client import generate, make_request
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 from specdec.engine.batcher import StepBatcher
 from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model

@@ -101,7 +101,8 @@ def test_a_packed_file_computes_what_transformers_modules_do_with_its_blocks(tmp
 LOAD = """
 import sys
 from specdec.engine.target_engine import TargetEngine
-from specdec.runtime.model_service import ModelServiceConfig, load_and_profile, load_engine
+from specdec.runtime.model_service import load_and_profile, load_engine
+from specdec.runtime.model_service_config import ModelServiceConfig
 config = ModelServiceConfig(model=sys.argv[1], profile_cache="off")
 engine = load_and_profile(config, lambda: load_engine(config, TargetEngine))
 heavy = ("transformers.modeling_utils", "transformers.models.qwen2.modeling_qwen2", "torch._dynamo")

@@ -13,7 +13,8 @@ from test_profile_cache import generate_cli
 
 from orchestrator.clients import draft_client, target_client
 from specdec.cli.client import generate, make_request
-from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.core.params import SamplingParams
+from specdec.core.sampling import probs_from_logits
 from specdec.engine.models import DRAFT_VOCAB_AUTO, draft_vocabulary, load_model
 from specdec.engine.runner import UNSCORED, Step
 from specdec.launch.stack import EmbeddedStack

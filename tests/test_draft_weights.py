@@ -10,11 +10,12 @@ import pytest
 import torch
 from conftest import tiny_options
 from test_draft_vocab import assert_greedy_speculation_is_target_only
+from specdec.core.params import SamplingParams
 from test_gguf_path import random_blocks
 from test_lossless_e2e import SAMPLES, assert_follows, first_tokens
 
 from orchestrator.clients import draft_client, target_client
-from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.core.sampling import probs_from_logits
 from specdec.engine.cpu import blockquant
 from specdec.engine.cpu.blockquant import BLOCK, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, Q8_0, BlockTensor
 from specdec.engine.models import load_model

@@ -12,8 +12,9 @@ from test_lossless_e2e import assert_follows, sampled_runs
 
 from protos import specdec_pb2 as pb
 from specdec.cli.client import generate, make_request
+from specdec.core.params import SamplingParams
 from specdec.core.processing import process_logits
-from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.core.sampling import probs_from_logits
 from specdec.core.text import TextStream
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step

@@ -7,7 +7,8 @@ import pytest
 
 from specdec.cli.main import build_parser
 from specdec.cli.options import stack_options
-from specdec.runtime.model_service import ModelServiceConfig, load_and_profile
+from specdec.runtime.model_service import load_and_profile
+from specdec.runtime.model_service_config import ModelServiceConfig
 
 LOCK = "specdec-startup.lock"
 

@@ -238,7 +238,7 @@ def test_a_clients_bad_input_never_cools_down_a_draft(stack):
     from orchestrator.draft_pool import DraftPool
     from orchestrator.generation import Generation
     from orchestrator.request import GenerationRequest
-    from specdec.core.sampling import SamplingParams
+    from specdec.core.params import SamplingParams
     from specdec.planning.controller import GammaController
     from specdec.planning.cost import CostProfile
 

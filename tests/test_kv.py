@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specdec.core.errors import InvalidArgument, NotFound, OutOfRange, ResourceExhausted
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 from specdec.core.sequence import SequenceState
 from specdec.engine.draft_engine import DraftEngine
 from specdec.engine.target_engine import TargetEngine

@@ -10,7 +10,7 @@ import torch
 from conftest import TINY_TARGET
 
 from specdec.core.errors import ResourceExhausted
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 from specdec.engine import memory_budget
 from specdec.engine.kvcache import HEADROOM_BYTES, KVCache
 from specdec.engine.models import load_model

@@ -15,7 +15,8 @@ from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.logprobs import token_logprobs
-from specdec.core.sampling import SamplingParams, filtered_logits, probs_from_logits
+from specdec.core.params import SamplingParams
+from specdec.core.sampling import filtered_logits, probs_from_logits
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.runtime.server import CHANNEL_OPTIONS

@@ -14,7 +14,8 @@ from orchestrator.clients import target_client
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import make_request
-from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.core.params import SamplingParams
+from specdec.core.sampling import probs_from_logits
 from specdec.engine.models import load_model
 from specdec.engine.runner import Step
 from specdec.runtime.server import CHANNEL_OPTIONS

@@ -327,7 +327,7 @@ def test_a_lookup_not_proposed_is_learned_from_the_tokens_the_round_committed():
     from orchestrator.draft_pool import DraftPool
     from orchestrator.generation import Generation
     from orchestrator.request import GenerationRequest
-    from specdec.core.sampling import SamplingParams
+    from specdec.core.params import SamplingParams
     from specdec.planning.controller import GammaController
     from specdec.planning.cost import CostProfile
 

@@ -16,7 +16,7 @@ from specdec.cli.main import build_parser as cli_parser
 from specdec.cli.options import stack_options
 from specdec.http.flags import HttpConfig, add_http_args, http_config
 from specdec.launch.stack import StackOptions
-from specdec.runtime.model_service import DRAFT_ONLY, ModelServiceConfig, model_service_config
+from specdec.runtime.model_service_config import DRAFT_ONLY, ModelServiceConfig, model_service_config
 from specdec.runtime.options import add_options, from_options, option_argv, options_of
 from specdec.runtime.server import ServerConfig
 from target_service.__main__ import TensorParallel

@@ -15,7 +15,7 @@ from conftest import TINY_TARGET, choices, count_fed, tiny_options
 
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import ResourceExhausted
-from specdec.core.sampling import MAX_CACHE_SALT, SamplingParams
+from specdec.core.params import MAX_CACHE_SALT, SamplingParams
 from specdec.core.sequence import common_prefix
 from specdec.engine.model_engine import REUSE_MIN_TOKENS
 from specdec.engine.target_engine import TargetEngine

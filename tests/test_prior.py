@@ -7,8 +7,8 @@ import pytest
 
 from orchestrator.generation import Generation
 from orchestrator.request import GenerationRequest
+from specdec.core.params import SamplingParams
 from specdec.core.rounds import PassLoad, RoundRecord
-from specdec.core.sampling import SamplingParams
 from specdec.planning.controller import GammaController
 from specdec.planning.prior import REGIMES, SharedPrior, sampling_regime
 from test_controller import STEP, flat, linear, timing

@@ -18,7 +18,7 @@ from specdec.engine.compute import PathChoice
 from specdec.engine.profile_cache import (BUSY_MAX_AGE_S, BUSY_SHARE, ProfileCache, load_or_measure, profile_key,
                                          setting_key, setting_or_time, weights_fingerprint)
 from specdec.planning.cost import CostProfile
-from specdec.runtime.model_service import ModelServiceConfig
+from specdec.runtime.model_service_config import ModelServiceConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 

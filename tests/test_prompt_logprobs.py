@@ -13,7 +13,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
 from specdec.core.errors import InvalidArgument
 from specdec.core.logprobs import token_logprobs
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 from specdec.engine.model_engine import PREFILL_CHUNK, REUSE_MIN_TOKENS
 from specdec.engine.target_engine import TargetEngine
 from specdec.engine.models import load_model

@@ -15,6 +15,7 @@ from conftest import holds_for, redis_server, start_gateway, tiny_options, wait_
 from protos import specdec_pb2 as pb
 from protos import specdec_pb2_grpc as pb_grpc
 from specdec.cli.client import generate, make_request
+from specdec.core.params import SamplingParams
 from specdec.core.rounds import RoundRecord
 from specdec.core.sequence import prefix_digests
 from specdec.launch.stack import EmbeddedStack
@@ -22,7 +23,6 @@ from specdec.planning.cost import CostProfile
 from specdec.planning.prior import SharedPrior
 from orchestrator.records import RecordWriter, resume_request
 from orchestrator.request import GenerationRequest
-from specdec.core.sampling import SamplingParams
 from specdec.runtime.redis_state import DraftRegistration, PriorStore, SessionStore, SharedRoutes, registered_drafts
 from specdec.runtime.server import free_port
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from specdec.core.errors import InvalidArgument
+from specdec.core.params import SamplingParams
 from specdec.core.rejection import Verdict, verify_greedy, verify_sampled
-from specdec.core.sampling import SamplingParams, probs_from_logits
+from specdec.core.sampling import probs_from_logits
 
 V = 8
 

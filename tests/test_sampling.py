@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from specdec.core.errors import InvalidArgument
-from specdec.core.sampling import SamplingParams, inverse_cdf, position_generator, probs_from_logits, sample
+from specdec.core.params import SamplingParams
+from specdec.core.sampling import inverse_cdf, position_generator, probs_from_logits, sample
 
 
 def test_top_k_keeps_exactly_k():

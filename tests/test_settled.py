@@ -7,8 +7,8 @@ from orchestrator.draft_pool import DraftPool
 from orchestrator.generation import Generation
 from orchestrator.request import GenerationRequest
 from orchestrator.lookups import LOOKUP_KINDS
+from specdec.core.params import SamplingParams
 from specdec.core.rounds import ALPHA_MAX, AcceptanceEstimate, PassLoad, RoundRecord
-from specdec.core.sampling import SamplingParams
 from specdec.planning.controller import Ewma, GammaController
 from specdec.planning.cost import CostProfile
 from specdec.planning.prior import LookupPrior

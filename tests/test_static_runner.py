@@ -166,7 +166,7 @@ def test_slots_are_taken_and_given_back():
 def test_an_ended_sessions_slot_is_free_for_the_next_at_once():
     """Through the engine and its batcher, whose idle worker used to keep its last pass's steps (and so their
     sessions' slots) until the next pass: a full pool refused the next session."""
-    from specdec.core.sampling import SamplingParams
+    from specdec.core.params import SamplingParams
     from specdec.engine.target_engine import TargetEngine
 
     engine = TargetEngine(load_model(SPEC, "cpu", runner="static", slots=1), max_sessions=1, prefix_cache_bytes=0)

@@ -131,6 +131,15 @@ def test_the_http_api_is_a_client_of_the_contract_only():
                       "specdec.engine")) == []
 
 
+def test_the_command_the_launcher_and_the_clients_import_no_torch():
+    """`specdec`, the stacks, the orchestrator and the HTTP API import no torch (a second of CPU): the command starts
+    a stack's services first, and they import it meanwhile. Requests are checked with `specdec.core.params`; the
+    draft's q goes to and from tensors in the services (`specdec.runtime.draft_probs`). (A tokenizer, once loaded,
+    brings torch in through transformers' configuration code.)"""
+    assert loaded_by(["specdec.cli.main", "specdec.launch.stack", "orchestrator.server", "orchestrator.__main__",
+                      "specdec.http.app", "specdec.http.server"], ("torch",)) == []
+
+
 def test_the_install_adds_one_namespace_and_the_services():
     """Only `specdec` and the design's service packages become import names in site-packages."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())

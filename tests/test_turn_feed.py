@@ -15,7 +15,7 @@ from protos import specdec_pb2_grpc as pb_grpc
 from orchestrator.activity import Activity
 from orchestrator.drafting import Drafting
 from specdec.cli.client import generate, make_request
-from specdec.core.sampling import SamplingParams
+from specdec.core.params import SamplingParams
 from specdec.engine.draft_engine import DraftEngine
 from specdec.engine.models import load_model
 from specdec.launch.stack import EmbeddedStack

@@ -12,7 +12,7 @@ import dataclasses
 
 from orchestrator.flags import add_orchestrator_args, orchestrator_config
 from specdec.launch.stack import StackOptions
-from specdec.runtime.model_service import ModelServiceConfig
+from specdec.runtime.model_service_config import ModelServiceConfig
 from specdec.runtime.options import add_options, from_options
 from specdec.runtime.security import add_security_args, security_flags
 

@@ -21,30 +21,10 @@ themselves are row-invariant (every compute path's `row_invariant`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from specdec.core.errors import InvalidArgument
-from specdec.core.sampling import SamplingParams, filtered_logits
-
-MAX_TOP_LOGPROBS = 20
-
-
-@dataclass(frozen=True)
-class TokenLogprob:
-    """One emitted token's log-probability, its rank (1 + how many tokens are likelier; vLLM's `rank`), and the
-    `top` most likely alternatives, most likely first, as (token id, log-probability)."""
-
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()
-    rank: int = 1
-
-
-def check_top_logprobs(top: int) -> int:
-    if not 0 <= top <= MAX_TOP_LOGPROBS:
-        raise InvalidArgument(f"top_logprobs must be in [0, {MAX_TOP_LOGPROBS}], got {top}")
-    return top
+from specdec.core.params import SamplingParams, TokenLogprob
+from specdec.core.sampling import filtered_logits
 
 
 def row_logprobs(logits: torch.Tensor, params: SamplingParams | None) -> torch.Tensor:

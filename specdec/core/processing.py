@@ -24,25 +24,6 @@ from collections import Counter
 
 import torch
 
-from specdec.core.errors import InvalidArgument
-
-MAX_PENALTY = 2.0  # OpenAI's range for presence and frequency penalties: [-2, 2]
-MAX_BIAS = 100.0  # and for a logit bias: [-100, 100]
-
-
-def check_processing(presence: float, frequency: float, repetition: float,
-                     bias: tuple[tuple[int, float], ...]) -> None:
-    for name, value in (("presence_penalty", presence), ("frequency_penalty", frequency)):
-        if not -MAX_PENALTY <= value <= MAX_PENALTY:
-            raise InvalidArgument(f"{name} must be in [-{MAX_PENALTY:g}, {MAX_PENALTY:g}], got {value}")
-    if not 0.0 < repetition <= 10.0 or repetition != repetition:
-        raise InvalidArgument(f"repetition_penalty must be in (0, 10] (1 = off), got {repetition}")
-    for token, value in bias:
-        if token < 0:
-            raise InvalidArgument(f"logit_bias names token {token}, which is negative")
-        if not -MAX_BIAS <= value <= MAX_BIAS:
-            raise InvalidArgument(f"logit_bias for token {token} must be in [-{MAX_BIAS:g}, {MAX_BIAS:g}], got {value}")
-
 
 def _penalise(x: torch.Tensor, counts: torch.Tensor, params) -> torch.Tensor:
     """Steps 1 and 2 on the logits x of tokens seen before, with their output counts (float, like x)."""

@@ -1,4 +1,5 @@
-"""Sampling parameters and the logits -> probabilities filters shared by draft and target.
+"""The logits -> probabilities filters shared by draft and target, and positions' random draws (a request's
+parameters, checked, are `specdec.core.params`).
 
 p (target) and q (draft) must be produced by the *same* filter for the rejection
 sampler to be lossless, so both services call `probs_from_logits` from here.
@@ -7,78 +8,10 @@ sampler to be lossless, so both services call `probs_from_logits` from here.
 from __future__ import annotations
 
 import hashlib
-import math
-from dataclasses import dataclass
 
 import torch
 
-from specdec.core.errors import InvalidArgument
-from specdec.core.processing import check_processing
-
-MIN_TEMPERATURE = 1e-4
-MAX_CACHE_SALT = 256
-MAX_CHOICES = 8  # n per request: each choice holds a session on every service
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """temperature 0 means greedy; top_k 0 means no top-k; top_p 1.0 means no top-p. The penalties, the bias
-    and `min_tokens` are processed per position before them (`specdec.core.processing`); `prompt_tokens` says
-    where the prompt ends in the committed tokens, for the processing that counts the output only.
-    `min_tokens`: the output's first min_tokens tokens are none of `ending_ids` (the ids that would end it).
-    `coupled`: a sampled token is a function of (seed, position, the target's distribution) alone, so that
-    speculation (γ, proposer, batch) never changes the output; else the rejection sampler, whose acceptance
-    is optimal but whose sample depends on the round boundaries."""
-
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias), by token
-    prompt_tokens: int = 0
-    grammar: str = ""  # an llguidance grammar the output follows (`specdec.engine.constraint`); "" = none
-    cache_salt: str = ""  # sessions share cached prompt KV only with sessions of the same salt
-    min_tokens: int = 0
-    ending_ids: tuple[int, ...] = ()  # kept out of the output's first min_tokens positions
-    coupled: bool = False  # sampled tokens by the coupled sampler (`specdec.core.coupling`): the same whatever γ
-
-    def __post_init__(self):  # a record read back from JSON gives lists
-        object.__setattr__(self, "logit_bias", tuple(sorted((int(t), float(v)) for t, v in self.logit_bias)))
-        object.__setattr__(self, "ending_ids", tuple(sorted({int(t) for t in self.ending_ids})))
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
-
-    @property
-    def processes(self) -> bool:
-        """Whether any penalty or bias applies (else the logits go to the filters as they are)."""
-        return bool(self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
-                    or self.logit_bias)
-
-    def validate(self) -> "SamplingParams":
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise InvalidArgument(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if 0 < self.temperature < MIN_TEMPERATURE:  # logits / T would overflow float32
-            raise InvalidArgument(f"temperature must be 0 (greedy) or >= {MIN_TEMPERATURE}, got {self.temperature}")
-        if self.top_k < 0:
-            raise InvalidArgument(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
-        if not (0.0 < self.top_p <= 1.0) or math.isnan(self.top_p):
-            raise InvalidArgument(f"top_p must be in (0, 1], got {self.top_p}")
-        if not (0 <= self.seed < 2**64):
-            raise InvalidArgument(f"seed must fit in 64 bits, got {self.seed}")
-        check_processing(self.presence_penalty, self.frequency_penalty, self.repetition_penalty, self.logit_bias)
-        if self.prompt_tokens < 0:
-            raise InvalidArgument(f"prompt_tokens must be >= 0, got {self.prompt_tokens}")
-        if self.min_tokens < 0 or any(t < 0 for t in self.ending_ids):
-            raise InvalidArgument(f"min_tokens and the ids it keeps out must be >= 0, got {self.min_tokens}, "
-                                  f"{self.ending_ids[:3]}")
-        if len(self.cache_salt) > MAX_CACHE_SALT:
-            raise InvalidArgument(f"cache_salt must be at most {MAX_CACHE_SALT} characters, got {len(self.cache_salt)}")
-        return self
+from specdec.core.params import SamplingParams
 
 
 def probs_from_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

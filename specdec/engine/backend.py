@@ -14,16 +14,13 @@ from typing import Protocol
 
 import torch
 
-from specdec.core.logprobs import TokenLogprob
+from specdec.core.params import SamplingParams, TokenLogprob
 from specdec.core.rejection import Verdict
 from specdec.core.rounds import PassLoad
-from specdec.core.sampling import SamplingParams
 from specdec.engine.compute import PathChoice
 from specdec.engine.measure import PassProgress
 from specdec.engine.profile_cache import ProfileCache
 from specdec.planning.cost import CostProfile
-
-GAMMA_LIMIT = 16  # draft tokens a service takes per round by default
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,14 @@ from typing import Callable, Iterator
 import torch
 
 from specdec.core.errors import Cancelled, InvalidArgument, OutOfRange, ResourceExhausted
+from specdec.core.params import SamplingParams
 from specdec.core.processing import process_logits
 from specdec.core.rounds import PassLoad
-from specdec.core.sampling import SamplingParams
 from specdec.core.sequence import SequenceState, common_prefix, longest_shared
-from specdec.engine.backend import GAMMA_LIMIT, Rollback, resident_bytes
+from specdec.engine.backend import Rollback, resident_bytes
 from specdec.engine.batcher import PassShape, StepBatcher
 from specdec.engine.constraint import Grammars, GrammarState
+from specdec.engine.defaults import GAMMA_LIMIT, PREFIX_CACHE_BYTES, SHARED_SLOWDOWN
 from specdec.engine.kvcache import KVCache
 from specdec.engine.measure import PassProgress, measure
 from specdec.engine.models import LoadedModel
@@ -42,11 +43,9 @@ PREFILL_CHUNK = 256  # longest forward; a longer prompt is fed in chunks (bounds
 # steps: as many tokens as keep that pass within SHARED_SLOWDOWN × their pass alone, priced by the
 # cost profile (`shared_prompt_chunk`), so a long prompt slows everyone's next token by at most that
 # factor, never stalls it. Without a profile, SHARED_PREFILL_CHUNK.
-SHARED_SLOWDOWN = 3.0
 SHARED_PREFILL_CHUNK = 32
 BATCH_PROFILE = 8  # the profile covers passes of up to 8 sessions' full verify blocks
 REUSE_MIN_TOKENS = 16  # a shorter shared prefix is recomputed rather than copied
-PREFIX_CACHE_BYTES = 1 << 30  # ended sessions' KV caches kept for later sessions, by default (`PrefixCache`)
 RowsSink = Callable[[int, torch.Tensor], None]  # (offset, logits [n, V]) of fed tokens [offset, offset + n)
 
 

@@ -31,6 +31,7 @@ from specdec.engine.compute import (WEIGHT_DTYPE, PathChoice, build_runner, reso
                                     runner_kernel_name)
 from specdec.engine.cpu.hugepages import return_freed_heap
 from specdec.engine.cpu.q8dot import PACKED_PATHS, choose_one_row_pairs, set_one_row_pairs
+from specdec.engine.defaults import DRAFT_VOCAB_AUTO
 from specdec.engine.gguf_model import UnsupportedGguf, gguf_config, load_gguf_model
 from specdec.engine.memory_budget import check_fits, safetensors_elements
 from specdec.engine.profile_cache import ProfileCache, setting_key, setting_or_time
@@ -190,9 +191,6 @@ def load_hf_model(spec: str, device: torch.device, weight_dtype: torch.dtype = t
     if device.type == "cpu":
         _into_private_memory(model)
     return model.to(device).eval()
-
-
-DRAFT_VOCAB_AUTO = 65536  # measured in docs/PERFORMANCE.md ("The draft's output layer")
 
 
 def draft_vocabulary(vocab_size: int, eos_token_ids: tuple[int, ...], requested: int = -1) -> list[tuple[int, int]]:

@@ -24,10 +24,10 @@ from torch import nn
 from specdec.engine.cpu import blockquant
 from specdec.engine.cpu.blockquant import BLOCK, NAMES, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, BlockTensor
 from specdec.engine.cpu.hugepages import empty_on_huge_pages
+from specdec.engine.defaults import DRAFT_WEIGHTS
 
 log = logging.getLogger(__name__)
 
-DRAFT_WEIGHTS = ("auto", "as-shipped", "q4_0")  # auto: q4_0 on the gguf-q8 path, as shipped elsewhere
 FORMAT = {"q4_0": Q4_0}
 REQUANTIZED = (Q5_0, Q8_0, Q5_1, Q4_1)  # the formats a draft's linears leave (see above)
 

@@ -9,7 +9,8 @@ import torch
 
 from specdec.core.coupling import coupled_tokens
 from specdec.core.errors import InvalidArgument
-from specdec.core.logprobs import TokenLogprob, check_top_logprobs, token_logprobs
+from specdec.core.logprobs import token_logprobs
+from specdec.core.params import TokenLogprob, check_top_logprobs
 from specdec.core.rejection import verify_choices, verify_greedy, verify_sampled
 from specdec.core.sampling import filtered_logits, position_generator, probs_from_logits
 from specdec.engine.backend import Verification

@@ -29,7 +29,7 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specdec.core.logprobs import MAX_TOP_LOGPROBS
+from specdec.core.params import MAX_TOP_LOGPROBS
 from specdec.http import tool_calls
 from specdec.http.errors import BadRequest
 from specdec.http.schema import UINT32_MAX, ChatCompletionRequest

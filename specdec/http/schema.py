@@ -31,8 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, StrictInt
 
 from protos import specdec_pb2 as pb
-from specdec.core.logprobs import MAX_TOP_LOGPROBS
-from specdec.core.sampling import MAX_CACHE_SALT, MAX_CHOICES
+from specdec.core.params import MAX_CACHE_SALT, MAX_CHOICES, MAX_TOP_LOGPROBS
 from specdec.http import structured, tool_calls
 from specdec.http.errors import BadRequest
 from specdec.http.structured import ResponseFormat, StructuredOutputs
@@ -124,7 +123,7 @@ class _Common(BaseModel):
 
     def bias(self) -> dict[int, float]:
         """logit_bias with integer ids that fit the wire's int32; the orchestrator checks them against the
-        vocabulary and the biases' range (`specdec.core.processing.check_processing`)."""
+        vocabulary and the biases' range (`specdec.core.params.check_processing`)."""
         bias = {}
         for key, value in (self.logit_bias or {}).items():
             try:

@@ -15,7 +15,7 @@ from orchestrator.server import start_orchestrator
 from orchestrator.servicer import OrchestratorConfig
 from specdec.launch.delay_proxy import DelayProxy
 from specdec.runtime.heap import freeze_startup_heap
-from specdec.runtime.model_service import DRAFT_ONLY, ModelServiceConfig
+from specdec.runtime.model_service_config import DRAFT_ONLY, ModelServiceConfig
 from specdec.runtime.options import option_argv
 from specdec.runtime.server import PARENT_PID_ENV, READY_PREFIX, RunningServer
 from specdec.weights.sources import preload_tokenizer

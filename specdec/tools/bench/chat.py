@@ -62,7 +62,7 @@ def converse(endpoint: str, tokenizer, turns: int, max_new_tokens: int) -> list[
 def run_chat(args: argparse.Namespace) -> int:
     from specdec.cli.options import stack_options
     from specdec.launch.stack import EmbeddedStack
-    from specdec.runtime.model_service import ModelServiceConfig
+    from specdec.runtime.model_service_config import ModelServiceConfig
     from specdec.weights.sources import load_tokenizer
 
     tokenizer = load_tokenizer(weights.resolve(args.target_model))

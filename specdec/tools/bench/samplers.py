@@ -19,7 +19,8 @@ from pathlib import Path
 from specdec import weights
 from specdec.cli.client import GenerateResult, generate, make_request
 from specdec.core.coupling import coupled_tokens
-from specdec.core.sampling import SamplingParams, filtered_logits
+from specdec.core.params import SamplingParams
+from specdec.core.sampling import filtered_logits
 from specdec.tools.bench.speed import load_prompts, service_infos, warm_up
 
 SAMPLERS = ("coupled", "rejection")
