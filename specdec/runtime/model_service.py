@@ -25,7 +25,7 @@ from specdec.runtime.machine_lock import machine_lock
 from specdec.runtime.model_service_config import ModelServiceConfig
 from specdec.runtime.server import RunningServer, announce_and_wait, configure_logging, start_server
 from specdec.weights.packaged import Progress
-from specdec.weights.sources import import_model_code
+from specdec.weights.sources import import_config_code, import_model_code
 
 log = logging.getLogger(__name__)
 PROGRESS_AFTER_S = 1.0  # a cost profile measured in less shows no progress
@@ -64,11 +64,13 @@ def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend], sh
     machine (`machine_lock`), before it serves: built later, beside traffic, the tokenizer held the GIL for up to
     0.74 s at a time (the packaged vocabulary).
 
-    transformers' model code, where the load needs it (`imports_model_code`; sharded: tensor parallelism), is
-    imported first, outside the lock, so services starting together import in parallel; the profile comes from the
-    cache when an earlier start measured it."""
+    transformers' code that the load needs (`imports_model_code`: its model code, else its configuration code alone;
+    sharded: tensor parallelism) is imported first, outside the lock, so services starting together import in
+    parallel; the profile comes from the cache when an earlier start measured it."""
     if imports_model_code(config.model, config.dtype, config.quantize, config.device, sharded):
         import_model_code()
+    else:
+        import_config_code()
     with machine_lock():
         engine = load()
         measure_costs(engine, config)
