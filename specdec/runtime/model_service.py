@@ -1,8 +1,8 @@
 """Process entry point shared by the draft and target services.
 
-`ModelServiceConfig` is a service's settings as data (`specdec.runtime.model_service_config`, which
-`model_service_config` maps the flags of `model_service_parser` to, in the service's `__main__`). Nothing below takes a
-Namespace.
+A service's settings are data (`ModelServiceConfig`, in `specdec.runtime.model_service_config` with
+`model_service_parser` and `model_service_config`, which the service's `__main__` maps its flags with); nothing here
+takes a Namespace.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import torch
 
 from specdec import weights
 from specdec.engine.backend import Backend
+from specdec.engine.lookup_engine import LOOKUP_MODEL
 from specdec.engine.model_engine import Engine
 from specdec.engine.models import imports_model_code, load_model
 from specdec.runtime import security, telemetry
@@ -65,9 +66,11 @@ def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend], sh
     0.74 s at a time (the packaged vocabulary).
 
     transformers' code that the load needs (`imports_model_code`: its model code, else its configuration code alone;
-    sharded: tensor parallelism) is imported first, outside the lock, so services starting together import in
-    parallel; the profile comes from the cache when an earlier start measured it."""
-    if imports_model_code(config.model, config.dtype, config.quantize, config.device, sharded):
+    none for lookups; sharded: tensor parallelism) is imported first, outside the lock, so services starting together
+    import in parallel; the profile comes from the cache when an earlier start measured it."""
+    if config.model == LOOKUP_MODEL:
+        pass
+    elif imports_model_code(config.model, config.dtype, config.quantize, config.device, sharded):
         import_model_code()
     else:
         import_config_code()
