@@ -139,7 +139,7 @@ print("transformers" in sys.modules)
 
 def test_a_lookup_service_imports_none_of_transformers():
     """A draft service without a model (`--model lookup`) starts without transformers' code (before, its model
-    code: 1.6 s of CPU and 166 MB)."""
+    code: 3.5 s of CPU to serving against 1.3, 418 MB resident against 232)."""
     run = subprocess.run([sys.executable, "-c", LOOKUP], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip().splitlines()[-1] == "False"
