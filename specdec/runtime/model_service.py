@@ -61,9 +61,12 @@ def load_engine(config: ModelServiceConfig, engine_cls: type[Engine], device: st
 
 
 def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend], sharded: bool = False) -> Backend:
-    """`load()`, its cost profile and (`grammar_warmup`) its grammars' tokenizer, one service at a time on this
-    machine (`machine_lock`), before it serves: built later, beside traffic, the tokenizer held the GIL for up to
-    0.74 s at a time (the packaged vocabulary).
+    """`load()` and its cost profile, one service at a time on this machine (`machine_lock`), then (`grammar_warmup`)
+    its grammars' tokenizer, before it serves: built later, beside traffic, the tokenizer held the GIL for up to
+    0.74 s at a time (the packaged vocabulary). The tokenizer is built after the lock, beside the next service's
+    load, where the profile came from the cache (a restart: 2.8 s of one core a service for the packaged pair); a
+    service that measured its profile builds it under the lock, so that a first start's measurements, this one's
+    and the next service's, run alone.
 
     transformers' code that the load needs (`imports_model_code`: its model code, else its configuration code alone;
     none for lookups; sharded: tensor parallelism) is imported first, outside the lock, so services starting together
@@ -76,26 +79,35 @@ def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend], sh
         import_config_code()
     with machine_lock():
         engine = load()
-        measure_costs(engine, config)
-        grammars = getattr(engine, "grammars", None)
-        if grammars is not None and config.grammar_warmup == "startup":
-            try:
-                grammars.warm()
-            except Exception as exc:  # noqa: BLE001 - the first constrained session builds it, and says why not
-                log.warning("grammar tokenizer not built at start-up: %s", exc)
+        measured = measure_costs(engine, config)
+        if measured:
+            warm_grammars(engine, config)
+    if not measured:
+        warm_grammars(engine, config)
     return engine
 
 
-def measure_costs(engine: Backend, config: ModelServiceConfig) -> None:
-    """The engine's cost profile, from the cache or measured. A measurement that runs past PROGRESS_AFTER_S (a first
-    start on this machine: 5-20 s a model on a CPU) shows its progress on stderr (`Progress`: a bar on a terminal,
-    else a line every 10 s and one at the end)."""
+def warm_grammars(engine: Backend, config: ModelServiceConfig) -> None:
+    """Build the engine's grammars' tokenizer now, if it has grammars and `grammar_warmup` asks for it."""
+    grammars = getattr(engine, "grammars", None)
+    if grammars is not None and config.grammar_warmup == "startup":
+        try:
+            grammars.warm()
+        except Exception as exc:  # noqa: BLE001 - the first constrained session builds it, and says why not
+            log.warning("grammar tokenizer not built at start-up: %s", exc)
+
+
+def measure_costs(engine: Backend, config: ModelServiceConfig) -> bool:
+    """The engine's cost profile, from the cache or measured; whether it was measured. A measurement that runs past
+    PROGRESS_AFTER_S (a first start on this machine: 5-20 s a model on a CPU) shows its progress on stderr
+    (`Progress`: a bar on a terminal, else a line every 10 s and one at the end)."""
     cache = config.cost_profile_cache()
     name = config.model if ":" in config.model else Path(config.model).name
-    began, bar = time.monotonic(), None
+    began, bar, measured = time.monotonic(), None, False
 
     def progress(done: int, total: int) -> None:
-        nonlocal bar
+        nonlocal bar, measured
+        measured = True
         if bar is None and time.monotonic() - began >= PROGRESS_AFTER_S:
             bar = Progress(total, f"{name}: timing its passes{', once on this machine' if cache else ''}",
                            unit="tokens")
@@ -109,6 +121,7 @@ def measure_costs(engine: Backend, config: ModelServiceConfig) -> None:
     finally:
         if bar is not None:
             bar.close()
+    return measured
 
 
 def serve_engine(engine: Backend, config: ModelServiceConfig, service_name: str,
