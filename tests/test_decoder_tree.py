@@ -113,7 +113,7 @@ print("path", engine.loaded.choice.path, "model code", model_code)
 
 def test_a_service_loads_a_packed_gguf_without_transformers_model_code(tmp_path):
     """What a service does at start-up (`load_and_profile`) on a GGUF file: the gguf-q8 path, and none of
-    transformers' model code imported (1.6 s of CPU and 166 MB a service with the packaged target)."""
+    transformers' model code imported (1.5 s of CPU and 166 MB a service with the packaged target)."""
     file = tmp_path / "qwen2.gguf"
     write_gguf(pack_tiny(transformers_model(config_of("qwen2"))), file)
     run = subprocess.run([sys.executable, "-c", LOAD, str(file)], cwd=ROOT, capture_output=True, text=True,

@@ -3,7 +3,7 @@
 The gguf paths need a Llama-family decoder's names and shapes (`model.layers.N.self_attn.q_proj`, ...) to attach
 each tensor of the file to, its norms' weights and epsilons, its rotary frequencies and its `apply_rotary_pos_emb`:
 nothing of transformers' `PreTrainedModel`. Importing that (`transformers.modeling_utils` and a model's module)
-cost a service 1.6 s of CPU and 166 MB of memory at start-up on a Zen 4, beside the model it then loads. Here the
+cost a service 1.5 s of CPU and 166 MB of memory at start-up on a Zen 4, beside the model it then loads. Here the
 same tree is built from the config for the architectures the GGUF reader takes (Qwen2, Qwen3, Llama). Every
 module computes as transformers' does, op for op (the runner's torch steps use these where its C steps do not
 run), and its parameters are the ones transformers' model would have: a tensor of the file that nothing takes, or
