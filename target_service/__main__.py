@@ -20,7 +20,8 @@ from specdec.engine.tp import shard_model
 from specdec.runtime.heap import freeze_startup_heap
 from specdec.runtime.machine_lock import machine_lock
 from specdec.runtime.model_service import load_and_profile, load_engine, measure_costs, serve_engine, setup_process
-from specdec.runtime.model_service_config import DRAFT_ONLY, ModelServiceConfig, model_service_config, model_service_parser
+from specdec.runtime.model_service_config import (DRAFT_ONLY, ModelServiceConfig, model_service_config,
+                                                  model_service_parser)
 from specdec.runtime.options import add_options, from_options, option
 from specdec.runtime.server import announce_and_wait, exit_now, free_port
 from target_service import tensor_parallel as tp

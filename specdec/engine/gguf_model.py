@@ -171,9 +171,9 @@ def rope_scaling(fields: dict, arch: str) -> dict | None:
                      "loader): the model would be computed without it")
 
 
-def load_gguf_model(file: Path, config, packed: bool = True, hf_modules: bool = False) -> nn.Module:
-    """The causal LM in `file` (a GGUF), its linear weights packed (or dequantized to float32); packed, on our
-    module tree unless hf_modules (`_module_tree`)."""
+def load_gguf_model(file: Path, config, packed: bool = True, hf_modules: bool = True) -> nn.Module:
+    """The causal LM in `file` (a GGUF), its linear weights packed (or dequantized to float32); on transformers'
+    modules, or (hf_modules=False, packed) on our module tree where it stands for the model (`_module_tree`)."""
     import gguf
 
     try:
@@ -267,9 +267,11 @@ def attach(module: nn.Module, block: BlockTensor, packed: bool) -> None:
 
 
 def _materialize_buffers(model: nn.Module) -> None:
-    """Rebuild the buffers (rotary frequencies) that `from_config` left on the meta device."""
+    """Rebuild the buffers (rotary frequencies) that `from_config` left on the meta device (our tree computes its
+    own on the CPU)."""
     decoder = model.model
-    decoder.rotary_emb = type(decoder.rotary_emb)(config=model.config)
+    if decoder.rotary_emb.inv_freq.is_meta:
+        decoder.rotary_emb = type(decoder.rotary_emb)(config=model.config)
     left = [name for name, b in model.named_buffers() if b.is_meta]
     if left:
         raise UnsupportedGguf(f"buffers left without values: {left}")

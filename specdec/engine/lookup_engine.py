@@ -25,8 +25,8 @@ from specdec.core.params import SamplingParams
 from specdec.core.rounds import PassLoad
 from specdec.core.sequence import SequenceState, common_prefix
 from specdec.engine.backend import Proposal, Rollback, resident_bytes
-from specdec.engine.defaults import GAMMA_LIMIT
 from specdec.engine.compute import PathChoice, describe_device
+from specdec.engine.defaults import GAMMA_LIMIT
 from specdec.engine.session_table import MAX_SESSIONS, SessionTable
 from specdec.planning.cost import CostProfile
 

@@ -71,12 +71,9 @@ def load_and_profile(config: ModelServiceConfig, load: Callable[[], Backend], sh
     transformers' code that the load needs (`imports_model_code`: its model code, else its configuration code alone;
     none for lookups; sharded: tensor parallelism) is imported first, outside the lock, so services starting together
     import in parallel; the profile comes from the cache when an earlier start measured it."""
-    if config.model == LOOKUP_MODEL:
-        pass
-    elif imports_model_code(config.model, config.dtype, config.quantize, config.device, sharded):
-        import_model_code()
-    else:
-        import_config_code()
+    if config.model != LOOKUP_MODEL:
+        model_code = imports_model_code(config.model, config.dtype, config.quantize, config.device, sharded)
+        (import_model_code if model_code else import_config_code)()
     with machine_lock():
         engine = load()
         measured = measure_costs(engine, config)

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 # The C attention's KV cache: IEEE half precision, as llama.cpp's default F16 cache (the definition in
 # csrc/layer_ops.c): half the bytes a decode step reads at depth, and half a session's memory.
 CACHE_DTYPE = torch.float16
-RMS_NORMS = {"RMSNorm", "LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm"}  # w · x / rms(x), nothing else
+# w · x / rms(x), nothing else (`RMSNorm`: `specdec.engine.decoder_tree`'s)
+RMS_NORMS = {"RMSNorm", "LlamaRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm", "MistralRMSNorm"}
 SILU = {"SiLU", "SiLUActivation"}
 
 
