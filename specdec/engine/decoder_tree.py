@@ -113,7 +113,7 @@ class Attention(nn.Module):
         qkv_bias, o_bias, _, head_norms = LAYOUTS[config.model_type]
         hidden, heads, kv_heads, dim = (config.hidden_size, config.num_attention_heads, config.num_key_value_heads,
                                         head_dim(config))
-        self.head_dim, self.scaling = dim, dim ** -0.5
+        self.scaling = dim ** -0.5  # what the runner reads, as of transformers' attention
         qkv_bias, o_bias = _bias(qkv_bias, config, "attention_bias"), _bias(o_bias, config, "attention_bias")
         self.q_proj = Linear(hidden, heads * dim, bias=qkv_bias)
         self.k_proj = Linear(hidden, kv_heads * dim, bias=qkv_bias)
