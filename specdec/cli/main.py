@@ -177,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=1, help="with --concurrency: run target-only and adaptive "
                        "this many times at each level, alternating their order, and sum the runs; with --samplers: "
                        "seeds per prompt")
+    bench.add_argument("--peers", default="", help="with --concurrency: NAME=http://HOST:PORT,... OpenAI-compatible "
+                       "servers on the same model (e.g. llama-server -np 8) driven at each level too, in the "
+                       "alternation, and our configs' tok/s over theirs")
     bench.add_argument("--workloads", default="", help="e.g. editing,code,prose: target-only, model, ngram, hybrid "
                        "and HF prompt lookup per workload (chat prompts), with α, accepted length and lookup share")
     bench.add_argument("--http", default="", help="e.g. 1,8: that many users through gRPC and through the OpenAI "

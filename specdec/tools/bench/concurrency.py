@@ -4,9 +4,11 @@ For each level N, N clients stream generations at the same time from one embedde
 target-only and with adaptive speculation, and Hugging Face `generate` runs the same N prompts as
 one padded batch in this process on the same kernels (the in-process peer, target only). It prints
 aggregate tokens/s, time to first token and p50/p95 inter-token latency, and plots tok/s and p95
-latency against N. With `--repeats R`, each level's two configs run R times in alternating order and
+latency against N. With `--repeats R`, each level's configs run R times in alternating order and
 their runs are summed; each run's own tokens/s stays in its row (`run_tokens_per_s`), so that drift within a
-sitting shows beside the ratio.
+sitting shows beside the ratio. With `--peers NAME=URL,...`, OpenAI-compatible servers on the same model
+(llama-server with `-np N`, say) are configs of each level too, their users streaming POST /v1/completions
+(greedy, no kept prompt), and each of ours is printed over each peer.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from specdec.runtime.security import open_channel
 from specdec.runtime.server import CHANNEL_OPTIONS
 from specdec.engine.measure import off_the_initial_thread
 from specdec.tools.bench.baseline import greedy_generate, hf_baseline
+from specdec.tools.bench.openai_stream import http_stream, served_model
 from specdec.tools.bench.speed import load_prompts, save_rows, service_infos, warm_up
 
 
@@ -100,16 +103,26 @@ def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level,
 
 def run_level(endpoint: str, prompts: list[str], n: int, gamma: int | None, target=None, stream=_stream) -> Level:
     """Every prompt streamed at once; with `target` (a client), also its sessions per forward pass.
-    `stream(endpoint, prompt, n, gamma, level, lock)` runs one user's generation (gRPC by default)."""
-    level, lock = Level(), threading.Lock()
+    `stream(endpoint, prompt, n, gamma, level, lock)` runs one user's generation (gRPC by default); the first
+    user's error, if any, is raised once all have ended."""
+    level, lock, errors = Level(), threading.Lock(), []
+
+    def user(prompt: str) -> None:
+        try:
+            stream(endpoint, prompt, n, gamma, level, lock)
+        except Exception as e:  # noqa: BLE001 - re-raised below, on the caller's thread
+            errors.append(e)
+
     before = target.info() if target is not None else None
-    threads = [threading.Thread(target=stream, args=(endpoint, p, n, gamma, level, lock)) for p in prompts]
+    threads = [threading.Thread(target=user, args=(p,)) for p in prompts]
     began = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     level.seconds = time.perf_counter() - began
+    if errors:
+        raise errors[0]
     if before is not None:
         after = target.info()
         passes = after.forward_passes - before.forward_passes
@@ -167,22 +180,26 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
     levels = [int(x) for x in args.concurrency.split(",") if x]
     base = [p["prompt"] for p in load_prompts(args.prompts, args.limit_prompts)]
     rows = []
+    peers = [(name, url, None, {"stream": peer_stream(url, base[0])}) for name, url in parse_peers(args.peers)]
     with EmbeddedStack(stack_options(args, max_sessions=max(64, 2 * max(levels)))) as stack:
         _, target_info = service_infos(stack)
         peer = None if args.no_hf else HFBatched(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, base[0], args.gamma_max)
         target = target_client(stack.target_address)
+        configs = [("target-only", stack.endpoint, 0, {"target": target}),
+                   ("adaptive", stack.endpoint, None, {"target": target})]
+        configs += peers
         for users in levels:
             prompts = [base[i % len(base)] for i in range(users)]
-            configs = (("target-only", 0), ("adaptive", None))
-            levels_run = {name: Level() for name, _ in configs}
-            for repeat in range(args.repeats):  # A B B A ...: the machine's speed drifts within minutes
-                for name, gamma in configs if repeat % 2 == 0 else configs[::-1]:
-                    levels_run[name].add(run_level(stack.endpoint, prompts, args.max_new_tokens, gamma, target))
-            rows += [levels_run[name].row(name, users) for name, _ in configs]
+            levels_run = {name: Level() for name, *_ in configs}
+            for repeat in range(args.repeats):  # A B C C B A ...: the machine's speed drifts within minutes
+                for name, endpoint, gamma, how in configs if repeat % 2 == 0 else configs[::-1]:
+                    levels_run[name].add(run_level(endpoint, prompts, args.max_new_tokens, gamma, **how))
+            level_rows = [levels_run[name].row(name, users) for name, *_ in configs]
             if peer is not None:
-                rows.append(peer(prompts, args.max_new_tokens).row("hf-generate-batched", users))
-            print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in rows[-3:]), flush=True)
+                level_rows.append(peer(prompts, args.max_new_tokens).row("hf-generate-batched", users))
+            print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in level_rows), flush=True)
+            rows += level_rows
     print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel})")
     print("config | users | tok/s | TTFT s | ITL p50 ms | ITL p95 ms | mean γ | target rows/pass | "
           "round ms | target forward ms | target wait ms")
@@ -190,5 +207,41 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
         print(f"{r['config']} | {r['users']} | {r['tokens_per_s']} | {r['ttft_s']} | {r['itl_p50_ms']} | "
               f"{r['itl_p95_ms']} | {r['mean_gamma']} | {r['target_rows_per_pass']} | {r['round_ms']} | "
               f"{r['target_forward_ms']} | {r['target_wait_ms']}")
+    for name, _ in parse_peers(args.peers):
+        print(f"over {name}: " + "  ".join(ratios(rows, name)))
     save_rows(args.output, target_info, args.max_new_tokens, rows, plot)
     return 0
+
+
+# llama-server keeps a slot's prompt for the next request that starts the same way unless told not to; our bench
+# stack keeps no ended session's cache (`--prefix-cache-mb 0`), so neither does the peer. Other servers ignore it.
+PEER_REQUEST = {"cache_prompt": False}
+
+
+def parse_peers(spec: str) -> list[tuple[str, str]]:
+    """"llama=http://127.0.0.1:8091,..." -> [(name, base URL)]."""
+    peers = []
+    for item in filter(None, spec.split(",")):
+        name, sep, url = item.partition("=")
+        if not sep or not name or not url.startswith("http://"):
+            raise SystemExit(f"--peers: {item!r} is not NAME=http://HOST:PORT")
+        peers.append((name, url.rstrip("/")))
+    return peers
+
+
+def peer_stream(url: str, prompt: str):
+    """The `run_level` stream of the peer at `url`, once it has answered one short completion of `prompt` (before
+    our stack loads, so that a peer that refuses, or is not there, ends the run at once)."""
+    try:
+        stream = http_stream(served_model(url), PEER_REQUEST)
+        run_level(url, [prompt], 1, None, stream=stream)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise SystemExit(f"--peers: {url} did not answer a completion: {error}") from error
+    return stream
+
+
+def ratios(rows: list[dict], peer: str) -> list[str]:
+    """Each of our configs' tokens/s over the peer's, level by level."""
+    peer_tps = {r["users"]: r["tokens_per_s"] for r in rows if r["config"] == peer}
+    return [f"{r['config']}@{r['users']} {r['tokens_per_s'] / peer_tps[r['users']]:.3f}x" for r in rows
+            if r["config"] in ("target-only", "adaptive") and peer_tps.get(r["users"])]

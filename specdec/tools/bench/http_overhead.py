@@ -10,48 +10,12 @@ own CPU time per token (its event loop's thread), which a tok/s ratio cannot res
 from __future__ import annotations
 
 import argparse
-import http.client
-import json
 import os
 import statistics
-import threading
-import time
-from urllib.parse import urlsplit
 
-from specdec.tools.bench.concurrency import Level, run_level
+from specdec.tools.bench.concurrency import run_level
+from specdec.tools.bench.openai_stream import http_stream, served_model
 from specdec.tools.bench.speed import load_prompts, save_rows, service_infos, warm_up
-
-
-def http_stream(model: str):
-    """A `run_level` stream: one user through POST /v1/completions with stream: true, its tokens
-    counted from the usage chunk."""
-    def stream(base_url: str, prompt: str, n: int, gamma: int | None, level: Level, lock: threading.Lock) -> None:
-        url = urlsplit(base_url)
-        body = {"model": model, "prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True,
-                "stream_options": {"include_usage": True}, **({} if gamma is None else {"gamma": gamma})}
-        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
-        began = time.perf_counter()
-        first, tokens = None, 0
-        try:
-            conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
-            response = conn.getresponse()
-            assert response.status == 200, response.read()
-            for raw in response:
-                line = raw.strip()
-                if not line.startswith(b"data: ") or line == b"data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
-                elif first is None and chunk["choices"][0]["text"]:
-                    first = time.perf_counter() - began
-        finally:
-            conn.close()
-        with lock:
-            level.tokens += tokens
-            if first is not None:
-                level.first_token_s.append(first)
-    return stream
 
 
 def run_http_overhead(args: argparse.Namespace) -> int:
@@ -68,7 +32,7 @@ def run_http_overhead(args: argparse.Namespace) -> int:
     with EmbeddedStack(stack_options(args, max_sessions=max(64, 2 * max(levels)))) as stack:
         _, target_info = service_infos(stack)
         api = start_http(HttpConfig(endpoint=stack.endpoint), "127.0.0.1", 0)
-        model = json.loads(http_get(api.url + "/v1/models"))["data"][0]["id"]
+        model = served_model(api.url)
         warm_up(stack.endpoint, base[0], args.gamma_max)
         try:
             for repeat in range(repeats):
@@ -111,13 +75,3 @@ def thread_cpu_s(native_id: int) -> float:
     """User + system CPU seconds of one thread of this process (Linux /proc)."""
     fields = open(f"/proc/self/task/{native_id}/stat").read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def http_get(url: str) -> bytes:
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-    try:
-        conn.request("GET", parts.path)
-        return conn.getresponse().read()
-    finally:
-        conn.close()
