@@ -50,6 +50,7 @@ def test_a_peer_server_runs_each_level_beside_ours_and_our_configs_are_put_over_
     assert list(rows) == ["target-only", "adaptive", "peer"]
     assert rows["peer"]["runs"] == 2 and min(rows["peer"]["run_tokens_per_s"]) > 0
     assert rows["peer"]["ttft_s"] > 0, "its users' first tokens were timed"
+    assert rows["peer"]["itl_p50_ms"] is None, "an HTTP chunk's tokens are not counted, so no gap per token"
     printed = capsys.readouterr().out
     ratio = rows["adaptive"]["tokens_per_s"] / rows["peer"]["tokens_per_s"]
     assert "over peer: target-only@2 " in printed and f"adaptive@2 {ratio:.3f}x" in printed

@@ -63,16 +63,20 @@ class Level:
         return round(self.tokens / self.seconds, 3)
 
     def row(self, name: str, users: int) -> dict:
-        gaps = sorted(self.gaps_s) or [0.0]
+        gaps = sorted(self.gaps_s) or [None]  # none timed: an HTTP user's chunks hold an unknown count of tokens
         wall, forward, wait = [round(1e3 * statistics.mean(t), 2) for t in zip(*self.round_times)] or [None] * 3
         return {"config": name, "users": users, "tokens_per_s": self.tokens_per_s(),
                 "ttft_s": round(statistics.mean(self.first_token_s), 3) if self.first_token_s else None,
-                "itl_p50_ms": round(1e3 * gaps[len(gaps) // 2], 1),
-                "itl_p95_ms": round(1e3 * gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))], 1),
+                "itl_p50_ms": milliseconds(gaps[len(gaps) // 2]),
+                "itl_p95_ms": milliseconds(gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))]),
                 "mean_gamma": round(statistics.mean(self.gammas), 2) if self.gammas else None,
                 "target_rows_per_pass": None if self.target_rows is None else round(self.target_rows, 2),
                 "round_ms": wall, "target_forward_ms": forward, "target_wait_ms": wait,
                 "runs": max(self.runs, 1), "run_tokens_per_s": self.run_tokens_per_s}
+
+
+def milliseconds(seconds: float | None) -> float | None:
+    return None if seconds is None else round(1e3 * seconds, 1)
 
 
 def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level, lock: threading.Lock) -> None:
@@ -164,7 +168,8 @@ def plot(rows: list[dict], path: Path) -> None:
     for name in dict.fromkeys(r["config"] for r in rows):
         mine = [r for r in rows if r["config"] == name]
         left.plot([r["users"] for r in mine], [r["tokens_per_s"] for r in mine], marker="o", label=name)
-        right.plot([r["users"] for r in mine], [r["itl_p95_ms"] for r in mine], marker="o", label=name)
+        timed = [r for r in mine if r["itl_p95_ms"] is not None]
+        right.plot([r["users"] for r in timed], [r["itl_p95_ms"] for r in timed], marker="o", label=name)
     left.set(xlabel="concurrent users", ylabel="aggregate tokens/s", title="throughput")
     right.set(xlabel="concurrent users", ylabel="p95 inter-token latency (ms)", title="latency")
     left.legend()
