@@ -95,7 +95,9 @@ def test_a_peer_that_refuses_fails_the_bench_with_its_answer(tmp_path):
         main(["bench", "--concurrency", "2", "--no-hf", "--peers", f"gone=http://127.0.0.1:{server.server_address[1]}"])
 
 
-@pytest.mark.parametrize("spec", ["llama", "=http://127.0.0.1:1", "llama=127.0.0.1:8091"])
-def test_a_peer_not_named_as_name_equals_url_is_refused(spec):
+@pytest.mark.parametrize("spec", ["llama", "=http://127.0.0.1:1", "llama=127.0.0.1:8091",
+                                  "adaptive=http://127.0.0.1:1", "a=http://127.0.0.1:1,a=http://127.0.0.1:2"])
+def test_a_peer_not_named_as_name_equals_url_or_by_a_taken_name_is_refused(spec):
     with pytest.raises(SystemExit, match="--peers"):
         parse_peers(spec)
+    assert parse_peers("a=http://127.0.0.1:1/,b=http://h:2") == [("a", "http://127.0.0.1:1"), ("b", "http://h:2")]

@@ -218,18 +218,22 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+OUR_CONFIGS = ("target-only", "adaptive", "hf-generate-batched")
+
 # llama-server keeps a slot's prompt for the next request that starts the same way unless told not to; our bench
 # stack keeps no ended session's cache (`--prefix-cache-mb 0`), so neither does the peer. Other servers ignore it.
 PEER_REQUEST = {"cache_prompt": False}
 
 
 def parse_peers(spec: str) -> list[tuple[str, str]]:
-    """"llama=http://127.0.0.1:8091,..." -> [(name, base URL)]."""
+    """"llama=http://127.0.0.1:8091,..." -> [(name, base URL)]; each name a config of its own."""
     peers = []
     for item in filter(None, spec.split(",")):
         name, sep, url = item.partition("=")
         if not sep or not name or not url.startswith("http://"):
             raise SystemExit(f"--peers: {item!r} is not NAME=http://HOST:PORT")
+        if name in OUR_CONFIGS or name in dict(peers):
+            raise SystemExit(f"--peers: the name {name!r} is taken (ours: {', '.join(OUR_CONFIGS)})")
         peers.append((name, url.rstrip("/")))
     return peers
 
@@ -249,4 +253,4 @@ def ratios(rows: list[dict], peer: str) -> list[str]:
     """Each of our configs' tokens/s over the peer's, level by level."""
     peer_tps = {r["users"]: r["tokens_per_s"] for r in rows if r["config"] == peer}
     return [f"{r['config']}@{r['users']} {r['tokens_per_s'] / peer_tps[r['users']]:.3f}x" for r in rows
-            if r["config"] in ("target-only", "adaptive") and peer_tps.get(r["users"])]
+            if r["config"] in OUR_CONFIGS[:2] and peer_tps.get(r["users"])]
