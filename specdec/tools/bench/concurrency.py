@@ -3,7 +3,7 @@
 For each level N, N clients stream generations at the same time from one embedded stack, with
 target-only and with adaptive speculation, and Hugging Face `generate` runs the same N prompts as
 one padded batch in this process on the same kernels (the in-process peer, target only). It prints
-aggregate tokens/s, time to first token and p50/p95 inter-token latency, and plots tok/s and p95
+aggregate tokens/s, time to first token and p50/p95 inter-token latency, and plots tok/s, TTFT and p95
 latency against N. With `--repeats R`, each level's configs run R times in alternating order and
 their runs are summed; each run's own tokens/s stays in its row (`run_tokens_per_s`), so that drift within a
 sitting shows beside the ratio. With `--peers NAME=URL,...`, OpenAI-compatible servers on the same model
@@ -164,15 +164,17 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    panels = (("tokens_per_s", "aggregate tokens/s", "throughput"), ("ttft_s", "mean time to first token (s)",
+              "first token"), ("itl_p95_ms", "p95 inter-token latency (ms)", "latency"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4))
     for name in dict.fromkeys(r["config"] for r in rows):
         mine = [r for r in rows if r["config"] == name]
-        left.plot([r["users"] for r in mine], [r["tokens_per_s"] for r in mine], marker="o", label=name)
-        timed = [r for r in mine if r["itl_p95_ms"] is not None]
-        right.plot([r["users"] for r in timed], [r["itl_p95_ms"] for r in timed], marker="o", label=name)
-    left.set(xlabel="concurrent users", ylabel="aggregate tokens/s", title="throughput")
-    right.set(xlabel="concurrent users", ylabel="p95 inter-token latency (ms)", title="latency")
-    left.legend()
+        for ax, (key, _, _) in zip(axes, panels):
+            shown = [r for r in mine if r[key] is not None]  # a peer has no ITL, a failed level no TTFT
+            ax.plot([r["users"] for r in shown], [r[key] for r in shown], marker="o", label=name)
+    for ax, (_, label, title) in zip(axes, panels):
+        ax.set(xlabel="concurrent users", ylabel=label, title=title)
+    axes[0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
