@@ -13,7 +13,7 @@ from conftest import TINY_DRAFT, TINY_TARGET
 from specdec.cli.main import main
 from specdec.http.flags import HttpConfig
 from specdec.http.server import start_http
-from specdec.tools.bench.concurrency import parse_peers
+from specdec.tools.bench.concurrency import level_prompts, parse_peers
 
 
 def test_concurrency_bench_writes_rows_and_a_plot(tmp_path):
@@ -101,3 +101,10 @@ def test_a_peer_not_named_as_name_equals_url_or_by_a_taken_name_is_refused(spec)
     with pytest.raises(SystemExit, match="--peers"):
         parse_peers(spec)
     assert parse_peers("a=http://127.0.0.1:1/,b=http://h:2") == [("a", "http://127.0.0.1:1"), ("b", "http://h:2")]
+
+
+def test_a_level_meets_every_prompt_over_its_repeats():
+    base = ["a", "b", "c", "d"]
+    assert [level_prompts(base, 1, r) for r in range(5)] == [["a"], ["b"], ["c"], ["d"], ["a"]]
+    assert [level_prompts(base, 3, r) for r in range(2)] == [["a", "b", "c"], ["d", "a", "b"]]
+    assert all(sorted(level_prompts(base, 8, r)) == sorted(base * 2) for r in range(3)), "more users: each as often"

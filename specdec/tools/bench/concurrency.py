@@ -6,7 +6,8 @@ one padded batch in this process on the same kernels (the in-process peer, targe
 aggregate tokens/s, time to first token and p50/p95 inter-token latency, and plots tok/s, TTFT and p95
 latency against N. With `--repeats R`, each level's configs run R times in alternating order and
 their runs are summed; each run's own tokens/s stays in its row (`run_tokens_per_s`), so that drift within a
-sitting shows beside the ratio. With `--peers NAME=URL,...`, OpenAI-compatible servers on the same model
+sitting shows beside the ratio. Each run takes the next prompts of the set, so one user meets every prompt over
+as many repeats. With `--peers NAME=URL,...`, OpenAI-compatible servers on the same model
 (llama-server with `-np N`, say) are configs of each level too, their users streaming POST /v1/completions
 (greedy, no kept prompt), and each of ours is printed over each peer.
 """
@@ -105,6 +106,12 @@ def _stream(endpoint: str, prompt: str, n: int, gamma: int | None, level: Level,
             level.first_token_s.append(first)
 
 
+def level_prompts(base: list[str], users: int, repeat: int) -> list[str]:
+    """The prompts of a level's `repeat`-th run, one a user: the set in turn, each run going on where the last left
+    off, so that a level of fewer users than prompts meets them all over its repeats (every config the same ones)."""
+    return [base[(repeat * users + i) % len(base)] for i in range(users)]
+
+
 def run_level(endpoint: str, prompts: list[str], n: int, gamma: int | None, target=None, stream=_stream) -> Level:
     """Every prompt streamed at once; with `target` (a client), also its sessions per forward pass.
     `stream(endpoint, prompt, n, gamma, level, lock)` runs one user's generation (gRPC by default); the first
@@ -197,14 +204,15 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
                    ("adaptive", stack.endpoint, None, {"target": target})]
         configs += peers
         for users in levels:
-            prompts = [base[i % len(base)] for i in range(users)]
             levels_run = {name: Level() for name, *_ in configs}
             for repeat in range(args.repeats):  # A B C C B A ...: the machine's speed drifts within minutes
+                prompts = level_prompts(base, users, repeat)
                 for name, endpoint, gamma, how in configs if repeat % 2 == 0 else configs[::-1]:
                     levels_run[name].add(run_level(endpoint, prompts, args.max_new_tokens, gamma, **how))
             level_rows = [levels_run[name].row(name, users) for name, *_ in configs]
             if peer is not None:
-                level_rows.append(peer(prompts, args.max_new_tokens).row("hf-generate-batched", users))
+                level_rows.append(peer(level_prompts(base, users, 0), args.max_new_tokens).row("hf-generate-batched",
+                                                                                               users))
             print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in level_rows), flush=True)
             rows += level_rows
     print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel})")
