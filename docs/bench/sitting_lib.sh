@@ -58,3 +58,17 @@ before_after() {  # llama-server, ours before (a checkout in $OLD) and after (th
   llama 1; ours_at before $OLD; ours_at after ""; llama 2; ours_at after2 ""; llama 3
   date
 }
+with_peer() {  # $1: output name, $2: bench's --concurrency levels, $3: its --repeats, $4: llama-server's bin folder,
+  # the rest: llama-server's flags beyond the model, threads and port; ISA: a SPECDEC_CPU_ISA cap for ours. Our bench
+  # with llama-server as its peer (`--peers`), between two dates.
+  out=$1; levels=$2; repeats=$3; bin=$4; shift 4
+  date
+  $bin/llama-server -m $T -t 2 --port 8091 "$@" > /tmp/server_$out.log 2>&1 &
+  for i in $(seq 60); do curl -s localhost:8091/health | grep -q ok && break; sleep 1; done
+  env ${ISA:+SPECDEC_CPU_ISA=$ISA} /work/main/.venv/bin/specdec bench --concurrency $levels --repeats $repeats \
+    --no-hf --peers llama=http://127.0.0.1:8091 --output $out.json > /tmp/$out.log 2>&1
+  grep "^machine" /tmp/$out.log
+  tail -n $((4 + 3 * $(echo $levels | tr ',' '\n' | wc -l))) /tmp/$out.log
+  pkill llama-server
+  date
+}
