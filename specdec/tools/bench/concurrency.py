@@ -197,7 +197,7 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
     peers = [(name, url, None, {"stream": peer_stream(url, base[0])}) for name, url in parse_peers(args.peers)]
     with EmbeddedStack(stack_options(args, max_sessions=max(64, 2 * max(levels)))) as stack:
         _, target_info = service_infos(stack)
-        peer = None if args.no_hf else HFBatched(args, target_info.compute_path, target_info.kernel)
+        hf = None if args.no_hf else HFBatched(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, base[0], args.gamma_max)
         target = target_client(stack.target_address)
         configs = [("target-only", stack.endpoint, 0, {"target": target}),
@@ -210,9 +210,8 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
                 for name, endpoint, gamma, how in configs if repeat % 2 == 0 else configs[::-1]:
                     levels_run[name].add(run_level(endpoint, prompts, args.max_new_tokens, gamma, **how))
             level_rows = [levels_run[name].row(name, users) for name, *_ in configs]
-            if peer is not None:
-                level_rows.append(peer(level_prompts(base, users, 0), args.max_new_tokens).row("hf-generate-batched",
-                                                                                               users))
+            if hf is not None:  # one batch, of the first run's prompts
+                level_rows.append(hf(level_prompts(base, users, 0), args.max_new_tokens).row(OUR_CONFIGS[2], users))
             print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in level_rows), flush=True)
             rows += level_rows
     print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel})")
