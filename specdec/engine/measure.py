@@ -46,11 +46,11 @@ def measure(runner: ModelRunner, max_tokens: int, batch_tokens: int = 0, repeats
 
 
 def off_the_initial_thread(fn: Callable[..., T], *args, **kwargs) -> T:
-    """fn(*args, **kwargs) on a thread of its own, as a service's passes run on its step batcher's thread. From a process's
-    initial thread the C kernels split their work on libgomp, from any other on their own pool (`csrc/workers.c`),
-    and the two differ: on a Zen 4 the start-up thread's target profile said 26.5–36.2 ms for one token and
-    1.26–1.41× that for 3, where the pool that serves took 25.2–25.8 ms and 1.59×. So the start-up profile and
-    the in-process baselines of `specdec bench` run where the services' passes run."""
+    """fn(*args, **kwargs) on a thread of its own, as a service's passes run on its step batcher's thread. From a
+    process's initial thread the C kernels split their work on libgomp, from any other on their own pool
+    (`csrc/workers.c`), and the two differ: on a Zen 4 the start-up thread's target profile said 26.5–36.2 ms for
+    one token and 1.26–1.41× that for 3, where the pool that serves took 25.2–25.8 ms and 1.59×. So the start-up
+    profile and the in-process baselines of `specdec bench` run where the services' passes run."""
     with ThreadPoolExecutor(1, thread_name_prefix="passes") as thread:
         return thread.submit(fn, *args, **kwargs).result()
 
