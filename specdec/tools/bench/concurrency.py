@@ -200,7 +200,7 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
         hf = None if args.no_hf else HFBatched(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, base[0], args.gamma_max)
         target = target_client(stack.target_address)
-        configs = [("target-only", stack.endpoint, 0, {"target": target}),
+        configs = [("target-only", stack.endpoint, 0, {"target": target}),  # SERVING, each at its γ
                    ("adaptive", stack.endpoint, None, {"target": target})]
         configs += peers
         for users in levels:
@@ -211,7 +211,7 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
                     levels_run[name].add(run_level(endpoint, prompts, args.max_new_tokens, gamma, **how))
             level_rows = [levels_run[name].row(name, users) for name, *_ in configs]
             if hf is not None:  # one batch, of the first run's prompts
-                level_rows.append(hf(level_prompts(base, users, 0), args.max_new_tokens).row(OUR_CONFIGS[2], users))
+                level_rows.append(hf(level_prompts(base, users, 0), args.max_new_tokens).row(HF_BATCHED, users))
             print("  ".join(f"{r['config']}@{users}: {r['tokens_per_s']} tok/s" for r in level_rows), flush=True)
             rows += level_rows
     print(f"machine: {target_info.hardware}; path {target_info.compute_path} ({target_info.kernel})")
@@ -221,13 +221,14 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
         print(f"{r['config']} | {r['users']} | {r['tokens_per_s']} | {r['ttft_s']} | {r['itl_p50_ms']} | "
               f"{r['itl_p95_ms']} | {r['mean_gamma']} | {r['target_rows_per_pass']} | {r['round_ms']} | "
               f"{r['target_forward_ms']} | {r['target_wait_ms']}")
-    for name, _ in parse_peers(args.peers):
+    for name, *_ in peers:
         print(f"over {name}: " + "  ".join(ratios(rows, name)))
     save_rows(args.output, target_info, args.max_new_tokens, rows, plot)
     return 0
 
 
-OUR_CONFIGS = ("target-only", "adaptive", "hf-generate-batched")
+SERVING = ("target-only", "adaptive")  # our stack's configs, which the peers' rows are put under
+HF_BATCHED = "hf-generate-batched"
 
 # llama-server keeps a slot's prompt for the next request that starts the same way unless told not to; our bench
 # stack keeps no ended session's cache (`--prefix-cache-mb 0`), so neither does the peer. Other servers ignore it.
@@ -241,8 +242,8 @@ def parse_peers(spec: str) -> list[tuple[str, str]]:
         name, sep, url = item.partition("=")
         if not sep or not name or not url.startswith("http://"):
             raise SystemExit(f"--peers: {item!r} is not NAME=http://HOST:PORT")
-        if name in OUR_CONFIGS or name in dict(peers):
-            raise SystemExit(f"--peers: the name {name!r} is taken (ours: {', '.join(OUR_CONFIGS)})")
+        if name in (*SERVING, HF_BATCHED) or name in dict(peers):
+            raise SystemExit(f"--peers: the name {name!r} is taken (ours: {', '.join((*SERVING, HF_BATCHED))})")
         peers.append((name, url.rstrip("/")))
     return peers
 
@@ -262,4 +263,4 @@ def ratios(rows: list[dict], peer: str) -> list[str]:
     """Each of our configs' tokens/s over the peer's, level by level."""
     peer_tps = {r["users"]: r["tokens_per_s"] for r in rows if r["config"] == peer}
     return [f"{r['config']}@{r['users']} {r['tokens_per_s'] / peer_tps[r['users']]:.3f}x" for r in rows
-            if r["config"] in OUR_CONFIGS[:2] and peer_tps.get(r["users"])]
+            if r["config"] in SERVING and peer_tps.get(r["users"])]
