@@ -270,31 +270,49 @@ static inline int pair_by_chunk(int G, int64_t nu) {
 #define PAIR_PASS_AS(T, G, BY_CHUNK) \
     row_pair_pass(T, j->w + n * j->row_bytes, far * j->row_bytes, far, j->tail, j->nu, j->a + g0 * j->nu, \
                   j->out + g0 * j->ldy + n, j->ldy, j->bias ? j->bias + n : 0, G, BY_CHUNK)
-#define PAIR_PASS(T, G) \
-    case G: \
-        if (pair_by_chunk(G, j->nu)) PAIR_PASS_AS(T, G, 1); \
-        else PAIR_PASS_AS(T, G, 0); \
-        break;
-#if CHUNK == 32 && defined(PAIRS) /* AVX2: PAIR_ROWS 4 */
-#define PAIR_PASSES(T) \
-    switch (g) { PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) }
-#elif CHUNK == 32 /* AVX-VNNI: PAIR_ROWS 5 */
-#define PAIR_PASSES(T) \
-    switch (g) { PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) }
-#elif !defined(PAIRS) /* PAIR_ROWS 7 */
-#define PAIR_PASSES(T) \
-    switch (g) { \
-        PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) PAIR_PASS(T, 5) PAIR_PASS(T, 6) PAIR_PASS(T, 7) \
-    }
-#else
-#define PAIR_PASSES(T) \
-    switch (g) { PAIR_PASS(T, 1) PAIR_PASS(T, 2) PAIR_PASS(T, 3) PAIR_PASS(T, 4) }
-#endif
+/* The row counts of a pair pass in this build (PAIR_ROWS of them), as X(T, G) each. */
+#if CHUNK == 32 && !defined(PAIRS) /* AVX-VNNI: PAIR_ROWS 5 */
+#define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5)
+#elif !defined(PAIRS) /* AVX-512 VNNI: PAIR_ROWS 7 */
+#define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5) X(T, 6) X(T, 7)
+#else /* AVX2, and AVX-512 without VNNI: PAIR_ROWS 4 */
+#define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4)
 #endif
 
-#define PASS(T, G) \
-    case G: row_pass(T, j->w + n * j->row_bytes, j->row_bytes, j->tail, i0, i1, j->nu, j->a, kept, j->out + n, j->ldy, \
-                     j->bias ? j->bias + n : 0, G); break;
+/* Each format's pair pass of G rows over columns [n0, n1) (and their partners `far` on), activation rows from g0,
+ * out of line as `ROW_BLOCK`s are (below). */
+#define PAIR_BLOCK(T, G) \
+    static __attribute__((noinline)) void pair_block_##T##_##G(const struct job *j, int64_t n0, int64_t n1, \
+                                                              int64_t far, int g0) { \
+        if (pair_by_chunk(G, j->nu)) \
+            for (int64_t n = n0; n < n1; n++) PAIR_PASS_AS(T, G, 1); \
+        else \
+            for (int64_t n = n0; n < n1; n++) PAIR_PASS_AS(T, G, 0); \
+    }
+#define PAIR_BLOCKS(T) PAIR_COUNTS(PAIR_BLOCK, T)
+#define PAIR_PASS(T, G) case G: pair_block_##T##_##G(j, n0, n1, far, g0); break;
+#define PAIR_PASSES(T) switch (g) { PAIR_COUNTS(PAIR_PASS, T) }
+#endif
+
+/* Each format's pass of G rows over a block of columns, out of line: one function per (format, G), so that each
+ * loop gets the registers to itself. Inlined all into `columns` (12 formats, 16 row counts), GCC allocated
+ * registers across the whole switch: AVX2's Q4_K loop of 8 rows kept its nibble mask, its vpmaddwd ones and its
+ * row addresses on the stack, 259-279 instructions a unit where the same loop alone takes 218. On the Zen 3
+ * (AVX2, `specdec bench --kernel-ab`, both threads, three runs, the pairs below out of line too): passes of 5 / 8
+ * tokens 0.88-0.92 / 0.77-0.80x the time, 1-4 and 9 tokens 0.92-1.03x (the same bits); the AVX2 build compiles in
+ * one minute where it took four. */
+#define ROW_BLOCK(T, G) \
+    static __attribute__((noinline)) void row_block_##T##_##G(const struct job *j, int64_t b0, int64_t b1, int64_t i0, \
+                                                             int64_t i1, vacc *keep) { \
+        for (int64_t n = b0; n < b1; n++) \
+            row_pass(T, j->w + n * j->row_bytes, j->row_bytes, j->tail, i0, i1, j->nu, j->a, \
+                     keep ? keep + (n - b0) * G : 0, j->out + n, j->ldy, j->bias ? j->bias + n : 0, G); \
+    }
+#define ROW_BLOCKS(T) \
+    ROW_BLOCK(T, 1) ROW_BLOCK(T, 2) ROW_BLOCK(T, 3) ROW_BLOCK(T, 4) ROW_BLOCK(T, 5) ROW_BLOCK(T, 6) ROW_BLOCK(T, 7) \
+    ROW_BLOCK(T, 8) ROW_BLOCK(T, 9) ROW_BLOCK(T, 10) ROW_BLOCK(T, 11) ROW_BLOCK(T, 12) ROW_BLOCK(T, 13) \
+    ROW_BLOCK(T, 14) ROW_BLOCK(T, 15) ROW_BLOCK(T, 16)
+#define PASS(T, G) case G: row_block_##T##_##G(j, b0, b1, i0, i1, keep); break;
 #define PASSES(T) \
     switch (G) { \
         PASS(T, 1) PASS(T, 2) PASS(T, 3) PASS(T, 4) PASS(T, 5) PASS(T, 6) PASS(T, 7) PASS(T, 8) \
@@ -337,7 +355,7 @@ static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
 }
 
 /* G rows against columns of W, the units in chunks of `chunk`: what the workers split by columns. */
-typedef struct {
+typedef struct job {
     int type, G, tail, pairs; /* tail: rows end in a half unit; pairs: two weight rows at once (whole rows) */
     const uint8_t *w;
     int64_t row_bytes, chunk, nu, ldy;
@@ -346,6 +364,14 @@ typedef struct {
     const float *bias;
     int out_of_memory; /* set by a worker that found no memory for its accumulators: q8_matmul returns -2 */
 } job;
+
+QUANT_FORMATS(ROW_BLOCKS)
+#if ROW_PAIRS
+UNSIGNED_CODE_FORMATS(PAIR_BLOCKS)
+#if SIGNED_PAIRS
+SIGNED_CODE_FORMATS(PAIR_BLOCKS)
+#endif
+#endif
 
 /* Columns a worker takes through every chunk before the next ones: their accumulators between chunks stay
  * in this thread's cache (COLUMN_BLOCK · G vectors), where one pass per chunk over all N columns kept N · G
@@ -357,9 +383,15 @@ enum { COLUMN_BLOCK = 16 };
  * activation rows. Out of line: inlined in `columns`, the same code ran the 1.5B target's passes of 2-4
  * tokens 1.02-1.07x slower (three runs of `specdec bench --kernel-ab`; out of line 1.00-1.01x, as before groups). */
 #define PAIR_CASE(T) case T: PAIR_PASSES(T); break;
+enum { PAIR_BLOCK_BYTES = 16384 };
 static __attribute__((noinline)) void pair_columns(const job *j, int64_t begin, int64_t far) {
     const int G = j->G, groups = (G + pair_group_rows(j->type) - 1) / pair_group_rows(j->type);
-    for (int64_t n = begin; n < begin + far; n++) {
+    /* one group: all the columns in one call; more: each block of columns' groups in turn, a block's weights at
+     * most PAIR_BLOCK_BYTES, so that the later groups' come from the L1 */
+    const int64_t block = 2 * j->row_bytes < PAIR_BLOCK_BYTES ? PAIR_BLOCK_BYTES / (2 * j->row_bytes) : 1;
+    const int64_t step = groups == 1 ? far : block;
+    for (int64_t n0 = begin; n0 < begin + far; n0 += step) {
+        const int64_t n1 = n0 + step < begin + far ? n0 + step : begin + far;
         for (int k = 0, g0 = 0; k < groups; k++) {
             const int g = (G - g0) / (groups - k);
             switch (j->type) {
@@ -396,12 +428,9 @@ static void columns(void *ctx, int64_t begin, int64_t end) {
         const int64_t b1 = b0 + COLUMN_BLOCK < end ? b0 + COLUMN_BLOCK : end;
         for (int64_t i0 = 0; i0 < j->nu; i0 += j->chunk) {
             const int64_t i1 = i0 + j->chunk < j->nu ? i0 + j->chunk : j->nu;
-            for (int64_t n = b0; n < b1; n++) {
-                vacc *kept = keep ? keep + (n - b0) * G : 0;
-                switch (j->type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
-                    QUANT_FORMATS(PASSES_CASE)
-                default: break; /* q8_matmul takes no other */
-                }
+            switch (j->type) { /* each (type, G) pair compiles to its own loop, its accumulators in registers */
+                QUANT_FORMATS(PASSES_CASE)
+            default: break; /* q8_matmul takes no other */
             }
         }
     }
