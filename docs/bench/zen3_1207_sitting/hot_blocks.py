@@ -1,30 +1,49 @@
 """Two GCC assembly listings of q8dot.c (gcc -S, the build's flags): their basic blocks with 8 or more of one
 instruction (vpdpbusd, vpmaddubsw), and what those hot blocks hold between them: instructions, stack references.
 Usage: python3 hot_blocks.py old.s new.s vpdpbusd"""
-import re, sys, collections
-def blocks(path, op):
-    out = []
-    name, cur = None, []
-    for l in open(path):
-        if re.match(r'^(\.L\w+|[a-z_][\w.]*):', l):
-            if cur: out.append((name, cur))
-            name, cur = l.split(':')[0], []
-        else:
-            l = l.strip()
-            if l and not l.startswith('.'): cur.append(l)
-    out.append((name, cur))
-    res = []
-    for name, b in out:
-        n_op = sum(1 for l in b if l.startswith(op))
-        if n_op < 8: continue
-        stack = sum(1 for l in b if ('(%rsp)' in l or '(%rbp)' in l))
-        res.append((n_op, len(b), stack))
-    return res
-op = sys.argv[3]
-a, b = blocks(sys.argv[1], op), blocks(sys.argv[2], op)
-print('blocks', len(a), len(b))
-print('total insns in hot blocks', sum(x[1] for x in a), sum(x[1] for x in b))
-print('total stack refs', sum(x[2] for x in a), sum(x[2] for x in b))
-print('total', op, sum(x[0] for x in a), sum(x[0] for x in b))
-print('insns per op', sum(x[1] for x in a) / sum(x[0] for x in a), sum(x[1] for x in b) / sum(x[0] for x in b))
-print('stack per op', sum(x[2] for x in a) / sum(x[0] for x in a), sum(x[2] for x in b) / sum(x[0] for x in b))
+import re
+import sys
+
+
+def basic_blocks(path: str) -> list[list[str]]:
+    """Each labelled block's instructions (no directives)."""
+    blocks, current = [], []
+    for line in open(path):
+        if re.match(r"^(\.L\w+|[a-z_][\w.]*):", line):
+            blocks.append(current)
+            current = []
+            continue
+        line = line.strip()
+        if line and not line.startswith("."):
+            current.append(line)
+    blocks.append(current)
+    return blocks
+
+
+def hot(path: str, op: str) -> list[tuple[int, int, int]]:
+    """(count of op, instructions, stack references) of each block with 8 or more op."""
+    rows = []
+    for block in basic_blocks(path):
+        ops = sum(1 for line in block if line.startswith(op))
+        if ops >= 8:
+            stack = sum(1 for line in block if "(%rsp)" in line or "(%rbp)" in line)
+            rows.append((ops, len(block), stack))
+    return rows
+
+
+def main() -> None:
+    old_path, new_path, op = sys.argv[1:4]
+    old, new = hot(old_path, op), hot(new_path, op)
+    for name, column in (("hot blocks", None), (op, 0), ("instructions", 1), ("stack references", 2)):
+        if column is None:
+            print(f"{name}: {len(old)} -> {len(new)}")
+            continue
+        print(f"{name}: {sum(r[column] for r in old)} -> {sum(r[column] for r in new)}")
+    for name, column in (("instructions", 1), ("stack references", 2)):
+        before = sum(r[column] for r in old) / sum(r[0] for r in old)
+        after = sum(r[column] for r in new) / sum(r[0] for r in new)
+        print(f"{name} a {op}: {before:.2f} -> {after:.2f}")
+
+
+if __name__ == "__main__":
+    main()
