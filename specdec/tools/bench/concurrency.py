@@ -200,8 +200,7 @@ def run_concurrency_sweep(args: argparse.Namespace) -> int:
         hf = None if args.no_hf else HFBatched(args, target_info.compute_path, target_info.kernel)
         warm_up(stack.endpoint, base[0], args.gamma_max)
         target = target_client(stack.target_address)
-        configs = [("target-only", stack.endpoint, 0, {"target": target}),  # SERVING, each at its γ
-                   ("adaptive", stack.endpoint, None, {"target": target})]
+        configs = [(name, stack.endpoint, gamma, {"target": target}) for name, gamma in zip(SERVING, (0, None))]
         configs += peers
         for users in levels:
             levels_run = {name: Level() for name, *_ in configs}

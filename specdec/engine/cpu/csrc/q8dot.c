@@ -309,16 +309,13 @@ static inline int pair_by_chunk(int G, int64_t nu) {
             row_pass(T, j->w + n * j->row_bytes, j->row_bytes, j->tail, i0, i1, j->nu, j->a, \
                      keep ? keep + (n - b0) * G : 0, j->out + n, j->ldy, j->bias ? j->bias + n : 0, G); \
     }
-#define ROW_BLOCKS(T) \
-    ROW_BLOCK(T, 1) ROW_BLOCK(T, 2) ROW_BLOCK(T, 3) ROW_BLOCK(T, 4) ROW_BLOCK(T, 5) ROW_BLOCK(T, 6) ROW_BLOCK(T, 7) \
-    ROW_BLOCK(T, 8) ROW_BLOCK(T, 9) ROW_BLOCK(T, 10) ROW_BLOCK(T, 11) ROW_BLOCK(T, 12) ROW_BLOCK(T, 13) \
-    ROW_BLOCK(T, 14) ROW_BLOCK(T, 15) ROW_BLOCK(T, 16)
+/* The row counts of a pass, 1 to MAX_ROWS, as X(T, G) each. */
+#define ROW_COUNTS(X, T) \
+    X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5) X(T, 6) X(T, 7) X(T, 8) \
+    X(T, 9) X(T, 10) X(T, 11) X(T, 12) X(T, 13) X(T, 14) X(T, 15) X(T, 16)
+#define ROW_BLOCKS(T) ROW_COUNTS(ROW_BLOCK, T)
 #define PASS(T, G) case G: row_block_##T##_##G(j, b0, b1, i0, i1, keep); break;
-#define PASSES(T) \
-    switch (G) { \
-        PASS(T, 1) PASS(T, 2) PASS(T, 3) PASS(T, 4) PASS(T, 5) PASS(T, 6) PASS(T, 7) PASS(T, 8) \
-        PASS(T, 9) PASS(T, 10) PASS(T, 11) PASS(T, 12) PASS(T, 13) PASS(T, 14) PASS(T, 15) PASS(T, 16) \
-    }
+#define PASSES(T) switch (G) { ROW_COUNTS(PASS, T) }
 
 /* Whether a one-row pass goes over two weight rows at once too (`q8_set_one_row_pairs`). The same bits either way;
  * the speed is the CPU's: on a Granite Rapids one-token passes of the 1.5B target took 0.77x the time (two memory
