@@ -240,6 +240,25 @@ def test_passes_with_one_row_pairs_compute_the_definition(variant):
                 assert torch.equal(kernel(x[1:1 + rows]), want[1:1 + rows]), (NAMES[qtype], cols, rows)
 
 
+WIDE_PAIR_CASES = [(Q4_K, 7168), (Q4_0, 2688), (Q4_1, 4640), (Q6_K, 7168), (Q8_0, 7200)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_wide_passes_with_one_row_pairs_compute_the_definition(variant):
+    """With the one-row setting on, passes of 1-16 rows whose activations outgrow the L1 give the definition's bits.
+    At AVX2, Q4_K's, Q4_0's and Q4_1's go over two weight rows in groups of up to 5 activation rows once a pass's
+    activations pass 48 KiB (`PAIR_GROUPS_FROM_BYTES`): 7,168 wide from 5 rows, 4,640 (a partial super-block) from
+    7, 2,688 (a half unit last) from 12; Q6_K and Q8_0 pair in one group as before, and single from there."""
+    with one_row_pairs(variant):
+        for qtype, cols in WIDE_PAIR_CASES:
+            raw = random_blocks(qtype, 37, cols, seed=qtype)
+            x = activations(16, cols)
+            kernel = Q8Kernel([BlockTensor.from_numpy(qtype, raw, cols)], variant=variant)
+            want = reference(qtype, raw, cols, x)
+            for rows in range(1, 17):
+                assert torch.equal(kernel(x[16 - rows:]), want[16 - rows:]), (NAMES[qtype], cols, rows)
+
+
 @contextlib.contextmanager
 def one_row_pairs(variant: str, on: bool = True):
     """`variant`'s build with the one-row setting `on` (yields what the build took), set back off after."""

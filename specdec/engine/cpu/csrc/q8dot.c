@@ -275,7 +275,9 @@ static inline int pair_by_chunk(int G, int64_t nu) {
 #define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5)
 #elif !defined(PAIRS) /* AVX-512 VNNI: PAIR_ROWS 7 */
 #define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5) X(T, 6) X(T, 7)
-#else /* AVX2, and AVX-512 without VNNI: PAIR_ROWS 4 */
+#elif CHUNK == 32 /* AVX2: PAIR_ROWS 5 */
+#define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5)
+#else /* AVX-512 without VNNI: PAIR_ROWS 4 */
 #define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4)
 #endif
 
@@ -344,8 +346,8 @@ static inline int paired(int type, int G, int64_t chunk, int64_t nu) {
     if (sign_on_activations(type) || (type == Q8_0 && chunk < nu && G > PAIR_ROWS)) return 0;
     return G >= 2 - one_row_pairs && (G <= PAIR_MAX_ROWS || chunk < nu);
 #elif ROW_PAIRS
-    (void)chunk, (void)nu;
-    return one_row_pairs && G <= pair_max_rows(type); /* signed codes too (SIGNED_PAIRS) */
+    (void)chunk;
+    return one_row_pairs && G <= pair_max_rows(type, G * nu * (int64_t)sizeof(act_unit)); /* signed too */
 #else
     (void)type, (void)G, (void)chunk, (void)nu;
     return 0;

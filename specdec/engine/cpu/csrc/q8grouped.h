@@ -130,10 +130,17 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
  * units. On a Granite Rapids capped at AVX2 (`specdec bench --kernel-ab`, both threads), against single weight rows:
  * at 2 rows the down projections and the output layer (Q6_K) 0.885x the time, gate/up 0.86x, whole passes of 2
  * tokens 0.89x; Q4_K at 3 and 4 rows too: passes of 3 and 4 tokens 0.93x and 0.94x; at 5 rows level (spilled),
- * so not taken. */
-enum { PAIR_ROWS = 4, PAIR_MAX_ROWS = 4, PAIR_WIDENED_ROWS = 2 };
+ * so not taken then. Q4_K's, Q4_0's and Q4_1's passes of 5-16 rows pair too, in groups of up to 5 (each unpacking
+ * the unit again), where their activations outgrow the L1 (more than PAIR_GROUPS_FROM_BYTES, half again a 32 KiB
+ * L1): a unit, unpacked once, meets each activation chunk for two weight rows, so the activations come from the L2
+ * half as often. Out of line (each loop its own function, q8dot.c), 5 rows keep all but one sum and the ones in
+ * registers. On the Zen 3 (AVX2, the packaged target's 14 Q4_K down projections, 8,960 wide, from memory,
+ * alternating against single rows): 0.98-1.0x the time at 5 rows, 0.87-0.90x at 6-9, 0.72-0.90x at 12-16. Gate/up
+ * (1,536 wide, their activations in the L1) took 1.09-1.22x at 5-12 in groups and 0.98-1.34x at 16 (37 KiB), so
+ * they stay single. */
+enum { PAIR_ROWS = 5, PAIR_ONE_GROUP_ROWS = 4, PAIR_WIDENED_ROWS = 2, PAIR_GROUPS_FROM_BYTES = 49152 };
 static inline int pair_group_rows(const int type) {
-    return sums16_of(type) == 8 || sign_on_activations(type) ? PAIR_ROWS : PAIR_WIDENED_ROWS;
+    return sums16_of(type) == 8 ? PAIR_ROWS : sign_on_activations(type) ? PAIR_ONE_GROUP_ROWS : PAIR_WIDENED_ROWS;
 }
 
 /* A pair's int32 block sums against G rows, dot[r][g] of weight row r, into acc0[g] and acc1[g] (`part`) as dot_terms
@@ -436,9 +443,16 @@ static inline __attribute__((always_inline)) void unit_pair_by_chunk(const int t
 #endif
 
 #if ROW_PAIRS && CHUNK == 32
-/* AVX-VNNI's and AVX2's pairs: a pass of up to one group of rows; the accumulators stay in registers between units
+/* AVX-VNNI's and AVX2's pairs: a pass of up to one group of rows, and at AVX2 Q4_K's, Q4_0's and Q4_1's in groups
+ * where a pass's activations (act_bytes) outgrow the L1 (above); the accumulators stay in registers between units
  * at one row only (16 registers), from 2 rows in memory. */
-static inline int pair_max_rows(const int type) { return pair_group_rows(type); }
+static inline int pair_max_rows(const int type, const int64_t act_bytes) {
+#ifdef PAIRS
+    if (sums16_of(type) == 8) return act_bytes > PAIR_GROUPS_FROM_BYTES ? MAX_ROWS : PAIR_ONE_GROUP_ROWS;
+#endif
+    (void)act_bytes;
+    return pair_group_rows(type);
+}
 static inline int pair_acc_in_registers(const int type, const int G) {
     (void)type;
     return G == 1;
