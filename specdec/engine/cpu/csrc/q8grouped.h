@@ -135,8 +135,8 @@ static inline int unit_goes_by_chunk(const int type, const int G) {
  * L1): a unit, unpacked once, meets each activation chunk for two weight rows, so the activations come from the L2
  * half as often. Out of line (each loop its own function, q8dot.c), 5 rows keep all but one sum and the ones in
  * registers. On the Zen 3 (AVX2, the packaged target's 14 Q4_K down projections, 8,960 wide, from memory,
- * alternating against single rows): 0.98-1.0x the time at 5 rows, 0.87-0.90x at 6-9, 0.72-0.90x at 12-16. Gate/up
- * (1,536 wide, their activations in the L1) took 1.09-1.22x at 5-12 in groups and 0.98-1.34x at 16 (37 KiB), so
+ * alternating against single rows): 0.86-1.0x the time at 5 rows, 0.87-0.98x at 6-9, 0.67-0.90x at 12-16. Gate/up
+ * (1,536 wide, their activations in the L1) took 1.09-1.22x at 5-12 in groups and 0.98-1.34x at 16 (36 KiB), so
  * they stay single. */
 enum { PAIR_ROWS = 5, PAIR_ONE_GROUP_ROWS = 4, PAIR_WIDENED_ROWS = 2, PAIR_GROUPS_FROM_BYTES = 49152 };
 static inline int pair_group_rows(const int type) {
