@@ -271,12 +271,10 @@ static inline int pair_by_chunk(int G, int64_t nu) {
     row_pair_pass(T, j->w + n * j->row_bytes, far * j->row_bytes, far, j->tail, j->nu, j->a + g0 * j->nu, \
                   j->out + g0 * j->ldy + n, j->ldy, j->bias ? j->bias + n : 0, G, BY_CHUNK)
 /* The row counts of a pair pass in this build (PAIR_ROWS of them), as X(T, G) each. */
-#if CHUNK == 32 && !defined(PAIRS) /* AVX-VNNI: PAIR_ROWS 5 */
+#if CHUNK == 32 /* AVX-VNNI and AVX2: PAIR_ROWS 5 */
 #define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5)
 #elif !defined(PAIRS) /* AVX-512 VNNI: PAIR_ROWS 7 */
 #define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5) X(T, 6) X(T, 7)
-#elif CHUNK == 32 /* AVX2: PAIR_ROWS 5 */
-#define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4) X(T, 5)
 #else /* AVX-512 without VNNI: PAIR_ROWS 4 */
 #define PAIR_COUNTS(X, T) X(T, 1) X(T, 2) X(T, 3) X(T, 4)
 #endif
