@@ -42,6 +42,15 @@ static inline vw pair_bits(const uint8_t *p, int c, int cb) {
     return (load_chunk(p + cb * (c / 4), cb) >> (2 * (c % 4))) & BYTES(3);
 }
 
+/* Chunk c's two bits of a pair, as pair_bits has them, times 16 (0, 16, 32 or 48 a byte): Q6_K's high pair in place
+ * above its nibble. One shift (none for c % 4 = 2) and one mask: a 64-bit lane's shift moves the neighbouring
+ * bytes' bits only into bits the mask clears. */
+static inline vw pair_bits_high(const uint8_t *p, int c, int cb) {
+    const vw bytes = load_chunk(p + cb * (c / 4), cb);
+    const int at = 2 * (c % 4); /* the pair's lowest bit, to go to bit 4 */
+    return (at <= 4 ? bytes << (4 - at) : bytes >> (at - 4)) & BYTES(0x30);
+}
+
 /* Chunk c's Q3_K third bits, as 0 or 4 a byte, from the bytes at p (bit c of byte p is chunk c's): one shift, one
  * mask (a 64-bit lane's shift moves the neighbouring bytes' bits only into bits the mask clears). */
 static inline vw third_bits(const uint8_t *p, int c, int cb) {
@@ -209,7 +218,7 @@ static inline __attribute__((always_inline)) vw weight_chunk(const int type, con
     if (type == Q5_K)
         return nibbles(o + 20 * sbu + cb * (c / 2), c % 2, cb) | plane_bits(o + 20 * sbu + 4 * cb, c, cb) << 4;
     if (type == Q6_K)
-        return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) | pair_bits(o + 18 * sbu + 4 * cb, c, cb) << 4;
+        return nibbles(o + 18 * sbu + cb * (c / 2), c % 2, cb) | pair_bits_high(o + 18 * sbu + 4 * cb, c, cb);
     if (type == Q3_K) return pair_bits(o + 18 * sbu, c, cb) | third_bits(o + 18 * sbu + 2 * cb, c, cb);
     if (type == Q2_K) return pair_bits(o + 20 * sbu, c, cb);
     const int64_t at = (type == Q4_1 || type == Q5_1 ? 32 : 16) * sbu; /* after d (and m) */
