@@ -22,6 +22,7 @@ names = {m: n for n, m in model.named_modules()}
 def run(chunks):
     """Each module's 3-d output over the tail's tokens, o_proj's input in layer 0, and the logits."""
     outs, attention = {}, []
+
     def keep(module, inputs, out):
         o = out[0] if isinstance(out, tuple) else out
         if torch.is_tensor(o) and o.dim() == 3:
