@@ -105,7 +105,11 @@ def test_killed_draft_falls_back_to_target_only_and_recovers(proxied_stack):
         proxied_stack.kill_draft()
         killed_at = len(chunks)
         wait_until(lambda: len(chunks) >= killed_at + 3, 120, "rounds after the kill")  # the fallback runs
+        # The stream slower while the draft restarts, so that it outlasts the restart whatever the machine's load
+        # (with both cores busy a restart took longer than the rest of a stream at 40 ms a round).
+        proxied_stack.set_rtt_ms(0, 300)
         proxied_stack.restart_draft()
+        proxied_stack.set_rtt_ms(0, 40)
 
     killer = threading.Thread(target=kill_then_restart)
     killer.start()
